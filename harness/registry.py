@@ -1,0 +1,94 @@
+"""Adapters registered in the ``batchscope.adapters`` entry-point group.
+
+Listing reads entry-point metadata and imports the (import-light) adapter modules, never a framework:
+framework versions come from installed distribution metadata. A broken third-party adapter becomes a
+warning in the listing instead of a crash (the habit of xarray's backend plugins).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as md
+import importlib.util
+import warnings
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING
+
+from harness.errors import AdapterError
+
+if TYPE_CHECKING:
+    from adapters.base import Adapter
+
+GROUP = "batchscope.adapters"
+
+
+@dataclass(frozen=True)
+class AdapterInfo:
+    """What the listing shows about one adapter."""
+
+    name: str
+    target: str  # "module:Class", what the worker imports
+    distribution: str  # the framework's PyPI name
+    installed: bool
+    version: str | None
+    problem: str | None = None
+
+
+@cache
+def _entry_points() -> dict[str, md.EntryPoint]:
+    return {ep.name: ep for ep in md.entry_points(group=GROUP)}
+
+
+def known_adapter_names() -> frozenset[str]:
+    """Names of every registered adapter, loadable or not."""
+    return frozenset(_entry_points())
+
+
+def adapter_target(name: str) -> str:
+    """``module:Class`` of an adapter, as the worker imports it."""
+    try:
+        return _entry_points()[name].value
+    except KeyError:
+        raise AdapterError(f"no adapter named {name!r}; registered: {', '.join(sorted(_entry_points()))}. "
+                           "Reinstall batchscope (make test) if a built-in adapter is missing.") from None
+
+
+def adapter_class(name: str) -> type[Adapter]:
+    """Load an adapter class (imports its module, never its framework)."""
+    target = adapter_target(name)
+    module_name, _, attr = target.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attr)  # type: ignore[no-any-return]
+    except (ImportError, AttributeError) as e:
+        raise AdapterError(f"adapter {name!r} ({target}) cannot be loaded: {e}") from e
+
+
+def _dist_version(dist: str) -> str | None:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return None
+
+
+def list_adapters() -> list[AdapterInfo]:
+    """Every registered adapter with its framework's installed version (no framework imported)."""
+    out = []
+    for name in sorted(_entry_points()):
+        target = _entry_points()[name].value
+        try:
+            cls = adapter_class(name)
+        except AdapterError as e:
+            warnings.warn(str(e), RuntimeWarning, stacklevel=2)
+            out.append(AdapterInfo(name, target, "?", False, None, problem=str(e)))
+            continue
+        version = None
+        dist_used = cls.distributions[0]
+        for dist in cls.distributions:
+            version = _dist_version(dist)
+            if version:
+                dist_used = dist
+                break
+        installed = version is not None or importlib.util.find_spec(cls.import_name) is not None
+        out.append(AdapterInfo(name, target, dist_used, installed, version))
+    return out

@@ -1,0 +1,173 @@
+"""The worker: runs exactly one trial in a fresh process, then exits.
+
+Started by the parent as ``python -m harness.worker --fd N`` with the request (JSON) on stdin; it
+answers on file descriptor N with the messages of :mod:`harness.protocol`. This is the only module
+under ``harness`` that ends up importing a framework, and it does so through the adapter.
+
+A trial's steps draw batches from the parent-written index order: warm-up steps first (not timed
+for the figures), then timed steps, then (when ``epochs`` > 0) the rest of the epochs. Warm-up and
+timed steps are real training steps, so an epoch is still every training sample seen exactly once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import resource
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from adapters.base import Adapter, RuntimeConfig
+from harness.data import PreparedData
+from harness.models import build_description, init_weights
+from harness.protocol import Channel
+from harness.spec import TrialSpec
+
+MIB = 1024.0 * 1024.0
+
+
+def batch_indices(order: np.ndarray, batch_size: int, epochs: int, steps: int) -> Iterator[np.ndarray]:
+    """Index batches: every sample once per epoch (last batch may be short); or, with ``epochs`` = 0,
+    ``steps`` full batches cycling through the first order row."""
+    n = order.shape[1]
+    if epochs > 0:
+        for e in range(epochs):
+            perm = order[e]
+            for start in range(0, n, batch_size):
+                yield perm[start : start + batch_size]
+        return
+    perm = order[0]
+    for step in range(steps):
+        yield perm[(step * batch_size + np.arange(batch_size)) % n]
+
+
+def plan_steps(n_train: int, batch_size: int, epochs: int, warmup: int, timed: int) -> tuple[int, int, int]:
+    """(warm-up, timed, rest) step counts. With epochs, warm-up and timed steps come out of the epochs."""
+    if epochs == 0:
+        return warmup, timed, 0
+    total = epochs * -(-n_train // batch_size)
+    timed_n = min(timed, max(total - warmup, 1))
+    warmup_n = min(warmup, total - timed_n)
+    return warmup_n, timed_n, total - warmup_n - timed_n
+
+
+def _load_adapter(target: str) -> Adapter:
+    module_name, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module_name), attr)()  # type: ignore[no-any-return]
+
+
+def _maxrss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+
+
+def run_trial(request: dict[str, Any], chan: Channel) -> int:
+    """Run the trial in ``request``, reporting on ``chan``. Returns the process exit code."""
+    trial = TrialSpec.from_dict(request["trial"])
+    data = PreparedData.from_dict(request["data"])
+    chan.send("phase", phase="setup")
+    adapter: Adapter | None = None
+    phase = "setup"
+    try:
+        adapter = _load_adapter(request["adapter_target"])
+        chan.send("hello", pid=os.getpid(), adapter=trial.framework, versions=adapter.versions(),
+                  python=sys.version.split()[0], executable=sys.executable)
+        t_setup = time.perf_counter()
+        device_info = adapter.setup(RuntimeConfig(
+            device=trial.device, threads=trial.threads or None, options=dict(trial.adapter_options),
+            memory_limit_mib=trial.memory_limit_mib or None, precision=trial.precision))  # type: ignore[arg-type]
+        x_train, y_train, x_test, y_test = data.load()
+        desc = build_description(trial.model, data.input_shape, data.classes)
+        adapter.build(desc, init_weights(desc, trial.seed), trial.optimizer)
+        order = np.load(request["order_path"], mmap_mode="r")
+        setup_s = time.perf_counter() - t_setup
+        chan.send("ready", device=device_info, param_count=adapter.param_count(), model=desc.to_dict())
+
+        warmup_n, timed_n, rest_n = plan_steps(data.n_train, trial.batch_size, trial.epochs,
+                                               trial.warmup_steps, trial.timed_steps)
+        boundaries = [(0, "warmup"), (warmup_n, "timed"), (warmup_n + timed_n, "train")]
+        adapter.reset_memory_stats()
+        step_ms: list[float] = []
+        data_s = 0.0
+        samples_seen = 0
+        t_train = time.perf_counter()
+        batches = batch_indices(order, trial.batch_size, trial.epochs, warmup_n + timed_n)
+        for step, idx in enumerate(batches):
+            while boundaries and boundaries[0][0] == step:
+                phase = boundaries.pop(0)[1]
+                chan.send("phase", phase=phase)
+            t0 = time.perf_counter()
+            idx = np.sort(idx)  # in-batch order does not change a mean loss; sorted reads are faster
+            batch = adapter.prepare_batch(x_train[idx], y_train[idx])
+            t1 = time.perf_counter()
+            adapter.train_step(batch)
+            t2 = time.perf_counter()
+            data_s += t1 - t0
+            step_ms.append((t2 - t1) * 1e3)
+            samples_seen += len(idx)
+        train_s = time.perf_counter() - t_train
+        mem = adapter.memory_stats()
+
+        metrics: dict[str, Any] = {}
+        if trial.eval:
+            phase = "eval"
+            chan.send("phase", phase="eval")
+            t_eval = time.perf_counter()
+            ev = adapter.evaluate(np.asarray(x_test), np.asarray(y_test), trial.eval_batch_size)
+            metrics.update(accuracy=ev.accuracy, eval_loss=ev.loss, eval_samples=ev.samples,
+                           eval_s=time.perf_counter() - t_eval)
+        timed = np.asarray(step_ms[warmup_n : warmup_n + timed_n])
+        median = float(np.median(timed))
+        metrics.update(
+            samples_per_s=trial.batch_size / (median / 1e3),
+            step_time_ms_median=median,
+            step_time_ms_iqr=float(np.percentile(timed, 75) - np.percentile(timed, 25)),
+            warmup_steps_n=warmup_n, timed_steps_n=timed_n, train_steps_n=len(step_ms),
+            epochs_done=samples_seen / data.n_train if trial.epochs else 0.0,
+            train_samples_per_s=samples_seen / train_s if train_s > 0 else None,
+            data_s=data_s, setup_s=setup_s, train_s=train_s,
+            framework_peak_mib=mem.peak_mib, framework_peak_source=mem.source,
+            framework_reserved_mib=mem.reserved_mib, maxrss_mib=_maxrss_mib(),
+        )
+        chan.send("result", metrics=metrics, step_times_ms=step_ms,
+                  phase_steps={"warmup": warmup_n, "timed": timed_n, "train": rest_n})
+        return 0
+    except Exception as exc:  # noqa: BLE001 - every failure is reported to the parent, then we exit
+        try:
+            oom = bool(adapter.is_oom(exc)) if adapter is not None else isinstance(exc, MemoryError)
+        except Exception:  # noqa: BLE001 - classification must never hide the original error
+            oom = False
+        chan.send("failure", oom=oom, error_type=f"{type(exc).__module__}.{type(exc).__qualname__}",
+                  message=str(exc)[:4000], traceback=traceback.format_exc()[-8000:], phase=phase)
+        return 1
+    finally:
+        if adapter is not None:
+            try:
+                adapter.close()
+            except Exception:  # noqa: BLE001, S110 - closing after a failure is best effort
+                pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m harness.worker``."""
+    parser = argparse.ArgumentParser(prog="python -m harness.worker")
+    parser.add_argument("--fd", type=int, required=True, help="file descriptor for protocol messages")
+    args = parser.parse_args(argv)
+    chan = Channel(args.fd)
+    request = json.loads(sys.stdin.read())
+    try:
+        code = run_trial(request, chan)
+        chan.send("end")
+    finally:
+        chan.close()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

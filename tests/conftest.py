@@ -1,0 +1,56 @@
+"""Shared fixtures. Tests never need a GPU; GPU tests carry the ``gpu`` marker and skip, saying why."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from adapters.base import OptimizerSpec
+from harness.data import DataRequest, PreparedData, prepare
+from harness.spec import TrialSpec
+
+
+def _gpu_reason() -> str | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()
+        pynvml.nvmlShutdown()
+        return None if count else "no NVIDIA GPU on this machine (NVML sees 0 devices)"
+    except Exception as e:  # noqa: BLE001 - any NVML failure means: no usable GPU here
+        return f"no NVIDIA GPU on this machine ({type(e).__name__}: {e})"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = _gpu_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=f"GPU test skipped: {reason}")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("cache")
+    os.environ["BATCHSCOPE_CACHE"] = str(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_data(cache_dir: Path) -> PreparedData:
+    return prepare(DataRequest(name="synthetic", synthetic_shape=(1, 8, 8), synthetic_classes=3,
+                               synthetic_samples=64), cache_dir)
+
+
+def make_trial(framework: str = "fake", batch_size: int = 4, **kw: object) -> TrialSpec:
+    base: dict[str, object] = dict(
+        experiment="test", framework=framework, model="osu_cnn", dataset="synthetic", batch_size=batch_size,
+        repeat=0, seed=0, epochs=0, warmup_steps=1, timed_steps=3, optimizer=OptimizerSpec(lr=0.01),
+        device="cpu", threads=1, timeout_s=60.0, eval=True, eval_batch_size=32)
+    base.update(kw)
+    return TrialSpec(**base)  # type: ignore[arg-type]

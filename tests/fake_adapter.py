@@ -1,0 +1,97 @@
+"""A framework-free adapter whose behaviour a test chooses: runs fine, hangs, dies, raises.
+
+Used to test the worker protocol and the parent's outcome classification without any framework.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from adapters.base import Adapter, MemoryStats, OptimizerSpec, RuntimeConfig
+from harness.models import ModelDescription
+
+BEHAVIOURS = ("ok", "hang", "sigkill", "oom", "error", "segfault", "exit0", "noisy", "oom_stderr", "hang_setup")
+
+
+class FakeAdapter(Adapter):
+    """Does nothing much, or misbehaves on purpose in train_step (``behaviour`` option)."""
+
+    name = "fake"
+    distributions = ("numpy",)
+    import_name = "numpy"
+    options = {"behaviour": BEHAVIOURS}
+    oom_stderr_patterns = ("FAKE ALLOCATOR ABORT",)
+
+    def __init__(self) -> None:
+        self.behaviour = "ok"
+        self.classes = 2
+        self.steps = 0
+
+    def versions(self) -> dict[str, str]:
+        return {"numpy": np.__version__}
+
+    def setup(self, runtime: RuntimeConfig) -> dict[str, Any]:
+        self.behaviour = runtime.options.get("behaviour", "ok")
+        if self.behaviour == "hang_setup":
+            time.sleep(3600)
+        return {"device": "cpu"}
+
+    def build(self, model: ModelDescription, weights: Sequence[np.ndarray], optimizer: OptimizerSpec) -> None:
+        self.classes = model.classes
+        self.n_params = model.param_count()
+
+    def param_count(self) -> int:
+        return self.n_params
+
+    def get_weights(self) -> list[np.ndarray]:
+        return []
+
+    def prepare_batch(self, x: np.ndarray, y: np.ndarray) -> Any:
+        return x, y
+
+    def train_step(self, batch: Any) -> None:
+        self.steps += 1
+        b = self.behaviour
+        if b == "noisy":
+            print("framework chatter on stdout {not json}", flush=True)
+        if self.steps < 2:
+            time.sleep(0.001)
+            return
+        if b == "hang":
+            time.sleep(3600)
+        elif b == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif b == "oom":
+            raise MemoryError("fake: cannot allocate 1 TiB")
+        elif b == "error":
+            raise ValueError("fake: a bug in the model")
+        elif b == "segfault":
+            ctypes.string_at(0)
+        elif b == "exit0":
+            os._exit(0)
+        elif b == "oom_stderr":
+            sys.stderr.write("FAKE ALLOCATOR ABORT: out of device memory\n")
+            sys.stderr.flush()
+            os.abort()
+        time.sleep(0.001)
+
+    def predict(self, batch: Any) -> np.ndarray:
+        x, _ = batch
+        return np.zeros((len(x), self.classes), dtype=np.float32)
+
+    def reset_memory_stats(self) -> None:
+        pass
+
+    def memory_stats(self) -> MemoryStats:
+        return MemoryStats(peak_mib=None, source="none: fake")
+
+    def is_oom(self, exc: BaseException) -> bool:
+        return isinstance(exc, MemoryError)
