@@ -154,8 +154,9 @@ class Aggregator:
         return out
 
     # -------------------------------------------------------------- windows
-    def window(self, name: str, start_s: float, end_s: float) -> WindowSummary:
-        """Statistics and energy over ``[start_s, end_s)``."""
+    def window(self, name: str, start_s: float, end_s: float, include_end: bool = False) -> WindowSummary:
+        """Statistics and energy over ``[start_s, end_s)``; ``include_end`` counts a sample taken at
+        ``end_s`` as inside (for the last window of a trial, which ends at its last sample)."""
         spans = self._spans()
         series: dict[str, SeriesStats] = {}
         for key in self.series:
@@ -186,7 +187,7 @@ class Aggregator:
             method_text = "power integration"
         else:
             method_text = f"counter ({seconds['counter']:.3g} s) + power integration ({seconds['power']:.3g} s)"
-        n = sum(1 for t in self._t if start_s <= t < end_s)
+        n = sum(1 for t in self._t if start_s <= t < end_s or (include_end and t == end_s))
         return WindowSummary(name=name, start_s=start_s, end_s=end_s, samples_n=n, series=series,
                              energy_j=energy_mj / 1000.0 if covered_s > 0 else None, energy_method=method_text,
                              energy_covered_s=covered_s)
@@ -206,8 +207,8 @@ class Aggregator:
                 out[BEFORE_FIRST_PHASE] = self.window(BEFORE_FIRST_PHASE, start, first)
         for i, (name, t0) in enumerate(ordered):
             t1 = ordered[i + 1][1] if i + 1 < len(ordered) else end
-            out[name] = self.window(name, t0, t1)
-        out["trial"] = self.window("trial", min([start, *(t for _, t in ordered)]), end)
+            out[name] = self.window(name, t0, t1, include_end=t1 == end)
+        out["trial"] = self.window("trial", min([start, *(t for _, t in ordered)]), end, include_end=True)
         return out
 
 
@@ -216,20 +217,23 @@ def trial_aggregates(windows: Mapping[str, WindowSummary]) -> dict[str, Any]:
 
     Peaks (device memory, worker-tree GPU memory, RSS) are taken over the training phases (warm-up,
     timed, rest of the epochs), the span the worker's own allocator peak covers, so evaluation at its
-    own batch size does not mask the batch size under test; a trial that failed before training
-    reports the peak over everything it did.
+    own batch size does not mask the batch size under test; a trial that failed before a sample covered
+    its training reports the peak over everything it did.
     """
     timed = windows.get("timed")
-    training = [windows[p] for p in TRAINING_PHASES if p in windows] or ([windows["trial"]] if "trial" in windows
-                                                                        else [])
+    training = [windows[p] for p in TRAINING_PHASES if p in windows]
+    everything = [windows["trial"]] if "trial" in windows else []
 
     def mean(key: str) -> float | None:
         stats = timed.series.get(key) if timed else None
         return stats.mean if stats else None
 
     def peak(key: str) -> float | None:
-        values = [w.series[key].max for w in training if key in w.series]
-        return max(values) if values else None
+        for group in (training, everything):
+            values = [w.series[key].max for w in group if key in w.series]
+            if values:
+                return max(values)
+        return None
 
     return {
         "gpu_util_pct": mean("gpu_util_pct"), "gpu_mem_util_pct": mean("gpu_mem_util_pct"),

@@ -104,6 +104,8 @@ class Sampler:
             if self._thread.is_alive():
                 self._notes.append(f"sampler thread still busy after {self._join_timeout_s:g} s (a probe call "
                                    "hung); the samples taken until then are kept")
+        if not self.end_reason:
+            self.end_reason = "stopped when the executor saw the worker end"
         for probe in self.probes:
             probe.close()
         with self._lock:
