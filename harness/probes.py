@@ -106,7 +106,7 @@ class HostProbe:
                     proc = self._procs[pid] = psutil.Process(pid)
                 with proc.oneshot():
                     times = proc.cpu_times()
-                    rss += proc.memory_info().rss
+                    rss_bytes = proc.memory_info().rss
             except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
                 self._procs.pop(pid, None)  # a child that just exited, or one we may not read
                 continue
@@ -114,6 +114,7 @@ class HostProbe:
             # a process first seen now ran all its CPU time since it was made, after the last reading
             cpu_delta_s += cpu_s - self._cpu_s.get(pid, 0.0)
             seen[pid] = cpu_s
+            rss += rss_bytes  # 0 for a process caught exiting: its memory is already released
         for gone in set(self._procs) - set(seen):
             self._procs.pop(gone, None)
         self._cpu_s = seen
@@ -122,7 +123,7 @@ class HostProbe:
         vm = psutil.virtual_memory()
         return {
             "cpu_util_pct": 100.0 * max(cpu_delta_s, 0.0) / wall_s if wall_s > 0 else NAN,
-            "rss_mib": rss / MIB if seen else NAN,
+            "rss_mib": rss / MIB if rss else NAN,
             "sys_mem_used_mib": (vm.total - vm.available) / MIB,
         }
 

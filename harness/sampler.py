@@ -200,10 +200,11 @@ def _median_gap_ms(times: list[float]) -> float | None:
 
 # ------------------------------------------------------------------ the factory the CLI uses
 def gpu_probe_factory(device: str) -> tuple[Callable[[], Probe], str]:
-    """(makes the GPU probe of one trial, what it watches). NVML is initialised here, once per run,
-    so its cost stays out of every trial."""
+    """(makes the GPU probe of one trial, a line that says what is sampled and why). NVML is
+    initialised here, once per run, so its cost stays out of every trial."""
     if device == "cpu":
-        return (lambda: NullGpuProbe("the experiment runs on CPU")), "GPU not sampled (device = cpu)"
+        probe = NullGpuProbe()
+        return (lambda: probe), "GPU not sampled (device = cpu)"
     try:
         nvml.ensure_initialised()
         picked = nvml.worker_device()
@@ -214,21 +215,16 @@ def gpu_probe_factory(device: str) -> tuple[Callable[[], Probe], str]:
         probe = NullGpuProbe("CUDA_VISIBLE_DEVICES hides every GPU")
         return (lambda: probe), probe.notice
     handle, label = picked
-    return (lambda: nvml.NvmlProbe(handle, label)), f"{label} through NVML. {NVML_AVERAGING_NOTE}"
+    return (lambda: nvml.NvmlProbe(handle, label)), f"GPU sampled: {label} through NVML. {NVML_AVERAGING_NOTE}"
 
 
 def monitor_factory_for(exp: Experiment) -> tuple[Callable[[TrialUnit], Monitor] | None, str]:
     """(factory of the sampler that watches each trial, a notice to print once per run)."""
     interval_s = exp.sample_interval_ms / 1000.0
-    make_gpu, gpu_text = gpu_probe_factory(exp.device)
+    make_gpu, gpu_line = gpu_probe_factory(exp.device)
 
     def factory(unit: TrialUnit) -> Monitor:
-        gpu = make_gpu()
-        notes = [gpu.notice] if isinstance(gpu, NullGpuProbe) else [gpu_text]
-        return Sampler([HostProbe(), gpu], interval_s=interval_s, notes=notes)
+        return Sampler([HostProbe(), make_gpu()], interval_s=interval_s, notes=[gpu_line])
 
-    notice = (f"sampler: every {exp.sample_interval_ms:g} ms, the worker's process tree (CPU, RSS) and "
-              f"{gpu_text}")
-    if gpu_text.startswith("no GPU") or gpu_text.startswith("GPU not sampled"):
-        notice = f"{gpu_text}\nsampler: every {exp.sample_interval_ms:g} ms, the worker's process tree (CPU, RSS)"
-    return factory, notice
+    return factory, (f"{gpu_line}\nsampler: every {exp.sample_interval_ms:g} ms, the worker's process tree "
+                     "(CPU %, RSS) and the GPU line above")
