@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 #: Series summarised per window (units in the names). The energy counter is handled apart.
 SERIES = ("gpu_util_pct", "gpu_mem_util_pct", "gpu_mem_used_mib", "gpu_mem_total_mib", "proc_gpu_mem_mib",
@@ -34,7 +34,7 @@ BEFORE_FIRST_PHASE = "spawn"  # samples before the worker announced its first ph
 TRAINING_PHASES = ("warmup", "timed", "train")
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -96,8 +96,8 @@ class Aggregator:
         max_power_w: The largest believable mean power between two samples (see module doc).
     """
 
-    def __init__(self, interval_s: float, series: Sequence[str] = SERIES, counter_modulus: int = COUNTER_MODULUS,
-                 max_power_w: float = MAX_POWER_W) -> None:
+    def __init__(self, interval_s: float, series: Sequence[str] = SERIES,
+                 counter_modulus: int = COUNTER_MODULUS, max_power_w: float = MAX_POWER_W) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
         self.interval_s = interval_s
@@ -133,7 +133,7 @@ class Aggregator:
         return spans
 
     def _energy_intervals(self) -> list[tuple[float, float, float, str]]:
-        """(start, end, energy_mj, method) of every interval between consecutive samples with a known energy."""
+        """(start, end, energy_mj, method) of each interval between two samples whose energy is known."""
         out = []
         for i in range(1, len(self._t)):
             t0, t1 = self._t[i - 1], self._t[i]
@@ -161,7 +161,7 @@ class Aggregator:
         series: dict[str, SeriesStats] = {}
         for key in self.series:
             pairs = []
-            for (lo, hi), row in zip(spans, self._rows):
+            for (lo, hi), row in zip(spans, self._rows, strict=True):
                 w = min(hi, end_s) - max(lo, start_s)
                 value = row.get(key)
                 if w > 0 and _finite(value):
@@ -186,13 +186,15 @@ class Aggregator:
         elif seconds["counter"] == 0:
             method_text = "power integration"
         else:
-            method_text = f"counter ({seconds['counter']:.3g} s) + power integration ({seconds['power']:.3g} s)"
+            method_text = (f"counter ({seconds['counter']:.3g} s) + "
+                           f"power integration ({seconds['power']:.3g} s)")
         n = sum(1 for t in self._t if start_s <= t < end_s or (include_end and t == end_s))
         return WindowSummary(name=name, start_s=start_s, end_s=end_s, samples_n=n, series=series,
-                             energy_j=energy_mj / 1000.0 if covered_s > 0 else None, energy_method=method_text,
-                             energy_covered_s=covered_s)
+                             energy_j=energy_mj / 1000.0 if covered_s > 0 else None,
+                             energy_method=method_text, energy_covered_s=covered_s)
 
-    def summarise(self, phases: Sequence[tuple[str, float]], end_s: float | None = None) -> dict[str, WindowSummary]:
+    def summarise(self, phases: Sequence[tuple[str, float]],
+                  end_s: float | None = None) -> dict[str, WindowSummary]:
         """One summary per phase (a phase runs until the next starts; the last until ``end_s``, by
         default the last sample), one for samples before the first phase, and one named ``trial``."""
         if not self._t:

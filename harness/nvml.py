@@ -32,8 +32,8 @@ MIB = 1024.0 * 1024.0
 NAN = math.nan
 
 #: The sample fields the NVML probe fills (units in the names).
-NVML_FIELDS = ("gpu_util_pct", "gpu_mem_util_pct", "gpu_mem_used_mib", "gpu_mem_total_mib", "proc_gpu_mem_mib",
-               "power_w", "energy_mj", "sm_clock_mhz", "temperature_c")
+NVML_FIELDS = ("gpu_util_pct", "gpu_mem_util_pct", "gpu_mem_used_mib", "gpu_mem_total_mib",
+               "proc_gpu_mem_mib", "power_w", "energy_mj", "sm_clock_mhz", "temperature_c")
 
 #: NVML answers that will not change during a run: the reading is switched off with this reason.
 _UNSUPPORTED_NAMES = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_NO_PERMISSION")

@@ -85,7 +85,7 @@ class HostProbe:
     """
 
     name = "host"
-    fields = HOST_FIELDS
+    fields: tuple[str, ...] = HOST_FIELDS
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock

@@ -102,8 +102,8 @@ class Sampler:
         if self._thread is not None:
             self._thread.join(timeout=self._join_timeout_s)
             if self._thread.is_alive():
-                self._notes.append(f"sampler thread still busy after {self._join_timeout_s:g} s (a probe call "
-                                   "hung); the samples taken until then are kept")
+                self._notes.append(f"sampler thread still busy after {self._join_timeout_s:g} s "
+                                   "(a probe call hung); the samples taken until then are kept")
         if not self.end_reason:
             self.end_reason = "stopped when the executor saw the worker end"
         for probe in self.probes:
@@ -156,7 +156,8 @@ class Sampler:
         return True
 
     # -------------------------------------------------------------- results
-    def result(self, samples: list[tuple[float, dict[str, Any]]], phases: list[tuple[str, float]]) -> dict[str, Any]:
+    def result(self, samples: list[tuple[float, dict[str, Any]]],
+               phases: list[tuple[str, float]]) -> dict[str, Any]:
         """Tag, aggregate and package ``samples`` (what ``stop()`` returns)."""
         t0 = self._t0 if self._t0 is not None else (samples[0][0] if samples else 0.0)
         agg = Aggregator(self.interval_s)
@@ -172,7 +173,8 @@ class Sampler:
         aggregates = {k: _clean(v) for k, v in trial_aggregates(windows).items()}
         aggregates.update(sample_interval_ms=self.interval_s * 1000.0, samples_n=len(samples))
         gap_n = sum(1 for _, v in samples if v.get("gap_reason"))
-        unsupported = {f"{p.name}.{k}": v for p in self.probes for k, v in getattr(p, "unsupported", {}).items()}
+        unsupported = {f"{p.name}.{k}": v for p in self.probes
+                       for k, v in getattr(p, "unsupported", {}).items()}
         return {
             "aggregates": aggregates,
             "phases": {name: _json_window(w.to_dict(), t0) for name, w in windows.items()},
@@ -194,7 +196,7 @@ def _json_window(d: dict[str, Any], t0: float) -> dict[str, Any]:
 
 
 def _median_gap_ms(times: list[float]) -> float | None:
-    gaps = sorted(b - a for a, b in zip(times, times[1:]))
+    gaps = sorted(b - a for a, b in zip(times, times[1:], strict=False))
     return gaps[len(gaps) // 2] * 1000.0 if gaps else None
 
 
@@ -215,7 +217,8 @@ def gpu_probe_factory(device: str) -> tuple[Callable[[], Probe], str]:
         probe = NullGpuProbe("CUDA_VISIBLE_DEVICES hides every GPU")
         return (lambda: probe), probe.notice
     handle, label = picked
-    return (lambda: nvml.NvmlProbe(handle, label)), f"GPU sampled: {label} through NVML. {NVML_AVERAGING_NOTE}"
+    line = f"GPU sampled: {label} through NVML. {NVML_AVERAGING_NOTE}"
+    return (lambda: nvml.NvmlProbe(handle, label)), line
 
 
 def monitor_factory_for(exp: Experiment) -> tuple[Callable[[TrialUnit], Monitor] | None, str]:

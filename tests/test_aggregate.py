@@ -76,7 +76,8 @@ def test_counter_reset_falls_back_to_power_integration_and_says_so():
     # the driver reloaded between the 2nd and 3rd sample: the counter restarts near 0
     counter = [5_000_000, 5_002_000, 10, 2_010]
     power = [20.0, 20.0, 30.0, 20.0]
-    agg = feed([{"energy_mj": c, "power_w": p} for c, p in zip(counter, power)], interval_s=0.1, t0=0.0)
+    rows = [{"energy_mj": c, "power_w": p} for c, p in zip(counter, power, strict=True)]
+    agg = feed(rows, interval_s=0.1, t0=0.0)
     w = agg.window("w", 0.0, 0.3)
     assert w.energy_j == pytest.approx(2.0 + 30.0 * 0.1 + 2.0)
     assert w.energy_method.startswith("counter (0.2 s) + power integration (0.1 s)")

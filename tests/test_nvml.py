@@ -1,4 +1,4 @@
-"""The NVML probe and error mapping, against a patched ``pynvml`` (autospec, real constants): no GPU needed."""
+"""The NVML probe and its error mapping, against a patched ``pynvml`` (autospec, real constants): no GPU."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ def fake_nvml() -> Iterator[mock.MagicMock]:
         m.nvmlDeviceGetUtilizationRates.return_value = SimpleNamespace(gpu=87, memory=41)
         m.nvmlDeviceGetMemoryInfo.return_value = SimpleNamespace(used=3000 * MIB, total=16384 * MIB)
         m.nvmlDeviceGetComputeRunningProcesses.return_value = [
-            SimpleNamespace(pid=100, usedGpuMemory=1000 * MIB), SimpleNamespace(pid=101, usedGpuMemory=500 * MIB),
+            SimpleNamespace(pid=100, usedGpuMemory=1000 * MIB),
+            SimpleNamespace(pid=101, usedGpuMemory=500 * MIB),
             SimpleNamespace(pid=999, usedGpuMemory=1200 * MIB)]  # someone else's process
         m.nvmlDeviceGetPowerUsage.return_value = 212_500  # mW
         m.nvmlDeviceGetTotalEnergyConsumption.return_value = 123_456_789  # mJ
@@ -94,7 +95,8 @@ def test_old_driver_without_memory_v2_falls_back_to_v1_and_says_so(fake_nvml):
 
 def test_gpu_lost_mid_run_is_a_gap_with_the_reason_then_recovers(fake_nvml):
     fake_nvml.nvmlDeviceGetUtilizationRates.side_effect = [
-        SimpleNamespace(gpu=50, memory=10), _err("NVML_ERROR_GPU_IS_LOST"), SimpleNamespace(gpu=70, memory=20)]
+        SimpleNamespace(gpu=50, memory=10), _err("NVML_ERROR_GPU_IS_LOST"),
+        SimpleNamespace(gpu=70, memory=20)]
     probe = nvml.NvmlProbe(HANDLE)
     assert probe.read(frozenset())["gpu_util_pct"] == 50.0
     with pytest.raises(PartialReadingError) as info:
@@ -102,7 +104,7 @@ def test_gpu_lost_mid_run_is_a_gap_with_the_reason_then_recovers(fake_nvml):
     assert "GPU is lost" in str(info.value) and "nvmlDeviceGetUtilizationRates" not in str(info.value)
     assert "utilization" in str(info.value)
     assert math.isnan(info.value.values["gpu_util_pct"]) and info.value.values["power_w"] == 212.5
-    assert probe.read(frozenset())["gpu_util_pct"] == 70.0  # a transient error does not switch the reading off
+    assert probe.read(frozenset())["gpu_util_pct"] == 70.0  # a transient error does not switch it off
 
 
 def test_error_mapping_is_the_one_place(fake_nvml):
@@ -122,7 +124,8 @@ def test_error_mapping_is_the_one_place(fake_nvml):
 
 
 def test_processes_without_per_process_memory_are_nan_not_zero(fake_nvml):
-    fake_nvml.nvmlDeviceGetComputeRunningProcesses.return_value = [SimpleNamespace(pid=100, usedGpuMemory=None)]
+    procs = [SimpleNamespace(pid=100, usedGpuMemory=None)]
+    fake_nvml.nvmlDeviceGetComputeRunningProcesses.return_value = procs
     probe = nvml.NvmlProbe(HANDLE)
     assert math.isnan(probe.read(frozenset({100}))["proc_gpu_mem_mib"])
     assert "per-process" in probe.unsupported["processes"]

@@ -93,7 +93,8 @@ def test_samples_are_tagged_with_the_phase_announced_before_them_and_summarised(
     for r in rows:
         r.update(cpu_util_pct=100.0, rss_mib=300.0)
     # phase messages arrive whenever; tagging uses their start times
-    _, out = run_replay(rows, clock, phases=[("setup", 50.05), ("warmup", 50.95), ("timed", 51.45), ("eval", 52.55)])
+    phases = [("setup", 50.05), ("warmup", 50.95), ("timed", 51.45), ("eval", 52.55)]
+    _, out = run_replay(rows, clock, phases=phases)
     phases = [s["phase"] for s in out["samples"]]
     assert phases[0] == "spawn" and phases[1] == "setup" and phases[-1] == "eval"
     assert phases.count("timed") == 11  # samples at 51.5 .. 52.5
@@ -213,7 +214,8 @@ def test_factory_notice_on_a_machine_without_gpu():
 
 
 def test_worker_killed_mid_trial_ends_sampling_cleanly(tiny_data, tmp_path):
-    exp = parse_experiment({"name": "n", "frameworks": ["pytorch"], "batch_sizes": [2], "sample_interval_ms": 20})
+    exp = parse_experiment({"name": "n", "frameworks": ["pytorch"], "batch_sizes": [2],
+                            "sample_interval_ms": 20})
     factory, _ = monitor_factory_for(exp)
     trial = make_trial(adapter_options={"behaviour": "sigkill"})
     unit = TrialUnit(trial=trial, data=tiny_data, order_path=str(tiny_data.write_order(0, 0)),
