@@ -189,6 +189,21 @@ def test_host_probe_reads_a_real_process_tree():
         tree.refresh()
 
 
+def test_process_tree_relists_children_on_its_own_schedule():
+    clock = FakeClock(0.0)
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\ntime.sleep(0.5)\n"
+                               "subprocess.run([sys.executable, '-c', 'import time; time.sleep(1.5)'])"])
+    try:
+        tree = ProcessTree(parent.pid, relist_every_s=1.0, clock=clock)
+        assert tree.refresh() == {parent.pid}
+        time.sleep(1.0)  # the child is up now, but the list is not due yet
+        assert tree.refresh() == {parent.pid}
+        clock.t = 1.0
+        assert len(tree.refresh()) == 2
+    finally:
+        parent.wait(timeout=20)
+
+
 def test_replay_from_a_csv(tmp_path):
     path = tmp_path / "s.csv"
     path.write_text("t_s,phase,gpu_util_pct,energy_mj,gap_reason\n0.0,setup,10,18446744073709550616,\n"
