@@ -33,13 +33,15 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=6, help="off/on pairs (>= 5)")
     ap.add_argument("--framework", default="pytorch")
     ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--timed-steps", type=int, default=60)
+    ap.add_argument("--timed-steps", type=int, default=100)
+    ap.add_argument("--device", choices=("cpu", "auto", "gpu"), default="cpu",
+                    help="cpu (the target's setting) or gpu/auto to include NVML on a GPU machine")
     ap.add_argument("--interval-ms", type=float, default=100.0, help="sampler interval (default 100)")
     args = ap.parse_args()
     exp = parse_experiment({
         "name": "sampler_overhead", "frameworks": [args.framework], "batch_sizes": [args.batch_size],
         "model": "osu_cnn", "synthetic_shape": [1, 28, 28], "synthetic_samples": 2048, "warmup_steps": 5,
-        "timed_steps": args.timed_steps, "eval": False, "device": "cpu", "threads": 1,
+        "timed_steps": args.timed_steps, "eval": False, "device": args.device, "threads": 1,
         "sample_interval_ms": args.interval_ms, "timeout_s": 600})
     with tempfile.TemporaryDirectory() as tmp:
         data = prepare(data_request(exp), Path(tmp))
