@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -11,7 +12,12 @@ import pynvml
 import pytest
 
 from harness import environment, nvml
-from harness.errors import PartialReadingError, ProbeError, ProbeUnsupportedError
+from harness.errors import PartialReadingError, ProbeError, ProbeUnsupportedError, WorkerGoneError
+from harness.executor import TrialOutcome
+from harness.sampler import Sampler
+from harness.store import Store
+from tests.conftest import make_trial
+from tests.test_sampler import FakeClock, FixedTree
 
 HANDLE = object()
 MIB = 2**20
@@ -166,3 +172,48 @@ def test_environment_without_a_driver_says_no_gpu(fake_nvml):
     gpus, note = environment.gpus()
     assert gpus == []
     assert note.startswith("no GPU: running on CPU") and "Library Not Found" in note
+
+
+def test_gpu_trial_through_sampler_and_store_with_a_lost_gpu_mid_run(fake_nvml, tmp_path):
+    """The GPU path end to end without a GPU: patched NVML -> sampler -> trial row and samples table."""
+
+    energy = iter(range(10**9, 10**9 + 100 * 20_000, 20_000))  # 20 J per 0.1 s tick = 200 W
+    fake_nvml.nvmlDeviceGetTotalEnergyConsumption.side_effect = lambda h: next(energy)
+    utils = [SimpleNamespace(gpu=90, memory=30)] * 100
+    utils[12] = _err("NVML_ERROR_GPU_IS_LOST")
+    fake_nvml.nvmlDeviceGetUtilizationRates.side_effect = utils
+    clock = FakeClock(0.0)
+
+    class Tree(FixedTree):
+        n = 0
+
+        def refresh(self):
+            Tree.n += 1
+            if Tree.n > 20:
+                raise WorkerGoneError("worker 100 exited")
+            return frozenset({100, 101})
+
+    sampler = Sampler([nvml.NvmlProbe(HANDLE, "GPU 0")], clock=clock, wait=clock.wait, tree_factory=Tree)
+    sampler.start(100)
+    for name, t in (("setup", 0.0), ("warmup", 0.45), ("timed", 0.95), ("eval", 1.75)):
+        sampler.phase(name, t)
+    sampler._thread.join(timeout=10)
+    mon = sampler.stop()
+    trial = make_trial(batch_size=32, timed_steps=8)
+    outcome = TrialOutcome(trial=trial, status="ok", phase_steps={"warmup": 1, "timed": 8, "train": 0},
+                           monitor=mon)
+    with Store.open(tmp_path) as store:
+        store.write_trial(outcome, run_id=1, env={})
+        row = store.trials()[0]
+        samples = [dict(r) for r in store.conn.execute("SELECT * FROM samples ORDER BY t_s")]
+    assert row["gpu_util_pct"] == pytest.approx(90.0)  # the gap at 1.2 s weighs nothing
+    assert row["power_w"] == pytest.approx(212.5)
+    assert row["energy_j"] == pytest.approx(200.0 * 0.8)  # counter over the 0.8 s timed phase
+    assert row["j_per_sample"] == pytest.approx(160.0 / (32 * 8))
+    assert row["proc_gpu_mem_mib"] == 1500.0 and row["gpu_mem_used_mib"] == 3000.0
+    assert row["samples_n"] == 20 and row["timed_samples_n"] == 8
+    lost = [s for s in samples if s["gap_reason"]]
+    assert len(lost) == 1 and lost[0]["phase"] == "timed"
+    assert lost[0]["gap_reason"] == "nvml: NVML utilization: GPU is lost"
+    assert lost[0]["gpu_util_pct"] is None and lost[0]["power_w"] == 212.5
+    assert json.loads(row["monitor_json"])["phases"]["timed"]["energy_method"] == "counter"
