@@ -1,5 +1,6 @@
 """Cost of one poll, in microseconds: the host probe on a real process tree, the whole sampler tick,
-and NVML where a GPU exists (it says "no GPU" otherwise).
+and NVML where a GPU exists (it says "no GPU" otherwise); then the share of one core the sampler
+thread uses at its interval, an upper bound on what it can take from a trial.
 
     PYTHONPATH=. python benchmarks/probe_poll_cost.py [--polls 2000]
 
@@ -17,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import psutil  # noqa: E402
 
 from harness import nvml  # noqa: E402
 from harness.errors import ProbeError  # noqa: E402
@@ -39,6 +42,8 @@ def main() -> int:
     """Run the benchmark and print its figures."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--polls", type=int, default=2000)
+    ap.add_argument("--interval-ms", type=float, default=100.0, help="for the thread's CPU share")
+    ap.add_argument("--seconds", type=float, default=10.0, help="how long the thread samples")
     args = ap.parse_args()
     child = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\n"
                               "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
@@ -50,7 +55,10 @@ def main() -> int:
         host = HostProbe()
         print(f"watched tree: {len(pids)} processes; {args.polls} polls each")
         full = ProcessTree(child.pid, relist_every_s=0.0)
-        rows = [("tree re-list (psutil children, once a second)", timeit_us(full.refresh, args.polls)),
+        psutil_list = psutil.Process(child.pid)
+        rows = [("tree re-list (/proc children files, once a second)", timeit_us(full.refresh, args.polls)),
+                ("  the same through psutil (scans every process)",
+                 timeit_us(lambda: psutil_list.children(recursive=True), args.polls)),
                 ("tree check between re-lists (worker alive?)", timeit_us(tree.refresh, args.polls)),
                 ("host probe read (CPU, RSS, system memory)", timeit_us(lambda: host.read(pids), args.polls))]
         sampler = Sampler([HostProbe(), NullGpuProbe()], tree_factory=lambda pid: tree)
@@ -71,6 +79,17 @@ def main() -> int:
             print(f"{label:<52} median {med:8.1f} us   p95 {p95:8.1f} us")
         if gpu_note:
             print(f"{'NVML probe read':<52} {gpu_note}")
+        # the bound on what sampling can take from a trial: the parent's CPU time while the real thread
+        # samples (this process does nothing else meanwhile)
+        gpu_probe = nvml.NvmlProbe(*picked) if picked is not None else NullGpuProbe()
+        thread = Sampler([HostProbe(), gpu_probe], interval_s=args.interval_ms / 1000.0)
+        cpu0, t0 = time.process_time(), time.monotonic()
+        thread.start(child.pid)
+        time.sleep(args.seconds)
+        out = thread.stop()
+        share = (time.process_time() - cpu0) / (time.monotonic() - t0) * 100.0
+        print(f"sampler thread at {args.interval_ms:g} ms for {args.seconds:g} s: "
+              f"{len(out['samples'])} samples, {share:.3f} % of one core")
     finally:
         for p in ProcessTree(child.pid).refresh():
             subprocess.run(["kill", str(p)], check=False)

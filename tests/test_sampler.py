@@ -204,6 +204,26 @@ def test_process_tree_relists_children_on_its_own_schedule():
         parent.wait(timeout=20)
 
 
+def test_proc_children_listing_agrees_with_psutil_and_falls_back_without_it(monkeypatch):
+    import psutil
+
+    from harness import probes
+
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys\n"
+                               "subprocess.run([sys.executable, '-c', 'import time; time.sleep(2)'])"])
+    try:
+        time.sleep(0.7)
+        via_psutil = {c.pid for c in psutil.Process(parent.pid).children(recursive=True)}
+        assert len(via_psutil) == 1
+        if probes._proc_descendants(parent.pid) is not None:  # kernels without the files use psutil
+            assert set(probes._proc_descendants(parent.pid)) == via_psutil
+        monkeypatch.setattr(probes.os.path, "exists", lambda path: False)
+        assert probes._proc_descendants(parent.pid) is None
+        assert ProcessTree(parent.pid).refresh() == {parent.pid, *via_psutil}
+    finally:
+        parent.wait(timeout=20)
+
+
 def test_replay_from_a_csv(tmp_path):
     path = tmp_path / "s.csv"
     path.write_text("t_s,phase,gpu_util_pct,energy_mj,gap_reason\n0.0,setup,10,18446744073709550616,\n"
