@@ -51,6 +51,13 @@ class Probe(Protocol):
         """Release what the probe holds (called once, when sampling ends)."""
 
 
+class Tree(Protocol):
+    """What the sampler asks of a process tree (tests pass a fixed one)."""
+
+    def refresh(self) -> frozenset[int]:
+        """The tree's pids now; raises :class:`WorkerGoneError` once the worker has exited."""
+
+
 class ProcessTree:
     """The worker and every process under it.
 

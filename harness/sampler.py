@@ -28,7 +28,7 @@ from harness import nvml
 from harness.aggregate import BEFORE_FIRST_PHASE, Aggregator, trial_aggregates
 from harness.errors import PartialReadingError, ProbeError, WorkerGoneError
 from harness.executor import Monitor, TrialUnit
-from harness.probes import HostProbe, NullGpuProbe, Probe, ProcessTree
+from harness.probes import HostProbe, NullGpuProbe, Probe, ProcessTree, Tree
 from harness.spec import Experiment
 
 DEFAULT_INTERVAL_S = 0.1
@@ -58,7 +58,7 @@ class Sampler:
 
     def __init__(self, probes: Sequence[Probe], interval_s: float = DEFAULT_INTERVAL_S,
                  clock: Callable[[], float] = time.monotonic, wait: Callable[[float], bool] | None = None,
-                 tree_factory: Callable[[int], Any] = ProcessTree, join_timeout_s: float = 5.0,
+                 tree_factory: Callable[[int], Tree] = ProcessTree, join_timeout_s: float = 5.0,
                  notes: Sequence[str] = ()) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
@@ -75,7 +75,7 @@ class Sampler:
         self._phases: list[tuple[str, float]] = []
         self._thread: threading.Thread | None = None
         self._t0: float | None = None
-        self._tree: Any = None
+        self._tree: Tree | None = None
         self.end_reason = ""
         self.missed_ticks = 0
 
@@ -131,6 +131,8 @@ class Sampler:
     def tick(self) -> bool:
         """Take one sample now. False when sampling is over (the worker has gone)."""
         t = self._clock()
+        if self._tree is None:
+            return False
         try:
             pids = self._tree.refresh()
         except WorkerGoneError as e:

@@ -217,3 +217,16 @@ def test_gpu_trial_through_sampler_and_store_with_a_lost_gpu_mid_run(fake_nvml, 
     assert lost[0]["gap_reason"] == "nvml: NVML utilization: GPU is lost"
     assert lost[0]["gpu_util_pct"] is None and lost[0]["power_w"] == 212.5
     assert json.loads(row["monitor_json"])["phases"]["timed"]["energy_method"] == "counter"
+
+
+@pytest.mark.gpu
+def test_real_gpu_gives_readings_in_range():
+    nvml.ensure_initialised()
+    picked = nvml.worker_device()
+    assert picked is not None
+    probe = nvml.NvmlProbe(*picked)
+    values = probe.read(frozenset())
+    assert 0 <= values["gpu_util_pct"] <= 100
+    assert 0 < values["gpu_mem_used_mib"] <= values["gpu_mem_total_mib"]
+    assert values["proc_gpu_mem_mib"] == 0.0  # this test process holds no GPU memory
+    assert math.isnan(values["energy_mj"]) == ("energy" in probe.unsupported)
