@@ -26,12 +26,13 @@ from typing import Any
 
 from harness import nvml
 from harness.aggregate import BEFORE_FIRST_PHASE, Aggregator, trial_aggregates
-from harness.errors import PartialReadingError, ProbeError, WorkerGoneError
+from harness.errors import ConfigError, PartialReadingError, ProbeError, WorkerGoneError
 from harness.executor import Monitor, TrialUnit
 from harness.probes import HostProbe, NullGpuProbe, Probe, ProcessTree, Tree
 from harness.spec import Experiment
 
 DEFAULT_INTERVAL_S = 0.1
+MIN_INTERVAL_MS = 10.0  # below this the thread's polling (~0.1-0.5 ms a tick) takes a real share of a core
 NVML_AVERAGING_NOTE = ("NVML averages GPU utilisation over 1/6 to 1 s (depending on the GPU), so sampling "
                        "more often than that repeats values")
 
@@ -224,7 +225,16 @@ def gpu_probe_factory(device: str) -> tuple[Callable[[], Probe], str]:
 
 
 def monitor_factory_for(exp: Experiment) -> tuple[Callable[[TrialUnit], Monitor] | None, str]:
-    """(factory of the sampler that watches each trial, a notice to print once per run)."""
+    """(factory of the sampler that watches each trial, a notice to print once per run).
+
+    Raises:
+        ConfigError: ``sample_interval_ms`` is below :data:`MIN_INTERVAL_MS`.
+    """
+    if exp.sample_interval_ms < MIN_INTERVAL_MS:
+        raise ConfigError(f"{exp.source}: sample_interval_ms = {exp.sample_interval_ms:g} is below "
+                          f"{MIN_INTERVAL_MS:g} ms, where polling would take a real share of a core from "
+                          "the trial (and NVML repeats values below ~167 ms anyway); use 100 (the default) "
+                          "or more")
     interval_s = exp.sample_interval_ms / 1000.0
     make_gpu, gpu_line = gpu_probe_factory(exp.device)
 

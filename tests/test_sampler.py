@@ -260,6 +260,15 @@ def test_factory_notice_on_a_machine_without_gpu():
     assert "GPU not sampled (device = cpu)" in notice and "every 250 ms" in notice
 
 
+def test_an_interval_too_fine_to_be_free_is_refused_with_what_to_do():
+    from harness.errors import ConfigError
+
+    exp = parse_experiment({"name": "n", "frameworks": ["pytorch"], "batch_sizes": [2],
+                            "sample_interval_ms": 2})
+    with pytest.raises(ConfigError, match="sample_interval_ms = 2 is below 10 ms.*use 100"):
+        monitor_factory_for(exp)
+
+
 def test_worker_killed_mid_trial_ends_sampling_cleanly(tiny_data, tmp_path):
     exp = parse_experiment({"name": "n", "frameworks": ["pytorch"], "batch_sizes": [2],
                             "sample_interval_ms": 20})
