@@ -18,10 +18,13 @@ phase into the one before.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
+import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from harness import nvml
@@ -204,15 +207,21 @@ def _median_gap_ms(times: list[float]) -> float | None:
 
 
 # ------------------------------------------------------------------ the factory the CLI uses
-def gpu_probe_factory(device: str) -> tuple[Callable[[], Probe], str]:
-    """(makes the GPU probe of one trial, a line that says what is sampled and why). NVML is
-    initialised here, once per run, so its cost stays out of every trial."""
+@functools.lru_cache(maxsize=16)
+def gpu_probe_factory(device: str, visible: str | None) -> tuple[Callable[[], Probe], str]:
+    """(makes the GPU probe of one trial, a line that says what is sampled and why), for a trial on
+    ``device`` whose worker sees ``CUDA_VISIBLE_DEVICES=visible`` (None: unset).
+
+    Cached per process, so NVML is initialised and the device looked up once per run, not per trial.
+    The cache lives in the process that runs the trials: under Ray, each node's task process makes
+    its own (an NVML handle is a pointer into one process and cannot travel).
+    """
     if device == "cpu":
         probe = NullGpuProbe()
         return (lambda: probe), "GPU not sampled (device = cpu)"
     try:
         nvml.ensure_initialised()
-        picked = nvml.worker_device()
+        picked = nvml.worker_device({} if visible is None else {"CUDA_VISIBLE_DEVICES": visible})
     except ProbeError as e:
         probe = NullGpuProbe(str(e))
         return (lambda: probe), probe.notice
@@ -224,8 +233,30 @@ def gpu_probe_factory(device: str) -> tuple[Callable[[], Probe], str]:
     return (lambda: nvml.NvmlProbe(handle, label)), line
 
 
+def _visible_devices(unit_env: Mapping[str, str] | None = None) -> str | None:
+    """The CUDA_VISIBLE_DEVICES a worker gets: the unit's own setting, else this process's."""
+    env = {**os.environ, **(unit_env or {})}
+    return env.get("CUDA_VISIBLE_DEVICES")
+
+
+@dataclass(frozen=True)
+class SamplerFactory:
+    """Makes the sampler of each trial unit (host probe + the GPU probe for the trial's device).
+
+    A plain picklable object, so an executor can ship it to the node that runs the trial (Ray).
+    """
+
+    interval_s: float = DEFAULT_INTERVAL_S
+
+    def __call__(self, unit: TrialUnit) -> Monitor:
+        """A fresh sampler for ``unit``."""
+        make_gpu, line = gpu_probe_factory(unit.trial.device, _visible_devices(unit.env))
+        return Sampler([HostProbe(), make_gpu()], interval_s=self.interval_s, notes=[line])
+
+
 def monitor_factory_for(exp: Experiment) -> tuple[Callable[[TrialUnit], Monitor] | None, str]:
-    """(factory of the sampler that watches each trial, a notice to print once per run).
+    """(factory of the sampler that watches each trial, a notice to print once per run). The notice
+    says what this process sees; a trial run elsewhere (Ray) stores its own node's line in its notes.
 
     Raises:
         ConfigError: ``sample_interval_ms`` is below :data:`MIN_INTERVAL_MS`.
@@ -235,11 +266,7 @@ def monitor_factory_for(exp: Experiment) -> tuple[Callable[[TrialUnit], Monitor]
                           f"{MIN_INTERVAL_MS:g} ms, where polling would take a real share of a core from "
                           "the trial (and NVML repeats values below ~167 ms anyway); use 100 (the default) "
                           "or more")
-    interval_s = exp.sample_interval_ms / 1000.0
-    make_gpu, gpu_line = gpu_probe_factory(exp.device)
-
-    def factory(unit: TrialUnit) -> Monitor:
-        return Sampler([HostProbe(), make_gpu()], interval_s=interval_s, notes=[gpu_line])
-
-    return factory, (f"{gpu_line}\nsampler: every {exp.sample_interval_ms:g} ms, the worker's process tree "
-                     "(CPU %, RSS) and the GPU line above")
+    _, gpu_line = gpu_probe_factory(exp.device, _visible_devices())
+    notice = (f"{gpu_line}\nsampler: every {exp.sample_interval_ms:g} ms, the worker's process tree "
+              "(CPU %, RSS) and the GPU line above")
+    return SamplerFactory(exp.sample_interval_ms / 1000.0), notice

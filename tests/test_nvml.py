@@ -11,10 +11,11 @@ from unittest import mock
 import pynvml
 import pytest
 
-from harness import environment, nvml
+from harness import environment, nvml, sampler
 from harness.errors import PartialReadingError, ProbeError, ProbeUnsupportedError, WorkerGoneError
-from harness.executor import TrialOutcome
-from harness.sampler import Sampler
+from harness.executor import TrialOutcome, TrialUnit
+from harness.sampler import Sampler, SamplerFactory, monitor_factory_for
+from harness.spec import parse_experiment
 from harness.store import Store
 from tests.conftest import make_trial
 from tests.test_sampler import FakeClock, FixedTree
@@ -53,8 +54,10 @@ def fake_nvml() -> Iterator[mock.MagicMock]:
         m.nvmlDeviceGetHandleByIndex.return_value = HANDLE
         m.nvmlSystemGetDriverVersion.return_value = "550.54"
         m.nvmlSystemGetCudaDriverVersion_v2.return_value = 12040
+        sampler.gpu_probe_factory.cache_clear()  # forget what the real (GPU-less) machine gave
         yield m
     nvml.shutdown()
+    sampler.gpu_probe_factory.cache_clear()
 
 
 def test_a_healthy_gpu_reads_every_field_in_its_unit(fake_nvml):
@@ -230,3 +233,23 @@ def test_real_gpu_gives_readings_in_range():
     assert 0 < values["gpu_mem_used_mib"] <= values["gpu_mem_total_mib"]
     assert values["proc_gpu_mem_mib"] == 0.0  # this test process holds no GPU memory
     assert math.isnan(values["energy_mj"]) == ("energy" in probe.unsupported)
+
+
+def test_factory_samples_the_gpu_the_worker_will_see_and_travels_by_pickle(fake_nvml, tiny_data):
+    import pickle
+
+    exp = parse_experiment({"name": "g", "frameworks": ["pytorch"], "batch_sizes": [2], "device": "gpu"})
+    factory, notice = monitor_factory_for(exp)
+    assert notice.startswith("GPU sampled: GPU 0 (Tesla V100-SXM2-16GB) through NVML. NVML averages")
+    factory = pickle.loads(pickle.dumps(factory))  # e.g. to a Ray node; NVML handles are made there
+    assert isinstance(factory, SamplerFactory)
+    unit = TrialUnit(trial=make_trial(device="gpu"), data=tiny_data, order_path="", adapter_target="x:Y",
+                     env={"CUDA_VISIBLE_DEVICES": "1"})
+    made = factory(unit)
+    fake_nvml.nvmlDeviceGetHandleByIndex.assert_called_with(1)
+    assert isinstance(made.probes[1], nvml.NvmlProbe) and made.probes[1].label.startswith("GPU 1")
+    factory(unit)
+    assert fake_nvml.nvmlInit.call_count == 1  # once per process, not per trial
+    cpu_unit = TrialUnit(trial=make_trial(device="cpu"), data=tiny_data, order_path="", adapter_target="x:Y")
+    cpu = factory(cpu_unit)
+    assert cpu.probes[1].fields == ()  # the null probe: a CPU trial leaves the GPU alone
