@@ -43,8 +43,8 @@ def print_table(rows: list[dict[str, Any]], columns: Sequence[tuple[str, str, st
     cells = [[h for _, h, _ in columns]] + [[_fmt(r.get(k), f) for k, _, f in columns] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     for n, row in enumerate(cells):
-        print("  ".join(c.rjust(w) if n and i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))),
-              file=file)
+        padded = (c.rjust(w) if n and i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+        print("  ".join(padded).rstrip(), file=file)
 
 
 # ---------------------------------------------------------------- run

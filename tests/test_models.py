@@ -28,7 +28,7 @@ def test_deep_cnn_has_gigabytes_of_activations_at_batch_1024():
 def test_init_weights_are_reproducible_and_follow_the_schemes():
     desc = build_description("osu_cnn", (1, 28, 28), 10)
     a, b = init_weights(desc, 3), init_weights(desc, 3)
-    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
     assert not np.array_equal(a[0], init_weights(desc, 4)[0])
     assert [w.shape for w in a] == desc.weight_shapes()
     conv_limit = np.sqrt(6 / (1 * 9))
