@@ -26,8 +26,13 @@ def batches(args: argparse.Namespace) -> list[tuple[np.ndarray, np.ndarray]]:
     """A few distinct random batches (NCHW float32, int64 labels), cycled through by the loop."""
     rng = np.random.default_rng(0)
     c, h, w = args.shape
-    return [(rng.normal(size=(args.batch, c, h, w)).astype(np.float32),
-             rng.integers(0, args.classes, size=args.batch).astype(np.int64)) for _ in range(4)]
+    return [
+        (
+            rng.normal(size=(args.batch, c, h, w)).astype(np.float32),
+            rng.integers(0, args.classes, size=args.batch).astype(np.int64),
+        )
+        for _ in range(4)
+    ]
 
 
 def torch_loop(args: argparse.Namespace) -> tuple[Callable[[int], None], Callable[[], None]]:
@@ -36,8 +41,15 @@ def torch_loop(args: argparse.Namespace) -> tuple[Callable[[int], None], Callabl
 
     torch.set_num_threads(args.threads)
     c, h, w = args.shape
-    model = nn.Sequential(nn.Conv2d(c, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                          nn.Linear(32 * (h // 2) * (w // 2), 128), nn.ReLU(), nn.Linear(128, args.classes))
+    model = nn.Sequential(
+        nn.Conv2d(c, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * (h // 2) * (w // 2), 128),
+        nn.ReLU(),
+        nn.Linear(128, args.classes),
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     data = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in batches(args)]
@@ -59,9 +71,18 @@ def tensorflow_loop(args: argparse.Namespace) -> tuple[Callable[[int], None], Ca
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     c, h, w = args.shape
-    model = keras.Sequential([keras.Input((h, w, c)), keras.layers.Conv2D(32, 3, padding="same"),
-                              keras.layers.ReLU(), keras.layers.MaxPooling2D(2), keras.layers.Flatten(),
-                              keras.layers.Dense(128), keras.layers.ReLU(), keras.layers.Dense(args.classes)])
+    model = keras.Sequential(
+        [
+            keras.Input((h, w, c)),
+            keras.layers.Conv2D(32, 3, padding="same"),
+            keras.layers.ReLU(),
+            keras.layers.MaxPooling2D(2),
+            keras.layers.Flatten(),
+            keras.layers.Dense(128),
+            keras.layers.ReLU(),
+            keras.layers.Dense(args.classes),
+        ]
+    )
     opt = keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
@@ -70,7 +91,7 @@ def tensorflow_loop(args: argparse.Namespace) -> tuple[Callable[[int], None], Ca
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(x, training=True))
         grads = tape.gradient(loss, model.trainable_variables)
-        opt.apply_gradients(zip(grads, model.trainable_variables))
+        opt.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return loss
 
     data = [(tf.constant(x.transpose(0, 2, 3, 1)), tf.constant(y)) for x, y in batches(args)]
@@ -92,8 +113,14 @@ def mxnet_loop(args: argparse.Namespace) -> tuple[Callable[[int], None], Callabl
     from mxnet.gluon import nn
 
     net = nn.HybridSequential()
-    net.add(nn.Conv2D(32, 3, padding=1), nn.Activation("relu"), nn.MaxPool2D(2), nn.Flatten(),
-            nn.Dense(128, activation="relu"), nn.Dense(args.classes))
+    net.add(
+        nn.Conv2D(32, 3, padding=1),
+        nn.Activation("relu"),
+        nn.MaxPool2D(2),
+        nn.Flatten(),
+        nn.Dense(128, activation="relu"),
+        nn.Dense(args.classes),
+    )
     net.initialize(mx.init.Xavier(), ctx=mx.cpu())
     net.hybridize(static_alloc=True, static_shape=True)
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9})
@@ -122,9 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--shape", type=lambda s: tuple(int(v) for v in s.split(",")), default=(1, 28, 28))
     parser.add_argument("--classes", type=int, default=10)
-    parser.add_argument("--sync-each-step", action="store_true",
-                        help="synchronise after every step and report batch / median step time, the way the "
-                             "harness measures (to tell the cost of per-step timing from the harness' own)")
+    parser.add_argument(
+        "--sync-each-step",
+        action="store_true",
+        help="synchronise after every step and report batch / median step time, the way the "
+        "harness measures (to tell the cost of per-step timing from the harness' own)",
+    )
     args = parser.parse_args(argv)
     step, sync = LOOPS[args.framework](args)
     for i in range(args.warmup):
@@ -141,9 +171,19 @@ def main(argv: list[str] | None = None) -> int:
     sync()
     wall_s = time.perf_counter() - t0
     rate = args.batch / float(np.median(step_s)) if args.sync_each_step else args.steps * args.batch / wall_s
-    print(json.dumps({"framework": args.framework, "batch": args.batch, "threads": args.threads,
-                      "steps": args.steps, "wall_s": wall_s, "sync_each_step": args.sync_each_step,
-                      "samples_per_s": rate}))
+    print(
+        json.dumps(
+            {
+                "framework": args.framework,
+                "batch": args.batch,
+                "threads": args.threads,
+                "steps": args.steps,
+                "wall_s": wall_s,
+                "sync_each_step": args.sync_each_step,
+                "samples_per_s": rate,
+            }
+        )
+    )
     return 0
 
 

@@ -26,12 +26,31 @@ from harness.spec import TrialSpec
 
 def one_trial(framework: str, data: Any, log_dir: Path) -> tuple[float, float]:
     """(seconds from spawn to ready, seconds for the whole trial)."""
-    trial = TrialSpec(experiment="fixed-cost", framework=framework, model="osu_cnn", dataset="synthetic",
-                      batch_size=8, repeat=0, seed=0, epochs=0, warmup_steps=0, timed_steps=1, optimizer=OPTIMIZER,
-                      device="cpu", threads=1, timeout_s=300.0, eval=False, data_key=data.key)
-    unit = TrialUnit(trial=trial, data=data, order_path=str(data.write_order(0, 0)),
-                     adapter_target=adapter_target(framework),
-                     oom_patterns=adapter_class(framework).oom_stderr_patterns)
+    trial = TrialSpec(
+        experiment="fixed-cost",
+        framework=framework,
+        model="osu_cnn",
+        dataset="synthetic",
+        batch_size=8,
+        repeat=0,
+        seed=0,
+        epochs=0,
+        warmup_steps=0,
+        timed_steps=1,
+        optimizer=OPTIMIZER,
+        device="cpu",
+        threads=1,
+        timeout_s=300.0,
+        eval=False,
+        data_key=data.key,
+    )
+    unit = TrialUnit(
+        trial=trial,
+        data=data,
+        order_path=str(data.write_order(0, 0)),
+        adapter_target=adapter_target(framework),
+        oom_patterns=adapter_class(framework).oom_stderr_patterns,
+    )
     ready_at: list[float] = []
 
     def on_event(msg: dict[str, Any]) -> None:
@@ -48,8 +67,9 @@ def one_trial(framework: str, data: Any, log_dir: Path) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--frameworks", default=",".join(FRAMEWORKS),
-                        help="comma-separated, from: " + ", ".join(FRAMEWORKS))
+    parser.add_argument(
+        "--frameworks", default=",".join(FRAMEWORKS), help="comma-separated, from: " + ", ".join(FRAMEWORKS)
+    )
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
     frameworks = [f for f in args.frameworks.split(",") if f]
@@ -64,8 +84,11 @@ def main(argv: list[str] | None = None) -> int:
         runs = [one_trial(fw, data, log_dir) for _ in range(args.repeats)]
         ready = [r[0] for r in runs]
         total = [r[1] for r in runs]
-        print(f"{fw:<11} fixed cost (spawn -> ready) median {median(ready):6.2f} s "
-              f"[{min(ready):.2f} .. {max(ready):.2f}]   whole trial median {median(total):6.2f} s", flush=True)
+        print(
+            f"{fw:<11} fixed cost (spawn -> ready) median {median(ready):6.2f} s "
+            f"[{min(ready):.2f} .. {max(ready):.2f}]   whole trial median {median(total):6.2f} s",
+            flush=True,
+        )
     return 0
 
 

@@ -31,13 +31,20 @@ BASE = {"name": "t", "frameworks": ["tensorflow"], "batch_sizes": [4]}
 def run_snippet(code: str, timeout_s: float = 300) -> dict:
     """Run ``code`` in a fresh interpreter; it must print one JSON object as its last stdout line."""
     env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT), TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout_s, cwd=PROJECT_ROOT, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=PROJECT_ROOT,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 # ---- settings, validated in the parent -------------------------------------------------------------
+
 
 def test_unknown_memory_mode_is_refused_with_the_valid_ones():
     with pytest.raises(ConfigError) as err:
@@ -80,6 +87,7 @@ def test_adapter_modules_import_no_framework():
 
 # ---- TensorFlow ------------------------------------------------------------------------------------
 
+
 def test_tensorflow_step_is_traced_once_for_every_batch_size():
     out = run_snippet("""
         import json
@@ -93,9 +101,11 @@ def test_tensorflow_step_is_traced_once_for_every_batch_size():
         a.build(d, init_weights(d, 0), OptimizerSpec())
         rng = np.random.default_rng(0)
         for n in (8, 8, 5, 8, 1):  # an epoch's short last batch must not retrace
-            a.train_step(a.prepare_batch(rng.normal(size=(n, 1, 8, 8)).astype(np.float32), rng.integers(0, 3, n)))
+            x = rng.normal(size=(n, 1, 8, 8)).astype(np.float32)
+            a.train_step(a.prepare_batch(x, rng.integers(0, 3, n)))
         mem = a.memory_stats()
-        print(json.dumps({"traces": a.trace_count, "facts": facts, "peak": mem.peak_mib, "source": mem.source}))
+        out = {"traces": a.trace_count, "facts": facts, "peak": mem.peak_mib, "source": mem.source}
+        print(json.dumps(out))
     """)
     assert out["traces"] == 1
     assert out["facts"]["memory_mode"].startswith("preallocate")
@@ -107,14 +117,23 @@ def test_tensorflow_step_is_traced_once_for_every_batch_size():
 @pytest.mark.parametrize("framework", ["tensorflow", "mxnet"])
 def test_gpu_asked_without_a_gpu_is_a_clear_error_not_a_cpu_run(framework, tiny_data, tmp_path):
     trial = make_trial(framework, device="gpu")
-    unit = TrialUnit(trial=trial, data=tiny_data, order_path=str(tiny_data.write_order(0, 0)),
-                     adapter_target=adapter_target(framework))
+    unit = TrialUnit(
+        trial=trial,
+        data=tiny_data,
+        order_path=str(tiny_data.write_order(0, 0)),
+        adapter_target=adapter_target(framework),
+    )
     outcome = LocalExecutor(log_dir=tmp_path).run(unit)
     assert outcome.status == "error"
-    assert "ConfigError" in outcome.reason and "sees no GPU" in outcome.reason and outcome.phases[-1][0] == "setup"
+    assert (
+        "ConfigError" in outcome.reason
+        and "sees no GPU" in outcome.reason
+        and outcome.phases[-1][0] == "setup"
+    )
 
 
 # ---- MXNet -----------------------------------------------------------------------------------------
+
 
 def test_mxnet_patch_stays_in_the_worker_and_threads_are_applied():
     out = run_snippet("""
@@ -137,17 +156,29 @@ def test_mxnet_patch_stays_in_the_worker_and_threads_are_applied():
 
 # ---- the interpreter of an adapter -----------------------------------------------------------------
 
+
 def test_trial_runs_through_the_configured_interpreter(tmp_path, cache_dir):
     marker = tmp_path / "wrapper-was-used"
     wrapper = tmp_path / "env" / "bin" / "python"
     wrapper.parent.mkdir(parents=True)
     wrapper.write_text(f'#!/bin/sh\necho "$@" > "{marker}"\nexec "{sys.executable}" "$@"\n')
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
-    exp = parse_experiment({
-        "name": "interp", "frameworks": ["pytorch"], "batch_sizes": [4], "device": "cpu", "threads": 1,
-        "synthetic_shape": [1, 8, 8], "synthetic_classes": 3, "synthetic_samples": 32, "warmup_steps": 1,
-        "timed_steps": 2, "eval": False, "adapters": {"pytorch": {"python": str(wrapper)}},
-    })
+    exp = parse_experiment(
+        {
+            "name": "interp",
+            "frameworks": ["pytorch"],
+            "batch_sizes": [4],
+            "device": "cpu",
+            "threads": 1,
+            "synthetic_shape": [1, 8, 8],
+            "synthetic_classes": 3,
+            "synthetic_samples": 32,
+            "warmup_steps": 1,
+            "timed_steps": 2,
+            "eval": False,
+            "adapters": {"pytorch": {"python": str(wrapper)}},
+        }
+    )
     result = run_sweep(exp, tmp_path / "out", cache_dir=cache_dir)
     [outcome] = result.outcomes
     assert outcome.status == "ok", outcome.reason
@@ -156,18 +187,34 @@ def test_trial_runs_through_the_configured_interpreter(tmp_path, cache_dir):
 
 # ---- a real sweep over all three frameworks --------------------------------------------------------
 
+
 def test_sweep_stores_comparable_rows_for_all_three_frameworks(tmp_path, cache_dir):
-    exp = parse_experiment({
-        "name": "three", "frameworks": ["pytorch", "tensorflow", "mxnet"], "batch_sizes": [8, 16],
-        "model": "tiny_cnn", "device": "cpu", "threads": 1, "synthetic_shape": [1, 8, 8],
-        "synthetic_classes": 3, "synthetic_samples": 40, "epochs": 1, "warmup_steps": 1, "timed_steps": 2,
-        "momentum": 0.9, "eval_batch_size": 16, "adapters": {"tensorflow": {"memory_mode": "growth"}},
-    })
+    exp = parse_experiment(
+        {
+            "name": "three",
+            "frameworks": ["pytorch", "tensorflow", "mxnet"],
+            "batch_sizes": [8, 16],
+            "model": "tiny_cnn",
+            "device": "cpu",
+            "threads": 1,
+            "synthetic_shape": [1, 8, 8],
+            "synthetic_classes": 3,
+            "synthetic_samples": 40,
+            "epochs": 1,
+            "warmup_steps": 1,
+            "timed_steps": 2,
+            "momentum": 0.9,
+            "eval_batch_size": 16,
+            "adapters": {"tensorflow": {"memory_mode": "growth"}},
+        }
+    )
     result = run_sweep(exp, tmp_path / "out", cache_dir=cache_dir)
     assert [o.status for o in result.outcomes] == ["ok"] * 6, [o.reason for o in result.outcomes]
     with Store.open(tmp_path / "out", create=False) as store:
         rows = store.trials()
-    assert {(r["framework"], r["batch_size"]) for r in rows} == {(f, b) for f in exp.frameworks for b in (8, 16)}
+    assert {(r["framework"], r["batch_size"]) for r in rows} == {
+        (f, b) for f in exp.frameworks for b in (8, 16)
+    }
     for batch_size in (8, 16):
         same = [r for r in rows if r["batch_size"] == batch_size]
         assert len({r["param_count"] for r in same}) == 1

@@ -42,7 +42,9 @@ class ProbeResult:
         """One check's record; fails the calling test, with the probe's traceback, if the check raised."""
         record = self.result["checks"].get(name)
         if record is None:
-            pytest.fail(f"{self.name}: check {name!r} did not run (an earlier check failed?)\n{self.log[-3000:]}")
+            pytest.fail(
+                f"{self.name}: check {name!r} did not run (an earlier check failed?)\n{self.log[-3000:]}"
+            )
         if record["error"]:
             pytest.fail(f"{self.name}: check {name!r} raised in the probe:\n{record['error']}")
         return record
@@ -70,8 +72,14 @@ def run_probe(name: str, out_dir: Path) -> ProbeResult:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    proc = subprocess.run([sys.executable, "-m", "tests.contract.probe", "--target", target, "--out", str(out_dir)],
-                          capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, cwd=PROJECT_ROOT, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.contract.probe", "--target", target, "--out", str(out_dir)],
+        capture_output=True,
+        text=True,
+        timeout=PROBE_TIMEOUT_S,
+        cwd=PROJECT_ROOT,
+        env=env,
+    )
     log = proc.stdout + proc.stderr
     result_path = out_dir / "result.json"
     if proc.returncode != 0 or not result_path.exists():

@@ -34,7 +34,9 @@ ADAM = OptimizerSpec(name="adam", lr=0.001)
 STEPS = 3
 
 
-def fixed_batch(shape: tuple[int, ...], classes: int, n: int, seed: int = 123) -> tuple[np.ndarray, np.ndarray]:
+def fixed_batch(
+    shape: tuple[int, ...], classes: int, n: int, seed: int = 123
+) -> tuple[np.ndarray, np.ndarray]:
     """The same batch in every framework's process."""
     rng = np.random.default_rng(seed)
     return rng.normal(size=(n, *shape)).astype(np.float32), rng.integers(0, classes, size=n).astype(np.int64)
@@ -51,31 +53,57 @@ def real_oom_errors(name: str) -> tuple[list[BaseException], list[BaseException]
     if name == "pytorch":
         import torch
 
-        return ([torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB "
-                                             "total capacity; 77.10 GiB already allocated)"),
-                 RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
-                              "memory: you tried to allocate 3010560000 bytes. Error code 12 (Cannot allocate memory)")],
-                [*generic_no, RuntimeError("mat1 and mat2 shapes cannot be multiplied (8x10 and 12x5)")])
+        return (
+            [
+                torch.cuda.OutOfMemoryError(
+                    "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB "
+                    "total capacity; 77.10 GiB already allocated)"
+                ),
+                RuntimeError(
+                    "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+                    "memory: you tried to allocate 3010560000 bytes. Error code 12 (Cannot allocate memory)"
+                ),
+            ],
+            [*generic_no, RuntimeError("mat1 and mat2 shapes cannot be multiplied (8x10 and 12x5)")],
+        )
     if name == "tensorflow":
         import tensorflow as tf
 
-        text = ("OOM when allocating tensor with shape[30000,28,28,32] and type float on "
-                "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc")
+        text = (
+            "OOM when allocating tensor with shape[30000,28,28,32] and type float on "
+            "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc"
+        )
         wrapped = RuntimeError("train step failed")
         wrapped.__cause__ = tf.errors.ResourceExhaustedError(None, None, text)
-        return ([tf.errors.ResourceExhaustedError(None, None, text),
-                 tf.errors.ResourceExhaustedError(None, None, "Graph execution error:\n\nDetected at node "
-                                                  "gradient_tape/conv2d/Conv2DBackpropInput\n" + text),
-                 wrapped],
-                [*generic_no, tf.errors.InvalidArgumentError(None, None, "Incompatible shapes: [8,5] vs. [8,3]")])
+        return (
+            [
+                tf.errors.ResourceExhaustedError(None, None, text),
+                tf.errors.ResourceExhaustedError(
+                    None,
+                    None,
+                    "Graph execution error:\n\nDetected at node "
+                    "gradient_tape/conv2d/Conv2DBackpropInput\n" + text,
+                ),
+                wrapped,
+            ],
+            [*generic_no, tf.errors.InvalidArgumentError(None, None, "Incompatible shapes: [8,5] vs. [8,3]")],
+        )
     if name == "mxnet":
         from mxnet.base import MXNetError
 
-        return ([MXNetError('Traceback (most recent call last):\n  File "../src/storage/./cpu_device_storage.h", '
-                            'line 74\nMXNetError: Failed to allocate CPU Memory'),
-                 MXNetError("[18:53:03] src/storage/./pooled_storage_manager.h:157: cudaMalloc failed: out of memory"),
-                 MXNetError("cudaMalloc retry failed: out of memory")],
-                [*generic_no, MXNetError("Check failed: shape mismatch: (8,5) vs (8,3)")])
+        return (
+            [
+                MXNetError(
+                    'Traceback (most recent call last):\n  File "../src/storage/./cpu_device_storage.h", '
+                    "line 74\nMXNetError: Failed to allocate CPU Memory"
+                ),
+                MXNetError(
+                    "[18:53:03] src/storage/./pooled_storage_manager.h:157: cudaMalloc failed: out of memory"
+                ),
+                MXNetError("cudaMalloc retry failed: out of memory"),
+            ],
+            [*generic_no, MXNetError("Check failed: shape mismatch: (8,5) vs (8,3)")],
+        )
     return [MemoryError("cannot allocate")], generic_no
 
 
@@ -120,10 +148,14 @@ class Probe:
             for i, w in enumerate(self.adapter.get_weights()):
                 self.arrays[f"{model}/sgd{STEPS}/{i}"] = w
             out[model] = {
-                "param_count": self.adapter.param_count(), "expected_param_count": desc.param_count(),
-                "output_shape": list(logits.shape), "expected_output_shape": [8, *desc.output_shape],
-                "round_trip_exact": len(back) == len(weights) and all(
-                    a.shape == b.shape and np.array_equal(a, b) for a, b in zip(weights, back)),
+                "param_count": self.adapter.param_count(),
+                "expected_param_count": desc.param_count(),
+                "output_shape": list(logits.shape),
+                "expected_output_shape": [8, *desc.output_shape],
+                "round_trip_exact": len(back) == len(weights)
+                and all(
+                    a.shape == b.shape and np.array_equal(a, b) for a, b in zip(weights, back, strict=True)
+                ),
                 "round_trip_shapes": [list(a.shape) for a in back],
                 "expected_shapes": [list(a.shape) for a in weights],
             }
@@ -175,16 +207,25 @@ class Probe:
             step_s.append(t1 - t0)
             read_after_s.append(t2 - t1)
             idle_read_s.append(t3 - t2)
-            changed.append(any(not np.array_equal(a, b) for a, b in zip(before, after)))
-        return {"step_s": float(np.median(step_s)), "read_after_step_s": float(np.median(read_after_s)),
-                "idle_read_s": float(np.median(idle_read_s)), "weights_changed": all(changed)}
+            changed.append(any(not np.array_equal(a, b) for a, b in zip(before, after, strict=True)))
+        return {
+            "step_s": float(np.median(step_s)),
+            "read_after_step_s": float(np.median(read_after_s)),
+            "idle_read_s": float(np.median(idle_read_s)),
+            "weights_changed": all(changed),
+        }
 
     def oom(self) -> dict[str, Any]:
         yes, no = real_oom_errors(self.adapter.name)
-        return {"oom_recognised": [[type(e).__module__ + "." + type(e).__qualname__, str(e)[:120],
-                                    bool(self.adapter.is_oom(e))] for e in yes],
-                "not_oom_recognised": [[type(e).__qualname__, str(e)[:120], bool(self.adapter.is_oom(e))]
-                                       for e in no]}
+        return {
+            "oom_recognised": [
+                [type(e).__module__ + "." + type(e).__qualname__, str(e)[:120], bool(self.adapter.is_oom(e))]
+                for e in yes
+            ],
+            "not_oom_recognised": [
+                [type(e).__qualname__, str(e)[:120], bool(self.adapter.is_oom(e))] for e in no
+            ],
+        }
 
     def run(self) -> None:
         self.check("versions", self.versions)
@@ -206,8 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     probe.run()
     args.out.mkdir(parents=True, exist_ok=True)
     np.savez(args.out / "reference.npz", **probe.arrays)
-    text = json.dumps(probe.result, indent=1, default=lambda v: None if isinstance(v, float) and math.isnan(v)
-                      else str(v))
+    text = json.dumps(
+        probe.result, indent=1, default=lambda v: None if isinstance(v, float) and math.isnan(v) else str(v)
+    )
     (args.out / "result.json").write_text(text)
     return 0
 

@@ -58,7 +58,9 @@ def test_output_shape(adapter_name, probe, model):
 def test_get_weights_round_trips_init_weights_exactly(adapter_name, probe, model):
     record = probe(adapter_name).check("models")[model]
     assert record["round_trip_shapes"] == record["expected_shapes"]
-    assert record["round_trip_exact"], "get_weights() right after build() must give back init_weights() bit for bit"
+    assert record["round_trip_exact"], (
+        "get_weights() right after build() must give back init_weights() bit for bit"
+    )
 
 
 def test_loss_decreases_on_a_fixed_batch(adapter_name, probe):
@@ -96,14 +98,28 @@ def test_same_first_batch_and_updates_as_the_reference(adapter_name, probe):
     keys = sorted(ref.arrays)
     assert sorted(this.arrays) == keys
     for model, _, _ in MODELS:
-        np.testing.assert_allclose(this.arrays[f"{model}/logits0"], ref.arrays[f"{model}/logits0"],
-                                   rtol=LOGITS_RTOL, atol=LOGITS_ATOL, err_msg=f"{model}: first-batch logits")
-        np.testing.assert_allclose(this.arrays[f"{model}/loss0"], ref.arrays[f"{model}/loss0"],
-                                   rtol=1e-5, err_msg=f"{model}: first-batch loss")
+        np.testing.assert_allclose(
+            this.arrays[f"{model}/logits0"],
+            ref.arrays[f"{model}/logits0"],
+            rtol=LOGITS_RTOL,
+            atol=LOGITS_ATOL,
+            err_msg=f"{model}: first-batch logits",
+        )
+        np.testing.assert_allclose(
+            this.arrays[f"{model}/loss0"],
+            ref.arrays[f"{model}/loss0"],
+            rtol=1e-5,
+            err_msg=f"{model}: first-batch loss",
+        )
     for key in keys:
         if f"/sgd{STEPS}/" in key or f"/adam{STEPS}/" in key:
-            np.testing.assert_allclose(this.arrays[key], ref.arrays[key], rtol=WEIGHTS_RTOL, atol=WEIGHTS_ATOL,
-                                       err_msg=f"{key}: weights after {STEPS} steps")
+            np.testing.assert_allclose(
+                this.arrays[key],
+                ref.arrays[key],
+                rtol=WEIGHTS_RTOL,
+                atol=WEIGHTS_ATOL,
+                err_msg=f"{key}: weights after {STEPS} steps",
+            )
 
 
 def test_real_oom_trial_is_classified_oom(adapter_name, cache_dir: Path, tmp_path: Path):
@@ -112,13 +128,23 @@ def test_real_oom_trial_is_classified_oom(adapter_name, cache_dir: Path, tmp_pat
     Depending on the framework the failure is a Python exception (PyTorch, MXNet: is_oom) or an abort in
     native code (TensorFlow's oneDNN path: the adapter's stderr patterns); both must end up as ``oom``.
     """
-    data = prepare(DataRequest(name="synthetic", synthetic_shape=(1, 28, 28), synthetic_classes=10,
-                               synthetic_samples=64), cache_dir)
+    data = prepare(
+        DataRequest(
+            name="synthetic", synthetic_shape=(1, 28, 28), synthetic_classes=10, synthetic_samples=64
+        ),
+        cache_dir,
+    )
     target = resolve_target(adapter_name)
     module_name, _, attr = target.partition(":")
     cls = getattr(importlib.import_module(module_name), attr)
     trial = make_trial(cls.name, batch_size=30000, warmup_steps=1, timed_steps=1, eval=False, timeout_s=300)
-    unit = TrialUnit(trial=trial, data=data, order_path=str(data.write_order(0, 0)), adapter_target=target,
-                     oom_patterns=cls.oom_stderr_patterns, os_memory_limit_mib=3000)
+    unit = TrialUnit(
+        trial=trial,
+        data=data,
+        order_path=str(data.write_order(0, 0)),
+        adapter_target=target,
+        oom_patterns=cls.oom_stderr_patterns,
+        os_memory_limit_mib=3000,
+    )
     outcome = LocalExecutor(log_dir=tmp_path).run(unit)
     assert outcome.status == "oom", f"{outcome.status}: {outcome.reason}\n{outcome.stderr_tail}"
