@@ -15,6 +15,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -52,13 +53,16 @@ def main() -> int:
         print(f"trial: {args.framework} osu_cnn 1x28x28 bs={args.batch_size}, {args.timed_steps} timed "
               f"steps, 1 thread; {args.pairs} pairs in ABBA order\n")
         runs: dict[str, list[float]] = {"off": [], "on": []}
+        parent_cpu_pct: dict[str, list[float]] = {"off": [], "on": []}
         samples_n: list[int] = []
         for i in range(args.pairs):
             order = ("off", "on") if i % 2 == 0 else ("on", "off")
             for mode in order:
                 ex = LocalExecutor(monitor_factory=factory if mode == "on" else None,
                                    log_dir=Path(tmp) / "logs")
+                cpu0, t0 = time.process_time(), time.monotonic()
                 outcome = ex.run(unit)
+                parent_cpu_pct[mode].append((time.process_time() - cpu0) / (time.monotonic() - t0) * 100.0)
                 if outcome.status != "ok":
                     print(f"trial failed ({outcome.status}): {outcome.reason}", file=sys.stderr)
                     return 1
@@ -72,6 +76,12 @@ def main() -> int:
     print(f"median samples/s: without {statistics.median(runs['off']):.1f}, "
           f"with {statistics.median(runs['on']):.1f}")
     print(f"sampler took {min(samples_n)}-{max(samples_n)} samples per trial at {args.interval_ms:g} ms")
+    off = sorted(runs["off"])
+    q1, q3 = off[len(off) // 4], off[(3 * len(off)) // 4]
+    print(f"noise floor: runs without the sampler spread by {(q3 - q1) / statistics.median(off) * 100:.1f} % "
+          "(IQR / median); a ratio closer to 1 than that is not resolved by this run")
+    print(f"parent process CPU during a trial: {statistics.median(parent_cpu_pct['on']):.2f} % of a core with the "
+          f"sampler, {statistics.median(parent_cpu_pct['off']):.2f} % without (the sampler's own cost)")
     median = statistics.median(ratios)
     print(f"MEDIAN RATIO {median:.4f}  (target >= 0.995: {'met' if median >= 0.995 else 'NOT met'})")
     return 0
