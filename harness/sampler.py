@@ -119,6 +119,13 @@ class Sampler:
 
     # -------------------------------------------------------------- the thread
     def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception as e:  # noqa: BLE001 - a sampler bug must not go unseen, nor touch the trial
+            self.end_reason = f"sampler failed: {type(e).__name__}: {e}"
+            self._notes.append(f"{self.end_reason} (samples up to then are kept)")
+
+    def _loop(self) -> None:
         deadline = self._clock()
         while not self._stop.is_set():
             if not self.tick():

@@ -149,6 +149,23 @@ def test_worker_gone_ends_sampling_cleanly():
     assert len(out["samples"]) == 3 and out["end_reason"] == "worker 1234 exited"
 
 
+def test_a_probe_bug_ends_sampling_with_the_error_recorded_and_samples_kept():
+    class BuggyProbe(ReplayProbe):
+        def read(self, pids):
+            if self.reads_n == 3:
+                raise KeyError("oops")
+            return super().read(pids)
+
+    clock = FakeClock()
+    sampler = Sampler([BuggyProbe([{"cpu_util_pct": 5.0}] * 10)], clock=clock, wait=clock.wait,
+                      tree_factory=FixedTree)
+    sampler.start(1)
+    sampler._thread.join(timeout=10)
+    out = sampler.stop()
+    assert len(out["samples"]) == 3
+    assert out["end_reason"] == "sampler failed: KeyError: 'oops'" and "samples up to then" in out["notes"][-1]
+
+
 def test_stop_returns_at_once_on_the_real_clock_and_joins_the_thread():
     sampler = Sampler([NullGpuProbe()], interval_s=0.05, tree_factory=FixedTree)
     sampler.start(1)
