@@ -19,6 +19,7 @@ Conventions (docs/sampler.md explains why):
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -106,6 +107,7 @@ class Aggregator:
         self.max_power_w = max_power_w
         self._t: list[float] = []
         self._rows: list[Mapping[str, Any]] = []
+        self._energy_cache: list[tuple[float, float, float, str]] | None = None
 
     def add(self, t_s: float, values: Mapping[str, Any]) -> None:
         """One sample taken at ``t_s`` (any clock, as long as phases use the same one)."""
@@ -113,6 +115,7 @@ class Aggregator:
             raise ValueError(f"samples must come in time order: {t_s} after {self._t[-1]}")
         self._t.append(float(t_s))
         self._rows.append(values)
+        self._energy_cache = None  # a new sample changes the intervals
 
     def extend(self, samples: Iterable[tuple[float, Mapping[str, Any]]]) -> None:
         """Several samples, in time order."""
@@ -158,10 +161,13 @@ class Aggregator:
         """Statistics and energy over ``[start_s, end_s)``; ``include_end`` counts a sample taken at
         ``end_s`` as inside (for the last window of a trial, which ends at its last sample)."""
         spans = self._spans()
+        # only samples whose interval (t_prev, t] can overlap the window: t > start and t_prev < end
+        first = bisect.bisect_right(self._t, start_s)
+        last = min(bisect.bisect_left(self._t, end_s) + 1, len(self._t))
         series: dict[str, SeriesStats] = {}
         for key in self.series:
             pairs = []
-            for (lo, hi), row in zip(spans, self._rows, strict=True):
+            for (lo, hi), row in zip(spans[first:last], self._rows[first:last], strict=True):
                 w = min(hi, end_s) - max(lo, start_s)
                 value = row.get(key)
                 if w > 0 and _finite(value):
@@ -173,7 +179,9 @@ class Aggregator:
                                           p95=weighted_p95(pairs), covered_s=covered)
         energy_mj = 0.0
         seconds = {"counter": 0.0, "power": 0.0}
-        for lo, hi, e_mj, method in self._energy_intervals():
+        if self._energy_cache is None:
+            self._energy_cache = self._energy_intervals()
+        for lo, hi, e_mj, method in self._energy_cache:
             overlap = min(hi, end_s) - max(lo, start_s)
             if overlap > 0:
                 energy_mj += e_mj * overlap / (hi - lo)  # constant power within an interval
