@@ -175,8 +175,9 @@ def _finding_most_memory(trials: list[dict[str, Any]]) -> dict[str, Any]:
     large = {fw: {bs: v for bs, v in s.items() if bs >= LARGE_BATCH} for fw, s in mem.items()}
     common = set.intersection(*(set(s) for s in large.values())) if large else set()
     if len(large) < 2 or not common:
-        why = _no_gpu(trials) if not mem else (f"needs GPU memory of two or more frameworks at a common batch "
-                                               f"size >= {LARGE_BATCH}; this run has {sorted(mem)}")
+        why = _no_gpu(trials) if not mem else (
+            f"needs GPU memory of two or more frameworks at a common batch size >= {LARGE_BATCH}; "
+            f"this run has {sorted(mem)}")
         return {"finding": finding, "holds": None, "evidence": f"Not measurable: {why}."}
     avg = {fw: statistics.fmean(s[bs] for bs in common) for fw, s in large.items()}
     top = max(avg, key=lambda fw: avg[fw])
@@ -188,7 +189,8 @@ def _finding_most_memory(trials: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _finding_accuracy_peak(trials: list[dict[str, Any]], framework: str, series: dict[int, float],
                            dataset: str) -> dict[str, Any]:
-    finding = f"{framework}: accuracy after training peaks at a middle batch size, not the smallest or largest"
+    finding = (f"{framework}: accuracy after training peaks at a middle batch size, "
+               "not the smallest or largest")
     if len(series) < 3:
         return {"finding": finding, "holds": None,
                 "evidence": f"Not measurable: needs accuracy at 3 or more batch sizes; {framework} has "
@@ -241,7 +243,8 @@ def _finding_pytorch_lowest(trials: list[dict[str, Any]]) -> dict[str, Any]:
                             f"batch size; this run has {sorted(util)}."}
     lowest = [bs for bs in common if min(util, key=lambda fw: util[fw][bs]) == "pytorch"]
     return {"finding": finding, "holds": len(lowest) * 2 > len(common),
-            "evidence": f"PyTorch has the lowest GPU usage at {len(lowest)} of {len(common)} common batch sizes"
+            "evidence": f"PyTorch has the lowest GPU usage at {len(lowest)} of {len(common)} common "
+                        "batch sizes"
                         + (f" ({', '.join(map(str, lowest))})." if lowest else ".")}
 
 
@@ -287,7 +290,8 @@ def render(trials: list[dict[str, Any]], file: Any = None) -> None:
     gpu_measured = any(r["ours"] is not None for r in rows if r["metric"] != "accuracy_pct")
     datasets = sorted({str(t.get("dataset")) for t in sweep})
     epochs = sorted({int(t["epochs"]) for t in sweep if t.get("epochs") is not None})
-    print(f"Ours: {len(sweep)} trial(s), data set {', '.join(datasets)}, epochs {', '.join(map(str, epochs))}. "
+    print(f"Ours: {len(sweep)} trial(s), data set {', '.join(datasets)}, "
+          f"epochs {', '.join(map(str, epochs))}. "
           f"Thesis (Yin 2020, GTX 1060): CIFAR-10, {REFERENCE_EPOCHS} epochs.", file=file)
     if not gpu_measured:
         print("No GPU was measured in this run (CPU trials, or the sampler was off): the GPU usage and GPU "
@@ -308,7 +312,8 @@ def render(trials: list[dict[str, Any]], file: Any = None) -> None:
             ours = _cell(r["ours"], ".0f" if metric == "gpu_mem_mib" else ".1f")
             if r["ours_sd"] is not None:
                 ours += f" ± {_cell(r['ours_sd'], '.0f' if metric == 'gpu_mem_mib' else '.1f')}"
-            line |= {f"{short}_ours": ours, f"{short}_theirs": _cell(r["theirs"]), f"{short}_diff": _signed(r["diff"])}
+            line |= {f"{short}_ours": ours, f"{short}_theirs": _cell(r["theirs"]),
+                     f"{short}_diff": _signed(r["diff"])}
         table.append(line)
     groups = [("gpu", "GPU %"), ("mem", "GPU MiB")] if gpu_measured else []
     if meaningful:
@@ -349,7 +354,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add ``compare`` to the CLI (listed in :data:`harness.commands.REGISTRARS`)."""
-    p = sub.add_parser("compare", help="our run beside the Ohio State thesis's figures, and which findings hold")
+    p = sub.add_parser("compare",
+                       help="our run beside the Ohio State thesis's figures, and which findings hold")
     p.add_argument("dir", help="output directory of a run (holds results.sqlite)")
     p.add_argument("--experiment", help="which experiment, when the store holds several")
     p.set_defaults(func=cmd_compare)

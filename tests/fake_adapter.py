@@ -18,8 +18,8 @@ import numpy as np
 from adapters.base import Adapter, MemoryStats, OptimizerSpec, RuntimeConfig
 from harness.models import ModelDescription
 
-BEHAVIOURS = ("ok", "hang", "sigkill", "oom", "error", "segfault", "exit0", "noisy", "oom_stderr", "hang_setup",
-              "oom_large")
+BEHAVIOURS = ("ok", "hang", "sigkill", "oom", "error", "segfault", "exit0", "noisy", "oom_stderr",
+              "hang_setup", "oom_large")
 #: with behaviour "oom_large", batches of at least this many samples "run out of memory" (doomed sizes)
 OOM_LARGE_BATCH = 64
 

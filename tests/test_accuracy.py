@@ -15,7 +15,8 @@ from harness.store import Store
 @pytest.mark.slow
 def test_every_framework_learns_digits_in_three_epochs(tmp_path: Path, cache_dir: Path) -> None:
     exp = parse_experiment({
-        "name": "acc", "frameworks": ["pytorch", "tensorflow", "mxnet"], "model": "osu_cnn", "dataset": "digits",
+        "name": "acc", "frameworks": ["pytorch", "tensorflow", "mxnet"], "model": "osu_cnn",
+        "dataset": "digits",
         "batch_sizes": [32], "epochs": 3, "warmup_steps": 2, "timed_steps": 5, "optimizer": "adam",
         "learning_rate": 0.001, "device": "cpu", "threads": 1, "timeout_s": 300})
     run_sweep(exp, tmp_path / "out", cache_dir=cache_dir)

@@ -21,11 +21,16 @@ def _thesis_trials(repeats: int = 1, jitter: float = 0.0) -> list[dict[str, Any]
                 delta = jitter * (rep - (repeats - 1) / 2)
                 acc = ref[("tensorflow", bs, "accuracy_pct")]  # the only published curve, for all three
                 trials.append({"experiment": "osu2020", "purpose": "sweep", "framework": fw, "batch_size": bs,
-                               "repeat": rep, "status": "ok", "dataset": "cifar10", "epochs": 10, "device": "gpu",
+                               "repeat": rep, "status": "ok", "dataset": "cifar10", "epochs": 10,
+                               "device": "gpu",
                                "gpu_util_pct": ref[(fw, bs, "gpu_util_pct")] + delta,
                                "gpu_mem_used_mib": ref[(fw, bs, "gpu_mem_mib")] + delta,
                                "proc_gpu_mem_mib": None, "accuracy": (acc + delta) / 100})
     return trials
+
+
+def _row(rows: list[dict[str, Any]], fw: str, bs: int, metric: str) -> dict[str, Any]:
+    return next(r for r in rows if (r["framework"], r["batch_size"], r["metric"]) == (fw, bs, metric))
 
 
 def _cpu_trials(dataset: str = "mnist5k") -> list[dict[str, Any]]:
@@ -41,7 +46,8 @@ def test_reference_is_shipped_with_citation_and_our_metric_names() -> None:
     assert {r["metric"] for r in rows} == set(compare.METRICS)
     assert {r["framework"] for r in rows} == {"pytorch", "tensorflow", "mxnet"}
     assert all("osu1587693436870594" in r["source"] for r in rows)
-    mx = {r["batch_size"]: r["value"] for r in rows if r["framework"] == "mxnet" and r["metric"] == "gpu_mem_mib"}
+    mx = {r["batch_size"]: r["value"] for r in rows
+          if r["framework"] == "mxnet" and r["metric"] == "gpu_mem_mib"}
     assert mx[128] == pytest.approx(2495.153) and all(r["unit"] == "MiB" for r in rows
                                                       if r["metric"] == "gpu_mem_mib")
     assert len([r for r in rows if r["metric"] == "accuracy_pct"]) == 9  # TensorFlow only
@@ -49,8 +55,9 @@ def test_reference_is_shipped_with_citation_and_our_metric_names() -> None:
 
 def test_side_by_side_mean_sd_and_difference() -> None:
     rows = compare.side_by_side(_thesis_trials(repeats=3, jitter=2.0))
-    assert set(rows[0]) == {"framework", "batch_size", "metric", "ours", "ours_sd", "n", "theirs", "diff", "unit"}
-    r = next(r for r in rows if (r["framework"], r["batch_size"], r["metric"]) == ("mxnet", 512, "gpu_util_pct"))
+    assert set(rows[0]) == {"framework", "batch_size", "metric", "ours", "ours_sd", "n", "theirs", "diff",
+                            "unit"}
+    r = _row(rows, "mxnet", 512, "gpu_util_pct")
     assert r["ours"] == pytest.approx(46.09) and r["ours_sd"] == pytest.approx(2.0) and r["n"] == 3
     assert r["diff"] == pytest.approx(0.0, abs=1e-9)
     acc = next(r for r in rows if (r["framework"], r["batch_size"], r["metric"]) == ("tensorflow", 128,
@@ -65,7 +72,7 @@ def test_side_by_side_skips_failed_trials_probes_and_meaningless_accuracy() -> N
     trials[0] = trials[0] | {"status": "oom", "accuracy": None}
     trials.append(trials[1] | {"purpose": "probe", "accuracy": 0.0})
     rows = compare.side_by_side(trials)
-    first = next(r for r in rows if (r["framework"], r["batch_size"], r["metric"]) == ("pytorch", 4, "accuracy_pct"))
+    first = _row(rows, "pytorch", 4, "accuracy_pct")
     assert first["ours"] is None and first["n"] == 0
     second = next(r for r in rows if (r["framework"], r["batch_size"], r["metric"]) == ("pytorch", 16,
                                                                                         "accuracy_pct"))
@@ -97,7 +104,8 @@ def test_findings_are_computed_not_canned() -> None:
     most = verdicts[f"MXNet uses the most GPU memory at large batch sizes (>= {compare.LARGE_BATCH})"]
     assert most["holds"] is False and "tensorflow uses the most" in most["evidence"]
     assert verdicts["mxnet: GPU usage rises with batch size"]["holds"] is False
-    acc = verdicts["tensorflow: accuracy after training peaks at a middle batch size, not the smallest or largest"]
+    acc = verdicts["tensorflow: accuracy after training peaks at a middle batch size, "
+                   "not the smallest or largest"]
     assert acc["holds"] is False and "best at batch 1024" in acc["evidence"]
 
 

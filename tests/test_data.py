@@ -28,7 +28,7 @@ def _batch_bytes(images: np.ndarray, labels: list[int]) -> bytes:
 
 
 def make_fake_cifar(root: Path, n: int = N_PER_BATCH) -> tuple[Path, Path, cifar10.Checksums, np.ndarray]:
-    """(archive, extracted folder, their checksums, the training images NCHW) of a tiny CIFAR-10 look-alike."""
+    """(archive, extracted folder, their checksums, training images NCHW) of a tiny CIFAR-10 look-alike."""
     rng = np.random.default_rng(7)
     folder = root / cifar10.FOLDER
     folder.mkdir(parents=True)
@@ -45,9 +45,15 @@ def make_fake_cifar(root: Path, n: int = N_PER_BATCH) -> tuple[Path, Path, cifar
     archive = root / cifar10.ARCHIVE
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(folder, arcname=cifar10.FOLDER)
-    checks = cifar10.Checksums(archive_sha256=cifar10.sha256_of(archive), archive_bytes=archive.stat().st_size,
+    checks = cifar10.Checksums(archive_sha256=cifar10.sha256_of(archive),
+                               archive_bytes=archive.stat().st_size,
                                batch_md5=md5)
     return archive, folder, checks, np.concatenate(train)
+
+
+def _nothing_prepared(cache: Path) -> bool:
+    prepared = cache / "prepared"
+    return not prepared.exists() or not any(prepared.iterdir())
 
 
 @pytest.fixture()
@@ -63,7 +69,8 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, c
 
 
 def test_canonical_checksums_are_the_published_ones() -> None:
-    assert cifar10.CANONICAL.archive_sha256 == "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce"
+    published = "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce"
+    assert cifar10.CANONICAL.archive_sha256 == published
     assert cifar10.CANONICAL.archive_bytes == 170_498_071
     assert set(cifar10.CANONICAL.batch_md5) == {*cifar10.TRAIN_BATCHES, cifar10.TEST_BATCH}
     assert cifar10.URL == "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
@@ -78,16 +85,19 @@ def test_cifar_read_from_local_copy(fake: tuple, tmp_path: Path, which: str) -> 
         os.rename(folder, tmp_path / "moved")  # only the archive is left there
     prepared = prepare(DataRequest("cifar10", data_dir=str(data_dir)), tmp_path / "cache")
     x, y, xt, yt = prepared.load()
-    assert (prepared.n_train, prepared.n_test, prepared.input_shape) == (5 * N_PER_BATCH, N_PER_BATCH, (3, 32, 32))
+    assert (prepared.n_train, prepared.n_test) == (5 * N_PER_BATCH, N_PER_BATCH)
+    assert prepared.input_shape == (3, 32, 32)
     assert x.dtype == np.float32 and y.dtype == np.int64 and y.max() <= 9
     # the normalised images are the fake's pixels, in batch order: undo the per-channel normalisation
     raw = train.astype(np.float64)
-    expected = (raw - raw.mean(axis=(0, 2, 3), keepdims=True)) / (raw.std(axis=(0, 2, 3), keepdims=True) + 1e-7)
+    mean, std = raw.mean(axis=(0, 2, 3), keepdims=True), raw.std(axis=(0, 2, 3), keepdims=True)
+    expected = (raw - mean) / (std + 1e-7)
     np.testing.assert_allclose(x, expected, rtol=1e-4, atol=1e-4)
     assert prepared.accuracy_meaningful
 
 
-def test_cifar_download_lands_verified_in_cache(fake: tuple, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cifar_download_lands_verified_in_cache(fake: tuple, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     archive = fake[0]
     calls = []
 
@@ -138,7 +148,7 @@ def test_cifar_no_network_no_copy_names_every_remedy(fake: tuple, tmp_path: Path
     msg = str(err.value)
     for needed in ("network", cifar10.URL, "--data-dir", cifar10.ARCHIVE, "mnist5k", "digits", "synthetic"):
         assert needed in msg
-    assert not (tmp_path / "cache" / "prepared").exists() or not any((tmp_path / "cache" / "prepared").iterdir())
+    assert _nothing_prepared(tmp_path / "cache")
 
 
 def test_cifar_local_archive_truncated_or_corrupt_is_refused(fake: tuple, tmp_path: Path) -> None:
@@ -155,7 +165,7 @@ def test_cifar_local_archive_truncated_or_corrupt_is_refused(fake: tuple, tmp_pa
     garbage.write_bytes(os.urandom(4096))
     with pytest.raises(DataError, match="cannot be read as a .tar.gz"):
         cifar10.read_batches(garbage, checks)
-    assert not (tmp_path / "cache" / "prepared").exists() or not any((tmp_path / "cache" / "prepared").iterdir())
+    assert _nothing_prepared(tmp_path / "cache")
 
 
 def test_cifar_archive_missing_a_batch_is_refused(fake: tuple, tmp_path: Path) -> None:
@@ -175,7 +185,8 @@ def test_cifar_folder_damage_is_refused(fake: tuple) -> None:
     with pytest.raises(DataError, match="data_batch_2 fails the MD5 check"):
         cifar10.read_batches(folder, checks)
     no_md5 = cifar10.Checksums(checks.archive_sha256, checks.archive_bytes, {})
-    with pytest.raises(DataError, match="data_batch_2 cannot be read"):  # truncated pickle, no MD5 to catch it
+    # a truncated pickle with no MD5 to catch it: the unpickler does
+    with pytest.raises(DataError, match="data_batch_2 cannot be read"):
         cifar10.read_batches(folder, no_md5)
     (folder / "data_batch_2").write_bytes(_batch_bytes(np.zeros((4, 3071), np.uint8), [0, 1, 2, 3]))
     with pytest.raises(DataError, match="expected uint8 rows of 3072"):
@@ -215,7 +226,8 @@ def test_cli_cifar_offline_exits_2_and_writes_nothing(fake: tuple, tmp_path: Pat
     monkeypatch.setenv("BATCHSCOPE_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "out"
     root = Path(__file__).resolve().parent.parent
-    code = main(["run", str(root / "experiments" / "osu2020.toml"), "--frameworks", "pytorch", "--out", str(out)])
+    toml = root / "experiments" / "osu2020.toml"
+    code = main(["run", str(toml), "--frameworks", "pytorch", "--out", str(out)])
     assert code == 2
     err = capsys.readouterr().err
     assert err.startswith("batchscope: error: cifar10:") and "--data-dir" in err and "mnist5k" in err

@@ -66,7 +66,8 @@ def test_no_skip_larger_runs_them_from_the_cli(fake_registered: None, tmp_path: 
     toml = _fake_toml(tmp_path / "doomed.toml", "oom_large")
     assert main(["run", str(toml), "--out", str(tmp_path / "out"), "--no-skip-larger"]) == 0
     rows = _by_batch(tmp_path / "out")
-    assert {bs: r["status"] for bs, r in rows.items()} == {16: "ok", 32: "ok", 64: "oom", 128: "oom", 256: "oom"}
+    statuses = {bs: r["status"] for bs, r in rows.items()}
+    assert statuses == {16: "ok", 32: "ok", 64: "oom", 128: "oom", 256: "oom"}
     assert "MemoryError: fake: batch 256 does not fit" in rows[256]["reason"]
     # and the default CLI path skips them
     assert main(["run", str(toml), "--out", str(tmp_path / "out2")]) == 0
@@ -84,7 +85,8 @@ def test_oom_found_before_a_resume_still_dooms_larger_sizes(fake_registered: Non
     assert rows[32]["status"] == "ok"
 
 
-@pytest.mark.parametrize(("policy", "expected"), [("fixed", [0.01, 0.01, 0.01]), ("linear", [0.0025, 0.01, 0.04]),
+@pytest.mark.parametrize(("policy", "expected"), [("fixed", [0.01, 0.01, 0.01]),
+                                                  ("linear", [0.0025, 0.01, 0.04]),
                                                   ("sqrt", [0.005, 0.01, 0.02])])
 def test_lr_policy_reaches_every_trial(policy: str, expected: list[float], tiny_data: object) -> None:
     exp = parse_experiment({"name": "lr", "frameworks": ["pytorch"], "batch_sizes": [128, 8, 32],

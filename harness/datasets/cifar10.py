@@ -97,8 +97,9 @@ def verify_archive(path: Path, checks: Checksums) -> None:
     """Refuse an archive whose size or SHA-256 is not the published one."""
     size = path.stat().st_size
     if size != checks.archive_bytes:
-        raise DataError(f"cifar10: {path} has {size:,} bytes, the published archive {checks.archive_bytes:,}: "
-                        "it is truncated or not the CIFAR-10 python archive; delete it and download it again")
+        raise DataError(f"cifar10: {path} has {size:,} bytes, the published archive "
+                        f"{checks.archive_bytes:,}: it is truncated or not the CIFAR-10 python archive; "
+                        "delete it and download it again")
     digest = sha256_of(path)
     if digest != checks.archive_sha256:
         raise DataError(f"cifar10: {path} fails the SHA-256 check (got {digest}, published "
@@ -123,10 +124,10 @@ def _local_source(data_dir: Path, checks: Checksums) -> Path:
         if c.is_dir() and (c / TRAIN_BATCHES[0]).exists():
             return c
     if not data_dir.exists():
-        raise DataError(f"cifar10: --data-dir {data_dir} does not exist; give the path of {ARCHIVE} or of the "
-                        f"extracted {FOLDER} folder")
-    raise DataError(f"cifar10: --data-dir {data_dir} holds neither {ARCHIVE} nor an extracted {FOLDER} folder "
-                    f"(with {TRAIN_BATCHES[0]} ... {TEST_BATCH}); give the path of one of them")
+        raise DataError(f"cifar10: --data-dir {data_dir} does not exist; give the path of {ARCHIVE} or "
+                        f"of the extracted {FOLDER} folder")
+    raise DataError(f"cifar10: --data-dir {data_dir} holds neither {ARCHIVE} nor an extracted {FOLDER} "
+                    f"folder (with {TRAIN_BATCHES[0]} ... {TEST_BATCH}); give the path of one of them")
 
 
 def fetch_archive(cache_dir: Path, fetch: Fetch | None = None, checks: Checksums | None = None) -> Path:
@@ -208,7 +209,8 @@ def _read_members(source: Path) -> tuple[dict[str, bytes], str]:
     if source.is_dir():
         missing = [n for n in names if not (source / n).is_file()]
         if missing:
-            raise DataError(f"cifar10: {source} lacks {', '.join(missing)}; the extracted folder is incomplete")
+            raise DataError(f"cifar10: {source} lacks {', '.join(missing)}; "
+                            "the extracted folder is incomplete")
         return {n: (source / n).read_bytes() for n in names}, str(source)
     out: dict[str, bytes] = {}
     try:
@@ -235,7 +237,8 @@ def read_batches(source: Path, checks: Checksums | None = None) -> dict[str, np.
     raw, where = _read_members(source)
     train = [_parse_batch(n, raw[n], checks, where) for n in TRAIN_BATCHES]
     x_test, y_test = _parse_batch(TEST_BATCH, raw[TEST_BATCH], checks, where)
-    return {"x_train": np.concatenate([x for x, _ in train]), "y_train": np.concatenate([y for _, y in train]),
+    return {"x_train": np.concatenate([x for x, _ in train]),
+            "y_train": np.concatenate([y for _, y in train]),
             "x_test": x_test, "y_test": y_test}
 
 

