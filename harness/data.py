@@ -93,7 +93,7 @@ def _write_prepared(target: Path, name: str, arrays: dict[str, np.ndarray], clas
     x_test = arrays["x_test"].astype(np.float32)
     mean = x_train.mean(axis=(0, 2, 3), keepdims=True)
     std = x_train.std(axis=(0, 2, 3), keepdims=True) + 1e-7
-    final = {
+    final: dict[str, np.ndarray] = {
         "x_train": np.ascontiguousarray((x_train - mean) / std, dtype=np.float32),
         "y_train": arrays["y_train"].astype(np.int64),
         "x_test": np.ascontiguousarray((x_test - mean) / std, dtype=np.float32),
@@ -155,7 +155,7 @@ def _synthetic(req: DataRequest, cache_dir: Path) -> tuple[dict[str, np.ndarray]
     rng = np.random.default_rng(req.seed)
     n_test = max(req.synthetic_samples // 8, 1)
     shape = req.synthetic_shape
-    arrays = {
+    arrays: dict[str, np.ndarray] = {
         "x_train": rng.standard_normal((req.synthetic_samples, *shape), dtype=np.float32),
         "y_train": rng.integers(0, req.synthetic_classes, req.synthetic_samples),
         "x_test": rng.standard_normal((n_test, *shape), dtype=np.float32),
