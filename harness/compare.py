@@ -187,6 +187,12 @@ def _finding_most_memory(trials: list[dict[str, Any]]) -> dict[str, Any]:
             "evidence": f"Mean GPU memory at batch sizes {sizes}: {detail}; {top} uses the most."}
 
 
+def _sds(trials: list[dict[str, Any]], metric: str) -> dict[tuple[str, int], float]:
+    """(framework, batch size) -> sd over repeats of ``metric``, where there were two or more."""
+    return {(r["framework"], r["batch_size"]): r["ours_sd"] for r in side_by_side(trials)
+            if r["metric"] == metric and r["ours_sd"] is not None}
+
+
 def _finding_accuracy_peak(trials: list[dict[str, Any]], framework: str, series: dict[int, float],
                            dataset: str) -> dict[str, Any]:
     finding = (f"{framework}: accuracy after training peaks at a middle batch size, "
@@ -197,11 +203,20 @@ def _finding_accuracy_peak(trials: list[dict[str, Any]], framework: str, series:
                             f"{len(series)}."}
     best = max(series, key=lambda bs: series[bs])
     lo, hi = min(series), max(series)
-    holds = lo < best < hi and series[best] > series[lo] and series[best] > series[hi]
-    return {"finding": finding, "holds": holds,
-            "evidence": f"Accuracy on {dataset} (%, mean over repeats) by batch size: "
-                        f"{_fmt_series(series, '%')}; best at batch {best} ({series[best]:.1f}%), "
-                        f"{series[lo]:.1f}% at {lo} and {series[hi]:.1f}% at {hi}."}
+    text = (f"Accuracy on {dataset} (%, mean over repeats) by batch size: {_fmt_series(series, '%')}; "
+            f"best at batch {best} ({series[best]:.1f}%), {series[lo]:.1f}% at {lo} and "
+            f"{series[hi]:.1f}% at {hi}")
+    if not lo < best < hi:
+        return {"finding": finding, "holds": False, "evidence": text + "."}
+    # a peak smaller than the run-to-run spread is noise, not a peak
+    sds = _sds(trials, "accuracy_pct")
+    for end in (lo, hi):
+        spread = max(sds.get((framework, best), 0.0), sds.get((framework, end), 0.0))
+        if series[best] - series[end] <= spread:
+            return {"finding": finding, "holds": False,
+                    "evidence": f"{text}; the peak beats batch {end} by only "
+                                f"{series[best] - series[end]:.2f} points, within the spread over repeats (sd {spread:.1f}), so it is no peak."}
+    return {"finding": finding, "holds": True, "evidence": text + "."}
 
 
 def _finding_util_trend(trials: list[dict[str, Any]], framework: str, rising: bool) -> dict[str, Any]:

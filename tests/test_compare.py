@@ -133,3 +133,17 @@ def test_render_on_cpu_says_so_instead_of_comparing() -> None:
 def test_compare_command_errors_are_clear(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compare", str(tmp_path / "nothing")]) == 2
     assert "no results store" in capsys.readouterr().err
+
+
+def test_a_peak_within_the_spread_over_repeats_is_no_peak() -> None:
+    trials = []
+    for bs, accs in ((4, (0.920, 0.934)), (16, (0.925, 0.931)), (256, (0.60, 0.62))):
+        for rep, a in enumerate(accs):
+            trials.append({"experiment": "q", "purpose": "sweep", "framework": "pytorch", "batch_size": bs,
+                           "repeat": rep, "status": "ok", "dataset": "mnist5k", "device": "cpu",
+                           "accuracy": a})
+    finding = next(f for f in compare.thesis_findings(trials) if f["finding"].startswith("pytorch: accuracy"))
+    assert finding["holds"] is False and "within the spread over repeats" in finding["evidence"]
+    trials[2]["accuracy"], trials[3]["accuracy"] = 0.96, 0.962  # now clearly above batch 4
+    finding = next(f for f in compare.thesis_findings(trials) if f["finding"].startswith("pytorch: accuracy"))
+    assert finding["holds"] is True
