@@ -215,7 +215,8 @@ def _finding_accuracy_peak(trials: list[dict[str, Any]], framework: str, series:
         if series[best] - series[end] <= spread:
             return {"finding": finding, "holds": False,
                     "evidence": f"{text}; the peak beats batch {end} by only "
-                                f"{series[best] - series[end]:.2f} points, within the spread over repeats (sd {spread:.1f}), so it is no peak."}
+                                f"{series[best] - series[end]:.2f} points, within the spread over repeats "
+                                f"(sd {spread:.1f}), so it is no peak."}
     return {"finding": finding, "holds": True, "evidence": text + "."}
 
 
