@@ -17,6 +17,7 @@ from harness.cli import main
 from harness.data import DATASETS, DataRequest, prepare
 from harness.datasets import cifar10, embedded
 from harness.errors import DataError
+from harness.store import Store
 
 N_PER_BATCH = 6
 
@@ -263,3 +264,22 @@ def test_train_samples_prefix_and_too_many(tmp_path: Path) -> None:
 
 def test_registry_matches_spec_validation() -> None:
     assert set(data_mod.LOADERS) == {"synthetic", "mnist5k", "digits", "cifar10"} == set(DATASETS)
+
+
+@pytest.mark.slow
+def test_osu2020_runs_end_to_end_from_a_local_archive(fake: tuple, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The replay file itself, on the (fake) archive given with --data-dir, then `compare` on its store."""
+    monkeypatch.setenv("BATCHSCOPE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    toml = Path(__file__).resolve().parent.parent / "experiments" / "osu2020.toml"
+    assert main(["run", str(toml), "--frameworks", "pytorch", "--batch-sizes", "4,8", "--epochs", "1",
+                 "--device", "cpu", "--data-dir", str(fake[0]), "--out", str(out)]) == 0
+    assert main(["compare", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "data set cifar10" in text and "No GPU was measured" in text
+    with Store.open(out, create=False) as store:
+        rows = store.trials()
+    assert [(r["status"], r["dataset"], r["epochs_done"]) for r in rows] == [("ok", "cifar10", 1.0)] * 2
+    assert all(r["train_steps_n"] == -(-5 * N_PER_BATCH // r["batch_size"]) for r in rows)
