@@ -23,8 +23,12 @@ MIB = 1024.0 * 1024.0
 # Texts MXNet 1.9 writes when an allocation fails (pooled GPU storage manager, CPU storage). When that
 # happens on an engine thread the exception cannot reach Python: the engine aborts the process with
 # "terminate called after throwing an instance of 'dmlc::Error'" followed by one of these in "what():".
-OOM_TEXTS = ("cudaMalloc failed: out of memory", "cudaMalloc retry failed: out of memory",
-             "Failed to allocate CPU Memory", "CUDA: out of memory")
+OOM_TEXTS = (
+    "cudaMalloc failed: out of memory",
+    "cudaMalloc retry failed: out of memory",
+    "Failed to allocate CPU Memory",
+    "CUDA: out of memory",
+)
 
 
 def import_mxnet() -> Any:
@@ -83,25 +87,35 @@ class MXNetAdapter(Adapter):
         mx = import_mxnet()
         self.mx = mx
         if runtime.precision != "fp32":
-            raise ConfigError(f"the mxnet adapter runs fp32 only; precision = {runtime.precision!r} "
-                              "is not supported yet (use precision = 'fp32')")
+            raise ConfigError(
+                f"the mxnet adapter runs fp32 only; precision = {runtime.precision!r} "
+                "is not supported yet (use precision = 'fp32')"
+            )
         n_gpus = mx.context.num_gpus()
         want_gpu = runtime.device == "gpu" or (runtime.device == "auto" and n_gpus > 0)
         if want_gpu and n_gpus == 0:
-            raise ConfigError("device = 'gpu' was asked for, but MXNet sees no GPU (mx.context.num_gpus() is 0: "
-                              "the CPU build 'mxnet', or no CUDA driver). Install a CUDA build such as "
-                              "mxnet-cu112 in its own environment and point [adapters.mxnet] python at it, "
-                              "or use device = 'cpu'")
+            raise ConfigError(
+                "device = 'gpu' was asked for, but MXNet sees no GPU (mx.context.num_gpus() is 0: "
+                "the CPU build 'mxnet', or no CUDA driver). Install a CUDA build such as "
+                "mxnet-cu112 in its own environment and point [adapters.mxnet] python at it, "
+                "or use device = 'cpu'"
+            )
         if want_gpu and runtime.memory_limit_mib:
-            raise ConfigError("MXNet cannot emulate a smaller GPU: it has no per-process memory cap "
-                              "(its pooled allocator takes what the card has). Run the max-batch search "
-                              "for mxnet without memory_limit_mib, on the card you want to measure")
+            raise ConfigError(
+                "MXNet cannot emulate a smaller GPU: it has no per-process memory cap "
+                "(its pooled allocator takes what the card has). Run the max-batch search "
+                "for mxnet without memory_limit_mib, on the card you want to measure"
+            )
         self.gpu = want_gpu
         self.ctx = mx.gpu(0) if want_gpu else mx.cpu()
         features = mx.runtime.Features()
-        info: dict[str, Any] = {"device": str(self.ctx), "omp_threads": os.environ.get("OMP_NUM_THREADS"),
-                                "cuda": features.is_enabled("CUDA"), "cudnn": features.is_enabled("CUDNN"),
-                                "mkldnn": features.is_enabled("MKLDNN")}
+        info: dict[str, Any] = {
+            "device": str(self.ctx),
+            "omp_threads": os.environ.get("OMP_NUM_THREADS"),
+            "cuda": features.is_enabled("CUDA"),
+            "cudnn": features.is_enabled("CUDNN"),
+            "mkldnn": features.is_enabled("MKLDNN"),
+        }
         if want_gpu:
             free, total = mx.context.gpu_memory_info(0)
             info["gpu_total_mib"] = total / MIB
@@ -116,19 +130,26 @@ class MXNetAdapter(Adapter):
         params: list[tuple[Any, bool]] = []
         in_shapes = [model.input_shape, *model.shapes()[:-1]]
         with net.name_scope():
-            for layer, in_shape in zip(model.layers, in_shapes):
+            for layer, in_shape in zip(model.layers, in_shapes, strict=True):
                 if isinstance(layer, Conv2D):
                     pad = layer.kernel // 2 if layer.padding == "same" else 0
-                    block = nn.Conv2D(layer.filters, layer.kernel, padding=pad, use_bias=layer.use_bias,
-                                      in_channels=in_shape[0], layout="NCHW")
+                    block = nn.Conv2D(
+                        layer.filters,
+                        layer.kernel,
+                        padding=pad,
+                        use_bias=layer.use_bias,
+                        in_channels=in_shape[0],
+                        layout="NCHW",
+                    )
                     params.append((block.weight, False))
                     if layer.use_bias:
                         params.append((block.bias, False))
                     net.add(block)
                 elif isinstance(layer, BatchNorm):
                     # Gluon's momentum is the weight of the running statistic, like the description's.
-                    block = nn.BatchNorm(axis=1, momentum=layer.momentum, epsilon=layer.eps,
-                                         in_channels=in_shape[0])
+                    block = nn.BatchNorm(
+                        axis=1, momentum=layer.momentum, epsilon=layer.eps, in_channels=in_shape[0]
+                    )
                     params += [(block.gamma, False), (block.beta, False)]
                     net.add(block)
                 elif isinstance(layer, ReLU):
@@ -150,10 +171,12 @@ class MXNetAdapter(Adapter):
         net.initialize(mx.init.Zero(), ctx=self.ctx)
         if len(params) != len(weights):
             raise ValueError(f"{len(weights)} weight arrays given, the model has {len(params)}")
-        for (param, transposed), array in zip(params, weights):
+        for (param, transposed), array in zip(params, weights, strict=True):
             value = np.ascontiguousarray(array.T if transposed else array, dtype=np.float32)
             if tuple(param.shape) != value.shape:
-                raise ValueError(f"weight shape {value.shape} does not fit {tuple(param.shape)} ({param.name})")
+                raise ValueError(
+                    f"weight shape {value.shape} does not fit {tuple(param.shape)} ({param.name})"
+                )
             param.set_data(mx.nd.array(value, ctx=self.ctx))
         net.hybridize(static_alloc=True, static_shape=True)
         self.net, self._params = net, params
@@ -163,13 +186,20 @@ class MXNetAdapter(Adapter):
             # Trainer.step(batch_size) to 1/batch_size, turning the summed per-sample gradients into a mean.
             opt_args = {"learning_rate": optimizer.lr, "momentum": optimizer.momentum, "wd": 0.0}
         else:
-            opt_args = {"learning_rate": optimizer.lr, "beta1": optimizer.adam_betas[0],
-                        "beta2": optimizer.adam_betas[1], "epsilon": optimizer.adam_eps, "wd": 0.0}
+            opt_args = {
+                "learning_rate": optimizer.lr,
+                "beta1": optimizer.adam_betas[0],
+                "beta2": optimizer.adam_betas[1],
+                "epsilon": optimizer.adam_eps,
+                "wd": 0.0,
+            }
         self.trainer = gluon.Trainer(net.collect_params(), optimizer.name, opt_args, kvstore=None)
         self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=True, from_logits=False)
 
     def param_count(self) -> int:
-        return int(sum(int(np.prod(p.shape)) for p in self.net.collect_params().values() if p.grad_req != "null"))
+        return int(
+            sum(int(np.prod(p.shape)) for p in self.net.collect_params().values() if p.grad_req != "null")
+        )
 
     def get_weights(self) -> list[np.ndarray]:
         out = []
@@ -209,14 +239,18 @@ class MXNetAdapter(Adapter):
 
     def memory_stats(self) -> MemoryStats:
         if not self.gpu:
-            return MemoryStats(peak_mib=None, source="none: MXNet 1.9 exposes no CPU allocator peak to Python "
-                                                     "(its profiler's memory counters go to a trace file only)")
+            return MemoryStats(
+                peak_mib=None,
+                source="none: MXNet 1.9 exposes no CPU allocator peak to Python "
+                "(its profiler's memory counters go to a trace file only)",
+            )
         self.mx.nd.waitall()
         return MemoryStats(
             peak_mib=self._device_used_mib(),
             source="mx.context.gpu_memory_info: device-level used memory at the end of the window; MXNet's "
-                   "pooled allocator keeps freed blocks, so this is its high-water mark (plus other processes)",
-            reserved_mib=self._used_at_reset_mib)
+            "pooled allocator keeps freed blocks, so this is its high-water mark (plus other processes)",
+            reserved_mib=self._used_at_reset_mib,
+        )
 
     def is_oom(self, exc: BaseException) -> bool:
         from mxnet.base import MXNetError

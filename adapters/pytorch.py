@@ -33,7 +33,7 @@ class PyTorchAdapter(Adapter):
     def versions(self) -> dict[str, str]:
         import torch
 
-        out = {"torch": torch.__version__}
+        out: dict[str, str] = {"torch": str(torch.__version__)}
         if torch.version.cuda:
             out["cuda"] = str(torch.version.cuda)
         if torch.backends.cudnn.is_available():
@@ -69,7 +69,7 @@ class PyTorchAdapter(Adapter):
         params: list[Any] = []  # (tensor, canonical array), in weight order
         it = iter(weights)
         in_shapes = [model.input_shape, *model.shapes()[:-1]]
-        for layer, in_shape in zip(model.layers, in_shapes):
+        for layer, in_shape in zip(model.layers, in_shapes, strict=True):
             if isinstance(layer, Conv2D):
                 pad = layer.kernel // 2 if layer.padding == "same" else 0
                 conv = nn.Conv2d(in_shape[0], layer.filters, layer.kernel, padding=pad, bias=layer.use_bias)

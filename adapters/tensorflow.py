@@ -25,6 +25,10 @@ MEMORY_MODES = ("growth", "preallocate")
 
 
 # Weight converters: canonical layout -> Keras layout, and back. One pair per kind of array.
+Converter = Callable[[np.ndarray], np.ndarray]
+ConverterPair = tuple[Converter, Converter]
+
+
 def _identity(a: np.ndarray) -> np.ndarray:
     return a
 
@@ -37,8 +41,10 @@ def _conv_from_keras(a: np.ndarray) -> np.ndarray:
     return a.transpose(3, 2, 0, 1)
 
 
-def _flatten_dense_converters(chw: tuple[int, ...]) -> tuple[Callable[[np.ndarray], np.ndarray],
-                                                             Callable[[np.ndarray], np.ndarray]]:
+IDENTITY: ConverterPair = (_identity, _identity)
+
+
+def _flatten_dense_converters(chw: tuple[int, ...]) -> ConverterPair:
     """Row permutation of a Dense kernel reading a Flatten: canonical rows are (c, h, w), Keras' (h, w, c)."""
     c, h, w = chw
 
@@ -54,8 +60,9 @@ def _flatten_dense_converters(chw: tuple[int, ...]) -> tuple[Callable[[np.ndarra
 def _is_oom_message(text: str) -> bool:
     # What TF's allocators write: "OOM when allocating tensor with shape[...]" (BFC, CPU and GPU) and
     # "Resource exhausted" / "ResourceExhaustedError" in the text of a wrapped graph-execution error.
-    return any(p in text for p in ("OOM when allocating", "ResourceExhausted", "Resource exhausted",
-                                   "out of memory"))
+    return any(
+        p in text for p in ("OOM when allocating", "ResourceExhausted", "Resource exhausted", "out of memory")
+    )
 
 
 class TensorFlowAdapter(Adapter):
@@ -65,8 +72,11 @@ class TensorFlowAdapter(Adapter):
     distributions = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu")
     import_name = "tensorflow"
     options = {"memory_mode": MEMORY_MODES}
-    oom_stderr_patterns = ("OOM when allocating tensor", "ResourceExhaustedError",
-                           "failed to allocate memory")
+    oom_stderr_patterns = (
+        "OOM when allocating tensor",
+        "ResourceExhaustedError",
+        "failed to allocate memory",
+    )
 
     def __init__(self) -> None:
         self.tf: Any = None
@@ -77,7 +87,7 @@ class TensorFlowAdapter(Adapter):
         self._step_fn: Any = None
         self._predict_fn: Any = None
         self._variables: list[Any] = []  # trainable variables, in canonical weight order
-        self._from_keras: list[Callable[[np.ndarray], np.ndarray]] = []
+        self._from_keras: list[Converter] = []
 
     def versions(self) -> dict[str, str]:
         import tensorflow as tf
@@ -101,8 +111,10 @@ class TensorFlowAdapter(Adapter):
 
         self.tf = tf
         if runtime.precision != "fp32":
-            raise ConfigError(f"the tensorflow adapter runs fp32 only; precision = {runtime.precision!r} "
-                              "is not supported yet (use precision = 'fp32')")
+            raise ConfigError(
+                f"the tensorflow adapter runs fp32 only; precision = {runtime.precision!r} "
+                "is not supported yet (use precision = 'fp32')"
+            )
         mode = runtime.options.get("memory_mode", MEMORY_MODES[0])
         if mode not in MEMORY_MODES:
             raise ConfigError(f"tensorflow: memory_mode = {mode!r} is not one of {', '.join(MEMORY_MODES)}")
@@ -113,9 +125,11 @@ class TensorFlowAdapter(Adapter):
         gpus = tf.config.list_physical_devices("GPU")
         want_gpu = runtime.device == "gpu" or (runtime.device == "auto" and bool(gpus))
         if want_gpu and not gpus:
-            raise ConfigError("device = 'gpu' was asked for, but TensorFlow sees no GPU "
-                              "(tf.config.list_physical_devices('GPU') is empty: a CPU-only build such as "
-                              "tensorflow-cpu, or no CUDA driver); use device = 'cpu' or 'auto'")
+            raise ConfigError(
+                "device = 'gpu' was asked for, but TensorFlow sees no GPU "
+                "(tf.config.list_physical_devices('GPU') is empty: a CPU-only build such as "
+                "tensorflow-cpu, or no CUDA driver); use device = 'cpu' or 'auto'"
+            )
         info: dict[str, Any] = {}
         if want_gpu:
             gpu = gpus[0]
@@ -124,7 +138,8 @@ class TensorFlowAdapter(Adapter):
                 # A logical device with a hard cap emulates a smaller card; TF refuses memory growth on
                 # a device with a logical configuration, so the cap replaces the memory mode.
                 tf.config.set_logical_device_configuration(
-                    gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=int(runtime.memory_limit_mib))])
+                    gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=int(runtime.memory_limit_mib))]
+                )
                 info["memory_limit_mib"] = float(runtime.memory_limit_mib)
                 mode = f"limit:{int(runtime.memory_limit_mib)}"
             elif mode == "growth":
@@ -138,32 +153,39 @@ class TensorFlowAdapter(Adapter):
             if mode == "preallocate":
                 mode = "preallocate (no effect on CPU)"
         self.gpu = want_gpu
-        info.update(device=self.device_name, memory_mode=mode,
-                    intra_op_threads=tf.config.threading.get_intra_op_parallelism_threads(),
-                    inter_op_threads=tf.config.threading.get_inter_op_parallelism_threads())
+        info.update(
+            device=self.device_name,
+            memory_mode=mode,
+            intra_op_threads=tf.config.threading.get_intra_op_parallelism_threads(),
+            inter_op_threads=tf.config.threading.get_inter_op_parallelism_threads(),
+        )
         return info
 
     def build(self, model: ModelDescription, weights: Sequence[np.ndarray], optimizer: OptimizerSpec) -> None:
         tf = self.tf
         import keras
 
-        layers: list[Any] = [keras.Input(shape=(model.input_shape[1], model.input_shape[2], model.input_shape[0]))]
-        assignments: list[tuple[Any, Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]] = []
-        # (layer, attribute names of its trainable weights in canonical order, converters)
-        pending: list[tuple[Any, tuple[str, ...], list[tuple[Callable[[np.ndarray], np.ndarray],
-                                                             Callable[[np.ndarray], np.ndarray]]]]] = []
+        layers: list[Any] = [
+            keras.Input(shape=(model.input_shape[1], model.input_shape[2], model.input_shape[0]))
+        ]
+        # (Keras layer, names of its trainable weights in canonical order, one converter pair per weight)
+        pending: list[tuple[Any, tuple[str, ...], list[ConverterPair]]] = []
         in_shapes = [model.input_shape, *model.shapes()[:-1]]
-        prev_layer: Any = None
-        for layer, in_shape in zip(model.layers, in_shapes):
+        for i, (layer, in_shape) in enumerate(zip(model.layers, in_shapes, strict=True)):
             if isinstance(layer, Conv2D):
-                k = keras.layers.Conv2D(layer.filters, layer.kernel, padding=layer.padding,
-                                        use_bias=layer.use_bias, data_format="channels_last")
-                names = ("kernel", "bias") if layer.use_bias else ("kernel",)
-                convs = [(_conv_to_keras, _conv_from_keras)] + [(_identity, _identity)] * layer.use_bias
-                pending.append((k, names, convs))
+                k = keras.layers.Conv2D(
+                    layer.filters,
+                    layer.kernel,
+                    padding=layer.padding,
+                    use_bias=layer.use_bias,
+                    data_format="channels_last",
+                )
+                names: tuple[str, ...] = ("kernel", "bias") if layer.use_bias else ("kernel",)
+                convs: list[ConverterPair] = [(_conv_to_keras, _conv_from_keras)]
+                pending.append((k, names, convs + [IDENTITY] * layer.use_bias))
             elif isinstance(layer, BatchNorm):
                 k = keras.layers.BatchNormalization(axis=-1, momentum=layer.momentum, epsilon=layer.eps)
-                pending.append((k, ("gamma", "beta"), [(_identity, _identity)] * 2))
+                pending.append((k, ("gamma", "beta"), [IDENTITY, IDENTITY]))
             elif isinstance(layer, ReLU):
                 k = keras.layers.ReLU()
             elif isinstance(layer, MaxPool2D):
@@ -174,36 +196,41 @@ class TensorFlowAdapter(Adapter):
                 k = keras.layers.Flatten()
             elif isinstance(layer, Dense):
                 k = keras.layers.Dense(layer.units)
-                kernel_conv = (_identity, _identity)
-                if isinstance(prev_layer, Flatten):
-                    flat_in = in_shapes[model.layers.index(prev_layer)]
-                    if len(flat_in) == 3:
-                        kernel_conv = _flatten_dense_converters(flat_in)
-                pending.append((k, ("kernel", "bias"), [kernel_conv, (_identity, _identity)]))
+                kernel_conv = IDENTITY
+                if i > 0 and isinstance(model.layers[i - 1], Flatten) and len(in_shapes[i - 1]) == 3:
+                    kernel_conv = _flatten_dense_converters(in_shapes[i - 1])  # reads a (C, H, W) flatten
+                pending.append((k, ("kernel", "bias"), [kernel_conv, IDENTITY]))
             else:
-                raise ConfigError(f"the tensorflow adapter cannot build layer {layer!r}")
+                raise ConfigError(f"the tensorflow adapter cannot build layer {layer!r} (input {in_shape})")
             layers.append(k)
-            prev_layer = layer
         with tf.device(self.device_name):
             self.model = keras.Sequential(layers, name=model.name)
         it = iter(weights)
+        assignments: list[tuple[Any, Converter]] = []  # (variable, converter back to canonical)
         for klayer, names, converters in pending:
-            for attr, (to_keras, from_keras) in zip(names, converters):
+            for attr, (to_keras, from_keras) in zip(names, converters, strict=True):
                 var = getattr(klayer, attr)
                 value = to_keras(np.asarray(next(it), dtype=np.float32))
                 if tuple(var.shape) != value.shape:
-                    raise ValueError(f"weight shape {value.shape} does not fit {tuple(var.shape)} ({klayer.name})")
+                    raise ValueError(
+                        f"weight shape {value.shape} does not fit {tuple(var.shape)} ({klayer.name})"
+                    )
                 var.assign(value)
-                assignments.append((var, to_keras, from_keras))
+                assignments.append((var, from_keras))
         self._variables = [a[0] for a in assignments]
-        self._from_keras = [a[2] for a in assignments]
+        self._from_keras = [a[1] for a in assignments]
 
         if optimizer.name == "sgd":
-            # Keras' momentum (v = m*v - lr*g; w += v) equals PyTorch's (b = m*b + g; w -= lr*b) for a constant lr.
+            # Keras' momentum (v = m*v - lr*g; w += v) equals PyTorch's (b = m*b + g; w -= lr*b)
+            # for a constant learning rate.
             self.optimizer = keras.optimizers.SGD(learning_rate=optimizer.lr, momentum=optimizer.momentum)
         else:
-            self.optimizer = keras.optimizers.Adam(learning_rate=optimizer.lr, beta_1=optimizer.adam_betas[0],
-                                                   beta_2=optimizer.adam_betas[1], epsilon=optimizer.adam_eps)
+            self.optimizer = keras.optimizers.Adam(
+                learning_rate=optimizer.lr,
+                beta_1=optimizer.adam_betas[0],
+                beta_2=optimizer.adam_betas[1],
+                epsilon=optimizer.adam_eps,
+            )
         self.optimizer.build(self.model.trainable_variables)
         self._trace_count = 0
         net, opt = self.model, self.optimizer
@@ -219,7 +246,7 @@ class TensorFlowAdapter(Adapter):
                 logits = net(x, training=True)
                 loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
             grads = tape.gradient(loss, net.trainable_variables)
-            opt.apply_gradients(zip(grads, net.trainable_variables))
+            opt.apply_gradients(zip(grads, net.trainable_variables, strict=True))
             return loss
 
         @tf.function(input_signature=signature[:1])
@@ -237,8 +264,10 @@ class TensorFlowAdapter(Adapter):
         return int(sum(int(np.prod(v.shape)) for v in self.model.trainable_variables))
 
     def get_weights(self) -> list[np.ndarray]:
-        return [np.ascontiguousarray(conv(np.asarray(v.numpy()))) for v, conv in zip(self._variables,
-                                                                                    self._from_keras)]
+        return [
+            np.ascontiguousarray(conv(np.asarray(v.numpy())))
+            for v, conv in zip(self._variables, self._from_keras, strict=True)
+        ]
 
     def prepare_batch(self, x: np.ndarray, y: np.ndarray) -> Any:
         tf = self.tf
@@ -274,16 +303,20 @@ class TensorFlowAdapter(Adapter):
 
     def memory_stats(self) -> MemoryStats:
         if not self.gpu:
-            return MemoryStats(peak_mib=None, source="none: TensorFlow keeps no CPU allocator statistics "
-                                                     "(tf.config.experimental.get_memory_info gives 0 or raises on CPU)")
+            return MemoryStats(
+                peak_mib=None,
+                source="none: TensorFlow keeps no CPU allocator statistics "
+                "(tf.config.experimental.get_memory_info gives 0 or raises on CPU)",
+            )
         self.tf.test.experimental.sync_devices()
         info = self.tf.config.experimental.get_memory_info("GPU:0")
-        return MemoryStats(peak_mib=info["peak"] / MIB, source="tf.config.experimental.get_memory_info['peak']")
+        return MemoryStats(
+            peak_mib=info["peak"] / MIB, source="tf.config.experimental.get_memory_info['peak']"
+        )
 
     def is_oom(self, exc: BaseException) -> bool:
-        tf = self.tf
-        if tf is None:
-            import tensorflow as tf
+        import tensorflow as tf  # already loaded in a worker that got this far; cheap then
+
         if isinstance(exc, tf.errors.ResourceExhaustedError):
             return True
         # A graph-execution failure can arrive as another OpError (or a wrapper) whose text or cause says OOM.

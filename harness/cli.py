@@ -43,8 +43,8 @@ def print_table(rows: list[dict[str, Any]], columns: Sequence[tuple[str, str, st
     cells = [[h for _, h, _ in columns]] + [[_fmt(r.get(k), f) for k, _, f in columns] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     for n, row in enumerate(cells):
-        print("  ".join(c.rjust(w) if n and i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))),
-              file=file)
+        padded = (c.rjust(w) if n and i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+        print("  ".join(padded).rstrip(), file=file)
 
 
 # ---------------------------------------------------------------- run
@@ -55,6 +55,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.store import Store
 
     exp = load_experiment(args.experiment)
+    if args.ray_address:
+        args.executor = "ray"
     exp = exp.with_overrides(frameworks=args.frameworks, batch_sizes=args.batch_sizes, device=args.device,
                              repeats=args.repeats, epochs=args.epochs,
                              skip_larger_after_oom=False if args.no_skip_larger else None)
@@ -77,8 +79,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     print(f"experiment {exp.name!r} from {exp.source}: {len(exp.frameworks)} framework(s) x "
           f"{len(exp.batch_sizes)} batch size(s) x {exp.repeats} repeat(s) -> {out}")
+    executor = None
+    if args.executor == "ray":
+        from harness.ray_executor import RayExecutor
+
+        executor = RayExecutor(address=args.ray_address, monitor_factory=factory, log_dir=out.resolve() / "logs")
     result = run_sweep(exp, out, resume=args.resume, data_dir=args.data_dir, command=command,
-                       monitor_factory=factory, progress=progress, on_start=on_start)
+                       monitor_factory=factory, progress=progress, on_start=on_start, executor=executor)
     if result.already_done:
         print(f"{result.already_done} trial(s) already stored: skipped (--resume)")
     with Store.open(out, create=False) as store:
@@ -139,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-skip-larger", action="store_true",
                    help="run batch sizes above one that ran out of memory (default: record them as skipped)")
     p.add_argument("--data-dir", help="local copy of a downloadable data set (e.g. cifar-10-python.tar.gz)")
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="where trials run: here (default) or as tasks on a Ray cluster")
+    p.add_argument("--ray-address", help="Ray cluster address (default: start a local one); implies --executor ray")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("adapters", help="list registered adapters (imports no framework)")

@@ -76,7 +76,8 @@ def run_doctor() -> int:
               f"CUDA {gpu['cuda_driver']}")
     print("frameworks")
     for a in list_adapters():
-        state = f"{a.distribution} {a.version}" if a.installed else f"not installed (pip install 'batchscope[{a.name}]')"
+        state = (f"{a.distribution} {a.version}" if a.installed
+                 else f"not installed (pip install 'batchscope[{a.name}]')")
         print(f"  {a.name:<11} {state}" + (f"  PROBLEM: {a.problem}" if a.problem else ""))
     problems = pin_problems()
     if problems:

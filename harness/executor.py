@@ -48,6 +48,13 @@ class Monitor(Protocol):
         """The worker is gone: stop and return what was measured (aggregates and raw samples)."""
 
 
+class Executor(Protocol):
+    """Runs trial units: :class:`LocalExecutor` here, :class:`harness.ray_executor.RayExecutor` on a cluster."""
+
+    def run(self, unit: TrialUnit, on_event: Callable[[dict[str, Any]], None] | None = None) -> TrialOutcome:
+        """Run one unit to completion and classify it; never raises for a trial's own failure."""
+
+
 class NullMonitor:
     """Measures nothing."""
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal
 
 import numpy as np
 
@@ -75,7 +75,7 @@ class Dense:
     init: Init = "glorot_uniform"
 
 
-Layer = Union[Conv2D, BatchNorm, ReLU, MaxPool2D, GlobalAvgPool, Flatten, Dense]
+Layer = Conv2D | BatchNorm | ReLU | MaxPool2D | GlobalAvgPool | Flatten | Dense
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class ModelDescription:
         """Shapes of the arrays :func:`init_weights` returns, in order."""
         out: list[tuple[int, ...]] = []
         shape: tuple[int, ...] = self.input_shape
-        for layer, after in zip(self.layers, self.shapes()):
+        for layer, after in zip(self.layers, self.shapes(), strict=True):
             if isinstance(layer, Conv2D):
                 out.append((layer.filters, shape[0], layer.kernel, layer.kernel))
                 if layer.use_bias:

@@ -6,10 +6,10 @@ larger ones can be recorded as skipped instead of being run into the same wall.
 
 from __future__ import annotations
 
+from adapters.base import OptimizerSpec
 from harness.data import DataRequest, PreparedData
 from harness.registry import adapter_class
 from harness.spec import Experiment, TrialSpec
-from adapters.base import OptimizerSpec
 
 
 def data_request(exp: Experiment, data_dir: str | None = None) -> DataRequest:

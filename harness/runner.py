@@ -12,7 +12,7 @@ from typing import Any
 from harness import environment
 from harness.data import PreparedData, default_cache_dir, prepare
 from harness.errors import StoreError
-from harness.executor import LocalExecutor, Monitor, TrialOutcome, TrialUnit
+from harness.executor import Executor, LocalExecutor, Monitor, TrialOutcome, TrialUnit
 from harness.planner import data_request, plan
 from harness.registry import adapter_class, adapter_target
 from harness.spec import Experiment, TrialSpec
@@ -59,12 +59,14 @@ def run_sweep(
     monitor_factory: Callable[[TrialUnit], Monitor] | None = None,
     progress: ProgressFn | None = None,
     on_start: Callable[[int, int, TrialSpec], None] | None = None,
+    executor: Executor | None = None,
 ) -> SweepResult:
     """Run every trial of ``exp`` not yet in the store of ``out_dir``.
 
     Without ``resume``, a store that already holds trials of this experiment is refused rather than
     mixed with a new run. A trial that fails never stops the sweep; Ctrl-C stops it after killing the
-    worker in flight, with every finished trial already stored.
+    worker in flight, with every finished trial already stored. ``executor`` defaults to a
+    :class:`LocalExecutor` logging into ``out_dir/logs``.
     """
     out_dir = Path(out_dir)
     if store_path(out_dir).exists():
@@ -88,7 +90,7 @@ def run_sweep(
         for row in existing:
             if row["status"] == "oom":
                 oom_at[row["framework"]] = min(oom_at.get(row["framework"], row["batch_size"]), row["batch_size"])
-        executor = LocalExecutor(monitor_factory=monitor_factory, log_dir=out_dir / "logs")
+        executor = executor or LocalExecutor(monitor_factory=monitor_factory, log_dir=out_dir / "logs")
         for i, trial in enumerate(trials, 1):
             if trial.trial_hash in done:
                 result.already_done += 1

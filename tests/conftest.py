@@ -54,3 +54,10 @@ def make_trial(framework: str = "fake", batch_size: int = 4, **kw: object) -> Tr
         device="cpu", threads=1, timeout_s=60.0, eval=True, eval_batch_size=32)
     base.update(kw)
     return TrialSpec(**base)  # type: ignore[arg-type]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    # Here, not in tests/contract/conftest.py: pytest reads options only from the root conftest.
+    parser.addoption("--adapter", action="append", default=[], metavar="NAME",
+                     help="run the contract suite (tests/contract) against this registered adapter only, or "
+                          "against module:Class; repeatable. Default: every registered adapter.")

@@ -6,9 +6,9 @@ import signal
 
 import pytest
 
+from harness.errors import WorkerProtocolError
 from harness.executor import LocalExecutor, TrialUnit, classify
 from harness.protocol import WorkerReport, decode, encode
-from harness.errors import WorkerProtocolError
 from tests.conftest import make_trial
 from tests.fake_adapter import FakeAdapter
 

@@ -1,0 +1,191 @@
+"""A bare, hand-written, idiomatic training loop of the seed study's CNN in one framework (no harness).
+
+Run as ``python benchmarks/bare_loop.py --framework tensorflow --batch 64 --threads 2``; prints one
+JSON line with samples/s. It is the baseline of ``harness_overhead.py``: the same model (osu_cnn:
+Conv 32@3x3 same, ReLU, MaxPool 2, Flatten, Dense 128, ReLU, Dense classes), batch, thread count,
+SGD with momentum and number of steps as a harness trial, written the way each framework's own
+tutorials write it: a PyTorch eager loop, a Keras model with a ``tf.function`` step, a hybridised
+Gluon network with a Trainer. Throughput is measured like a user would: wall time of the timed steps
+with one synchronisation at the end (none per step), batches converted to tensors beforehand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+
+def batches(args: argparse.Namespace) -> list[tuple[np.ndarray, np.ndarray]]:
+    """A few distinct random batches (NCHW float32, int64 labels), cycled through by the loop."""
+    rng = np.random.default_rng(0)
+    c, h, w = args.shape
+    return [
+        (
+            rng.normal(size=(args.batch, c, h, w)).astype(np.float32),
+            rng.integers(0, args.classes, size=args.batch).astype(np.int64),
+        )
+        for _ in range(4)
+    ]
+
+
+def torch_loop(args: argparse.Namespace) -> tuple[Callable[[int], None], Callable[[], None]]:
+    import torch
+    from torch import nn
+
+    torch.set_num_threads(args.threads)
+    c, h, w = args.shape
+    model = nn.Sequential(
+        nn.Conv2d(c, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * (h // 2) * (w // 2), 128),
+        nn.ReLU(),
+        nn.Linear(128, args.classes),
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    data = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in batches(args)]
+
+    def step(i: int) -> None:
+        x, y = data[i % len(data)]
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        opt.step()
+
+    return step, lambda: None
+
+
+def tensorflow_loop(args: argparse.Namespace) -> tuple[Callable[[int], None], Callable[[], None]]:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    c, h, w = args.shape
+    model = keras.Sequential(
+        [
+            keras.Input((h, w, c)),
+            keras.layers.Conv2D(32, 3, padding="same"),
+            keras.layers.ReLU(),
+            keras.layers.MaxPooling2D(2),
+            keras.layers.Flatten(),
+            keras.layers.Dense(128),
+            keras.layers.ReLU(),
+            keras.layers.Dense(args.classes),
+        ]
+    )
+    opt = keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    @tf.function
+    def train(x: Any, y: Any) -> Any:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    data = [(tf.constant(x.transpose(0, 2, 3, 1)), tf.constant(y)) for x, y in batches(args)]
+    last: list[Any] = [None]
+
+    def step(i: int) -> None:
+        last[0] = train(*data[i % len(data)])
+
+    return step, lambda: last[0].numpy()
+
+
+def mxnet_loop(args: argparse.Namespace) -> tuple[Callable[[int], None], Callable[[], None]]:
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    os.environ["MXNET_CPU_WORKER_NTHREADS"] = "1"
+    if "bool" not in vars(np):
+        np.bool = bool  # type: ignore[attr-defined]  # MXNet 1.9.1 uses the alias NumPy 1.24 removed
+    import mxnet as mx
+    from mxnet import autograd, gluon
+    from mxnet.gluon import nn
+
+    net = nn.HybridSequential()
+    net.add(
+        nn.Conv2D(32, 3, padding=1),
+        nn.Activation("relu"),
+        nn.MaxPool2D(2),
+        nn.Flatten(),
+        nn.Dense(128, activation="relu"),
+        nn.Dense(args.classes),
+    )
+    net.initialize(mx.init.Xavier(), ctx=mx.cpu())
+    net.hybridize(static_alloc=True, static_shape=True)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9})
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    data = [(mx.nd.array(x), mx.nd.array(y)) for x, y in batches(args)]
+
+    def step(i: int) -> None:
+        x, y = data[i % len(data)]
+        with autograd.record():
+            loss = loss_fn(net(x), y)
+        loss.backward()
+        trainer.step(args.batch)
+
+    return step, mx.nd.waitall
+
+
+LOOPS = {"pytorch": torch_loop, "tensorflow": tensorflow_loop, "mxnet": mxnet_loop}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--framework", choices=sorted(LOOPS), required=True)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--shape", type=lambda s: tuple(int(v) for v in s.split(",")), default=(1, 28, 28))
+    parser.add_argument("--classes", type=int, default=10)
+    parser.add_argument(
+        "--sync-each-step",
+        action="store_true",
+        help="synchronise after every step and report batch / median step time, the way the "
+        "harness measures (to tell the cost of per-step timing from the harness' own)",
+    )
+    args = parser.parse_args(argv)
+    step, sync = LOOPS[args.framework](args)
+    for i in range(args.warmup):
+        step(i)
+    sync()
+    step_s: list[float] = []
+    t0 = time.perf_counter()
+    for i in range(args.steps):
+        t_step = time.perf_counter()
+        step(args.warmup + i)
+        if args.sync_each_step:
+            sync()
+            step_s.append(time.perf_counter() - t_step)
+    sync()
+    wall_s = time.perf_counter() - t0
+    rate = args.batch / float(np.median(step_s)) if args.sync_each_step else args.steps * args.batch / wall_s
+    print(
+        json.dumps(
+            {
+                "framework": args.framework,
+                "batch": args.batch,
+                "threads": args.threads,
+                "steps": args.steps,
+                "wall_s": wall_s,
+                "sync_each_step": args.sync_each_step,
+                "samples_per_s": rate,
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Shared pieces of the benchmark scripts: machine facts, a harness trial, a bare-loop run.
+
+The benchmark parent, like the harness parent, imports no framework: harness trials run in the real
+worker (``LocalExecutor``), bare loops in ``bare_loop.py`` subprocesses, each a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from adapters.base import OptimizerSpec  # noqa: E402
+from harness import environment  # noqa: E402
+from harness.data import DataRequest, PreparedData, prepare  # noqa: E402
+from harness.executor import LocalExecutor, TrialOutcome, TrialUnit  # noqa: E402
+from harness.registry import adapter_class, adapter_target  # noqa: E402
+from harness.spec import TrialSpec  # noqa: E402
+
+FRAMEWORKS = ("pytorch", "tensorflow", "mxnet")
+SHAPE = (1, 28, 28)  # MNIST-sized, the seed study's input
+CLASSES = 10
+OPTIMIZER = OptimizerSpec(name="sgd", lr=0.01, momentum=0.9)
+
+
+def machine_facts() -> str:
+    """A few lines saying where the figures were taken (framework versions from metadata, no import)."""
+    env = environment.capture()
+    versions = []
+    for fw in FRAMEWORKS:
+        for dist in adapter_class(fw).distributions:
+            try:
+                versions.append(f"{dist} {md.version(dist)}")
+                break
+            except md.PackageNotFoundError:
+                continue
+    load = os.getloadavg()
+    return "\n".join(
+        [
+            f"machine: {env['cpu_model']}, {env['cpu_count']} CPUs, {env['ram_gib']} GiB RAM",
+            f"GPU: {env['gpu_note']}",
+            f"python {env['python']} on {env['os']}; {', '.join(versions)}",
+            f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
+            "(other work on the machine makes figures noisy: compare only within one run)",
+        ]
+    )
+
+
+def synthetic_data(samples: int = 2048) -> PreparedData:
+    """The benchmark data set, prepared once in a private cache."""
+    cache = Path(os.environ.get("BATCHSCOPE_BENCH_CACHE", Path(tempfile.gettempdir()) / "batchscope-bench"))
+    return prepare(
+        DataRequest(
+            name="synthetic", synthetic_shape=SHAPE, synthetic_classes=CLASSES, synthetic_samples=samples
+        ),
+        cache,
+    )
+
+
+def harness_trial(
+    framework: str, data: PreparedData, batch_size: int, threads: int, warmup: int, steps: int
+) -> TrialOutcome:
+    """One real harness trial (fresh worker), as a sweep would run it; raises if it did not end ok."""
+    trial = TrialSpec(
+        experiment="bench",
+        framework=framework,
+        model="osu_cnn",
+        dataset="synthetic",
+        batch_size=batch_size,
+        repeat=0,
+        seed=0,
+        epochs=0,
+        warmup_steps=warmup,
+        timed_steps=steps,
+        optimizer=OPTIMIZER,
+        device="cpu",
+        threads=threads,
+        timeout_s=600.0,
+        eval=False,
+        data_key=data.key,
+    )
+    unit = TrialUnit(
+        trial=trial,
+        data=data,
+        order_path=str(data.write_order(0, 0)),
+        adapter_target=adapter_target(framework),
+        oom_patterns=adapter_class(framework).oom_stderr_patterns,
+    )
+    outcome = LocalExecutor(log_dir=Path(tempfile.gettempdir()) / "batchscope-bench-logs").run(unit)
+    if outcome.status != "ok":
+        raise RuntimeError(
+            f"{framework} harness trial at batch {batch_size}: {outcome.status}: {outcome.reason}\n"
+            f"{outcome.stderr_tail}"
+        )
+    return outcome
+
+
+def bare_loop(
+    framework: str, batch_size: int, threads: int, warmup: int, steps: int, sync_each_step: bool = False
+) -> dict[str, Any]:
+    """One run of ``bare_loop.py`` in a fresh interpreter; its JSON answer."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bare_loop.py"),
+            "--framework",
+            framework,
+            "--batch",
+            str(batch_size),
+            "--threads",
+            str(threads),
+            "--warmup",
+            str(warmup),
+            "--steps",
+            str(steps),
+            "--shape",
+            ",".join(map(str, SHAPE)),
+            "--classes",
+            str(CLASSES),
+            *(["--sync-each-step"] if sync_each_step else []),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"bare {framework} loop failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def median(values: list[float]) -> float:
+    """Median (for the printed figures)."""
+    return statistics.median(values)

@@ -1,0 +1,116 @@
+"""Harness overhead: samples/s of a real harness trial against a bare hand-written loop, per framework.
+
+For each framework, at batch 64 on CPU, a harness trial (fresh worker process, the adapter, the
+worker's step timing) and a bare idiomatic loop (``bare_loop.py``, its own fresh process: a PyTorch
+eager loop, a ``tf.function`` Keras step, a hybridised Gluon network) run alternately ``--repeats``
+times (the order flips every repeat so drift in machine load does not favour one side). The ratio
+harness / bare is printed per repeat and as a median; the target is >= 0.99. Then, for the record,
+samples/s at batch 8 and 256 (one run of each kind).
+
+The harness figure is the one the store keeps: batch / median timed-step time. The bare figure is
+what a user's loop achieves: timed steps / their wall time, with a single synchronisation at the end.
+A third column, "bare+sync", is the bare loop synchronised and timed per step the way the harness
+must (a step's time can only be read once the device is idle): harness / bare+sync is the harness'
+own overhead, bare+sync / bare the price of per-step timing (large only for asynchronous engines).
+
+    python benchmarks/harness_overhead.py --frameworks pytorch,tensorflow,mxnet --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from common import FRAMEWORKS, bare_loop, harness_trial, machine_facts, median, synthetic_data
+
+TARGET_RATIO = 0.99
+SHAPE_TEXT = "1x28x28, 10 classes"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--frameworks", default=",".join(FRAMEWORKS), help="comma-separated, from: " + ", ".join(FRAMEWORKS)
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="alternations per framework (>= 5 for the target)"
+    )
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2, help="framework threads, the same on both sides")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=100, help="timed steps per run")
+    parser.add_argument(
+        "--record-batches", default="8,256", help="batch sizes printed for the record ('' for none)"
+    )
+    args = parser.parse_args(argv)
+    frameworks = [f for f in args.frameworks.split(",") if f]
+    unknown = sorted(set(frameworks) - set(FRAMEWORKS))
+    if unknown:
+        parser.error(f"unknown framework(s) {unknown}; choose from {', '.join(FRAMEWORKS)}")
+
+    print(machine_facts())
+    print(
+        f"model osu_cnn {SHAPE_TEXT}, SGD momentum 0.9, CPU, {args.threads} thread(s), "
+        f"{args.warmup} warm-up + {args.steps} timed steps per run\n"
+    )
+    data = synthetic_data()
+    summary: dict[str, float] = {}
+    for fw in frameworks:
+        ratios: list[float] = []
+        own: list[float] = []
+        print(f"{fw}, batch {args.batch}:")
+        for r in range(args.repeats):
+            first_harness = r % 2 == 0
+            results: dict[str, float] = {}
+            sides = ("harness", "bare", "bare+sync")
+            for side in sides if first_harness else sides[::-1]:
+                if side == "harness":
+                    out = harness_trial(fw, data, args.batch, args.threads, args.warmup, args.steps)
+                    results[side] = out.metrics["samples_per_s"]
+                else:
+                    results[side] = bare_loop(
+                        fw,
+                        args.batch,
+                        args.threads,
+                        args.warmup,
+                        args.steps,
+                        sync_each_step=side == "bare+sync",
+                    )["samples_per_s"]
+            ratio = results["harness"] / results["bare"]
+            ratios.append(ratio)
+            own.append(results["harness"] / results["bare+sync"])
+            print(
+                f"  repeat {r + 1}: harness {results['harness']:8.1f}   bare {results['bare']:8.1f}   "
+                f"bare+sync {results['bare+sync']:8.1f} samples/s   ratio {ratio:.3f}   "
+                f"harness/bare+sync {own[-1]:.3f}",
+                flush=True,
+            )
+        summary[fw] = median(ratios)
+        print(
+            f"  median ratio {summary[fw]:.3f} (target >= {TARGET_RATIO}); "
+            f"median harness/bare+sync {median(own):.3f}\n",
+            flush=True,
+        )
+
+    record = [int(b) for b in args.record_batches.split(",") if b]
+    if record:
+        print("for the record (one run each), samples/s:")
+        for fw in frameworks:
+            for bs in record:
+                h = harness_trial(fw, data, bs, args.threads, args.warmup, args.steps).metrics[
+                    "samples_per_s"
+                ]
+                b = bare_loop(fw, bs, args.threads, args.warmup, args.steps)["samples_per_s"]
+                print(
+                    f"  {fw:<11} batch {bs:>4}: harness {h:9.1f}   bare {b:9.1f}   ratio {h / b:.3f}",
+                    flush=True,
+                )
+    print(
+        "\nmedian harness/bare ratio at batch "
+        f"{args.batch}: " + ", ".join(f"{fw} {ratio:.3f}" for fw, ratio in summary.items())
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

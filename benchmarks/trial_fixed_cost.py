@@ -1,0 +1,96 @@
+"""Fixed cost of one trial per framework: spawn a worker, import the framework, set up, build the model.
+
+Measured in the parent from just before the worker is spawned to the worker's ``ready`` message (the
+model is built and its weights loaded; no step has run), median of ``--repeats`` trials, each in a
+fresh worker. The whole trial's wall time (one training step at batch 8, no evaluation, process exit
+included) is printed beside it. This is what every point of a sweep pays before it measures anything.
+
+    python benchmarks/trial_fixed_cost.py --frameworks pytorch,tensorflow,mxnet --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from common import FRAMEWORKS, OPTIMIZER, machine_facts, median, synthetic_data
+
+from harness.executor import LocalExecutor, TrialUnit
+from harness.registry import adapter_class, adapter_target
+from harness.spec import TrialSpec
+
+
+def one_trial(framework: str, data: Any, log_dir: Path) -> tuple[float, float]:
+    """(seconds from spawn to ready, seconds for the whole trial)."""
+    trial = TrialSpec(
+        experiment="fixed-cost",
+        framework=framework,
+        model="osu_cnn",
+        dataset="synthetic",
+        batch_size=8,
+        repeat=0,
+        seed=0,
+        epochs=0,
+        warmup_steps=0,
+        timed_steps=1,
+        optimizer=OPTIMIZER,
+        device="cpu",
+        threads=1,
+        timeout_s=300.0,
+        eval=False,
+        data_key=data.key,
+    )
+    unit = TrialUnit(
+        trial=trial,
+        data=data,
+        order_path=str(data.write_order(0, 0)),
+        adapter_target=adapter_target(framework),
+        oom_patterns=adapter_class(framework).oom_stderr_patterns,
+    )
+    ready_at: list[float] = []
+
+    def on_event(msg: dict[str, Any]) -> None:
+        if msg["event"] == "ready":
+            ready_at.append(time.monotonic())
+
+    t0 = time.monotonic()
+    outcome = LocalExecutor(log_dir=log_dir).run(unit, on_event=on_event)
+    total = time.monotonic() - t0
+    if outcome.status != "ok" or not ready_at:
+        raise RuntimeError(f"{framework}: {outcome.status}: {outcome.reason}\n{outcome.stderr_tail}")
+    return ready_at[0] - t0, total
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--frameworks", default=",".join(FRAMEWORKS), help="comma-separated, from: " + ", ".join(FRAMEWORKS)
+    )
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args(argv)
+    frameworks = [f for f in args.frameworks.split(",") if f]
+    unknown = sorted(set(frameworks) - set(FRAMEWORKS))
+    if unknown:
+        parser.error(f"unknown framework(s) {unknown}; choose from {', '.join(FRAMEWORKS)}")
+    print(machine_facts())
+    print("osu_cnn 1x28x28, CPU, 1 thread; spawn -> ready (import + setup + build), and the whole trial\n")
+    data = synthetic_data()
+    log_dir = Path(tempfile.gettempdir()) / "batchscope-bench-logs"
+    for fw in frameworks:
+        runs = [one_trial(fw, data, log_dir) for _ in range(args.repeats)]
+        ready = [r[0] for r in runs]
+        total = [r[1] for r in runs]
+        print(
+            f"{fw:<11} fixed cost (spawn -> ready) median {median(ready):6.2f} s "
+            f"[{min(ready):.2f} .. {max(ready):.2f}]   whole trial median {median(total):6.2f} s",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""The adapter contract: every registered adapter (or the ones given with --adapter) must pass these.
+
+Each test reads the probe result of one adapter (computed in its own subprocess, see ``probe.py``), so
+TensorFlow, MXNet and PyTorch never share a process. ``test_real_oom_trial_is_classified_oom`` goes
+further: it provokes a real out-of-memory failure in a real worker under an address-space limit.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.data import DataRequest, prepare
+from harness.executor import LocalExecutor, TrialUnit
+from harness.registry import adapter_class
+from tests.conftest import make_trial
+from tests.contract.conftest import REFERENCE_ADAPTER, resolve_target
+from tests.contract.probe import MODELS, STEPS
+
+pytestmark = pytest.mark.slow
+
+# float32 kernels differ between frameworks (summation order, oneDNN vs Eigen): first-batch logits agree
+# to about 1e-6 relative; after three SGD-momentum steps at lr 0.05 the weights still agree to ~1e-5.
+LOGITS_RTOL, LOGITS_ATOL = 1e-4, 1e-4
+WEIGHTS_RTOL, WEIGHTS_ATOL = 1e-3, 2e-4
+
+
+def test_versions_are_reported(adapter_name, probe):
+    versions = probe(adapter_name).check("versions")["versions"]
+    assert versions and all(isinstance(v, str) and v for v in versions.values()), versions
+    cls = adapter_class(adapter_name) if ":" not in adapter_name else None
+    if cls is not None:
+        assert cls.import_name in versions or any(d in versions for d in cls.distributions), versions
+
+
+def test_setup_returns_device_facts(adapter_name, probe):
+    facts = probe(adapter_name).check("setup")["facts"]
+    assert isinstance(facts, dict) and "device" in facts, facts
+
+
+@pytest.mark.parametrize("model", [m[0] for m in MODELS])
+def test_param_count_matches_description(adapter_name, probe, model):
+    record = probe(adapter_name).check("models")[model]
+    assert record["param_count"] == record["expected_param_count"]
+
+
+@pytest.mark.parametrize("model", [m[0] for m in MODELS])
+def test_output_shape(adapter_name, probe, model):
+    record = probe(adapter_name).check("models")[model]
+    assert record["output_shape"] == record["expected_output_shape"]
+
+
+@pytest.mark.parametrize("model", [m[0] for m in MODELS])
+def test_get_weights_round_trips_init_weights_exactly(adapter_name, probe, model):
+    record = probe(adapter_name).check("models")[model]
+    assert record["round_trip_shapes"] == record["expected_shapes"]
+    assert record["round_trip_exact"], (
+        "get_weights() right after build() must give back init_weights() bit for bit"
+    )
+
+
+def test_loss_decreases_on_a_fixed_batch(adapter_name, probe):
+    record = probe(adapter_name).check("learns")
+    assert record["loss_after"] < 0.5 * record["loss_before"], record
+
+
+def test_evaluate_gives_accuracy_in_unit_interval(adapter_name, probe):
+    record = probe(adapter_name).check("evaluates")
+    assert record["samples"] == 50
+    assert 0.0 <= record["accuracy"] <= 1.0
+    assert math.isfinite(record["loss"]) and record["loss"] > 0
+
+
+def test_train_step_returns_a_finished_update(adapter_name, probe):
+    record = probe(adapter_name).check("blocks")
+    assert record["weights_changed"], "the weights must have changed when train_step returns"
+    # Pending work would make the first read after the step wait for it (about a step's time).
+    assert record["read_after_step_s"] <= 3 * record["idle_read_s"] + 0.25 * record["step_s"], record
+
+
+def test_is_oom_recognises_the_frameworks_real_errors(adapter_name, probe):
+    record = probe(adapter_name).check("oom")
+    missed = [r for r in record["oom_recognised"] if not r[2]]
+    wrong = [r for r in record["not_oom_recognised"] if r[2]]
+    assert not missed, f"out-of-memory errors not recognised: {missed}"
+    assert not wrong, f"ordinary errors taken for out-of-memory: {wrong}"
+
+
+def test_same_first_batch_and_updates_as_the_reference(adapter_name, probe):
+    """Same init weights and batch: the same logits, loss, and weights after a few SGD and Adam steps."""
+    this, ref = probe(adapter_name), probe(REFERENCE_ADAPTER)
+    this.check("models")
+    ref.check("models")
+    keys = sorted(ref.arrays)
+    assert sorted(this.arrays) == keys
+    for model, _, _ in MODELS:
+        np.testing.assert_allclose(
+            this.arrays[f"{model}/logits0"],
+            ref.arrays[f"{model}/logits0"],
+            rtol=LOGITS_RTOL,
+            atol=LOGITS_ATOL,
+            err_msg=f"{model}: first-batch logits",
+        )
+        np.testing.assert_allclose(
+            this.arrays[f"{model}/loss0"],
+            ref.arrays[f"{model}/loss0"],
+            rtol=1e-5,
+            err_msg=f"{model}: first-batch loss",
+        )
+    for key in keys:
+        if f"/sgd{STEPS}/" in key or f"/adam{STEPS}/" in key:
+            np.testing.assert_allclose(
+                this.arrays[key],
+                ref.arrays[key],
+                rtol=WEIGHTS_RTOL,
+                atol=WEIGHTS_ATOL,
+                err_msg=f"{key}: weights after {STEPS} steps",
+            )
+
+
+def test_real_oom_trial_is_classified_oom(adapter_name, cache_dir: Path, tmp_path: Path):
+    """A batch that cannot fit a 3 GiB address space fails in a real worker, and is recorded as oom.
+
+    Depending on the framework the failure is a Python exception (PyTorch, MXNet: is_oom) or an abort in
+    native code (TensorFlow's oneDNN path: the adapter's stderr patterns); both must end up as ``oom``.
+    """
+    data = prepare(
+        DataRequest(
+            name="synthetic", synthetic_shape=(1, 28, 28), synthetic_classes=10, synthetic_samples=64
+        ),
+        cache_dir,
+    )
+    target = resolve_target(adapter_name)
+    module_name, _, attr = target.partition(":")
+    cls = getattr(importlib.import_module(module_name), attr)
+    trial = make_trial(cls.name, batch_size=30000, warmup_steps=1, timed_steps=1, eval=False, timeout_s=300)
+    unit = TrialUnit(
+        trial=trial,
+        data=data,
+        order_path=str(data.write_order(0, 0)),
+        adapter_target=target,
+        oom_patterns=cls.oom_stderr_patterns,
+        os_memory_limit_mib=3000,
+    )
+    outcome = LocalExecutor(log_dir=tmp_path).run(unit)
+    assert outcome.status == "oom", f"{outcome.status}: {outcome.reason}\n{outcome.stderr_tail}"

@@ -1,0 +1,45 @@
+"""The framework-neutral model catalogue: shapes, parameter counts and initial weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness.errors import ConfigError
+from harness.models import build_description, init_weights
+
+
+def test_osu_cnn_on_cifar_matches_a_hand_count():
+    desc = build_description("osu_cnn", (3, 32, 32), 10)
+    conv = 32 * 3 * 3 * 3 + 32
+    dense = 32 * 16 * 16 * 128 + 128
+    out = 128 * 10 + 10
+    assert desc.param_count() == conv + dense + out == 1_050_890
+    assert desc.output_shape == (10,)
+
+
+def test_deep_cnn_has_gigabytes_of_activations_at_batch_1024():
+    desc = build_description("deep_cnn", (3, 32, 32), 10)
+    gib = desc.activation_floats_per_sample() * 4 * 1024 / 2**30
+    assert gib > 2, gib
+    assert build_description("deep_cnn", (1, 8, 8), 10).output_shape == (10,)  # small inputs still fit
+
+
+def test_init_weights_are_reproducible_and_follow_the_schemes():
+    desc = build_description("osu_cnn", (1, 28, 28), 10)
+    a, b = init_weights(desc, 3), init_weights(desc, 3)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    assert not np.array_equal(a[0], init_weights(desc, 4)[0])
+    assert [w.shape for w in a] == desc.weight_shapes()
+    conv_limit = np.sqrt(6 / (1 * 9))
+    assert np.abs(a[0]).max() <= conv_limit and np.abs(a[0]).max() > 0.9 * conv_limit
+    assert not a[1].any()  # bias zeros
+    dense_limit = np.sqrt(6 / (128 + 10))  # glorot on the output layer
+    assert np.abs(a[4]).max() <= dense_limit
+
+
+def test_unknown_model_and_bad_shapes_are_refused():
+    with pytest.raises(ConfigError, match="unknown model 'vgg'"):
+        build_description("vgg", (3, 32, 32), 10)
+    with pytest.raises(ConfigError, match="does not fit input shape"):
+        build_description("osu_cnn", (1, 1, 1), 10)
