@@ -195,6 +195,9 @@ def prepare(req: DataRequest, cache_dir: Path | None = None) -> PreparedData:
     if req.name not in LOADERS:
         raise DataError(f"unknown dataset {req.name!r}; known: {', '.join(sorted(LOADERS))}")
     info, loader = LOADERS[req.name]
+    if req.data_dir and info.offline:
+        raise DataError(f"--data-dir {req.data_dir} was given, but {req.name!r} ships with the install and reads "
+                        "no local copy; drop --data-dir (it is for downloadable data sets: cifar10)")
     cache = cache_dir or default_cache_dir()
     target = cache / "prepared" / req.slug()
     if (target / "meta.json").exists():

@@ -254,6 +254,11 @@ def test_embedded_sets_are_real_fixed_and_stratified(tmp_path: Path) -> None:
     assert prepare(DataRequest("mnist5k", seed=3), tmp_path).key == mnist.key
 
 
+def test_data_dir_for_an_embedded_set_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="drop --data-dir"):
+        prepare(DataRequest("digits", data_dir=str(tmp_path)), tmp_path)
+
+
 def test_train_samples_prefix_and_too_many(tmp_path: Path) -> None:
     small = prepare(DataRequest("digits", train_samples=500), tmp_path)
     assert small.n_train == 500 and small.n_test == 359
