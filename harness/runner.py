@@ -16,7 +16,7 @@ from harness.executor import Executor, LocalExecutor, Monitor, TrialOutcome, Tri
 from harness.planner import data_request, plan
 from harness.registry import adapter_class, adapter_target
 from harness.spec import Experiment, TrialSpec
-from harness.store import Store
+from harness.store import Store, store_path
 
 ProgressFn = Callable[[int, int, TrialOutcome], None]
 
@@ -69,12 +69,16 @@ def run_sweep(
     :class:`LocalExecutor` logging into ``out_dir/logs``.
     """
     out_dir = Path(out_dir)
-    with Store.open(out_dir) as store:
-        existing = store.trials("experiment = ?", (exp.name,))
+    if store_path(out_dir).exists():
+        with Store.open(out_dir) as store:
+            existing = store.trials("experiment = ?", (exp.name,))
         if existing and not resume:
             raise StoreError(f"{out_dir} already holds {len(existing)} trial(s) of experiment {exp.name!r}; "
                              "add --resume to finish that sweep, or give another --out directory")
-        data = prepare(data_request(exp, data_dir), cache_dir or default_cache_dir())
+    # data before the store: a data error (no network, corrupt archive) must leave nothing written
+    data = prepare(data_request(exp, data_dir), cache_dir or default_cache_dir())
+    with Store.open(out_dir) as store:
+        existing = store.trials("experiment = ?", (exp.name,))
         trials = plan(exp, data)
         env = environment.capture()
         spec = exp.to_dict() | {"data": {k: v for k, v in data.to_dict().items() if k != "directory"}}

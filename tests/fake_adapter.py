@@ -18,7 +18,10 @@ import numpy as np
 from adapters.base import Adapter, MemoryStats, OptimizerSpec, RuntimeConfig
 from harness.models import ModelDescription
 
-BEHAVIOURS = ("ok", "hang", "sigkill", "oom", "error", "segfault", "exit0", "noisy", "oom_stderr", "hang_setup")
+BEHAVIOURS = ("ok", "hang", "sigkill", "oom", "error", "segfault", "exit0", "noisy", "oom_stderr",
+              "hang_setup", "oom_large")
+#: with behaviour "oom_large", batches of at least this many samples "run out of memory" (doomed sizes)
+OOM_LARGE_BATCH = 64
 
 
 class FakeAdapter(Adapter):
@@ -60,6 +63,8 @@ class FakeAdapter(Adapter):
     def train_step(self, batch: Any) -> None:
         self.steps += 1
         b = self.behaviour
+        if b == "oom_large" and len(batch[0]) >= OOM_LARGE_BATCH:
+            raise MemoryError(f"fake: batch {len(batch[0])} does not fit")
         if b == "noisy":
             print("framework chatter on stdout {not json}", flush=True)
         if self.steps < 2:
