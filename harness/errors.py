@@ -45,3 +45,11 @@ class DoesNotFitError(BatchscopeError):
 
 class WorkerProtocolError(BatchscopeError):
     """A worker sent something that is not a protocol message."""
+
+
+class SearchAborted(BatchscopeError):
+    """A max-batch probe failed repeatedly for a reason other than memory; the boundary is unknown."""
+
+    def __init__(self, message: str, probes: tuple[object, ...] = ()) -> None:
+        super().__init__(message)
+        self.probes = probes
