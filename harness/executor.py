@@ -31,7 +31,9 @@ from harness.spec import TrialSpec
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 STATUSES = ("ok", "oom", "error", "timeout", "crashed", "skipped")
 GENERIC_OOM_PATTERNS = ("MemoryError", "std::bad_alloc", "out of memory", "Cannot allocate memory",
-                        "can't allocate memory")
+                        "can't allocate memory",
+                        # glibc under RLIMIT_DATA while loading a framework (seen with torch at ~150 MiB)
+                        "cannot allocate memory", "failed to map segment from shared object")
 STDERR_TAIL_LINES = 40
 
 
