@@ -130,7 +130,7 @@ def resolve_budget(req: MaxBatchRequest, gpus: list[dict[str, Any]]) -> Budget:
                           "--memory-limit-mib N (a budget the OS enforces on each probe)")
     if not on_gpu:
         if not req.memory_limit_mib:
-            raise ConfigError("on CPU give --memory-limit-mib N: the budget each probe's worker gets from the "
+            raise ConfigError("on CPU give --memory-limit-mib N (memory_limit_mib in an experiment): the budget each probe's worker gets from the "
                               "OS (RLIMIT_DATA); without one the search would only stop when the machine does")
         return Budget(req.memory_limit_mib, "cpu-rlimit-data", "cpu", req.memory_limit_mib, 0.0)
     card_mib = float(gpus[0]["memory_total_mib"])
@@ -163,9 +163,15 @@ def probe_peak_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
     rss, ready_data, ready_rss = m.get("maxrss_mib"), m.get("vmdata_ready_mib"), m.get("rss_ready_mib")
     if rss is None:
         return None
-    if ready_data is not None and ready_rss is not None:
-        return float(ready_data) + max(0.0, float(rss) - float(ready_rss))
-    return float(rss)
+    if ready_data is None or ready_rss is None:
+        return float(rss)
+    growth = float(rss) - float(ready_rss)
+    file_ready, file_end = m.get("rss_file_ready_mib"), m.get("rss_file_end_mib")
+    if file_ready is not None and file_end is not None:
+        # pages of the memory-mapped data set and of lazily loaded libraries that training touched are
+        # in RSS but not in RLIMIT_DATA; they stay resident, so the end-of-trial figure counts them
+        growth -= max(0.0, float(file_end) - float(file_ready))
+    return float(ready_data) + max(0.0, growth)
 
 
 @dataclass(frozen=True)

@@ -227,10 +227,10 @@ class _Search:
         bisection, so the worst case stays within twice plain bisection.
         """
         undershoots = 0
+        up_step = 0
         safeguard_next = False
         step = 2
         last_ok = True
-        prev_lo = self.lo
         while not self.settled and not self.capped:
             fit = self.refit()
             if fit is None:
@@ -239,8 +239,9 @@ class _Search:
             guess = fit.predict_batch(self.calibrated_budget(fit))
             if self.hi is None:
                 guess = max(guess, self.lo + 1)
-                if undershoots >= 2:
-                    guess = max(guess, self.lo + 2 * (self.lo - prev_lo))
+                if undershoots >= 2:  # the line keeps undershooting: grow the step exponentially
+                    up_step = max(2 * up_step, 2, self.lo // 32)
+                    guess = max(guess, self.lo + up_step)
                 batch, stage = min(guess, self.s.max_batch_cap), "predict"
             elif safeguard_next:
                 # gallop from the side the model's last probe fell on, never past the middle: a near miss
@@ -252,11 +253,9 @@ class _Search:
             else:
                 batch, stage = min(max(guess, self.lo + 1), self.hi - 1), "predict"
             width = self.hi - self.lo if self.hi is not None else None
-            lo_before = self.lo
             outcome = self.run(batch, stage)
             if width is None and self.hi is None and outcome == "ok":
                 undershoots += 1
-                prev_lo = lo_before
             if stage == "predict":
                 last_ok = outcome == "ok"
                 halved = width is not None and self.hi is not None and (self.hi - self.lo) * 2 <= width

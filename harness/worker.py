@@ -103,7 +103,7 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
         setup_s = time.perf_counter() - t_setup
         # the footprint before the first step, in RLIMIT_DATA's units (VmData) and in RSS: the max-batch
         # search turns the RSS peak into the units the OS limit counts (harness/maxbatch.py, probe_peak_mib)
-        ready_mem = _proc_status_mib("VmData", "VmRSS")
+        ready_mem = _proc_status_mib("VmData", "VmRSS", "RssFile")
         chan.send("ready", device=device_info, param_count=adapter.param_count(), model=desc.to_dict())
 
         warmup_n, timed_n, rest_n = plan_steps(data.n_train, trial.batch_size, trial.epochs,
@@ -152,6 +152,7 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
             framework_peak_mib=mem.peak_mib, framework_peak_source=mem.source,
             framework_reserved_mib=mem.reserved_mib, maxrss_mib=_maxrss_mib(),
             vmdata_ready_mib=ready_mem["VmData"], rss_ready_mib=ready_mem["VmRSS"],
+            rss_file_ready_mib=ready_mem["RssFile"], rss_file_end_mib=_proc_status_mib("RssFile")["RssFile"],
         )
         chan.send("result", metrics=metrics, step_times_ms=step_ms,
                   phase_steps={"warmup": warmup_n, "timed": timed_n, "train": rest_n})
