@@ -34,13 +34,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frameworks", default="pytorch,tensorflow,mxnet")
     parser.add_argument("--model", default="tiny_cnn")
-    parser.add_argument("--budget-mib", type=float, help="one budget for every framework (default: per framework)")
+    parser.add_argument("--budget-mib", type=float,
+                        help="one budget for every framework (default: per framework)")
     args = parser.parse_args(argv)
     cache = Path(tempfile.mkdtemp(prefix="mb-bench-"))
     data = prepare(DataRequest(name="synthetic", synthetic_shape=SHAPE, synthetic_samples=512), cache)
     print(f"max-batch strategies: {args.model} on {'x'.join(map(str, SHAPE))} synthetic input, CPU, "
           "budget enforced by RLIMIT_DATA on each probe")
-    header = f"{'framework':<11} {'budget MiB':>10} {'strategy':<14} {'max batch':>9} {'probes':>6} {'wall s':>7}"
+    header = (f"{'framework':<11} {'budget MiB':>10} {'strategy':<14} {'max batch':>9} {'probes':>6} "
+              f"{'wall s':>7}")
     print(header)
     ratios: list[tuple[str, float, float]] = []
     for framework in args.frameworks.split(","):

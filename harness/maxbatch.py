@@ -39,6 +39,7 @@ MIB = 1024.0 * 1024.0
 #: a failure to load the framework's libraries for want of memory: an ImportError, not a MemoryError
 SETUP_MEMORY_ERRORS = ("failed to map segment from shared object", "Cannot allocate memory",
                        "cannot allocate memory")
+CONTROL_FACTOR = 2  # a CPU probe that fails without saying "memory" is run again with this much more
 CPU_PROBE_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 BUDGET_KINDS = ("gpu-card", "gpu-emulated", "cpu-rlimit-data")
 #: frameworks that cannot emulate a smaller GPU, and why (shown to the user as is)
@@ -79,10 +80,10 @@ class MaxBatchRequest:
 
     def __post_init__(self) -> None:
         checks = (
-            (self.strategy in STRATEGIES, f"--strategy {self.strategy!r} is not one of {', '.join(STRATEGIES)}"),
-            (self.precision in PRECISIONS, f"--precision {self.precision!r} is not one of {', '.join(PRECISIONS)}"),
+            (self.strategy in STRATEGIES, f"--strategy {self.strategy!r} is not one of {STRATEGIES}"),
+            (self.precision in PRECISIONS, f"--precision {self.precision!r} is not one of {PRECISIONS}"),
             (self.device in DEVICES, f"--device {self.device!r} is not one of {', '.join(DEVICES)}"),
-            (self.optimizer in OPTIMIZERS, f"--optimizer {self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}"),
+            (self.optimizer in OPTIMIZERS, f"--optimizer {self.optimizer!r} is not one of {OPTIMIZERS}"),
             (self.memory_limit_mib >= 0, f"--memory-limit-mib {self.memory_limit_mib!r} must be >= 0"),
             (self.margin_mib >= 0, f"--margin-mib {self.margin_mib!r} must be >= 0"),
             (self.timeout_s > 0, f"--timeout-s {self.timeout_s!r} must be > 0"),
@@ -130,8 +131,9 @@ def resolve_budget(req: MaxBatchRequest, gpus: list[dict[str, Any]]) -> Budget:
                           "--memory-limit-mib N (a budget the OS enforces on each probe)")
     if not on_gpu:
         if not req.memory_limit_mib:
-            raise ConfigError("on CPU give --memory-limit-mib N (memory_limit_mib in an experiment): the budget each probe's worker gets from the "
-                              "OS (RLIMIT_DATA); without one the search would only stop when the machine does")
+            raise ConfigError("on CPU give --memory-limit-mib N (memory_limit_mib in an experiment): the "
+                              "budget each probe's worker gets from the OS (RLIMIT_DATA); without one the "
+                              "search would only stop when the machine does")
         return Budget(req.memory_limit_mib, "cpu-rlimit-data", "cpu", req.memory_limit_mib, 0.0)
     card_mib = float(gpus[0]["memory_total_mib"])
     if not req.memory_limit_mib:
@@ -241,43 +243,62 @@ class WorkerProber:
         self.env: dict[str, str] = CPU_PROBE_ENV if budget.kind == "cpu-rlimit-data" else {}
 
     def trial(self, batch: int, confirm: bool) -> TrialSpec:
-        """The probe's trial: one warm-up step, a few timed steps (more to confirm), then eval at ``batch``."""
+        """The probe's trial: a warm-up step, a few timed steps (more to confirm), then eval at ``batch``."""
         r = self.req
         return TrialSpec(
-            experiment=r.experiment, framework=r.framework, model=r.model, dataset=r.dataset, batch_size=batch,
-            repeat=0, seed=r.seed, epochs=0, warmup_steps=1, timed_steps=r.confirm_steps if confirm else r.probe_steps,
+            experiment=r.experiment, framework=r.framework, model=r.model, dataset=r.dataset,
+            batch_size=batch, repeat=0, seed=r.seed, epochs=0, warmup_steps=1,
+            timed_steps=r.confirm_steps if confirm else r.probe_steps,
             optimizer=OptimizerSpec(name=r.optimizer, lr=r.learning_rate, momentum=r.momentum),  # type: ignore[arg-type]
             device=self.budget.device, threads=r.threads, timeout_s=r.timeout_s,  # type: ignore[arg-type]
             precision=r.precision, adapter_options=dict(r.adapter_options),
             memory_limit_mib=self.budget.trial_limit_mib, eval=True, eval_batch_size=batch,
             train_samples=r.train_samples, data_key=self.data.key, purpose="probe")
 
-    def __call__(self, batch: int, confirm: bool) -> ProbeResult:
+    def _run(self, batch: int, confirm: bool, os_limit_mib: float | None,
+             control: bool = False) -> TrialOutcome:
         unit = TrialUnit(trial=self.trial(batch, confirm), data=self.data, order_path=self.order_path,
-                         adapter_target=adapter_target(self.req.framework), python=self.req.python or sys.executable,
+                         adapter_target=adapter_target(self.req.framework),
+                         python=self.req.python or sys.executable,
                          oom_patterns=adapter_class(self.req.framework).oom_stderr_patterns,
-                         os_memory_limit_mib=self.budget.os_limit_mib, env=dict(self.env))
+                         os_memory_limit_mib=os_limit_mib, env=dict(self.env))
         outcome = self.executor.run(unit)
         self.outcomes.append(outcome)
-        if self.on_outcome is not None:
+        if self.on_outcome is not None and not control:  # a control run shares the probe's trial hash
             self.on_outcome(outcome)
+        return outcome
+
+    def __call__(self, batch: int, confirm: bool) -> ProbeResult:
+        outcome = self._run(batch, confirm, self.budget.os_limit_mib)
         status = outcome.status if outcome.status in ("ok", "oom", "crashed", "timeout") else "error"
+        reason, elapsed = outcome.reason, outcome.elapsed_s
         if status == "error" and any(p in outcome.reason for p in SETUP_MEMORY_ERRORS):
             status = "oom"  # the framework's libraries could not even be mapped under the budget
+        elif status in ("error", "crashed") and self.budget.os_limit_mib:
+            # Not every allocation failure says so (oneDNN: "could not create a primitive" when its scratch
+            # memory is refused). Ask the machine instead of guessing from the text: the same probe with
+            # CONTROL_FACTOR times the budget. Passing there makes the failure the budget's; failing
+            # there too makes it a real crash, which the search reports and never takes as the boundary.
+            control = self._run(batch, confirm, self.budget.os_limit_mib * CONTROL_FACTOR, control=True)
+            elapsed += control.elapsed_s
+            if control.status == "ok":
+                status = "oom"
+                reason = (f"{reason}; the same probe passes with {CONTROL_FACTOR}x the budget, so the memory "
+                          "limit caused it")
         peak = probe_peak_mib(outcome, self.budget.kind) if status == "ok" else None
-        return ProbeResult(batch=batch, status=status, peak_mib=peak, reason=outcome.reason,
-                           elapsed_s=outcome.elapsed_s)
+        return ProbeResult(batch=batch, status=status, peak_mib=peak, reason=reason, elapsed_s=elapsed)
 
 
 def does_not_fit_message(req: MaxBatchRequest, budget: Budget, first: ProbeResult | None) -> str:
     """Why batch 1 failed, in words: below the framework's fixed overhead, or the model is too big."""
     how = f" ({first.reason})" if first is not None and first.reason else ""
     if first is not None and "phase setup" in first.reason:
-        return (f"{req.framework} ran out of memory while starting, before any training step{how}: a budget of "
-                f"{budget.mib:g} MiB ({budget.kind}) is below the framework's fixed overhead (runtime, libraries, "
-                "model and optimizer state). Give a larger --memory-limit-mib")
-    return (f"{req.model} does not fit a budget of {budget.mib:g} MiB ({budget.kind}) even at batch size 1{how}. "
-            "Give a larger --memory-limit-mib, use a smaller model or input, or --precision amp on a GPU")
+        return (f"{req.framework} ran out of memory while starting, before any training step{how}: a "
+                f"budget of {budget.mib:g} MiB ({budget.kind}) is below the framework's fixed overhead "
+                "(runtime, libraries, model and optimizer state). Give a larger --memory-limit-mib")
+    return (f"{req.model} does not fit a budget of {budget.mib:g} MiB ({budget.kind}) even at batch size "
+            f"1{how}. Give a larger --memory-limit-mib, use a smaller model or input, or --precision amp "
+            "on a GPU")
 
 
 def run_maxbatch(req: MaxBatchRequest, store: Store, run_id: int, *, data: PreparedData | None = None,
@@ -296,7 +317,8 @@ def run_maxbatch(req: MaxBatchRequest, store: Store, run_id: int, *, data: Prepa
     budget = resolve_budget(req, gpus if gpus is not None else list(env.get("gpus") or []))
     if data is None:
         data = prepare(DataRequest(name=req.dataset, seed=req.seed, train_samples=req.train_samples,
-                                   synthetic_shape=req.synthetic_shape, synthetic_classes=req.synthetic_classes,
+                                   synthetic_shape=req.synthetic_shape,
+                                   synthetic_classes=req.synthetic_classes,
                                    synthetic_samples=req.synthetic_samples, data_dir=data_dir),
                        cache_dir or default_cache_dir())
     desc = build_description(req.model, data.input_shape, data.classes)
@@ -311,8 +333,8 @@ def run_maxbatch(req: MaxBatchRequest, store: Store, run_id: int, *, data: Prepa
     settings = settings or SearchSettings(strategy=req.strategy, budget_mib=budget.mib,
                                           max_batch_cap=req.max_batch_cap)
     result = search(prober, settings)
-    row = result_row(req, budget, result, desc.param_count(), desc.activation_floats_per_sample(), run_id, env,
-                     prober.outcomes)
+    row = result_row(req, budget, result, desc.param_count(), desc.activation_floats_per_sample(), run_id,
+                     env, prober.outcomes)
     store.write_maxbatch(row)
     if result.max_batch == 0:
         raise DoesNotFitError(does_not_fit_message(req, budget, result.first_fail))
@@ -334,18 +356,23 @@ def result_row(req: MaxBatchRequest, budget: Budget, result: SearchResult, param
     ok_outcome = next((o for o in reversed(outcomes) if o.status == "ok"), None)
     return {
         "run_id": run_id, "experiment": req.experiment, "framework": req.framework, "model": req.model,
-        "dataset": req.dataset, "device": (ok_outcome.device.get("device") if ok_outcome else None) or budget.device,
+        "dataset": req.dataset,
+        "device": (ok_outcome.device.get("device") if ok_outcome else None) or budget.device,
         "precision": req.precision, "strategy": result.strategy, "budget_mib": budget.mib,
         "budget_kind": budget.kind, "margin_mib": req.margin_mib, "max_batch": result.max_batch,
         "first_fail_batch": fail.batch if fail else None, "first_fail_status": fail.status if fail else None,
         "first_fail_reason": fail.reason if fail else None, "recommended_batch": rec,
         "recommended_pow2": rec_pow2, "recommended_mult8": rec_mult8, "probes_n": result.probes_n,
-        "wall_s": result.wall_s, "formula_batch": formula.batch, "formula_error_pct": formula.error_pct(result.max_batch),
+        "wall_s": result.wall_s, "formula_batch": formula.batch,
+        "formula_error_pct": formula.error_pct(result.max_batch),
         "param_count": param_count, "per_sample_activation_mib": per_sample,
-        "fit_a_mib": fit.a_mib if fit else None, "fit_b_mib_per_sample": fit.b_mib_per_sample if fit else None,
-        "probes_json": json.dumps([asdict(p) for p in result.probes]), "env_json": json.dumps(env, default=str),
+        "fit_a_mib": fit.a_mib if fit else None,
+        "fit_b_mib_per_sample": fit.b_mib_per_sample if fit else None,
+        "probes_json": json.dumps([asdict(p) for p in result.probes]),
+        "env_json": json.dumps(env, default=str),
         "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "formula_analytic_batch": analytic.batch, "formula_analytic_error_pct": analytic.error_pct(result.max_batch),
+        "formula_analytic_batch": analytic.batch,
+        "formula_analytic_error_pct": analytic.error_pct(result.max_batch),
         "analytic_activation_mib_per_sample": analytic_mib, "model_state_mib": formula.model_state_mib,
         "capped": int(result.capped), "versions_json": json.dumps(ok_outcome.versions if ok_outcome else {}),
     }

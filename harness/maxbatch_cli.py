@@ -35,7 +35,7 @@ def register(sub: Any) -> None:
                        description="Find the largest batch size whose full train step (forward, backward, "
                        "update) and eval step fit the memory budget. Every probe is a fresh worker process. "
                        "On CPU the budget (--memory-limit-mib) is enforced by the OS on each probe.")
-    p.add_argument("--framework", required=True, help="adapter name, e.g. pytorch (see `batchscope adapters`)")
+    p.add_argument("--framework", required=True, help="adapter name, e.g. pytorch (`batchscope adapters`)")
     p.add_argument("--model", required=True, help="model from the catalogue, e.g. deep_cnn")
     p.add_argument("--dataset", default="synthetic", help="data set (default synthetic)")
     p.add_argument("--synthetic-shape", type=_shape, default=(3, 32, 32), help="C,H,W of synthetic input")
@@ -97,7 +97,8 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
         peak = probe_peak_mib(o, budget.kind) if o.status == "ok" else None
         extra = (f"peak {peak:.0f} MiB" if peak is not None else "") if o.status == "ok" else o.reason[:110]
         kind = "confirm" if o.trial.timed_steps == req.confirm_steps else "probe"
-        print(f"  {kind:<7} bs={o.trial.batch_size:<6} {o.status:<8} {o.elapsed_s:5.1f} s  {extra}", flush=True)
+        print(f"  {kind:<7} bs={o.trial.batch_size:<6} {o.status:<8} {o.elapsed_s:5.1f} s  {extra}",
+              flush=True)
 
     command = "batchscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     with Store.open(out) as store:
@@ -117,20 +118,24 @@ def print_result(row: dict[str, Any], file: Any = None) -> None:
     print(f"largest batch that fits (train + eval step): {row['max_batch']}"
           + ("  (every size up to --max-batch-cap fits)" if row.get("capped") else ""), file=file)
     if fail is not None:
-        print(f"first size that fails: {fail}: {row['first_fail_status']}: {row['first_fail_reason']}", file=file)
+        print(f"first size that fails: {fail}: {row['first_fail_status']}: {row['first_fail_reason']}",
+              file=file)
     margin = f" with a {row['margin_mib']:g} MiB margin" if row["margin_mib"] else ""
     print(f"recommended{margin}: {row['recommended_batch']}  (power of two: "
-          f"{_fmt_int(row['recommended_pow2'] or None)}, multiple of 8: {_fmt_int(row['recommended_mult8'])})",
+          f"{_fmt_int(row['recommended_pow2'] or None)}, "
+          f"multiple of 8: {_fmt_int(row['recommended_mult8'])})",
           file=file)
     print(f"probes: {row['probes_n']} fresh workers, {row['wall_s']:.1f} s ({row['strategy']})", file=file)
     if row["fit_b_mib_per_sample"] is not None:
-        print(f"measured memory: {row['fit_a_mib']:.0f} MiB + {row['fit_b_mib_per_sample']:.3f} MiB per sample",
-              file=file)
+        print(f"measured memory: {row['fit_a_mib']:.0f} MiB + {row['fit_b_mib_per_sample']:.3f} MiB "
+              "per sample", file=file)
     err = row["formula_error_pct"]
-    print(f"seed's formula, (budget {row['budget_mib']:.0f} - model state {row['model_state_mib']:.1f} MiB) / "
+    print(f"seed's formula, (budget {row['budget_mib']:.0f} - model state "
+          f"{row['model_state_mib']:.1f} MiB) / "
           f"{row['per_sample_activation_mib']:.3f} MiB per sample, power of two: {row['formula_batch']}"
           + (f"  ({err:+.0f}% vs measured)" if err is not None else ""), file=file)
     aerr = row.get("formula_analytic_error_pct")
-    print(f"  with the analytic activation size ({row['analytic_activation_mib_per_sample']:.3f} MiB per sample): "
+    print(f"  with the analytic activation size "
+          f"({row['analytic_activation_mib_per_sample']:.3f} MiB per sample): "
           f"{row['formula_analytic_batch']}" + (f"  ({aerr:+.0f}% vs measured)" if aerr is not None else ""),
           file=file)

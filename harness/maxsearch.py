@@ -155,9 +155,10 @@ class _Search:
             result = self._record(self.probe_fn(batch, confirm), "retry", confirm)
         if result.status in NON_MEMORY_FAILURES:
             raise SearchAborted(
-                f"the probe at batch {batch} failed {self.s.retries + 1} time(s) for a reason other than memory "
-                f"({result.status}: {result.reason}); the search cannot tell whether batch {batch} fits, so it "
-                "stops here. Fix that failure (see the probe's log) and run again.", tuple(self.probes))
+                f"the probe at batch {batch} failed {self.s.retries + 1} time(s) for a reason other than "
+                f"memory ({result.status}: {result.reason}); the search cannot tell whether batch {batch} "
+                "fits, so it stops here. Fix that failure (see the probe's log) and run again.",
+                tuple(self.probes))
         if result.status == "ok":
             if not confirm:
                 self.ok[batch] = result.peak_mib

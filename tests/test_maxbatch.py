@@ -136,7 +136,7 @@ def test_real_boundary_on_cpu_agrees_with_an_exhaustive_scan(wide_data, tmp_path
     # a real allocation failure under the OS limit, classified oom: never a comparison of numbers
     assert "can't allocate memory" in rows[0]["first_fail_reason"]
     assert {p["status"] for p in probes} <= {"ok", "oom"}
-    assert len(json.loads(rows[0]["probes_json"])) == rows[0]["probes_n"] == len(found.outcomes)
+    assert len(json.loads(rows[0]["probes_json"])) == rows[0]["probes_n"] <= len(found.outcomes)
     assert rows[0]["formula_batch"] > 0 and rows[0]["formula_error_pct"] is not None
     # the exhaustive scan around the answer, each size in a fresh worker, the longer (confirm) run
     prober = WorkerProber(req, found.budget, wide_data, LocalExecutor(log_dir=tmp_path / "scan"))
