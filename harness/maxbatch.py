@@ -173,7 +173,14 @@ def probe_peak_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
         # pages of the memory-mapped data set and of lazily loaded libraries that training touched are
         # in RSS but not in RLIMIT_DATA; they stay resident, so the end-of-trial figure counts them
         growth -= max(0.0, float(file_end) - float(file_ready))
-    return float(ready_data) + max(0.0, growth)
+    peak = float(ready_data) + max(0.0, growth)
+    data_end, anon_ready = m.get("vmdata_end_mib"), m.get("rss_anon_ready_mib")
+    anon_end = m.get("rss_anon_end_mib")
+    if data_end is not None and anon_ready is not None and anon_end is not None:
+        # private memory mapped during training but never touched (new threads' stacks, allocator arenas)
+        # counts against RLIMIT_DATA and not in RSS; what is still mapped at the end is a lower bound of it
+        peak += max(0.0, (float(data_end) - float(ready_data)) - (float(anon_end) - float(anon_ready)))
+    return peak
 
 
 @dataclass(frozen=True)

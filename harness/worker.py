@@ -103,7 +103,7 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
         setup_s = time.perf_counter() - t_setup
         # the footprint before the first step, in RLIMIT_DATA's units (VmData) and in RSS: the max-batch
         # search turns the RSS peak into the units the OS limit counts (harness/maxbatch.py, probe_peak_mib)
-        ready_mem = _proc_status_mib("VmData", "VmRSS", "RssFile")
+        ready_mem = _proc_status_mib("VmData", "VmRSS", "RssFile", "RssAnon")
         chan.send("ready", device=device_info, param_count=adapter.param_count(), model=desc.to_dict())
 
         warmup_n, timed_n, rest_n = plan_steps(data.n_train, trial.batch_size, trial.epochs,
@@ -139,6 +139,7 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
             ev = adapter.evaluate(np.asarray(x_test), np.asarray(y_test), trial.eval_batch_size)
             metrics.update(accuracy=ev.accuracy, eval_loss=ev.loss, eval_samples=ev.samples,
                            eval_s=time.perf_counter() - t_eval)
+        end_mem = _proc_status_mib("VmData", "RssFile", "RssAnon")
         timed = np.asarray(step_ms[warmup_n : warmup_n + timed_n])
         median = float(np.median(timed))
         metrics.update(
@@ -152,7 +153,9 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
             framework_peak_mib=mem.peak_mib, framework_peak_source=mem.source,
             framework_reserved_mib=mem.reserved_mib, maxrss_mib=_maxrss_mib(),
             vmdata_ready_mib=ready_mem["VmData"], rss_ready_mib=ready_mem["VmRSS"],
-            rss_file_ready_mib=ready_mem["RssFile"], rss_file_end_mib=_proc_status_mib("RssFile")["RssFile"],
+            rss_file_ready_mib=ready_mem["RssFile"], rss_anon_ready_mib=ready_mem["RssAnon"],
+            rss_file_end_mib=end_mem["RssFile"], rss_anon_end_mib=end_mem["RssAnon"],
+            vmdata_end_mib=end_mem["VmData"],
         )
         chan.send("result", metrics=metrics, step_times_ms=step_ms,
                   phase_steps={"warmup": warmup_n, "timed": timed_n, "train": rest_n})
