@@ -83,8 +83,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"{result.already_done} trial(s) already stored: skipped (--resume)")
     for row in result.maxbatch:  # max_batch = true: one search per framework after the sweep
         print(f"max batch {row['framework']}: {row['max_batch']} fits, {row['first_fail_batch']} fails "
-              f"({row['budget_mib']:.0f} MiB {row['budget_kind']}; {row['probes_n']} probes, {row['wall_s']:.0f} s; "
-              f"formula {row['formula_batch']})")
+              f"({row['budget_mib']:.0f} MiB {row['budget_kind']}; {row['probes_n']} probes, "
+              f"{row['wall_s']:.0f} s; formula {row['formula_batch']})")
     for note in result.maxbatch_notes:
         print(f"max batch {note}")
     with Store.open(out, create=False) as store:
