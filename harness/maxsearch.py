@@ -261,7 +261,12 @@ class _Search:
                 last_ok = outcome == "ok"
                 halved = width is not None and self.hi is not None and (self.hi - self.lo) * 2 <= width
                 safeguard_next = width is not None and not halved
-                step = max(2, (width or 0) // 32)  # a miss is usually a few % of the bracket: start there
+                if halved or width is None:
+                    step = 2
+                # a miss is usually a few % of the bracket: start there; after repeated misses keep the
+                # step growing (a large constant error in the measured peaks would otherwise cost a new
+                # gallop from a small step every time)
+                step = max(step, 2, (width or 0) // 32)
             elif stage == "gallop":
                 # keep galloping until a probe lands on the other side of the boundary, then trust the model
                 safeguard_next = (outcome == "ok") == last_ok

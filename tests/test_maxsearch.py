@@ -93,7 +93,7 @@ def test_noisy_nonmonotone_measurements_still_exact(strategy, seed):
     if strategy == "model":
         # noise of +-5 samples' worth costs a few probes near the boundary, still well under the baseline
         baseline = run(Oracle(linear(300.0, 7.3)), "double-bisect")
-        assert result.probes_n <= 0.6 * baseline.probes_n, [(p.batch, p.stage) for p in result.probes]
+        assert result.probes_n <= 0.7 * baseline.probes_n, [(p.batch, p.stage) for p in result.probes]
 
 
 @pytest.mark.parametrize("strategy", ["model", "double-bisect"])
