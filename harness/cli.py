@@ -88,6 +88,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                        monitor_factory=factory, progress=progress, on_start=on_start, executor=executor)
     if result.already_done:
         print(f"{result.already_done} trial(s) already stored: skipped (--resume)")
+    for row in result.maxbatch:  # max_batch = true: one search per framework after the sweep
+        print(f"max batch {row['framework']}: {row['max_batch']} fits, {row['first_fail_batch']} fails "
+              f"({row['budget_mib']:.0f} MiB {row['budget_kind']}; {row['probes_n']} probes, "
+              f"{row['wall_s']:.0f} s; formula {row['formula_batch']})")
+    for note in result.maxbatch_notes:
+        print(f"max batch {note}")
     with Store.open(out, create=False) as store:
         rows = summarise(store.trials("experiment = ?", (exp.name,)))
     print()

@@ -68,3 +68,11 @@ class PartialReadingError(ProbeError):
     def __init__(self, message: str, values: dict[str, float]) -> None:
         super().__init__(message)
         self.values = values
+
+
+class SearchAborted(BatchscopeError):
+    """A max-batch probe failed repeatedly for a reason other than memory; the boundary is unknown."""
+
+    def __init__(self, message: str, probes: tuple[object, ...] = ()) -> None:
+        super().__init__(message)
+        self.probes = probes

@@ -31,7 +31,9 @@ from harness.spec import TrialSpec
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 STATUSES = ("ok", "oom", "error", "timeout", "crashed", "skipped")
 GENERIC_OOM_PATTERNS = ("MemoryError", "std::bad_alloc", "out of memory", "Cannot allocate memory",
-                        "can't allocate memory")
+                        "can't allocate memory",
+                        # glibc under RLIMIT_DATA while loading a framework (seen with torch at ~150 MiB)
+                        "cannot allocate memory", "failed to map segment from shared object")
 STDERR_TAIL_LINES = 40
 
 
@@ -78,7 +80,7 @@ class TrialUnit:
     adapter_target: str
     python: str = sys.executable
     oom_patterns: tuple[str, ...] = ()
-    os_memory_limit_mib: float | None = None  # CPU budget: RLIMIT_AS on the worker, enforced by the kernel
+    os_memory_limit_mib: float | None = None  # CPU budget: RLIMIT_DATA on the worker, enforced by the kernel
     env: dict[str, str] = field(default_factory=dict)
 
 
@@ -162,7 +164,11 @@ class LocalExecutor:
         limit = int(unit.os_memory_limit_mib * 1024 * 1024)
 
         def limit_memory() -> None:  # runs in the child between fork and exec
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+            # RLIMIT_DATA, not RLIMIT_AS: since Linux 4.7 it counts private writable mappings (heap, anonymous
+            # mmap: what the frameworks allocate), not shared libraries or PROT_NONE reservations. Measured on
+            # deep_cnn 3x32x32 bs 256: RLIMIT_DATA fails below ~1050 MiB for a peak RSS of ~1060 MiB, while
+            # RLIMIT_AS needs ~1600 MiB for torch and ~2550 MiB for TensorFlow (see docs/maxbatch.md).
+            resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
         return limit_memory
 

@@ -11,8 +11,9 @@ from typing import Any
 
 from harness import environment
 from harness.data import PreparedData, default_cache_dir, prepare
-from harness.errors import StoreError
+from harness.errors import DoesNotFitError, SearchAborted, StoreError
 from harness.executor import Executor, LocalExecutor, Monitor, TrialOutcome, TrialUnit
+from harness.maxbatch import MaxBatchRequest, resolve_budget, run_maxbatch
 from harness.planner import data_request, plan
 from harness.registry import adapter_class, adapter_target
 from harness.spec import Experiment, TrialSpec
@@ -29,6 +30,8 @@ class SweepResult:
     outcomes: list[TrialOutcome] = field(default_factory=list)
     already_done: int = 0
     total: int = 0
+    maxbatch: list[dict[str, Any]] = field(default_factory=list)  # stored rows (max_batch = true)
+    maxbatch_notes: list[str] = field(default_factory=list)  # searches that did not give an answer, and why
 
 
 def unit_for(exp: Experiment, trial: TrialSpec, data: PreparedData, os_memory_limit_mib: float | None = None,
@@ -75,12 +78,15 @@ def run_sweep(
         if existing and not resume:
             raise StoreError(f"{out_dir} already holds {len(existing)} trial(s) of experiment {exp.name!r}; "
                              "add --resume to finish that sweep, or give another --out directory")
+    env = environment.capture()
+    if exp.max_batch:  # refuse a budget that cannot be enforced before anything runs or is written
+        for framework in exp.frameworks:
+            resolve_budget(MaxBatchRequest.from_experiment(exp, framework), list(env.get("gpus") or []))
     # data before the store: a data error (no network, corrupt archive) must leave nothing written
     data = prepare(data_request(exp, data_dir), cache_dir or default_cache_dir())
     with Store.open(out_dir) as store:
         existing = store.trials("experiment = ?", (exp.name,))
         trials = plan(exp, data)
-        env = environment.capture()
         spec = exp.to_dict() | {"data": {k: v for k, v in data.to_dict().items() if k != "directory"}}
         (out_dir / f"{exp.name}.resolved.json").write_text(json.dumps(spec, indent=2, default=str))
         run_id = store.begin_run(exp.name, spec, command, env)
@@ -109,7 +115,32 @@ def run_sweep(
             result.outcomes.append(outcome)
             if progress is not None:
                 progress(i, len(trials), outcome)
+        if exp.max_batch:
+            _max_batch_searches(exp, store, run_id, data, env, executor_log=out_dir / "logs",
+                                monitor_factory=monitor_factory, result=result)
         return result
+
+
+def _max_batch_searches(exp: Experiment, store: Store, run_id: int, data: PreparedData, env: dict[str, Any],
+                        executor_log: Path, monitor_factory: Callable[[TrialUnit], Monitor] | None,
+                        result: SweepResult) -> None:
+    """``max_batch = true``: after the sweep, the max-batch search per framework, stored in ``maxbatch``.
+
+    A framework whose result is already stored for this experiment is skipped (``--resume``). A search
+    that finds nothing (the model does not fit at batch 1, a probe keeps crashing) is noted, and the
+    other frameworks still run: the sweep's own results are never lost to it.
+    """
+    done = {r["framework"] for r in store.maxbatch_results("experiment = ?", (exp.name,))}
+    for framework in exp.frameworks:
+        if framework in done:
+            continue
+        try:
+            found = run_maxbatch(MaxBatchRequest.from_experiment(exp, framework), store, run_id, data=data,
+                                 log_dir=executor_log, monitor_factory=monitor_factory,
+                                 gpus=list(env.get("gpus") or []), env=env)
+            result.maxbatch.append(found.row)
+        except (DoesNotFitError, SearchAborted) as e:
+            result.maxbatch_notes.append(f"{framework}: {e}")
 
 
 def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

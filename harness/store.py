@@ -6,6 +6,7 @@ Tables:
 * ``trials``: one row per trial, keyed by the hash of its resolved spec. Column names carry units.
 * ``step_times``: every step's time (ms) with its phase.
 * ``samples``: the sampler's raw samples, phase-tagged.
+* ``maxbatch``: one row per max-batch search (its probes are ``trials`` rows with purpose ``probe``).
 
 A trial's rows are written in a single transaction the moment it finishes, so a killed sweep loses
 at most the trial in flight, and ``--resume`` skips every trial whose hash is stored. The report
@@ -59,6 +60,25 @@ SAMPLE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("sys_mem_used_mib", "REAL"), ("gap_reason", "TEXT"),
 )
 
+#: maxbatch columns: one row per max-batch search (``batchscope maxbatch`` or ``max_batch = true`` in a sweep).
+#: The report codes against these names; add columns, never rename.
+MAXBATCH_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("result_id", "INTEGER PRIMARY KEY AUTOINCREMENT"), ("run_id", "INTEGER"), ("experiment", "TEXT"),
+    ("framework", "TEXT"), ("model", "TEXT"), ("dataset", "TEXT"), ("device", "TEXT"), ("precision", "TEXT"),
+    ("strategy", "TEXT"), ("budget_mib", "REAL"), ("budget_kind", "TEXT"), ("margin_mib", "REAL"),
+    ("max_batch", "INTEGER"), ("first_fail_batch", "INTEGER"), ("first_fail_status", "TEXT"),
+    ("first_fail_reason", "TEXT"), ("recommended_batch", "INTEGER"), ("recommended_pow2", "INTEGER"),
+    ("recommended_mult8", "INTEGER"), ("probes_n", "INTEGER"), ("wall_s", "REAL"), ("formula_batch", "INTEGER"),
+    ("formula_error_pct", "REAL"), ("param_count", "INTEGER"), ("per_sample_activation_mib", "REAL"),
+    ("fit_a_mib", "REAL"), ("fit_b_mib_per_sample", "REAL"), ("probes_json", "TEXT"), ("env_json", "TEXT"),
+    ("finished_at", "TEXT"),
+    # added beyond the agreed set: the formula with the analytic activation size, and search facts
+    ("formula_analytic_batch", "INTEGER"), ("formula_analytic_error_pct", "REAL"),
+    ("analytic_activation_mib_per_sample", "REAL"), ("model_state_mib", "REAL"), ("capped", "INTEGER"),
+    ("versions_json", "TEXT"),
+)
+MAXBATCH_COLUMN_NAMES = tuple(name for name, _ in MAXBATCH_COLUMNS)
+
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS runs (
@@ -70,6 +90,7 @@ CREATE TABLE IF NOT EXISTS step_times (
     PRIMARY KEY (trial_hash, step));
 CREATE TABLE IF NOT EXISTS samples ({", ".join(f"{n} {t}" for n, t in SAMPLE_COLUMNS)});
 CREATE INDEX IF NOT EXISTS samples_by_trial ON samples (trial_hash);
+CREATE TABLE IF NOT EXISTS maxbatch ({", ".join(f"{n} {t}" for n, t in MAXBATCH_COLUMNS)});
 """
 
 
@@ -121,7 +142,8 @@ class Store:
             self.conn.executescript(_SCHEMA)
             self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             # columns added since a store was made are added to it (nullable, so old rows stay valid)
-            for table, columns in (("trials", TRIAL_COLUMNS), ("samples", SAMPLE_COLUMNS)):
+            for table, columns in (("trials", TRIAL_COLUMNS), ("samples", SAMPLE_COLUMNS),
+                                   ("maxbatch", MAXBATCH_COLUMNS)):
                 have = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
                 for name, typ in columns:
                     if name not in have:
@@ -187,6 +209,22 @@ class Store:
     def runs(self) -> list[dict[str, Any]]:
         """Run rows as dicts."""
         return [dict(r) for r in self.conn.execute("SELECT * FROM runs ORDER BY run_id")]
+
+    def write_maxbatch(self, row: Mapping[str, Any]) -> int:
+        """Store one max-batch result (keys: :data:`MAXBATCH_COLUMN_NAMES`); returns its ``result_id``."""
+        unknown = sorted(set(row) - set(MAXBATCH_COLUMN_NAMES))
+        if unknown:
+            raise StoreError(f"maxbatch row has unknown column(s) {unknown}; known: {MAXBATCH_COLUMN_NAMES}")
+        cols = [c for c in MAXBATCH_COLUMN_NAMES if c in row and c != "result_id"]
+        with self.conn:
+            cur = self.conn.execute(f"INSERT INTO maxbatch ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                                    tuple(row[c] for c in cols))
+        return int(cur.lastrowid or 0)
+
+    def maxbatch_results(self, where: str = "", params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        """Max-batch rows as dicts, oldest first (``where`` is an SQL condition on its columns)."""
+        sql = "SELECT * FROM maxbatch" + (f" WHERE {where}" if where else "") + " ORDER BY result_id"
+        return [dict(r) for r in self.conn.execute(sql, tuple(params))]
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

@@ -67,6 +67,20 @@ def _maxrss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
 
 
+def _proc_status_mib(*keys: str) -> dict[str, float | None]:
+    """Current ``VmData``/``VmRSS``... of this process in MiB (Linux ``/proc``; None elsewhere)."""
+    out: dict[str, float | None] = dict.fromkeys(keys)
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in out:
+                    out[key] = float(value.split()[0]) / 1024.0  # kB
+    except OSError:
+        pass
+    return out
+
+
 def run_trial(request: dict[str, Any], chan: Channel) -> int:
     """Run the trial in ``request``, reporting on ``chan``. Returns the process exit code."""
     trial = TrialSpec.from_dict(request["trial"])
@@ -87,6 +101,9 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
         adapter.build(desc, init_weights(desc, trial.seed), trial.optimizer)
         order = np.load(request["order_path"], mmap_mode="r")
         setup_s = time.perf_counter() - t_setup
+        # the footprint before the first step, in RLIMIT_DATA's units (VmData) and in RSS: the max-batch
+        # search turns the RSS peak into the units the OS limit counts (harness/maxbatch.py, probe_peak_mib)
+        ready_mem = _proc_status_mib("VmData", "VmRSS", "RssFile", "RssAnon")
         chan.send("ready", device=device_info, param_count=adapter.param_count(), model=desc.to_dict())
 
         warmup_n, timed_n, rest_n = plan_steps(data.n_train, trial.batch_size, trial.epochs,
@@ -122,6 +139,7 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
             ev = adapter.evaluate(np.asarray(x_test), np.asarray(y_test), trial.eval_batch_size)
             metrics.update(accuracy=ev.accuracy, eval_loss=ev.loss, eval_samples=ev.samples,
                            eval_s=time.perf_counter() - t_eval)
+        end_mem = _proc_status_mib("VmData", "RssFile", "RssAnon")
         timed = np.asarray(step_ms[warmup_n : warmup_n + timed_n])
         median = float(np.median(timed))
         metrics.update(
@@ -134,6 +152,10 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
             data_s=data_s, setup_s=setup_s, train_s=train_s,
             framework_peak_mib=mem.peak_mib, framework_peak_source=mem.source,
             framework_reserved_mib=mem.reserved_mib, maxrss_mib=_maxrss_mib(),
+            vmdata_ready_mib=ready_mem["VmData"], rss_ready_mib=ready_mem["VmRSS"],
+            rss_file_ready_mib=ready_mem["RssFile"], rss_anon_ready_mib=ready_mem["RssAnon"],
+            rss_file_end_mib=end_mem["RssFile"], rss_anon_end_mib=end_mem["RssAnon"],
+            vmdata_end_mib=end_mem["VmData"],
         )
         chan.send("result", metrics=metrics, step_times_ms=step_ms,
                   phase_steps={"warmup": warmup_n, "timed": timed_n, "train": rest_n})
