@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 #: (module, function) pairs; each function takes the argparse sub-parsers object and adds its command.
-REGISTRARS: tuple[tuple[str, str], ...] = ()
+REGISTRARS: tuple[tuple[str, str], ...] = (
+    ("harness.compare", "register"),
+)
 
 
 def register_all(sub: Any) -> None:
