@@ -12,6 +12,10 @@ from typing import Any
 
 import psutil
 
+from harness import nvml
+from harness.errors import ProbeError
+from harness.probes import NO_GPU_NOTICE
+
 
 def cpu_model() -> str:
     """The CPU's model name (from /proc/cpuinfo on Linux)."""
@@ -26,41 +30,18 @@ def cpu_model() -> str:
 
 
 def gpus() -> tuple[list[dict[str, Any]], str]:
-    """(GPUs seen by NVML, a note). With no GPU or no driver: ([], "no GPU: running on CPU (...)")."""
-    try:
-        import pynvml  # from nvidia-ml-py; not a framework
-    except ImportError:
-        return [], "no GPU: running on CPU (nvidia-ml-py is not installed)"
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as e:
-        return [], f"no GPU: running on CPU (NVML: {e})"
-    try:
-        driver = _str(pynvml.nvmlSystemGetDriverVersion())
-        try:
-            cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
-            cuda_s = f"{cuda // 1000}.{(cuda % 1000) // 10}"
-        except pynvml.NVMLError:
-            cuda_s = "unknown"
-        out = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            out.append({"index": i, "name": _str(pynvml.nvmlDeviceGetName(h)),
-                        "memory_total_mib": mem.total / 2**20, "driver": driver, "cuda_driver": cuda_s})
-        note = f"{len(out)} GPU(s): " + ", ".join(g["name"] for g in out) if out else "no GPU: running on CPU"
-        return out, note
-    except pynvml.NVMLError as e:
-        return [], f"no GPU: running on CPU (NVML failed: {e})"
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
+    """(GPUs seen by NVML, a note). With no GPU or no driver: ([], "no GPU: running on CPU (...)").
 
-
-def _str(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    NVML errors are mapped in :mod:`harness.nvml`, the one place that knows them; NVML stays
+    initialised afterwards (once per process) for the sampler.
+    """
+    try:
+        nvml.ensure_initialised()
+        out = nvml.device_facts()
+    except ProbeError as e:
+        return [], f"{NO_GPU_NOTICE} ({e})"
+    note = f"{len(out)} GPU(s): " + ", ".join(g["name"] for g in out) if out else NO_GPU_NOTICE
+    return out, note
 
 
 def capture() -> dict[str, Any]:

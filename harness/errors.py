@@ -45,3 +45,26 @@ class DoesNotFitError(BatchscopeError):
 
 class WorkerProtocolError(BatchscopeError):
     """A worker sent something that is not a protocol message."""
+
+
+class ProbeError(BatchscopeError):
+    """A probe could not take a reading (driver error, GPU lost): the sample records a gap with this
+    message and sampling goes on."""
+
+
+class ProbeUnsupportedError(ProbeError):
+    """This device or driver cannot give this reading at all: its series is empty (NaN) for the whole
+    trial, and the reason is recorded once."""
+
+
+class WorkerGoneError(ProbeError):
+    """The watched worker process has exited: sampling ends (cleanly, this is not a failure)."""
+
+
+class PartialReadingError(ProbeError):
+    """Some of a probe's readings failed: ``values`` holds what was read (the rest NaN), the message says
+    why the rest is missing. The sample keeps the values and records the message as its gap reason."""
+
+    def __init__(self, message: str, values: dict[str, float]) -> None:
+        super().__init__(message)
+        self.values = values

@@ -44,6 +44,7 @@ TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("gpu_util_pct", "REAL"), ("gpu_mem_util_pct", "REAL"), ("gpu_mem_used_mib", "REAL"),
     ("proc_gpu_mem_mib", "REAL"), ("power_w", "REAL"), ("energy_j", "REAL"), ("j_per_sample", "REAL"),
     ("cpu_util_pct", "REAL"), ("sample_interval_ms", "REAL"), ("samples_n", "INTEGER"),
+    ("timed_samples_n", "INTEGER"),
     ("exit_code", "INTEGER"), ("stderr_tail", "TEXT"), ("traceback", "TEXT"),
     ("versions_json", "TEXT"), ("env_json", "TEXT"), ("device_json", "TEXT"), ("spec_json", "TEXT"),
     ("monitor_json", "TEXT"), ("started_at", "TEXT"), ("finished_at", "TEXT"),
@@ -208,6 +209,7 @@ def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> d
         "elapsed_s": outcome.elapsed_s, "param_count": outcome.param_count,
         "device": outcome.device.get("device"), "precision": t.precision,
         "rss_peak_mib": max(rss) if rss else None,
+        "j_per_sample": _j_per_sample(mon.get("energy_j"), t.batch_size, outcome.phase_steps.get("timed")),
         "exit_code": outcome.exit_code, "stderr_tail": outcome.stderr_tail, "traceback": outcome.traceback,
         "versions_json": json.dumps(outcome.versions), "env_json": json.dumps(dict(env), default=str),
         "device_json": json.dumps(outcome.device, default=str), "spec_json": json.dumps(t.to_dict(), default=str),
@@ -220,3 +222,11 @@ def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> d
             if value is not None or name not in row:
                 row[name] = value
     return row
+
+
+def _j_per_sample(energy_j: float | None, batch_size: int, timed_steps_n: int | None) -> float | None:
+    """The timed phase's device energy per training sample (the sampler measures the energy, the worker
+    counts the steps, so the two meet here)."""
+    if energy_j is None or not timed_steps_n:
+        return None
+    return float(energy_j) / (batch_size * timed_steps_n)

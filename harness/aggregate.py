@@ -1,0 +1,241 @@
+"""Aggregation of a trial's samples per phase: a pure class, fed with samples, tested on replayed streams.
+
+Conventions (docs/sampler.md explains why):
+
+* **A sample stands for the interval that ends at it**, ``(t_prev, t]``: NVML's utilisation and power
+  and the host probe's CPU % are averages over the past, so a reading describes what came before it.
+  The first sample stands for one nominal interval before it.
+* **Time-weighted statistics per window** (a phase, or the whole trial): each finite value weighs the
+  part of its interval inside the window, so a phase shorter than the sampling interval still gets the
+  value of the sample that spans it. Mean, min, max and a time-weighted p95; NaN values (unsupported
+  readings, gaps) weigh nothing, and ``covered_s`` says how much of the window had a value.
+* **Energy from the cumulative counter** (mJ): each pair of consecutive samples gives the energy of
+  its interval, spread evenly over it, so a window's energy is the counter interpolated at its edges.
+  A counter that goes backwards wrapped (``counter_modulus``) unless the wrapped delta is not
+  plausible (more than ``max_power_w``), which is a reset (driver reload): that interval, and any
+  interval without counter readings, falls back to integrating the power reading, and the window's
+  ``energy_method`` says so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: Series summarised per window (units in the names). The energy counter is handled apart.
+SERIES = ("gpu_util_pct", "gpu_mem_util_pct", "gpu_mem_used_mib", "gpu_mem_total_mib", "proc_gpu_mem_mib",
+          "power_w", "sm_clock_mhz", "temperature_c", "cpu_util_pct", "rss_mib", "sys_mem_used_mib")
+ENERGY_FIELD = "energy_mj"
+COUNTER_MODULUS = 2**64  # nvmlDeviceGetTotalEnergyConsumption is an unsigned 64-bit count of mJ
+MAX_POWER_W = 5000.0  # above any single GPU's draw: a bigger counter step is a reset, not energy
+BEFORE_FIRST_PHASE = "spawn"  # samples before the worker announced its first phase (interpreter start)
+TRAINING_PHASES = ("warmup", "timed", "train")
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class SeriesStats:
+    """Time-weighted statistics of one series over one window."""
+
+    mean: float
+    min: float
+    max: float
+    p95: float
+    covered_s: float
+
+
+@dataclass(frozen=True)
+class WindowSummary:
+    """One phase (or the whole trial): its bounds, samples, series statistics and energy."""
+
+    name: str
+    start_s: float
+    end_s: float
+    samples_n: int
+    series: dict[str, SeriesStats] = field(default_factory=dict)
+    energy_j: float | None = None
+    energy_method: str | None = None  # "counter", "power integration", or a mix with seconds of each
+    energy_covered_s: float = 0.0
+
+    @property
+    def duration_s(self) -> float:
+        """Length of the window."""
+        return self.end_s - self.start_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (stored in the trial's monitor_json)."""
+        out = asdict(self)
+        out["duration_s"] = self.duration_s
+        return out
+
+
+def weighted_p95(pairs: Sequence[tuple[float, float]]) -> float:
+    """The value below which 95 % of the time was spent; ``pairs`` are (value, weight_s)."""
+    total = sum(w for _, w in pairs)
+    acc = 0.0
+    ordered = sorted(pairs)
+    for value, w in ordered:
+        acc += w
+        if acc >= 0.95 * total - 1e-12:
+            return value
+    return ordered[-1][0]
+
+
+class Aggregator:
+    """Collects samples (in time order) and summarises them per phase and over the whole trial.
+
+    Args:
+        interval_s: The nominal sampling interval (how far back the first sample reaches).
+        series: Which sample fields to summarise.
+        counter_modulus: Where the energy counter wraps.
+        max_power_w: The largest believable mean power between two samples (see module doc).
+    """
+
+    def __init__(self, interval_s: float, series: Sequence[str] = SERIES, counter_modulus: int = COUNTER_MODULUS,
+                 max_power_w: float = MAX_POWER_W) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
+        self.interval_s = interval_s
+        self.series = tuple(series)
+        self.counter_modulus = counter_modulus
+        self.max_power_w = max_power_w
+        self._t: list[float] = []
+        self._rows: list[Mapping[str, Any]] = []
+
+    def add(self, t_s: float, values: Mapping[str, Any]) -> None:
+        """One sample taken at ``t_s`` (any clock, as long as phases use the same one)."""
+        if self._t and t_s < self._t[-1]:
+            raise ValueError(f"samples must come in time order: {t_s} after {self._t[-1]}")
+        self._t.append(float(t_s))
+        self._rows.append(values)
+
+    def extend(self, samples: Iterable[tuple[float, Mapping[str, Any]]]) -> None:
+        """Several samples, in time order."""
+        for t, values in samples:
+            self.add(t, values)
+
+    def __len__(self) -> int:
+        return len(self._t)
+
+    # -------------------------------------------------------------- intervals
+    def _spans(self) -> list[tuple[float, float]]:
+        """The interval each sample stands for."""
+        spans = []
+        prev = self._t[0] - self.interval_s if self._t else 0.0
+        for t in self._t:
+            spans.append((prev, t))
+            prev = t
+        return spans
+
+    def _energy_intervals(self) -> list[tuple[float, float, float, str]]:
+        """(start, end, energy_mj, method) of every interval between consecutive samples with a known energy."""
+        out = []
+        for i in range(1, len(self._t)):
+            t0, t1 = self._t[i - 1], self._t[i]
+            dt = t1 - t0
+            if dt <= 0:
+                continue
+            c0, c1 = self._rows[i - 1].get(ENERGY_FIELD), self._rows[i].get(ENERGY_FIELD)
+            if _finite(c0) and _finite(c1):
+                delta = c1 - c0
+                if delta < 0:
+                    delta += self.counter_modulus  # wrapped past the counter's top
+                if delta <= self.max_power_w * 1000.0 * dt:  # else a reset: not energy, fall back
+                    out.append((t0, t1, float(delta), "counter"))
+                    continue
+            power = self._rows[i].get("power_w")
+            if _finite(power):
+                out.append((t0, t1, float(power) * dt * 1000.0, "power"))
+        return out
+
+    # -------------------------------------------------------------- windows
+    def window(self, name: str, start_s: float, end_s: float) -> WindowSummary:
+        """Statistics and energy over ``[start_s, end_s)``."""
+        spans = self._spans()
+        series: dict[str, SeriesStats] = {}
+        for key in self.series:
+            pairs = []
+            for (lo, hi), row in zip(spans, self._rows):
+                w = min(hi, end_s) - max(lo, start_s)
+                value = row.get(key)
+                if w > 0 and _finite(value):
+                    pairs.append((float(value), w))
+            if pairs:
+                covered = sum(w for _, w in pairs)
+                series[key] = SeriesStats(mean=sum(v * w for v, w in pairs) / covered,
+                                          min=min(v for v, _ in pairs), max=max(v for v, _ in pairs),
+                                          p95=weighted_p95(pairs), covered_s=covered)
+        energy_mj = 0.0
+        seconds = {"counter": 0.0, "power": 0.0}
+        for lo, hi, e_mj, method in self._energy_intervals():
+            overlap = min(hi, end_s) - max(lo, start_s)
+            if overlap > 0:
+                energy_mj += e_mj * overlap / (hi - lo)  # constant power within an interval
+                seconds[method] += overlap
+        covered_s = seconds["counter"] + seconds["power"]
+        if covered_s <= 0:
+            method_text = None
+        elif seconds["power"] == 0:
+            method_text = "counter"
+        elif seconds["counter"] == 0:
+            method_text = "power integration"
+        else:
+            method_text = f"counter ({seconds['counter']:.3g} s) + power integration ({seconds['power']:.3g} s)"
+        n = sum(1 for t in self._t if start_s <= t < end_s)
+        return WindowSummary(name=name, start_s=start_s, end_s=end_s, samples_n=n, series=series,
+                             energy_j=energy_mj / 1000.0 if covered_s > 0 else None, energy_method=method_text,
+                             energy_covered_s=covered_s)
+
+    def summarise(self, phases: Sequence[tuple[str, float]], end_s: float | None = None) -> dict[str, WindowSummary]:
+        """One summary per phase (a phase runs until the next starts; the last until ``end_s``, by
+        default the last sample), one for samples before the first phase, and one named ``trial``."""
+        if not self._t:
+            return {}
+        end = max([end_s if end_s is not None else self._t[-1], *(t for _, t in phases)])
+        start = self._t[0] - self.interval_s
+        out: dict[str, WindowSummary] = {}
+        ordered = sorted(phases, key=lambda p: p[1])
+        if not ordered or ordered[0][1] > start:
+            first = ordered[0][1] if ordered else end
+            if first > start and any(t < first for t in self._t):
+                out[BEFORE_FIRST_PHASE] = self.window(BEFORE_FIRST_PHASE, start, first)
+        for i, (name, t0) in enumerate(ordered):
+            t1 = ordered[i + 1][1] if i + 1 < len(ordered) else end
+            out[name] = self.window(name, t0, t1)
+        out["trial"] = self.window("trial", min([start, *(t for _, t in ordered)]), end)
+        return out
+
+
+def trial_aggregates(windows: Mapping[str, WindowSummary]) -> dict[str, Any]:
+    """The trial row's sampler columns: timed-phase means and energy, training-phase peaks.
+
+    Peaks (device memory, worker-tree GPU memory, RSS) are taken over the training phases (warm-up,
+    timed, rest of the epochs), the span the worker's own allocator peak covers, so evaluation at its
+    own batch size does not mask the batch size under test; a trial that failed before training
+    reports the peak over everything it did.
+    """
+    timed = windows.get("timed")
+    training = [windows[p] for p in TRAINING_PHASES if p in windows] or ([windows["trial"]] if "trial" in windows
+                                                                        else [])
+
+    def mean(key: str) -> float | None:
+        stats = timed.series.get(key) if timed else None
+        return stats.mean if stats else None
+
+    def peak(key: str) -> float | None:
+        values = [w.series[key].max for w in training if key in w.series]
+        return max(values) if values else None
+
+    return {
+        "gpu_util_pct": mean("gpu_util_pct"), "gpu_mem_util_pct": mean("gpu_mem_util_pct"),
+        "power_w": mean("power_w"), "cpu_util_pct": mean("cpu_util_pct"),
+        "gpu_mem_used_mib": peak("gpu_mem_used_mib"), "proc_gpu_mem_mib": peak("proc_gpu_mem_mib"),
+        "rss_peak_mib": peak("rss_mib"),
+        "energy_j": timed.energy_j if timed else None,
+        "timed_samples_n": timed.samples_n if timed else None,
+    }
