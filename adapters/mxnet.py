@@ -1,0 +1,232 @@
+"""MXNet adapter: a hybridised Gluon network built from the shared description, NCHW like the description.
+
+MXNet runs every operator asynchronously on its dependency engine, so this adapter calls
+``mx.nd.waitall()`` before handing control back to anyone who reads a clock (after preparing a batch
+and after each train step). ``mxnet`` is imported inside methods only, through :func:`import_mxnet`.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from adapters.base import Adapter, MemoryStats, OptimizerSpec, RuntimeConfig, is_generic_oom
+from harness.errors import ConfigError
+from harness.models import BatchNorm, Conv2D, Dense, Flatten, GlobalAvgPool, MaxPool2D, ModelDescription, ReLU
+
+MIB = 1024.0 * 1024.0
+# Texts MXNet 1.9 writes when an allocation fails (pooled GPU storage manager, CPU storage). When that
+# happens on an engine thread the exception cannot reach Python: the engine aborts the process with
+# "terminate called after throwing an instance of 'dmlc::Error'" followed by one of these in "what():".
+OOM_TEXTS = ("cudaMalloc failed: out of memory", "cudaMalloc retry failed: out of memory",
+             "Failed to allocate CPU Memory", "CUDA: out of memory")
+
+
+def import_mxnet() -> Any:
+    """Import MXNet in this (worker) process, after the one NumPy patch it needs."""
+    if "mxnet" not in sys.modules:
+        import numpy
+
+        # MXNet 1.9.1 (its last release) still uses the alias ``numpy.bool``, which NumPy 1.24 removed;
+        # without it ``import mxnet`` fails. Patched here, in the worker that runs MXNet, never globally.
+        if "bool" not in vars(numpy):  # not hasattr(): NumPy 1.2x warns on that lookup
+            numpy.bool = bool  # type: ignore[attr-defined]
+    import mxnet
+
+    return mxnet
+
+
+class MXNetAdapter(Adapter):
+    """MXNet 1.x Gluon, hybridised with static allocation, NCHW."""
+
+    name = "mxnet"
+    distributions = ("mxnet", "mxnet-cu112", "mxnet-cu117", "mxnet-cu110", "mxnet-cu102", "mxnet-mkl")
+    import_name = "mxnet"
+    oom_stderr_patterns = OOM_TEXTS
+
+    def __init__(self) -> None:
+        self.mx: Any = None
+        self.ctx: Any = None
+        self.gpu = False
+        self.net: Any = None
+        self.trainer: Any = None
+        self.loss_fn: Any = None
+        self._params: list[tuple[Any, bool]] = []  # (gluon Parameter, stored transposed?) in canonical order
+        self._used_at_reset_mib: float | None = None
+
+    def versions(self) -> dict[str, str]:
+        # Read from the installed metadata, not by importing: MXNet fixes its thread pools at import,
+        # and setup() must set OMP_NUM_THREADS first (the worker asks for versions before setup).
+        out: dict[str, str] = {}
+        for dist in self.distributions:
+            try:
+                out["mxnet"] = md.version(dist)
+                if dist != "mxnet":
+                    out["mxnet_distribution"] = dist
+                break
+            except md.PackageNotFoundError:
+                continue
+        if "mxnet" not in out:
+            out["mxnet"] = str(import_mxnet().__version__)
+        return out
+
+    def setup(self, runtime: RuntimeConfig) -> dict[str, Any]:
+        if runtime.threads and "mxnet" not in sys.modules:
+            # MXNet sizes its OpenMP pool and CPU worker threads when it is imported, from these variables.
+            os.environ["OMP_NUM_THREADS"] = str(runtime.threads)
+            os.environ["MXNET_CPU_WORKER_NTHREADS"] = "1"
+        mx = import_mxnet()
+        self.mx = mx
+        if runtime.precision != "fp32":
+            raise ConfigError(f"the mxnet adapter runs fp32 only; precision = {runtime.precision!r} "
+                              "is not supported yet (use precision = 'fp32')")
+        n_gpus = mx.context.num_gpus()
+        want_gpu = runtime.device == "gpu" or (runtime.device == "auto" and n_gpus > 0)
+        if want_gpu and n_gpus == 0:
+            raise ConfigError("device = 'gpu' was asked for, but MXNet sees no GPU (mx.context.num_gpus() is 0: "
+                              "the CPU build 'mxnet', or no CUDA driver). Install a CUDA build such as "
+                              "mxnet-cu112 in its own environment and point [adapters.mxnet] python at it, "
+                              "or use device = 'cpu'")
+        if want_gpu and runtime.memory_limit_mib:
+            raise ConfigError("MXNet cannot emulate a smaller GPU: it has no per-process memory cap "
+                              "(its pooled allocator takes what the card has). Run the max-batch search "
+                              "for mxnet without memory_limit_mib, on the card you want to measure")
+        self.gpu = want_gpu
+        self.ctx = mx.gpu(0) if want_gpu else mx.cpu()
+        features = mx.runtime.Features()
+        info: dict[str, Any] = {"device": str(self.ctx), "omp_threads": os.environ.get("OMP_NUM_THREADS"),
+                                "cuda": features.is_enabled("CUDA"), "cudnn": features.is_enabled("CUDNN"),
+                                "mkldnn": features.is_enabled("MKLDNN")}
+        if want_gpu:
+            free, total = mx.context.gpu_memory_info(0)
+            info["gpu_total_mib"] = total / MIB
+        return info
+
+    def build(self, model: ModelDescription, weights: Sequence[np.ndarray], optimizer: OptimizerSpec) -> None:
+        mx = self.mx
+        from mxnet import gluon
+        from mxnet.gluon import nn
+
+        net = nn.HybridSequential()
+        params: list[tuple[Any, bool]] = []
+        in_shapes = [model.input_shape, *model.shapes()[:-1]]
+        with net.name_scope():
+            for layer, in_shape in zip(model.layers, in_shapes):
+                if isinstance(layer, Conv2D):
+                    pad = layer.kernel // 2 if layer.padding == "same" else 0
+                    block = nn.Conv2D(layer.filters, layer.kernel, padding=pad, use_bias=layer.use_bias,
+                                      in_channels=in_shape[0], layout="NCHW")
+                    params.append((block.weight, False))
+                    if layer.use_bias:
+                        params.append((block.bias, False))
+                    net.add(block)
+                elif isinstance(layer, BatchNorm):
+                    # Gluon's momentum is the weight of the running statistic, like the description's.
+                    block = nn.BatchNorm(axis=1, momentum=layer.momentum, epsilon=layer.eps,
+                                         in_channels=in_shape[0])
+                    params += [(block.gamma, False), (block.beta, False)]
+                    net.add(block)
+                elif isinstance(layer, ReLU):
+                    net.add(nn.Activation("relu"))
+                elif isinstance(layer, MaxPool2D):
+                    net.add(nn.MaxPool2D(layer.size, layer.size))
+                elif isinstance(layer, GlobalAvgPool):
+                    net.add(nn.GlobalAvgPool2D(), nn.Flatten())
+                elif isinstance(layer, Flatten):
+                    net.add(nn.Flatten())  # C-major, like the description: no permutation needed
+                elif isinstance(layer, Dense):
+                    block = nn.Dense(layer.units, in_units=int(np.prod(in_shape)), flatten=True)
+                    params += [(block.weight, True), (block.bias, False)]  # Gluon stores (units, in)
+                    net.add(block)
+                else:
+                    raise ConfigError(f"the mxnet adapter cannot build layer {layer!r}")
+        # Any initializer would do: every trainable array is overwritten below; BN's running mean and
+        # variance keep Gluon's zeros/ones, the description's convention too.
+        net.initialize(mx.init.Zero(), ctx=self.ctx)
+        if len(params) != len(weights):
+            raise ValueError(f"{len(weights)} weight arrays given, the model has {len(params)}")
+        for (param, transposed), array in zip(params, weights):
+            value = np.ascontiguousarray(array.T if transposed else array, dtype=np.float32)
+            if tuple(param.shape) != value.shape:
+                raise ValueError(f"weight shape {value.shape} does not fit {tuple(param.shape)} ({param.name})")
+            param.set_data(mx.nd.array(value, ctx=self.ctx))
+        net.hybridize(static_alloc=True, static_shape=True)
+        self.net, self._params = net, params
+        if optimizer.name == "sgd":
+            # MXNet SGD: state = m*state - lr*(rescale_grad*g + wd*w); w += state. That is Keras' form,
+            # equal to PyTorch's for a constant lr. wd is 0 by default; rescale_grad is set by
+            # Trainer.step(batch_size) to 1/batch_size, turning the summed per-sample gradients into a mean.
+            opt_args = {"learning_rate": optimizer.lr, "momentum": optimizer.momentum, "wd": 0.0}
+        else:
+            opt_args = {"learning_rate": optimizer.lr, "beta1": optimizer.adam_betas[0],
+                        "beta2": optimizer.adam_betas[1], "epsilon": optimizer.adam_eps, "wd": 0.0}
+        self.trainer = gluon.Trainer(net.collect_params(), optimizer.name, opt_args, kvstore=None)
+        self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=True, from_logits=False)
+
+    def param_count(self) -> int:
+        return int(sum(int(np.prod(p.shape)) for p in self.net.collect_params().values() if p.grad_req != "null"))
+
+    def get_weights(self) -> list[np.ndarray]:
+        out = []
+        for param, transposed in self._params:
+            array = param.data(self.ctx).asnumpy()
+            out.append(np.ascontiguousarray(array.T) if transposed else array.copy())
+        return out
+
+    def prepare_batch(self, x: np.ndarray, y: np.ndarray) -> Any:
+        mx = self.mx
+        xb = mx.nd.array(np.asarray(x, dtype=np.float32), ctx=self.ctx, dtype=np.float32)
+        yb = mx.nd.array(np.asarray(y), ctx=self.ctx, dtype=np.float32)  # Gluon's sparse labels are float
+        mx.nd.waitall()
+        return xb, yb
+
+    def train_step(self, batch: Any) -> None:
+        mx = self.mx
+        x, y = batch
+        with mx.autograd.record():
+            loss = self.loss_fn(self.net(x), y)
+        loss.backward()  # of the per-sample losses: gradients of their sum
+        self.trainer.step(x.shape[0])  # divides by the batch size: gradients of the mean loss
+        mx.nd.waitall()  # the engine is asynchronous: the update must be done before the clock is read
+
+    def predict(self, batch: Any) -> np.ndarray:
+        x, _ = batch
+        return np.asarray(self.net(x).asnumpy(), dtype=np.float32)  # outside record(): inference mode
+
+    def _device_used_mib(self) -> float:
+        free, total = self.mx.context.gpu_memory_info(0)
+        return (total - free) / MIB
+
+    def reset_memory_stats(self) -> None:
+        if self.gpu:
+            self.mx.nd.waitall()
+            self._used_at_reset_mib = self._device_used_mib()
+
+    def memory_stats(self) -> MemoryStats:
+        if not self.gpu:
+            return MemoryStats(peak_mib=None, source="none: MXNet 1.9 exposes no CPU allocator peak to Python "
+                                                     "(its profiler's memory counters go to a trace file only)")
+        self.mx.nd.waitall()
+        return MemoryStats(
+            peak_mib=self._device_used_mib(),
+            source="mx.context.gpu_memory_info: device-level used memory at the end of the window; MXNet's "
+                   "pooled allocator keeps freed blocks, so this is its high-water mark (plus other processes)",
+            reserved_mib=self._used_at_reset_mib)
+
+    def is_oom(self, exc: BaseException) -> bool:
+        from mxnet.base import MXNetError
+
+        if isinstance(exc, MXNetError):
+            text = str(exc)
+            return "out of memory" in text.lower() or any(t in text for t in OOM_TEXTS)
+        return is_generic_oom(exc)
+
+    def close(self) -> None:
+        if self.mx is not None:
+            self.mx.nd.waitall()
+        self.net = self.trainer = None
