@@ -7,6 +7,7 @@ from typing import Any
 #: (module, function) pairs; each function takes the argparse sub-parsers object and adds its command.
 REGISTRARS: tuple[tuple[str, str], ...] = (
     ("harness.compare", "register"),
+    ("report.cli", "register"),
 )
 
 

@@ -162,5 +162,5 @@ def thesis_verdicts(rows: Sequence[dict[str, Any]]) -> list[Finding]:
     """The thesis's findings as judged on this run by :func:`harness.compare.thesis_findings`."""
     words = {True: "holds on this run", False: "does not hold on this run", None: "cannot be judged on this run"}
     return [Finding("thesis", f"{r.get('finding', '?')}: {words.get(r.get('holds'), 'not judged')}"
-                              + (f" ({r['evidence']})" if r.get("evidence") else "") + ".")
+                              + (f" ({str(r['evidence']).rstrip('.')})" if r.get("evidence") else "") + ".")
             for r in rows]

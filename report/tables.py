@@ -130,6 +130,8 @@ def comparison(rows: Sequence[dict[str, Any]]) -> Table | None:
         return None
     text_rows = []
     for r in rows:
+        if r.get("ours") is None:
+            continue  # printed only where this run measured the figure; the CSV keeps every row
         ours = _g(r.get("ours"), ".1f")
         if r.get("ours_sd") is not None:
             ours += f" ± {float(r['ours_sd']):.1f}"
