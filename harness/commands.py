@@ -8,6 +8,7 @@ from typing import Any
 REGISTRARS: tuple[tuple[str, str], ...] = (
     ("harness.compare", "register"),
     ("harness.maxbatch_cli", "register"),
+    ("report.cli", "register"),
 )
 
 

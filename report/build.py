@@ -1,0 +1,231 @@
+"""Build the report of one results directory: PDF, figures (PNG + SVG) and tables (CSV).
+
+Everything is first written into a fresh temporary directory beside the target; only when the PDF is
+complete are the files moved into place (figures and tables first, the PDF last, each with an atomic
+rename), so an interrupted or failed build leaves the previous report untouched and never a partial
+one. The inputs are the results store alone: no framework is imported and no GPU is needed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import compare
+from harness.errors import StoreError
+from report import aggregate, context, figures, findings, tables
+from report.load import Experiment, ReportInput, load
+from report.pdf import PdfWriter, esc
+
+DEFAULT_SUBDIR = "report"
+PDF_NAME = "report.pdf"
+
+
+@dataclass
+class BuildResult:
+    """What a build wrote."""
+
+    pdf: Path
+    figures: list[Path] = field(default_factory=list)
+    tables: list[Path] = field(default_factory=list)
+    absent: list[str] = field(default_factory=list)  # "experiment/figure: reason" for every figure not drawn
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text) or "experiment"
+
+
+def default_output(source_dir: Path) -> Path:
+    """Where the PDF goes when ``-o`` is not given."""
+    return Path(source_dir) / DEFAULT_SUBDIR / PDF_NAME
+
+
+def _accuracy_unusable(spec: dict[str, Any]) -> str | None:
+    """Why this experiment's accuracy must not be shown (None when it means something)."""
+    data = spec.get("data") or {}
+    if not spec.get("epochs"):
+        return "it trained no full epochs (epochs = 0)"
+    if data and not data.get("accuracy_meaningful", True):
+        return f"its data set ({data.get('name')}) is synthetic with random labels"
+    return None
+
+
+def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: BuildResult,
+                        reference: list[dict[str, Any]]) -> None:
+    """One experiment: runs, environment, method, findings, figures, tables."""
+    slug = _slug(exp.name or "unnamed")
+    spec = exp.spec
+    cell_list = aggregate.cells(exp.trials, exp.frameworks)
+    acc_why = _accuracy_unusable(spec)
+    if acc_why:  # e.g. synthetic labels: an accuracy column or finding would invite a wrong reading
+        cell_list = [dataclasses.replace(c, stats={k: v for k, v in c.stats.items() if k != aggregate.ACCURACY})
+                     for c in cell_list]
+    title = f"Experiment “{exp.name}”" if exp.name else "Experiment (unnamed)"
+    pdf.heading(title, 0)
+    if spec.get("description"):
+        pdf.para(f"<i>{esc(spec['description'])}</i>")
+    counts: dict[str, int] = {}
+    for t in exp.trials:
+        counts[t.get("status") or "?"] = counts.get(t.get("status") or "?", 0) + 1
+    pdf.para(f"{len(exp.trials)} trial(s) of {len(exp.frameworks)} framework(s) ({', '.join(exp.frameworks) or '-'}) "
+             f"at batch sizes {', '.join(map(str, exp.batch_sizes)) or '-'}: "
+             + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ".")
+    banner = context.no_gpu_banner(exp)
+    if banner:
+        pdf.banner(banner)
+    if exp.trials and not exp.ok_trials:
+        pdf.banner(f"No trial of this experiment finished ({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))}), "
+                   "so there is nothing to plot or compare: the tables below list what happened to each "
+                   "framework and batch size, with the reason.")
+
+    pdf.heading("Runs and exact command lines", 1)
+    run_table = tables.runs(exp)
+    if run_table.rows:
+        pdf.table(run_table, col_widths=[1.2 * 28.35, 3.6 * 28.35, None])  # type: ignore[list-item]
+    else:
+        pdf.para("No run row was recorded for this experiment (its results came from another command).")
+    pdf.heading("Environment", 1)
+    pdf.kv(context.environment_rows(exp))
+    pdf.heading("Method", 1)
+    for para in context.method_paragraphs(exp, cell_list):
+        pdf.para(para)
+
+    pdf.heading("Findings", 1)
+    computed = findings.compute(exp, cell_list)
+    if computed:
+        pdf.bullets([f.text for f in computed])
+    else:
+        pdf.para("No finding can be computed: no trial finished.")
+    sweep = [t for t in exp.trials if t.get("purpose") in (None, "sweep")]
+    verdicts = findings.thesis_verdicts(compare.thesis_findings(sweep)) if sweep else []
+    if verdicts:
+        pdf.heading("The thesis's findings on this run", 2)
+        pdf.bullets([f.text for f in verdicts])
+
+    pdf.heading("Figures", 1)
+    for i, fig in enumerate(figures.build_figures(exp, cell_list, reference), 1):
+        stem = f"{slug}-{i:02d}-{fig.key}"
+        if fig.figure is None:
+            pdf.absent(fig.title, fig.absent_reason or "no data")
+            result.absent.append(f"{exp.name}/{fig.key}: {fig.absent_reason}")
+            continue
+        paths = figures.save(fig, tmp / "figures", stem)
+        result.figures += paths
+        pdf.figure(paths[0], fig.title, fig.caption, fig.notes)
+
+    pdf.heading("Tables", 1)
+    parts = [tables.headline(cell_list, tables.SPEED_COLUMNS, "headline_speed",
+                             "Per framework and batch size: speed, utilisation, energy"),
+             tables.headline(cell_list, tables.MEMORY_COLUMNS, "headline_memory",
+                             "Per framework and batch size: memory and accuracy"),
+             tables.maxbatch(exp.maxbatch),
+             tables.comparison(compare.side_by_side(sweep) if sweep else [])]
+    if parts[1] is not None and acc_why:
+        parts[1] = dataclasses.replace(parts[1], note=parts[1].note + f"; no accuracy column: {acc_why}")
+    wrote_headline = False
+    for table in parts:
+        if table is None:
+            continue
+        pdf.heading(table.title, 2)
+        if table.key == "comparison" and not table.rows:
+            pdf.para("Nothing to set beside the published figures: this run measured none of them (GPU "
+                     "utilisation, GPU memory, accuracy after training). The CSV lists the published values.")
+        else:
+            pdf.table(table)
+        stem = "headline" if table.key.startswith("headline") else table.key
+        if stem == "headline" and wrote_headline:
+            continue
+        wrote_headline |= stem == "headline"
+        path = tmp / "tables" / f"{slug}-{stem}.csv"
+        table.write_csv(path)
+        result.tables.append(path)
+    if not exp.ok_trials:
+        status_rows = [(c.framework, str(c.batch_size), c.status_text(), "; ".join(c.reasons)[:300] or "-")
+                       for c in cell_list]
+        status = tables.Table(key="status", title="What happened to each trial",
+                              headers=("framework", "batch", "status", "reason"), rows=tuple(status_rows),
+                              csv_headers=("framework", "batch_size", "status", "reason"),
+                              csv_rows=tuple(status_rows))
+        pdf.heading(status.title, 2)
+        pdf.table(status, col_widths=[2.2 * 28.35, 1.3 * 28.35, 2.2 * 28.35, None])  # type: ignore[list-item]
+    path = tmp / "tables" / f"{slug}-runs.csv"
+    run_table.write_csv(path)
+    result.tables.append(path)
+
+
+def _appendix(pdf: PdfWriter, data: ReportInput) -> None:
+    pdf.page_break()
+    pdf.heading("Appendix: resolved experiment specifications", 0)
+    pdf.para("The experiment as it was run (file values after command-line overrides), from the runs table.")
+    for exp in data.experiments:
+        pdf.heading(exp.name or "(unnamed)", 1)
+        pdf.mono("\n".join(f"{k} = {json.dumps(v, default=str)}" for k, v in sorted(context.spec_summary(exp).items())))
+
+
+def _install(tmp: Path, pdf_tmp: Path, target_pdf: Path, result: BuildResult) -> BuildResult:
+    """Move the built files beside ``target_pdf``, the PDF last; returns the final paths."""
+    out_dir = target_pdf.parent
+    final = BuildResult(pdf=target_pdf, absent=result.absent)
+    for kind, paths, bucket in (("figures", result.figures, final.figures), ("tables", result.tables, final.tables)):
+        if paths:
+            (out_dir / kind).mkdir(parents=True, exist_ok=True)
+        for p in paths:
+            dest = out_dir / kind / p.name
+            os.replace(p, dest)
+            bucket.append(dest)
+    os.replace(pdf_tmp, target_pdf)
+    return final
+
+
+def build_report(source_dir: str | Path, output: str | Path | None = None) -> BuildResult:
+    """Build the report of the store in ``source_dir`` into ``output`` (default DIR/report/report.pdf).
+
+    Raises:
+        StoreError: no store, an empty store, another schema (see :func:`report.load.load`).
+    """
+    source_dir = Path(source_dir)
+    data = load(source_dir)
+    target = Path(output) if output else default_output(source_dir)
+    if target.suffix.lower() != ".pdf":
+        raise StoreError(f"{target}: the report is a PDF; give -o a path ending in .pdf")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StoreError(f"{target.parent}: cannot create the report directory ({e.strerror})") from e
+    reference = compare.load_reference()
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    names = [e.name or "(unnamed)" for e in data.experiments]
+    pdf = PdfWriter(title=f"batchscope report: {', '.join(names)}",
+                    footer=f"batchscope report · {data.store_path} · {now}")
+    with tempfile.TemporaryDirectory(prefix=".report-", dir=target.parent) as tmp_name:
+        tmp = Path(tmp_name)
+        (tmp / "figures").mkdir()
+        (tmp / "tables").mkdir()
+        pdf.title_block("batchscope report", [
+            f"Experiment(s): <b>{esc(', '.join(names))}</b>",
+            f"Results store: {esc(data.store_path.resolve())}",
+            f"Built {now}, from the results store alone (no framework imported).",
+        ])
+        result = BuildResult(pdf=target)
+        for exp in data.experiments:
+            if exp.trials:
+                _experiment_section(pdf, exp, tmp, result, reference)
+            elif exp.maxbatch:
+                pdf.heading(f"Max-batch results “{exp.name}”", 0)
+                table = tables.maxbatch(exp.maxbatch)
+                assert table is not None
+                pdf.table(table)
+                path = tmp / "tables" / f"{_slug(exp.name)}-maxbatch.csv"
+                table.write_csv(path)
+                result.tables.append(path)
+        _appendix(pdf, data)
+        pdf_tmp = tmp / PDF_NAME
+        pdf.save(pdf_tmp)
+        return _install(tmp, pdf_tmp, target, result)
+

@@ -1,0 +1,155 @@
+"""The facts around the measurements: the machine, the method, and whether there was a GPU.
+
+Everything here is worded from the stored run (the resolved experiment, the environment the parent
+captured, the versions each worker reported); nothing is assumed about a run that the store does
+not say.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from report.aggregate import Cell
+from report.load import Experiment, parse_json
+
+
+def _fmt_mib(value: Any) -> str:
+    try:
+        return f"{float(value) / 1024:.1f} GiB ({float(value):.0f} MiB)"
+    except (TypeError, ValueError):
+        return "-"
+
+
+def gpu_name(exp: Experiment) -> str | None:
+    """The GPU the run saw (None when it had none)."""
+    name = exp.env().get("gpu_name")
+    return str(name) if name else None
+
+
+def had_gpu(exp: Experiment) -> bool:
+    """Whether the run had a GPU: NVML saw one, or a trial ran on a CUDA/GPU device."""
+    if gpu_name(exp):
+        return True
+    return any(str(t.get("device") or "").startswith(("cuda", "gpu")) for t in exp.trials)
+
+
+def no_gpu_banner(exp: Experiment) -> str | None:
+    """The banner a reader must see first when the run had no GPU (None when it had one)."""
+    if had_gpu(exp):
+        return None
+    note = exp.env().get("gpu_note") or "no GPU was found"
+    return (f"This run had no GPU ({note}). Every trial ran on the CPU, so there are no GPU utilisation, "
+            "GPU memory or energy figures, and the throughput figures describe this CPU, not a GPU.")
+
+
+def environment_rows(exp: Experiment) -> list[tuple[str, str]]:
+    """(label, value) rows of the environment table."""
+    env = exp.env()
+    gpus = env.get("gpus") or []
+    if gpus:
+        gpu = "; ".join(f"{g.get('name', '?')} ({_fmt_mib(g.get('memory_total_mib'))})" for g in gpus)
+    elif env.get("gpu_name"):
+        gpu = f"{env['gpu_name']} ({_fmt_mib(env.get('gpu_memory_mib'))})"
+    else:
+        gpu = f"none: {env.get('gpu_note') or 'no GPU seen'}"
+    rows = [
+        ("GPU", gpu),
+        ("Driver / CUDA (driver API)", f"{env.get('driver') or '-'} / {env.get('cuda_driver') or '-'}"),
+        ("CPU", f"{env.get('cpu_model') or '-'} ({env.get('cpu_count') or '?'} logical cores)"),
+        ("RAM", f"{env['ram_gib']} GiB" if env.get("ram_gib") is not None else "-"),
+        ("OS", str(env.get("os") or "-")),
+        ("Python (parent)", str(env.get("python") or "-")),
+    ]
+    if env.get("gpu_note") and gpus:
+        rows.append(("GPU note", str(env["gpu_note"])))
+    for fw, pkgs in sorted(exp.versions().items()):
+        rows.append((f"{fw} worker", ", ".join(f"{p} {v}" for p, v in sorted(pkgs.items()))))
+    devices = sorted({str(t.get("device")) for t in exp.trials if t.get("device")})
+    if devices:
+        rows.append(("Device(s) trained on", ", ".join(devices)))
+    return rows
+
+
+def _distinct(exp: Experiment, column: str) -> list[Any]:
+    return sorted({t[column] for t in exp.trials if t.get(column) is not None})
+
+
+def method_paragraphs(exp: Experiment, cell_list: list[Cell]) -> list[str]:
+    """The method section, worded from the experiment's resolved spec and its trials."""
+    spec = exp.spec
+    data = spec.get("data") or {}
+    paras = []
+    warm = _distinct(exp, "warmup_steps_n") or [spec.get("warmup_steps", "?")]
+    timed = _distinct(exp, "timed_steps_n") or [spec.get("timed_steps", "?")]
+    paras.append(
+        "<b>Timing.</b> Every trial runs in a fresh worker process. The first "
+        f"{'/'.join(map(str, warm))} training step(s) are warm-up and are not timed; the next "
+        f"{'/'.join(map(str, timed))} step(s) are timed, each clock read taken after the device has "
+        "finished its work (the train step returns only when the device is idle). Throughput "
+        "(samples/s) is the batch size divided by the <i>median</i> timed step; the spread within a trial "
+        "is the inter-quartile range (IQR) of its timed steps. Across repeats the report shows the "
+        "mean ± sample standard deviation of the trials that finished.")
+    intervals = _distinct(exp, "sample_interval_ms")
+    interval = (f"every {'/'.join(f'{v:.0f}' for v in intervals)} ms" if intervals
+                else f"every {spec.get('sample_interval_ms', '?')} ms (configured; no samples are stored)")
+    paras.append(
+        f"<b>Sampling.</b> A sampler thread in the parent polls the GPU (NVML) and the host {interval}; "
+        "the figures are means over the timed phase. NVML's <i>GPU utilisation</i> is the share of time "
+        "in which <i>any</i> kernel was running on the GPU, averaged by the driver over 1/6 to 1 s; it "
+        "says nothing about how many SMs were busy, so a small kernel running all the time reads 100%. "
+        "Intervals shorter than the driver's window repeat values.")
+    paras.append(
+        "<b>Memory, in three views.</b> <i>framework allocator peak</i> (framework_peak_mib): the peak "
+        "of memory handed out by the framework's own allocator, as the framework reports it (not every "
+        "framework can on every device); <i>worker-tree GPU memory</i> (proc_gpu_mem_mib): what NVML "
+        "charges to the worker process and its children, which includes the framework's cache and the "
+        "CUDA context; <i>device memory used</i> (gpu_mem_used_mib): the whole card's used memory, "
+        "including other processes. Host memory is the peak resident set size of the worker "
+        "(rss_peak_mib).")
+    shape = data.get("input_shape")
+    dataset = (f"{data.get('name', spec.get('dataset', '?'))}: {data.get('n_train', '?')} training and "
+               f"{data.get('n_test', '?')} test samples of shape {'×'.join(map(str, shape)) if shape else '?'}, "
+               f"{data.get('classes', '?')} classes")
+    if data and not data.get("accuracy_meaningful", True):
+        dataset += " (synthetic data with random labels: its accuracy means nothing)"
+    params = _distinct(exp, "param_count")
+    model = f"{spec.get('model', '?')}" + (f", {'/'.join(f'{p:,}' for p in params)} parameters" if params else "")
+    epochs = spec.get("epochs", 0)
+    epochs_text = (f"{epochs} epoch(s): every training sample seen once per epoch, whatever the batch size"
+                   if epochs else "no full epochs (throughput and memory only; warm-up + timed steps)")
+    lr = spec.get("learning_rate")
+    policy = spec.get("lr_policy", "fixed")
+    lr_text = (f"{spec.get('optimizer', '?')} (momentum {spec.get('momentum', 0)}), learning rate {lr} "
+               + ("for every batch size" if policy == "fixed" else
+                  f"at batch {spec.get('lr_base_batch')}, scaled {'linearly' if policy == 'linear' else 'by the square root'} "
+                  "with the batch size"))
+    repeats = spec.get("repeats", len(_distinct(exp, "repeat")) or 1)
+    paras.append(
+        f"<b>Workload.</b> Data set {dataset}. Model {model}. Training: {epochs_text}. Optimizer {lr_text}. "
+        f"Repeats: {repeats} per framework and batch size (seeds {', '.join(map(str, _distinct(exp, 'seed'))) or '?'}). "
+        f"Device: {spec.get('device', '?')}, precision {spec.get('precision', '?')}.")
+    n_fail = sum(c.n - c.n_ok for c in cell_list)
+    if n_fail:
+        paras.append(f"<b>Failures.</b> {n_fail} trial(s) did not finish; they are marked on the figures "
+                     "and counted in the tables' status column. Sizes larger than one that ran out of "
+                     "memory are recorded as <i>skipped</i> unless the sweep was run with --no-skip-larger.")
+    return paras
+
+
+def runs_rows(exp: Experiment) -> list[tuple[str, str, str]]:
+    """(run id, started at, exact command line) of every run of the experiment."""
+    return [(str(r.get("run_id", "")), str(r.get("started_at") or "-"), str(r.get("command") or "(not recorded)"))
+            for r in exp.runs]
+
+
+def spec_summary(exp: Experiment) -> dict[str, Any]:
+    """The resolved spec, without the long data-set key (printed in the appendix)."""
+    spec = dict(exp.spec)
+    data = dict(spec.get("data") or {})
+    data.pop("key", None)
+    if data:
+        spec["data"] = data
+    return spec
+
+
+__all__ = ["environment_rows", "had_gpu", "method_paragraphs", "no_gpu_banner", "parse_json", "runs_rows"]

@@ -1,0 +1,259 @@
+"""The report's figures: one metric (or a few related ones) against the batch size, per framework.
+
+Conventions every figure follows, so a reader learns them once: the batch axis is log₂ with the
+measured sizes as ticks; one colour per framework, the same in every figure; the line is the mean over
+the repeats that finished, the band ± one standard deviation (only where there are repeats), the
+small dots the individual trials; a cross at the bottom of the axis marks a size with no finished
+trial (its status is written beside it: oom, skipped, ...); hollow diamonds are the published Ohio
+State figures (Yin 2020, GTX 1060), drawn only on the plots they match.
+
+A figure whose data is absent is not drawn: :class:`FigureResult` then carries the sentence that
+says why, and the PDF prints that sentence instead of an empty axis.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")  # the report never needs a display; must precede pyplot
+
+from collections.abc import Sequence  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from typing import Any  # noqa: E402
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
+
+from report.aggregate import ACCURACY, METRICS, Cell, has_metric  # noqa: E402
+from report.context import had_gpu  # noqa: E402
+from report.load import Experiment  # noqa: E402
+
+#: fixed framework colours (colour-blind safe), so a framework looks the same in every figure
+FRAMEWORK_COLOURS = {"pytorch": "#D55E00", "tensorflow": "#E69F00", "mxnet": "#0072B2"}
+_EXTRA_COLOURS = ["#009E73", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
+REFERENCE_LABEL = "Yin 2020 (GTX 1060), published"
+PANEL_W_IN, PANEL_H_IN = 3.6, 3.0
+
+
+@dataclass(frozen=True)
+class FigureResult:
+    """A figure of the report, or the reason it is absent."""
+
+    key: str
+    title: str
+    caption: str
+    figure: Figure | None = None
+    absent_reason: str | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def palette(frameworks: Sequence[str]) -> dict[str, str]:
+    """Colour per framework (known ones fixed, others from a colour-blind-safe list)."""
+    extra = iter(_EXTRA_COLOURS)
+    return {fw: FRAMEWORK_COLOURS.get(fw) or next(extra, "#777777") for fw in frameworks}
+
+
+def trial_frame(exp: Experiment) -> pd.DataFrame:
+    """One row per finished trial with every metric (accuracy in %)."""
+    rows = []
+    for t in exp.ok_trials:
+        row: dict[str, Any] = {"framework": t["framework"], "batch_size": int(t["batch_size"]),
+                               "repeat": t.get("repeat")}
+        for key, metric in METRICS.items():
+            row[key] = metric.value(t)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["framework", "batch_size", "repeat", *METRICS])
+
+
+def _log2_axis(ax: Any, batch_sizes: Sequence[int]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(list(batch_sizes)))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([str(b) for b in batch_sizes], rotation=45 if len(batch_sizes) > 7 else 0)
+    ax.set_xlabel("batch size (log₂ scale)")
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def _draw_metric(ax: Any, frame: pd.DataFrame, metric: str, colours: dict[str, str], hue_order: list[str],
+                 cell_list: Sequence[Cell], batch_sizes: Sequence[int]) -> None:
+    data = frame.dropna(subset=[metric])
+    repeats = data.groupby(["framework", "batch_size"]).size().max() if len(data) else 0
+    sns.lineplot(data=data, x="batch_size", y=metric, hue="framework", hue_order=hue_order, palette=colours,
+                 marker="o", errorbar="sd" if repeats > 1 else None, err_style="band", ax=ax, legend=False)
+    if repeats > 1:
+        sns.scatterplot(data=data, x="batch_size", y=metric, hue="framework", hue_order=hue_order,
+                        palette=colours, s=12, alpha=0.55, ax=ax, legend=False, linewidth=0)
+    # sizes with no finished trial: a cross at the foot of the axis, labelled with the status
+    transform = ax.get_xaxis_transform()
+    for c in cell_list:
+        status = c.failed_status
+        if status and c.framework in colours:
+            ax.plot([c.batch_size], [0.04], marker="X", markersize=9, color=colours[c.framework],
+                    transform=transform, linestyle="none", clip_on=False, zorder=5)
+            ax.annotate(status, (c.batch_size, 0.04), xycoords=transform, xytext=(0, 7),
+                        textcoords="offset points", ha="center", fontsize=7, color=colours[c.framework])
+    m = METRICS[metric]
+    ax.set_ylabel(f"{m.label} ({m.unit})")
+    ax.set_title(m.label, fontsize=10)
+    _log2_axis(ax, batch_sizes)
+
+
+def _draw_reference(ax: Any, reference: Sequence[dict[str, Any]], colours: dict[str, str]) -> int:
+    drawn = 0
+    for r in reference:
+        if r["framework"] in colours:
+            ax.plot([r["batch_size"]], [r["value"]], marker="D", markersize=6, markerfacecolor="none",
+                    markeredgecolor=colours[r["framework"]], markeredgewidth=1.4, linestyle="none", zorder=4)
+            drawn += 1
+    return drawn
+
+
+def _legend(fig: Figure, colours: dict[str, str], failed: bool, reference: bool, spread: bool) -> None:
+    handles = [Line2D([], [], color=c, marker="o", label=fw) for fw, c in colours.items()]
+    if spread:
+        handles.append(Line2D([], [], color="grey", lw=6, alpha=0.3, label="± 1 sd over repeats"))
+    if failed:
+        handles.append(Line2D([], [], color="grey", marker="X", linestyle="none", label="no finished trial"))
+    if reference:
+        handles.append(Line2D([], [], color="grey", marker="D", markerfacecolor="none", linestyle="none",
+                              label=REFERENCE_LABEL))
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=8, frameon=False)
+
+
+def _reference_for(reference: Sequence[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
+    """Published points matching one of our metrics (GPU %, GPU memory in MiB, accuracy in %)."""
+    out = []
+    for r in reference:
+        name = str(r.get("metric", ""))
+        unit = str(r.get("unit", ""))
+        value = r.get("value")
+        if value is None:
+            continue
+        if metric == "gpu_util_pct" and name == "gpu_util_pct":
+            out.append(r)
+        elif metric in ("proc_gpu_mem_mib", "gpu_mem_used_mib") and name.startswith("gpu_mem"):
+            # the thesis reports "MB" as read from the GPU tools, which count in MiB; drawn as given
+            out.append(r if unit in ("MiB", "MB") else {**r, "value": float(value) / 2**20})
+        elif metric == ACCURACY and name.startswith("accuracy"):
+            out.append({**r, "value": float(value) * (100.0 if float(value) <= 1.0 else 1.0)})
+    return out
+
+
+def metric_figure(exp: Experiment, frame: pd.DataFrame, cell_list: Sequence[Cell], *, key: str, title: str,
+                  caption: str, metrics: Sequence[str], absent: dict[str, str],
+                  reference: Sequence[dict[str, Any]] = (), log_y: bool = False) -> FigureResult:
+    """A figure with one panel per metric that has data; ``absent`` gives each metric's why-not sentence."""
+    present = [m for m in metrics if has_metric(cell_list, m)]
+    missing = [absent[m] for m in metrics if m not in present]
+    if not present:
+        return FigureResult(key=key, title=title, caption=caption, absent_reason=" ".join(dict.fromkeys(missing)))
+    colours = palette([fw for fw in exp.frameworks])
+    hue_order = list(colours)
+    batch_sizes = exp.batch_sizes
+    fig, axes = plt.subplots(1, len(present), figsize=(PANEL_W_IN * max(len(present), 2) if len(present) > 1
+                                                         else 7.0, PANEL_H_IN + 0.9), squeeze=False)
+    any_ref = any_spread = False
+    for ax, metric in zip(axes[0], present):
+        _draw_metric(ax, frame, metric, colours, hue_order, cell_list, batch_sizes)
+        refs = _reference_for(reference, metric)
+        any_ref |= _draw_reference(ax, refs, colours) > 0
+        any_spread |= any((c.get(metric) is not None and c.get(metric).n > 1) for c in cell_list)  # type: ignore[union-attr]
+        if log_y:
+            ax.set_yscale("log")
+        elif ax.get_ylim()[0] > 0 and not log_y:
+            ax.set_ylim(bottom=0)  # a zero baseline, so differences are not exaggerated
+    failed = any(c.failed_status for c in cell_list)
+    _legend(fig, colours, failed, any_ref, any_spread)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    notes = tuple(dict.fromkeys(missing))
+    return FigureResult(key=key, title=title, caption=caption, figure=fig, notes=notes)
+
+
+def build_figures(exp: Experiment, cell_list: Sequence[Cell], reference: Sequence[dict[str, Any]] = (),
+                  ) -> list[FigureResult]:
+    """Every figure of one experiment, in report order (open matplotlib figures: close them when saved)."""
+    sns.set_theme(style="whitegrid", context="paper")
+    frame = trial_frame(exp)
+    gpu = had_gpu(exp)
+    no_gpu = "the run had no GPU." if not gpu else ""
+    sampler_off = ("the sampler recorded none for these trials (sampler off, or the metric is not "
+                   "supported by this GPU/driver).")
+    spec = exp.spec
+    data = spec.get("data") or {}
+
+    def gpu_absent(what: str) -> str:
+        return f"No {what}: {no_gpu or sampler_off}"
+
+    figures = [
+        metric_figure(exp, frame, cell_list, key="throughput", title="Throughput vs batch size",
+                      caption="Training throughput from the median timed step (log scale).",
+                      metrics=["samples_per_s"], absent={"samples_per_s": "No trial finished, so there is no "
+                                                         "throughput to plot."}, log_y=True),
+        metric_figure(exp, frame, cell_list, key="gpu_util", title="GPU utilisation vs batch size",
+                      caption="NVML utilisation, mean over the timed phase: the share of time any kernel ran, "
+                              "not SM occupancy.",
+                      metrics=["gpu_util_pct"], absent={"gpu_util_pct": gpu_absent("GPU utilisation figure")},
+                      reference=reference),
+        metric_figure(exp, frame, cell_list, key="gpu_memory", title="GPU memory vs batch size, in each view",
+                      caption="Left to right where measured: the framework allocator's peak, the worker "
+                              "tree's GPU memory (NVML, includes the cache and CUDA context), the whole "
+                              "device's used memory. Published points are the thesis's GPU memory.",
+                      metrics=["framework_peak_mib", "proc_gpu_mem_mib", "gpu_mem_used_mib"],
+                      absent={"framework_peak_mib": "The framework allocator reported no peak (e.g. PyTorch "
+                                                    "keeps no CPU allocator statistics).",
+                              "proc_gpu_mem_mib": gpu_absent("worker-tree GPU memory"),
+                              "gpu_mem_used_mib": gpu_absent("device memory figure")},
+                      reference=reference if gpu else ()),
+    ]
+    if not spec.get("epochs"):
+        acc_absent = ("No accuracy figure: the experiment trained no full epochs (epochs = 0), so the "
+                      "accuracy after N epochs was not measured.")
+    elif data and not data.get("accuracy_meaningful", True):
+        acc_absent = (f"No accuracy figure: the data set ({data.get('name')}) is synthetic with random "
+                      "labels, so its accuracy means nothing.")
+    else:
+        acc_absent = "No accuracy figure: no finished trial recorded an accuracy."
+    acc_reference = reference if data.get("name") == "cifar10" and spec.get("epochs") == 10 else ()
+    acc_caption = (f"Held-out accuracy after {spec.get('epochs', '?')} epoch(s) on {data.get('name', '?')}." +
+                   (" Published points: TensorFlow after 10 epochs on CIFAR-10." if acc_reference else
+                    " The published TensorFlow accuracy (CIFAR-10, 10 epochs) is not drawn: this run's data "
+                    "set or epochs differ."))
+    if not (data and not data.get("accuracy_meaningful", True)) and spec.get("epochs"):
+        figures.append(metric_figure(exp, frame, cell_list, key="accuracy", title="Accuracy vs batch size",
+                                     caption=acc_caption, metrics=[ACCURACY], absent={ACCURACY: acc_absent},
+                                     reference=acc_reference))
+    else:
+        figures.append(FigureResult(key="accuracy", title="Accuracy vs batch size", caption=acc_caption,
+                                    absent_reason=acc_absent))
+    figures += [
+        metric_figure(exp, frame, cell_list, key="energy", title="Energy per sample vs batch size",
+                      caption="GPU energy over the timed phase (NVML energy counter) divided by the samples "
+                              "trained in it.",
+                      metrics=["j_per_sample"], absent={"j_per_sample": gpu_absent("energy figure")}),
+        metric_figure(exp, frame, cell_list, key="host", title="CPU and host memory vs batch size",
+                      caption="CPU utilisation of the worker tree over the timed phase (100% = one core) and "
+                              "the worker's peak resident memory.",
+                      metrics=["cpu_util_pct", "rss_peak_mib"],
+                      absent={"cpu_util_pct": "No CPU utilisation: the sampler did not run for these trials.",
+                              "rss_peak_mib": "No host memory figure: no trial recorded its resident memory."}),
+    ]
+    return figures
+
+
+def save(result: FigureResult, directory: Any, stem: str) -> list[Any]:
+    """Write a figure as PNG (for the PDF) and SVG (for reuse); returns the paths, closes the figure."""
+    from pathlib import Path
+
+    if result.figure is None:
+        return []
+    paths = []
+    for ext, kw in (("png", {"dpi": 200}), ("svg", {})):
+        path = Path(directory) / f"{stem}.{ext}"
+        result.figure.savefig(path, format=ext, bbox_inches="tight", **kw)
+        paths.append(path)
+    plt.close(result.figure)
+    return paths

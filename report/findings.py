@@ -1,0 +1,166 @@
+"""Findings computed from the measurements and worded from them.
+
+Each finding is a sentence built from the cells' numbers (never canned text): the batch size with the
+best throughput per framework and whether its lead over the runner-up is larger than the spread of the
+repeats; where accuracy peaks and whether that is at an end of the sweep or inside it; how much memory
+each extra sample costs (least-squares slope, per memory view); the most frugal batch in energy; and
+what did not finish. The thesis's qualitative findings are judged by :func:`harness.compare.thesis_findings`
+and only worded here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from report.aggregate import ACCURACY, METRICS, Cell, Stat, linear_fit
+from report.load import Experiment
+
+MEMORY_VIEWS = ("framework_peak_mib", "proc_gpu_mem_mib", "gpu_mem_used_mib", "rss_peak_mib")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One finding: a topic and the sentence worded from the data."""
+
+    topic: str
+    text: str
+
+
+def _by_framework(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> dict[str, list[Cell]]:
+    out: dict[str, list[Cell]] = {fw: [] for fw in frameworks}
+    for c in cell_list:
+        out.setdefault(c.framework, []).append(c)
+    return out
+
+
+def _num(value: float, fmt: str) -> str:
+    return format(value, fmt if fmt != ".0f" else ",.0f")
+
+
+def _distinct(a: Stat, b: Stat) -> bool | None:
+    """Whether two means differ by more than their spread (None when there is no spread to judge by)."""
+    if a.sd is None or b.sd is None:
+        return None
+    return abs(a.mean - b.mean) > (a.sd + b.sd)
+
+
+def best_throughput(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Finding]:
+    """Per framework: the batch size with the highest mean throughput, and how clear its lead is."""
+    out = []
+    for fw, group in _by_framework(cell_list, frameworks).items():
+        ranked = sorted(((c, c.get("samples_per_s")) for c in group if c.get("samples_per_s")),
+                        key=lambda cs: -cs[1].mean)  # type: ignore[union-attr]
+        if not ranked:
+            continue
+        (best, s), rest = ranked[0], ranked[1:]
+        assert s is not None
+        text = (f"{fw} trained fastest at batch {best.batch_size}: {_num(s.mean, '.0f')} samples/s "
+                f"(mean of {s.n} repeat{'s' if s.n != 1 else ''})")
+        if rest:
+            runner, rs = rest[0]
+            assert rs is not None
+            gap = (s.mean - rs.mean) / rs.mean * 100
+            clear = _distinct(s, rs)
+            text += (f", {gap:.0f}% ahead of batch {runner.batch_size} ({_num(rs.mean, '.0f')} samples/s)")
+            if clear is None:
+                text += "; with a single repeat the lead cannot be told apart from timing noise (±10-25% here)"
+            elif not clear:
+                text += "; the two overlap within one standard deviation, so they are not distinguishable on this run"
+            else:
+                text += "; the lead is larger than the spread of the repeats"
+        smallest = min(group, key=lambda c: c.batch_size)
+        ss = smallest.get("samples_per_s")
+        if ss is not None and smallest is not best:
+            text += f". Against the smallest batch ({smallest.batch_size}) that is ×{s.mean / ss.mean:.1f}"
+        out.append(Finding("throughput", text + "."))
+    return out
+
+
+def accuracy_peak(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Finding]:
+    """Per framework: where accuracy peaks, and whether the peak is inside the sweep."""
+    out = []
+    for fw, group in _by_framework(cell_list, frameworks).items():
+        scored = [(c, c.get(ACCURACY)) for c in group if c.get(ACCURACY) is not None]
+        if len(scored) < 2:
+            continue
+        scored.sort(key=lambda cs: cs[0].batch_size)
+        best, bs = max(scored, key=lambda cs: cs[1].mean)  # type: ignore[union-attr]
+        worst, ws = min(scored, key=lambda cs: cs[1].mean)  # type: ignore[union-attr]
+        assert bs is not None and ws is not None
+        where = ("at the smallest batch size tried" if best is scored[0][0] else
+                 "at the largest batch size tried" if best is scored[-1][0] else
+                 "at a middle batch size: both smaller and larger batches did worse")
+        out.append(Finding("accuracy", f"{fw}'s accuracy peaks at batch {best.batch_size} "
+                                       f"({bs.text('.1f')}%), {where}; its lowest is {ws.mean:.1f}% at batch "
+                                       f"{worst.batch_size} (a spread of {bs.mean - ws.mean:.1f} points)."))
+    return out
+
+
+def memory_growth(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Finding]:
+    """Per framework and memory view: the least-squares MiB per extra sample and the fixed part."""
+    out = []
+    for fw, group in _by_framework(cell_list, frameworks).items():
+        parts = []
+        for view in MEMORY_VIEWS:
+            points = [(c.batch_size, c.get(view).mean) for c in group if c.get(view) is not None]  # type: ignore[union-attr]
+            fit = linear_fit(points)
+            if fit is None:
+                continue
+            r2 = f", R² {fit.r2:.2f}" if fit.r2 is not None else ""
+            parts.append(f"{METRICS[view].label}: {fit.slope * 1024:.0f} KiB per sample over a fixed "
+                         f"{fit.intercept:.0f} MiB (batches {fit.x_lo:.0f}-{fit.x_hi:.0f}{r2})")
+        if parts:
+            out.append(Finding("memory", f"{fw}'s memory grows linearly with the batch as " + "; ".join(parts)
+                               + "."))
+    return out
+
+
+def energy_best(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Finding]:
+    """Per framework: the batch size with the least energy per sample."""
+    out = []
+    for fw, group in _by_framework(cell_list, frameworks).items():
+        scored = [(c, c.get("j_per_sample")) for c in group if c.get("j_per_sample") is not None]
+        if len(scored) < 2:
+            continue
+        best, s = min(scored, key=lambda cs: cs[1].mean)  # type: ignore[union-attr]
+        worst, w = max(scored, key=lambda cs: cs[1].mean)  # type: ignore[union-attr]
+        assert s is not None and w is not None
+        out.append(Finding("energy", f"{fw} used the least energy per sample at batch {best.batch_size} "
+                                     f"({s.mean:.3g} J), {w.mean / s.mean:.1f}× less than at batch "
+                                     f"{worst.batch_size} ({w.mean:.3g} J)."))
+    return out
+
+
+def failures(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Finding]:
+    """What did not finish: the first failing size per framework and the reason."""
+    out = []
+    for fw, group in _by_framework(cell_list, frameworks).items():
+        bad = [c for c in group if c.n_ok < c.n]
+        if not bad:
+            continue
+        first = min(bad, key=lambda c: c.batch_size)
+        ok_sizes = [c.batch_size for c in group if c.n_ok]
+        reason = f" ({first.reasons[0][:160]})" if first.reasons else ""
+        text = (f"{fw}: {sum(c.n - c.n_ok for c in bad)} trial(s) did not finish, first at batch "
+                f"{first.batch_size} ({first.status_text()}){reason}.")
+        if ok_sizes:
+            text += f" The largest batch that finished was {max(ok_sizes)}."
+        out.append(Finding("failures", text))
+    return out
+
+
+def compute(exp: Experiment, cell_list: Sequence[Cell]) -> list[Finding]:
+    """Every finding computed from one experiment's cells, in reading order."""
+    fws = exp.frameworks
+    return [*best_throughput(cell_list, fws), *accuracy_peak(cell_list, fws), *memory_growth(cell_list, fws),
+            *energy_best(cell_list, fws), *failures(cell_list, fws)]
+
+
+def thesis_verdicts(rows: Sequence[dict[str, Any]]) -> list[Finding]:
+    """The thesis's findings as judged on this run by :func:`harness.compare.thesis_findings`."""
+    words = {True: "holds on this run", False: "does not hold on this run", None: "cannot be judged on this run"}
+    return [Finding("thesis", f"{r.get('finding', '?')}: {words.get(r.get('holds'), 'not judged')}"
+                              + (f" ({str(r['evidence']).rstrip('.')})" if r.get("evidence") else "") + ".")
+            for r in rows]

@@ -1,0 +1,164 @@
+"""Read everything the report needs out of a results store, and nothing else.
+
+The report is rebuilt from ``results.sqlite`` alone (no framework, no GPU): this module opens the
+store through :class:`harness.store.Store`, copies the rows into plain frozen records, and refuses
+bad input with a :class:`~harness.errors.StoreError` that says what to do (the CLI turns it into
+exit 2). A store that exists but holds no trial is refused the same way, because a report with no
+measurement in it would only look like one.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import StoreError
+from harness.store import STORE_NAME, Store
+
+#: the max-batch finder's table (written by ``batchscope maxbatch`` and by sweeps with max_batch = true)
+MAXBATCH_TABLE = "maxbatch"
+
+
+def parse_json(text: Any) -> Any:
+    """A ``*_json`` column's value, or an empty dict when it is NULL or not JSON (old or hand-made rows)."""
+    if not text:
+        return {}
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return {}
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One experiment's rows: its runs (invocations) and its trials, in store order."""
+
+    name: str
+    runs: tuple[dict[str, Any], ...]
+    trials: tuple[dict[str, Any], ...]
+    maxbatch: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        """The resolved experiment of the latest run (runs of one experiment share it unless overridden)."""
+        for run in reversed(self.runs):
+            spec = parse_json(run.get("spec_json"))
+            if spec:
+                return spec  # type: ignore[no-any-return]
+        for trial in self.trials:
+            spec = parse_json(trial.get("spec_json"))
+            if spec:
+                return spec  # type: ignore[no-any-return]
+        return {}
+
+    @property
+    def frameworks(self) -> tuple[str, ...]:
+        """Frameworks in the order the experiment lists them (then any other found in the rows)."""
+        listed = [f for f in self.spec.get("frameworks", []) if any(t["framework"] == f for t in self.trials)]
+        extra = sorted({t["framework"] for t in self.trials} - set(listed))
+        return tuple(listed + extra)
+
+    @property
+    def batch_sizes(self) -> tuple[int, ...]:
+        """Every batch size with a trial row, ascending."""
+        return tuple(sorted({int(t["batch_size"]) for t in self.trials if t.get("batch_size") is not None}))
+
+    @property
+    def ok_trials(self) -> tuple[dict[str, Any], ...]:
+        """Trials that finished (status ok)."""
+        return tuple(t for t in self.trials if t.get("status") == "ok")
+
+    def env(self) -> dict[str, Any]:
+        """The machine of the latest run (the parent's capture), falling back to a trial's copy."""
+        for run in reversed(self.runs):
+            env = parse_json(run.get("env_json"))
+            if env:
+                return env  # type: ignore[no-any-return]
+        for trial in self.trials:
+            env = parse_json(trial.get("env_json"))
+            if env:
+                return env  # type: ignore[no-any-return]
+        return {}
+
+    def versions(self) -> dict[str, dict[str, str]]:
+        """Per framework: every library version its workers reported (package -> version(s))."""
+        out: dict[str, dict[str, set[str]]] = {}
+        for t in self.trials:
+            for pkg, ver in (parse_json(t.get("versions_json")) or {}).items():
+                out.setdefault(t["framework"], {}).setdefault(pkg, set()).add(str(ver))
+        return {fw: {pkg: ", ".join(sorted(v)) for pkg, v in pkgs.items()} for fw, pkgs in out.items()}
+
+
+@dataclass(frozen=True)
+class ReportInput:
+    """Everything read from one store."""
+
+    source_dir: Path
+    store_path: Path
+    experiments: tuple[Experiment, ...]
+    has_maxbatch_table: bool = False
+
+    @property
+    def trials(self) -> tuple[dict[str, Any], ...]:
+        """Every trial of every experiment."""
+        return tuple(t for e in self.experiments for t in e.trials)
+
+
+def _rows(conn: sqlite3.Connection, sql: str) -> list[dict[str, Any]]:
+    return [dict(r) for r in conn.execute(sql)]
+
+
+def load(source_dir: str | Path) -> ReportInput:
+    """Read the store in ``source_dir``.
+
+    Raises:
+        StoreError: no store there, a store of another schema, an unreadable file, or no trial in it.
+    """
+    source_dir = Path(source_dir)
+    if not source_dir.is_dir():
+        raise StoreError(f"{source_dir}: no such directory; give the --out directory of a "
+                         "`batchscope run` (it holds results.sqlite)")
+    path = source_dir / STORE_NAME
+    if not path.exists():
+        raise StoreError(f"{source_dir}: no results store ({STORE_NAME}) here; run "
+                         f"`batchscope run EXPERIMENT --out {source_dir}` first, or point at the directory "
+                         "that holds results.sqlite")
+    try:
+        store = Store.open(source_dir, create=False)
+    except sqlite3.Error as e:  # a file that is not SQLite, or a read-only copy that needs a migration
+        raise StoreError(f"{path}: cannot be read as a results store ({e}); copy it somewhere writable, "
+                         "or re-run the experiment into a new --out directory") from e
+    with store:
+        try:
+            runs = store.runs()
+            trials = store.trials()
+            tables = {r[0] for r in store.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            maxbatch = (_rows(store.conn, f"SELECT * FROM {MAXBATCH_TABLE} ORDER BY rowid")
+                        if MAXBATCH_TABLE in tables else [])
+        except sqlite3.Error as e:
+            raise StoreError(f"{path}: damaged results store ({e}); re-run the experiment into a new "
+                             "--out directory") from e
+    if not trials and not maxbatch:
+        started = f" ({len(runs)} run(s) started, none finished a trial)" if runs else ""
+        raise StoreError(f"{path}: the store holds no trial yet{started}; finish the sweep with "
+                         "`batchscope run EXPERIMENT --out DIR --resume`, then build the report")
+    names: list[str] = []
+    for row in [*runs, *trials, *maxbatch]:
+        name = row.get("experiment") or ""
+        if name not in names:
+            names.append(name)
+    experiments = []
+    for name in names:
+        exp = Experiment(
+            name=name,
+            runs=tuple(r for r in runs if (r.get("experiment") or "") == name),
+            trials=tuple(t for t in trials if (t.get("experiment") or "") == name),
+            maxbatch=tuple(m for m in maxbatch if (m.get("experiment") or "") == name),
+        )
+        if exp.trials or exp.maxbatch:
+            experiments.append(exp)
+    return ReportInput(source_dir=source_dir, store_path=path, experiments=tuple(experiments),
+                       has_maxbatch_table=MAXBATCH_TABLE in tables)

@@ -1,0 +1,157 @@
+"""The report's tables, each in two forms: formatted text for the PDF and raw numbers for its CSV.
+
+Both forms come from the same cells (see :mod:`report.aggregate`), so the CSV beside the PDF is the
+table the reader sees, with full precision and the spread and count of every value.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from report.aggregate import METRICS, Cell, has_metric
+from report.load import Experiment
+
+#: the headline table is printed in two parts so it fits a portrait page
+SPEED_COLUMNS = ("samples_per_s", "step_time_ms_median", "step_time_ms_iqr", "gpu_util_pct", "cpu_util_pct",
+                 "power_w", "j_per_sample")
+MEMORY_COLUMNS = ("framework_peak_mib", "proc_gpu_mem_mib", "gpu_mem_used_mib", "rss_peak_mib", "accuracy_pct")
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table: what the PDF prints and what the CSV holds."""
+
+    key: str
+    title: str
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    csv_headers: tuple[str, ...]
+    csv_rows: tuple[tuple[Any, ...], ...]
+    note: str = ""
+
+    def write_csv(self, path: Path) -> None:
+        """Write the raw table (header + rows) to ``path``."""
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(self.csv_headers)
+            writer.writerows(("" if v is None else v for v in row) for row in self.csv_rows)
+
+
+def _header(key: str) -> str:
+    m = METRICS[key]
+    return f"{m.label} ({m.unit})"
+
+
+def headline_csv(cell_list: Sequence[Cell]) -> tuple[tuple[str, ...], tuple[tuple[Any, ...], ...]]:
+    """Every metric of every cell: mean, sd and count, plus the status counts."""
+    headers = ["framework", "batch_size", "status", "trials_n", "ok_n"]
+    for key in METRICS:
+        headers += [f"{key}_mean", f"{key}_sd", f"{key}_n"]
+    rows = []
+    for c in cell_list:
+        row: list[Any] = [c.framework, c.batch_size, c.status_text(), c.n, c.n_ok]
+        for key in METRICS:
+            s = c.get(key)
+            row += [s.mean, s.sd, s.n] if s else [None, None, 0]
+        rows.append(tuple(row))
+    return tuple(headers), tuple(rows)
+
+
+def headline(cell_list: Sequence[Cell], columns: Sequence[str], key: str, title: str) -> Table | None:
+    """A part of the per framework × batch table (only the columns with data); None when none has any."""
+    present = [k for k in columns if has_metric(cell_list, k)]
+    if not present:
+        return None
+    rows = []
+    for c in cell_list:
+        values = [c.get(k).text(METRICS[k].fmt) if c.get(k) else "-" for k in present]  # type: ignore[union-attr]
+        rows.append((c.framework, str(c.batch_size), c.status_text(), *values))
+    csv_headers, csv_rows = headline_csv(cell_list)
+    return Table(key=key, title=title, headers=("framework", "batch", "status", *map(_header, present)),
+                 rows=tuple(rows), csv_headers=csv_headers, csv_rows=csv_rows,
+                 note="mean ± sd over the repeats that finished; a single value where only one did")
+
+
+MAXBATCH_COLUMNS = (
+    "framework", "model", "device", "precision", "strategy", "budget_mib", "budget_kind", "margin_mib",
+    "max_batch", "first_fail_batch", "first_fail_status", "recommended_batch", "recommended_pow2",
+    "recommended_mult8", "formula_batch", "formula_error_pct", "probes_n", "wall_s", "param_count",
+    "per_sample_activation_mib", "fit_a_mib", "fit_b_mib_per_sample", "first_fail_reason", "finished_at")
+
+
+def _g(value: Any, fmt: str = "") -> str:
+    if value is None or value == "":
+        return "-"
+    try:
+        return format(float(value), fmt) if fmt else str(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def maxbatch(rows: Sequence[dict[str, Any]]) -> Table | None:
+    """The max-batch finder's results with the seed formula's estimate beside them."""
+    if not rows:
+        return None
+    text_rows = []
+    for r in rows:
+        fail = (f"{_g(r.get('first_fail_batch'))} ({r.get('first_fail_status') or '-'})"
+                if r.get("first_fail_batch") is not None else "-")
+        rec = (f"{_g(r.get('recommended_batch'))} (pow2 {_g(r.get('recommended_pow2'))}, "
+               f"×8 {_g(r.get('recommended_mult8'))})")
+        formula = _g(r.get("formula_batch"))
+        if r.get("formula_error_pct") is not None:
+            formula += f" ({float(r['formula_error_pct']):+.0f}%)"
+        text_rows.append((str(r.get("framework", "-")), str(r.get("model", "-")),
+                          f"{_g(r.get('budget_mib'), '.0f')} MiB {r.get('budget_kind') or ''}".strip(),
+                          _g(r.get("max_batch")), fail, rec, formula,
+                          f"{_g(r.get('probes_n'))} / {_g(r.get('wall_s'), '.0f')} s",
+                          str(r.get("strategy") or "-")))
+    csv_rows = tuple(tuple(r.get(c) for c in MAXBATCH_COLUMNS) for r in rows)
+    return Table(key="maxbatch", title="Largest batch that fits",
+                 headers=("framework", "model", "budget", "max batch", "first failing", "recommended",
+                          "formula (error)", "probes / wall", "strategy"),
+                 rows=tuple(text_rows), csv_headers=MAXBATCH_COLUMNS, csv_rows=csv_rows,
+                 note="Measured with a full train step and an eval step in a fresh worker per probe; the "
+                      "formula is the seed documents' (memory − model) / per-sample size, its error relative "
+                      "to the measured maximum.")
+
+
+COMPARE_COLUMNS = ("framework", "batch_size", "metric", "ours", "ours_sd", "n", "theirs", "diff", "unit")
+COMPARE_LABELS = {"gpu_util_pct": "GPU util.", "gpu_mem_mib": "GPU memory", "accuracy_pct": "accuracy"}
+
+
+def comparison(rows: Sequence[dict[str, Any]]) -> Table | None:
+    """Our figures beside the published ones (rows from :func:`harness.compare.side_by_side`)."""
+    if not rows:
+        return None
+    text_rows = []
+    for r in rows:
+        if r.get("ours") is None:
+            continue  # printed only where this run measured the figure; the CSV keeps every row
+        ours = _g(r.get("ours"), ".1f")
+        if r.get("ours_sd") is not None:
+            ours += f" ± {float(r['ours_sd']):.1f}"
+        diff = "-" if r.get("diff") is None else f"{float(r['diff']):+.1f}"
+        text_rows.append((str(r.get("framework")), str(r.get("batch_size")),
+                          COMPARE_LABELS.get(str(r.get("metric")), str(r.get("metric"))), ours,
+                          _g(r.get("n")), _g(r.get("theirs"), ".1f"), diff, str(r.get("unit") or "")))
+    return Table(key="comparison", title="Side by side with the published figures",
+                 headers=("framework", "batch", "metric", "this run", "n", "Yin 2020", "difference", "unit"),
+                 rows=tuple(text_rows), csv_headers=COMPARE_COLUMNS,
+                 csv_rows=tuple(tuple(r.get(c) for c in COMPARE_COLUMNS) for r in rows),
+                 note="Yin 2020 measured on a GTX 1060 with the thesis's own model; differences in hardware "
+                      "and model make these a sanity check, not a replication test.")
+
+
+def runs(exp: Experiment) -> Table:
+    """The invocations that produced the experiment's results, with their exact command lines."""
+    rows = tuple((str(r.get("run_id")), str(r.get("started_at") or "-"), str(r.get("command") or "(not recorded)"))
+                 for r in exp.runs)
+    return Table(key="runs", title="Runs", headers=("run", "started (UTC)", "command line"), rows=rows,
+                 csv_headers=("run_id", "experiment", "started_at", "command", "spec_json"),
+                 csv_rows=tuple((r.get("run_id"), r.get("experiment"), r.get("started_at"), r.get("command"),
+                                 r.get("spec_json")) for r in exp.runs))
