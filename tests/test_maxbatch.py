@@ -16,8 +16,16 @@ from harness.cli import main
 from harness.data import DataRequest, prepare
 from harness.errors import ConfigError, DoesNotFitError
 from harness.executor import LocalExecutor, TrialOutcome
-from harness.maxbatch import (Formula, MaxBatchRequest, WorkerProber, pow2_at_or_below, probe_peak_mib, recommend,
-                              resolve_budget, run_maxbatch)
+from harness.maxbatch import (
+    Formula,
+    MaxBatchRequest,
+    WorkerProber,
+    pow2_at_or_below,
+    probe_peak_mib,
+    recommend,
+    resolve_budget,
+    run_maxbatch,
+)
 from harness.maxsearch import LinearFit, SearchSettings
 from harness.store import MAXBATCH_COLUMN_NAMES, Store
 from tests.conftest import make_trial
