@@ -13,6 +13,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,8 @@ def synthetic_data(samples: int = 2048) -> PreparedData:
 
 
 def harness_trial(
-    framework: str, data: PreparedData, batch_size: int, threads: int, warmup: int, steps: int
+    framework: str, data: PreparedData, batch_size: int, threads: int, warmup: int, steps: int,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> TrialOutcome:
     """One real harness trial (fresh worker), as a sweep would run it; raises if it did not end ok."""
     trial = TrialSpec(
@@ -96,7 +98,7 @@ def harness_trial(
         adapter_target=adapter_target(framework),
         oom_patterns=adapter_class(framework).oom_stderr_patterns,
     )
-    outcome = LocalExecutor(log_dir=Path(tempfile.gettempdir()) / "batchscope-bench-logs").run(unit)
+    outcome = LocalExecutor(log_dir=Path(tempfile.gettempdir()) / "batchscope-bench-logs").run(unit, on_event)
     if outcome.status != "ok":
         raise RuntimeError(
             f"{framework} harness trial at batch {batch_size}: {outcome.status}: {outcome.reason}\n"

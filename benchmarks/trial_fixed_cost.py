@@ -12,45 +12,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-from common import FRAMEWORKS, OPTIMIZER, machine_facts, median, synthetic_data
-
-from harness.executor import LocalExecutor, TrialUnit
-from harness.registry import adapter_class, adapter_target
-from harness.spec import TrialSpec
+from common import FRAMEWORKS, harness_trial, machine_facts, median, synthetic_data
 
 
-def one_trial(framework: str, data: Any, log_dir: Path) -> tuple[float, float]:
-    """(seconds from spawn to ready, seconds for the whole trial)."""
-    trial = TrialSpec(
-        experiment="fixed-cost",
-        framework=framework,
-        model="osu_cnn",
-        dataset="synthetic",
-        batch_size=8,
-        repeat=0,
-        seed=0,
-        epochs=0,
-        warmup_steps=0,
-        timed_steps=1,
-        optimizer=OPTIMIZER,
-        device="cpu",
-        threads=1,
-        timeout_s=300.0,
-        eval=False,
-        data_key=data.key,
-    )
-    unit = TrialUnit(
-        trial=trial,
-        data=data,
-        order_path=str(data.write_order(0, 0)),
-        adapter_target=adapter_target(framework),
-        oom_patterns=adapter_class(framework).oom_stderr_patterns,
-    )
+def one_trial(framework: str, data: Any) -> tuple[float, float]:
+    """(seconds from spawn to ready, seconds for the whole trial): batch 8, one timed step, no eval."""
     ready_at: list[float] = []
 
     def on_event(msg: dict[str, Any]) -> None:
@@ -58,11 +27,8 @@ def one_trial(framework: str, data: Any, log_dir: Path) -> tuple[float, float]:
             ready_at.append(time.monotonic())
 
     t0 = time.monotonic()
-    outcome = LocalExecutor(log_dir=log_dir).run(unit, on_event=on_event)
-    total = time.monotonic() - t0
-    if outcome.status != "ok" or not ready_at:
-        raise RuntimeError(f"{framework}: {outcome.status}: {outcome.reason}\n{outcome.stderr_tail}")
-    return ready_at[0] - t0, total
+    harness_trial(framework, data, batch_size=8, threads=1, warmup=0, steps=1, on_event=on_event)
+    return ready_at[0] - t0, time.monotonic() - t0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,9 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     print(machine_facts())
     print("osu_cnn 1x28x28, CPU, 1 thread; spawn -> ready (import + setup + build), and the whole trial\n")
     data = synthetic_data()
-    log_dir = Path(tempfile.gettempdir()) / "batchscope-bench-logs"
     for fw in frameworks:
-        runs = [one_trial(fw, data, log_dir) for _ in range(args.repeats)]
+        runs = [one_trial(fw, data) for _ in range(args.repeats)]
         ready = [r[0] for r in runs]
         total = [r[1] for r in runs]
         print(
