@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.probes import NO_GPU_NOTICE
 from report.aggregate import Cell
 from report.load import Experiment, parse_json
 
@@ -33,13 +34,22 @@ def had_gpu(exp: Experiment) -> bool:
     return any(str(t.get("device") or "").startswith(("cuda", "gpu")) for t in exp.trials)
 
 
+def _gpu_note(exp: Experiment) -> str:
+    """Why the run saw no GPU, without the sampler's generic preamble (it would repeat the banner)."""
+    note = str(exp.env().get("gpu_note") or "")
+    if note.startswith(NO_GPU_NOTICE):
+        note = note[len(NO_GPU_NOTICE):].strip().removeprefix("(").removesuffix(")")
+    return note
+
+
 def no_gpu_banner(exp: Experiment) -> str | None:
     """The banner a reader must see first when the run had no GPU (None when it had one)."""
     if had_gpu(exp):
         return None
-    note = exp.env().get("gpu_note") or "no GPU was found"
-    return (f"This run had no GPU ({note}). Every trial ran on the CPU, so there are no GPU utilisation, "
-            "GPU memory or energy figures, and the throughput figures describe this CPU, not a GPU.")
+    note = _gpu_note(exp)
+    return (f"This run had no GPU{f' ({note})' if note else ''}. Every trial ran on the CPU, so there are no "
+            "GPU utilisation, GPU memory or energy figures, and the throughput figures describe this CPU, "
+            "not a GPU.")
 
 
 def environment_rows(exp: Experiment) -> list[tuple[str, str]]:
@@ -51,7 +61,7 @@ def environment_rows(exp: Experiment) -> list[tuple[str, str]]:
     elif env.get("gpu_name"):
         gpu = f"{env['gpu_name']} ({_fmt_mib(env.get('gpu_memory_mib'))})"
     else:
-        gpu = f"none: {env.get('gpu_note') or 'no GPU seen'}"
+        gpu = f"none ({_gpu_note(exp) or 'no GPU seen'})"
     rows = [
         ("GPU", gpu),
         ("Driver / CUDA (driver API)", f"{env.get('driver') or '-'} / {env.get('cuda_driver') or '-'}"),

@@ -125,22 +125,15 @@ def _legend(fig: Figure, colours: dict[str, str], failed: bool, reference: bool,
 
 
 def _reference_for(reference: Sequence[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
-    """Published points matching one of our metrics (GPU %, GPU memory in MiB, accuracy in %)."""
-    out = []
-    for r in reference:
-        name = str(r.get("metric", ""))
-        unit = str(r.get("unit", ""))
-        value = r.get("value")
-        if value is None:
-            continue
-        if metric == "gpu_util_pct" and name == "gpu_util_pct":
-            out.append(r)
-        elif metric in ("proc_gpu_mem_mib", "gpu_mem_used_mib") and name.startswith("gpu_mem"):
-            # the thesis reports "MB" as read from the GPU tools, which count in MiB; drawn as given
-            out.append(r if unit in ("MiB", "MB") else {**r, "value": float(value) / 2**20})
-        elif metric == ACCURACY and name.startswith("accuracy"):
-            out.append({**r, "value": float(value) * (100.0 if float(value) <= 1.0 else 1.0)})
-    return out
+    """Published points matching one of our metrics.
+
+    ``reference`` is :func:`harness.compare.load_reference`'s rows, already in our metric names and units
+    (GPU memory in MiB, accuracy in %), so the points are drawn as given: converting here again would
+    make two sources of truth for the same unit question.
+    """
+    wanted = {"gpu_util_pct": "gpu_util_pct", "proc_gpu_mem_mib": "gpu_mem_mib", "gpu_mem_used_mib": "gpu_mem_mib",
+              ACCURACY: "accuracy_pct"}.get(metric)
+    return [r for r in reference if wanted and r.get("metric") == wanted and r.get("value") is not None]
 
 
 def metric_figure(exp: Experiment, frame: pd.DataFrame, cell_list: Sequence[Cell], *, key: str, title: str,
@@ -159,7 +152,8 @@ def metric_figure(exp: Experiment, frame: pd.DataFrame, cell_list: Sequence[Cell
     any_ref = any_spread = False
     for ax, metric in zip(axes[0], present):
         _draw_metric(ax, frame, metric, colours, hue_order, cell_list, batch_sizes)
-        refs = _reference_for(reference, metric)
+        # only at sizes this run measured: points elsewhere would stretch the axis past our data
+        refs = [r for r in _reference_for(reference, metric) if r["batch_size"] in batch_sizes]
         any_ref |= _draw_reference(ax, refs, colours) > 0
         any_spread |= any((c.get(metric) is not None and c.get(metric).n > 1) for c in cell_list)  # type: ignore[union-attr]
         if log_y:
