@@ -82,7 +82,8 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
     if banner:
         pdf.banner(banner)
     if exp.trials and not exp.ok_trials:
-        pdf.banner(f"No trial of this experiment finished ({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))}), "
+        what = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        pdf.banner(f"No trial of this experiment finished ({what}), "
                    "so there is nothing to plot or compare: the tables below list what happened to each "
                    "framework and batch size, with the reason.")
 

@@ -131,12 +131,14 @@ def method_paragraphs(exp: Experiment, cell_list: list[Cell]) -> list[str]:
     policy = spec.get("lr_policy", "fixed")
     lr_text = (f"{spec.get('optimizer', '?')} (momentum {spec.get('momentum', 0)}), learning rate {lr} "
                + ("for every batch size" if policy == "fixed" else
-                  f"at batch {spec.get('lr_base_batch')}, scaled {'linearly' if policy == 'linear' else 'by the square root'} "
+                  f"at batch {spec.get('lr_base_batch')}, scaled "
+                  f"{'linearly' if policy == 'linear' else 'by the square root'} "
                   "with the batch size"))
     repeats = spec.get("repeats", len(_distinct(exp, "repeat")) or 1)
     paras.append(
         f"<b>Workload.</b> Data set {dataset}. Model {model}. Training: {epochs_text}. Optimizer {lr_text}. "
-        f"Repeats: {repeats} per framework and batch size (seeds {', '.join(map(str, _distinct(exp, 'seed'))) or '?'}). "
+        f"Repeats: {repeats} per framework and batch size "
+        f"(seeds {', '.join(map(str, _distinct(exp, 'seed'))) or '?'}). "
         f"Device: {spec.get('device', '?')}, precision {spec.get('precision', '?')}.")
     n_fail = sum(c.n - c.n_ok for c in cell_list)
     if n_fail:

@@ -19,6 +19,7 @@ matplotlib.use("Agg")  # the report never needs a display; must precede pyplot
 
 from collections.abc import Sequence  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import matplotlib.pyplot as plt  # noqa: E402
@@ -150,7 +151,7 @@ def metric_figure(exp: Experiment, frame: pd.DataFrame, cell_list: Sequence[Cell
     fig, axes = plt.subplots(1, len(present), figsize=(PANEL_W_IN * max(len(present), 2) if len(present) > 1
                                                          else 7.0, PANEL_H_IN + 0.9), squeeze=False)
     any_ref = any_spread = False
-    for ax, metric in zip(axes[0], present):
+    for ax, metric in zip(axes[0], present, strict=True):
         _draw_metric(ax, frame, metric, colours, hue_order, cell_list, batch_sizes)
         # only at sizes this run measured: points elsewhere would stretch the axis past our data
         refs = [r for r in _reference_for(reference, metric) if r["batch_size"] in batch_sizes]
@@ -158,8 +159,10 @@ def metric_figure(exp: Experiment, frame: pd.DataFrame, cell_list: Sequence[Cell
         any_spread |= any((c.get(metric) is not None and c.get(metric).n > 1) for c in cell_list)  # type: ignore[union-attr]
         if log_y:
             ax.set_yscale("log")
-        elif ax.get_ylim()[0] > 0 and not log_y:
-            ax.set_ylim(bottom=0)  # a zero baseline, so differences are not exaggerated
+        elif ax.get_ylim()[0] > 0:
+            # a zero baseline, so differences are not exaggerated; headroom so a flat line near the
+            # top is not drawn on the frame
+            ax.set_ylim(0, ax.get_ylim()[1] * 1.08)
     failed = any(c.failed_status for c in cell_list)
     _legend(fig, colours, failed, any_ref, any_spread)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
@@ -238,16 +241,14 @@ def build_figures(exp: Experiment, cell_list: Sequence[Cell], reference: Sequenc
     return figures
 
 
-def save(result: FigureResult, directory: Any, stem: str) -> list[Any]:
+def save(result: FigureResult, directory: str | Path, stem: str) -> list[Path]:
     """Write a figure as PNG (for the PDF) and SVG (for reuse); returns the paths, closes the figure."""
-    from pathlib import Path
-
     if result.figure is None:
         return []
     paths = []
-    for ext, kw in (("png", {"dpi": 200}), ("svg", {})):
+    for ext, dpi in (("png", 200), ("svg", "figure")):  # the PDF places the PNG at 200 dpi
         path = Path(directory) / f"{stem}.{ext}"
-        result.figure.savefig(path, format=ext, bbox_inches="tight", **kw)
+        result.figure.savefig(path, format=ext, bbox_inches="tight", dpi=dpi)
         paths.append(path)
     plt.close(result.figure)
     return paths

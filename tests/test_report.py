@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from pypdf import PdfReader
 
@@ -96,9 +97,9 @@ def test_every_drawn_figure_has_data(cpu_dir: Path, gpu_dir: Path) -> None:
                     assert fig.absent_reason, fig.key  # an absent figure always says why
                     continue
                 for ax in fig.figure.axes:
-                    data_lines = [ln for ln in ax.get_lines() if len(ln.get_xdata()) > 1]
+                    data_lines = [ln for ln in ax.get_lines() if np.asarray(ln.get_xdata()).size > 1]
                     assert data_lines, (exp.name, fig.key, ax.get_title())
-                    ys = [float(y) for ln in data_lines for y in ln.get_ydata()]
+                    ys = [float(y) for ln in data_lines for y in np.asarray(ln.get_ydata(), dtype=float)]
                     assert all(y == y for y in ys) and any(y != 0 for y in ys), (exp.name, fig.key)
                 drawn.setdefault(exp.name, set()).add(fig.key)
                 report_figures.plt.close(fig.figure)
