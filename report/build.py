@@ -106,7 +106,8 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
     else:
         pdf.para("No finding can be computed: no trial finished.")
     sweep = [t for t in exp.trials if t.get("purpose") in (None, "sweep")]
-    verdicts = findings.thesis_verdicts(compare.thesis_findings(sweep)) if sweep else []
+    # with nothing finished every verdict would read "cannot be judged": the banner already says why
+    verdicts = findings.thesis_verdicts(compare.thesis_findings(sweep)) if sweep and exp.ok_trials else []
     if verdicts:
         pdf.heading("The thesis's findings on this run", 2)
         pdf.bullets([f.text for f in verdicts])

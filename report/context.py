@@ -142,9 +142,11 @@ def method_paragraphs(exp: Experiment, cell_list: list[Cell]) -> list[str]:
         f"Device: {spec.get('device', '?')}, precision {spec.get('precision', '?')}.")
     n_fail = sum(c.n - c.n_ok for c in cell_list)
     if n_fail:
-        paras.append(f"<b>Failures.</b> {n_fail} trial(s) did not finish; they are marked on the figures "
-                     "and counted in the tables' status column. Sizes larger than one that ran out of "
-                     "memory are recorded as <i>skipped</i> unless the sweep was run with --no-skip-larger.")
+        where = ("are marked on the figures and counted in the tables' status column" if exp.ok_trials
+                 else "are listed with their reasons in the table “What happened to each trial”")
+        paras.append(f"<b>Failures.</b> {n_fail} trial(s) did not finish; they {where}. Sizes larger than one "
+                     "that ran out of memory are recorded as <i>skipped</i> unless the sweep was run with "
+                     "--no-skip-larger.")
     return paras
 
 

@@ -267,6 +267,7 @@ def test_cli_all_trials_failed_gives_a_report_that_says_so(tmp_path: Path) -> No
     assert "No trial of this experiment finished" in flat
     assert "killed by SIGSEGV" in flat and "What happened to each trial" in flat
     assert "not drawn:" in done.stdout  # the CLI says which figures are missing and why
+    assert "The thesis's findings on this run" not in flat  # nothing to judge when nothing finished
 
 
 def test_cli_refuses_an_output_that_is_not_a_pdf(gpu_dir: Path, tmp_path: Path) -> None:
