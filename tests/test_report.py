@@ -183,10 +183,17 @@ def test_maxbatch_table_shows_the_stored_row(gpu_dir: Path, gpu_report: tuple[Pa
     assert int(stored["max_batch"]) == row["max_batch"] and stored["strategy"] == row["strategy"]
 
 
-def test_thesis_verdicts_end_with_one_full_stop(gpu_report: tuple[Path, str]) -> None:
-    flat = _flat(gpu_report[1])
-    assert "holds on this run" in flat or "cannot be judged on this run" in flat
-    assert ".)." not in flat and ".." not in flat.replace("...", "")
+def test_thesis_verdicts_end_with_one_full_stop(cpu_report: tuple[Path, str], gpu_report: tuple[Path, str]) -> None:
+    from report.findings import thesis_verdicts
+
+    (done,) = thesis_verdicts([{"finding": "F", "holds": True, "evidence": "ours 1.0. theirs 2.0."}])
+    assert done.text == "F: holds on this run (ours 1.0. theirs 2.0)."
+    (bare,) = thesis_verdicts([{"finding": "G", "holds": None, "evidence": ""}])
+    assert bare.text == "G: cannot be judged on this run."
+    for _, text in (cpu_report, gpu_report):
+        flat = _flat(text)
+        assert "holds on this run" in flat or "cannot be judged on this run" in flat
+        assert ".)." not in flat and ".." not in flat.replace("...", "")
 
 
 def test_a_rebuild_in_a_fresh_process_imports_no_framework_and_removes_stale_files(
