@@ -140,6 +140,10 @@ def method_paragraphs(exp: Experiment, cell_list: list[Cell]) -> list[str]:
         f"Repeats: {repeats} per framework and batch size "
         f"(seeds {', '.join(map(str, _distinct(exp, 'seed'))) or '?'}). "
         f"Device: {spec.get('device', '?')}, precision {spec.get('precision', '?')}.")
+    if any(k not in spec for k in ("warmup_steps", "timed_steps", "model", "dataset", "optimizer", "device")):
+        # hand-made or partial stores: say what "?" means rather than leave the reader guessing
+        paras.insert(0, "<i>This store holds no complete resolved specification for the experiment (its run "
+                        "row lacks one); values it would give are printed as “?”.</i>")
     n_fail = sum(c.n - c.n_ok for c in cell_list)
     if n_fail:
         where = ("are marked on the figures and counted in the tables' status column" if exp.ok_trials

@@ -108,6 +108,7 @@ def make_gpu_replay_store(out: Path) -> Path:
     spec = {"name": GPU_EXPERIMENT, "frameworks": list(GPU_FRAMEWORKS), "model": "tiny_cnn",
             "dataset": "synthetic", "batch_sizes": [*GPU_BATCHES, GPU_OOM[1]], "epochs": 0, "repeats": 2,
             "device": "gpu", "precision": "fp32", "optimizer": "sgd", "learning_rate": 0.01,
+            "warmup_steps": 2, "timed_steps": 5, "sample_interval_ms": 100.0,
             "description": MADE_UP}
     with Store.open(out) as store:
         run_id = store.begin_run(GPU_EXPERIMENT, spec, f"({MADE_UP})", env)

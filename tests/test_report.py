@@ -76,6 +76,7 @@ def test_cpu_report_opens_has_every_section_and_the_no_gpu_banner(cpu_report: tu
     assert "pytest tests/test_report.py (real CPU sweep)" in flat  # the exact command line is printed
     assert "pytorch trained fastest at batch" in flat  # a finding worded from the data
     assert "accuracy peaks at batch" in flat
+    assert "no complete resolved specification" not in flat  # a real run stores its resolved spec
 
 
 def test_gpu_replay_report_has_no_banner_and_says_it_is_made_up(gpu_report: tuple[Path, str]) -> None:
@@ -275,6 +276,7 @@ def test_cli_all_trials_failed_gives_a_report_that_says_so(tmp_path: Path) -> No
     assert "killed by SIGSEGV" in flat and "What happened to each trial" in flat
     assert "not drawn:" in done.stdout  # the CLI says which figures are missing and why
     assert "The thesis's findings on this run" not in flat  # nothing to judge when nothing finished
+    assert "no complete resolved specification" in flat  # the "?" of a hand-made spec are explained
 
 
 def test_cli_refuses_an_output_that_is_not_a_pdf(gpu_dir: Path, tmp_path: Path) -> None:
