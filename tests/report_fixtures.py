@@ -73,7 +73,8 @@ class _FixedTree:
 
 def _replayed_monitor(framework: str, batch: int, repeat: int) -> dict[str, Any]:
     """What the sampler returns for a made-up stream that grows with the batch size."""
-    rows = synthetic_gpu_stream(30, interval_s=0.1, busy_from=0.3, busy_w=120.0 + batch * 0.8 + repeat)
+    watts_per_sample = 0.8 if framework == "pytorch" else 1.1
+    rows = synthetic_gpu_stream(30, interval_s=0.1, busy_from=0.3, busy_w=120.0 + batch * watts_per_sample + repeat)
     grow = 1.4 if framework == "tensorflow" else 1.0
     for i, r in enumerate(rows):
         busy = r["gpu_util_pct"] > 0
@@ -121,7 +122,8 @@ def make_gpu_replay_store(out: Path) -> Path:
                     store.write_trial(TrialOutcome(
                         trial=_gpu_trial(fw, batch, repeat), status="ok", param_count=1000,
                         metrics={"samples_per_s": batch / step_ms * 1000.0, "step_time_ms_median": step_ms,
-                                 "step_time_ms_iqr": 0.01, "framework_peak_mib": 400.0 + 5.0 * batch,
+                                 "step_time_ms_iqr": 0.01,
+                                 "framework_peak_mib": 400.0 + (5.0 if fw == "pytorch" else 6.5) * batch,
                                  "warmup_steps_n": 2, "timed_steps_n": 5},
                         step_times_ms=steps, phase_steps={"warmup": 2, "timed": 5},
                         versions={fw: "made-up"}, device={"device": "cuda:0"}, monitor=monitor), run_id, env)
