@@ -164,10 +164,10 @@ def linear_fit(points: Sequence[tuple[float, float]]) -> LinearFit | None:
         return None
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     sxx = sum((x - mx) ** 2 for x in xs)
-    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
     slope = sxy / sxx
     intercept = my - slope * mx
     ss_tot = sum((y - my) ** 2 for y in ys)
-    ss_res = sum((y - (intercept + slope * x)) ** 2 for x, y in zip(xs, ys))
+    ss_res = sum((y - (intercept + slope * x)) ** 2 for x, y in zip(xs, ys, strict=True))
     return LinearFit(slope=slope, intercept=intercept, r2=1 - ss_res / ss_tot if ss_tot > 0 else None,
                      n=len(xs), x_lo=min(xs), x_hi=max(xs))

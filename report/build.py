@@ -25,6 +25,8 @@ from report.pdf import PdfWriter, esc
 
 DEFAULT_SUBDIR = "report"
 PDF_NAME = "report.pdf"
+#: the kinds of file a build writes into figures/ and tables/ (older ones are removed on a rebuild)
+STALE_SUFFIXES = (".png", ".svg", ".csv")
 
 
 @dataclass
@@ -80,7 +82,8 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
     if banner:
         pdf.banner(banner)
     if exp.trials and not exp.ok_trials:
-        pdf.banner(f"No trial of this experiment finished ({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))}), "
+        what = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        pdf.banner(f"No trial of this experiment finished ({what}), "
                    "so there is nothing to plot or compare: the tables below list what happened to each "
                    "framework and batch size, with the reason.")
 
@@ -103,7 +106,8 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
     else:
         pdf.para("No finding can be computed: no trial finished.")
     sweep = [t for t in exp.trials if t.get("purpose") in (None, "sweep")]
-    verdicts = findings.thesis_verdicts(compare.thesis_findings(sweep)) if sweep else []
+    # with nothing finished every verdict would read "cannot be judged": the banner already says why
+    verdicts = findings.thesis_verdicts(compare.thesis_findings(sweep)) if sweep and exp.ok_trials else []
     if verdicts:
         pdf.heading("The thesis's findings on this run", 2)
         pdf.bullets([f.text for f in verdicts])
@@ -173,14 +177,29 @@ def _install(tmp: Path, pdf_tmp: Path, target_pdf: Path, result: BuildResult) ->
     out_dir = target_pdf.parent
     final = BuildResult(pdf=target_pdf, absent=result.absent)
     for kind, paths, bucket in (("figures", result.figures, final.figures), ("tables", result.tables, final.tables)):
+        folder = out_dir / kind
         if paths:
-            (out_dir / kind).mkdir(parents=True, exist_ok=True)
+            folder.mkdir(parents=True, exist_ok=True)
         for p in paths:
-            dest = out_dir / kind / p.name
+            dest = folder / p.name
             os.replace(p, dest)
             bucket.append(dest)
+        _remove_stale(folder, {p.name for p in paths})
     os.replace(pdf_tmp, target_pdf)
     return final
+
+
+def _remove_stale(folder: Path, keep: set[str]) -> None:
+    """Delete figures/tables an earlier build left in ``folder`` that this build did not write.
+
+    Without this, a figure that is absent this time (or an experiment no longer in the store) would
+    sit beside the new PDF looking current. Only the kinds of file the report writes are touched.
+    """
+    if not folder.is_dir():
+        return
+    for p in folder.iterdir():
+        if p.is_file() and p.suffix in STALE_SUFFIXES and p.name not in keep:
+            p.unlink()
 
 
 def build_report(source_dir: str | Path, output: str | Path | None = None) -> BuildResult:

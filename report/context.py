@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.probes import NO_GPU_NOTICE
 from report.aggregate import Cell
 from report.load import Experiment, parse_json
 
@@ -33,13 +34,22 @@ def had_gpu(exp: Experiment) -> bool:
     return any(str(t.get("device") or "").startswith(("cuda", "gpu")) for t in exp.trials)
 
 
+def _gpu_note(exp: Experiment) -> str:
+    """Why the run saw no GPU, without the sampler's generic preamble (it would repeat the banner)."""
+    note = str(exp.env().get("gpu_note") or "")
+    if note.startswith(NO_GPU_NOTICE):
+        note = note[len(NO_GPU_NOTICE):].strip().removeprefix("(").removesuffix(")")
+    return note
+
+
 def no_gpu_banner(exp: Experiment) -> str | None:
     """The banner a reader must see first when the run had no GPU (None when it had one)."""
     if had_gpu(exp):
         return None
-    note = exp.env().get("gpu_note") or "no GPU was found"
-    return (f"This run had no GPU ({note}). Every trial ran on the CPU, so there are no GPU utilisation, "
-            "GPU memory or energy figures, and the throughput figures describe this CPU, not a GPU.")
+    note = _gpu_note(exp)
+    return (f"This run had no GPU{f' ({note})' if note else ''}. Every trial ran on the CPU, so there are no "
+            "GPU utilisation, GPU memory or energy figures, and the throughput figures describe this CPU, "
+            "not a GPU.")
 
 
 def environment_rows(exp: Experiment) -> list[tuple[str, str]]:
@@ -51,7 +61,7 @@ def environment_rows(exp: Experiment) -> list[tuple[str, str]]:
     elif env.get("gpu_name"):
         gpu = f"{env['gpu_name']} ({_fmt_mib(env.get('gpu_memory_mib'))})"
     else:
-        gpu = f"none: {env.get('gpu_note') or 'no GPU seen'}"
+        gpu = f"none ({_gpu_note(exp) or 'no GPU seen'})"
     rows = [
         ("GPU", gpu),
         ("Driver / CUDA (driver API)", f"{env.get('driver') or '-'} / {env.get('cuda_driver') or '-'}"),
@@ -121,18 +131,26 @@ def method_paragraphs(exp: Experiment, cell_list: list[Cell]) -> list[str]:
     policy = spec.get("lr_policy", "fixed")
     lr_text = (f"{spec.get('optimizer', '?')} (momentum {spec.get('momentum', 0)}), learning rate {lr} "
                + ("for every batch size" if policy == "fixed" else
-                  f"at batch {spec.get('lr_base_batch')}, scaled {'linearly' if policy == 'linear' else 'by the square root'} "
+                  f"at batch {spec.get('lr_base_batch')}, scaled "
+                  f"{'linearly' if policy == 'linear' else 'by the square root'} "
                   "with the batch size"))
     repeats = spec.get("repeats", len(_distinct(exp, "repeat")) or 1)
     paras.append(
         f"<b>Workload.</b> Data set {dataset}. Model {model}. Training: {epochs_text}. Optimizer {lr_text}. "
-        f"Repeats: {repeats} per framework and batch size (seeds {', '.join(map(str, _distinct(exp, 'seed'))) or '?'}). "
+        f"Repeats: {repeats} per framework and batch size "
+        f"(seeds {', '.join(map(str, _distinct(exp, 'seed'))) or '?'}). "
         f"Device: {spec.get('device', '?')}, precision {spec.get('precision', '?')}.")
+    if any(k not in spec for k in ("warmup_steps", "timed_steps", "model", "dataset", "optimizer", "device")):
+        # hand-made or partial stores: say what "?" means rather than leave the reader guessing
+        paras.insert(0, "<i>This store holds no complete resolved specification for the experiment (its run "
+                        "row lacks one); values it would give are printed as “?”.</i>")
     n_fail = sum(c.n - c.n_ok for c in cell_list)
     if n_fail:
-        paras.append(f"<b>Failures.</b> {n_fail} trial(s) did not finish; they are marked on the figures "
-                     "and counted in the tables' status column. Sizes larger than one that ran out of "
-                     "memory are recorded as <i>skipped</i> unless the sweep was run with --no-skip-larger.")
+        where = ("are marked on the figures and counted in the tables' status column" if exp.ok_trials
+                 else "are listed with their reasons in the table “What happened to each trial”")
+        paras.append(f"<b>Failures.</b> {n_fail} trial(s) did not finish; they {where}. Sizes larger than one "
+                     "that ran out of memory are recorded as <i>skipped</i> unless the sweep was run with "
+                     "--no-skip-larger.")
     return paras
 
 

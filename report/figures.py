@@ -19,6 +19,7 @@ matplotlib.use("Agg")  # the report never needs a display; must precede pyplot
 
 from collections.abc import Sequence  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import matplotlib.pyplot as plt  # noqa: E402
@@ -125,22 +126,15 @@ def _legend(fig: Figure, colours: dict[str, str], failed: bool, reference: bool,
 
 
 def _reference_for(reference: Sequence[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
-    """Published points matching one of our metrics (GPU %, GPU memory in MiB, accuracy in %)."""
-    out = []
-    for r in reference:
-        name = str(r.get("metric", ""))
-        unit = str(r.get("unit", ""))
-        value = r.get("value")
-        if value is None:
-            continue
-        if metric == "gpu_util_pct" and name == "gpu_util_pct":
-            out.append(r)
-        elif metric in ("proc_gpu_mem_mib", "gpu_mem_used_mib") and name.startswith("gpu_mem"):
-            # the thesis reports "MB" as read from the GPU tools, which count in MiB; drawn as given
-            out.append(r if unit in ("MiB", "MB") else {**r, "value": float(value) / 2**20})
-        elif metric == ACCURACY and name.startswith("accuracy"):
-            out.append({**r, "value": float(value) * (100.0 if float(value) <= 1.0 else 1.0)})
-    return out
+    """Published points matching one of our metrics.
+
+    ``reference`` is :func:`harness.compare.load_reference`'s rows, already in our metric names and units
+    (GPU memory in MiB, accuracy in %), so the points are drawn as given: converting here again would
+    make two sources of truth for the same unit question.
+    """
+    wanted = {"gpu_util_pct": "gpu_util_pct", "proc_gpu_mem_mib": "gpu_mem_mib", "gpu_mem_used_mib": "gpu_mem_mib",
+              ACCURACY: "accuracy_pct"}.get(metric)
+    return [r for r in reference if wanted and r.get("metric") == wanted and r.get("value") is not None]
 
 
 def metric_figure(exp: Experiment, frame: pd.DataFrame, cell_list: Sequence[Cell], *, key: str, title: str,
@@ -157,15 +151,18 @@ def metric_figure(exp: Experiment, frame: pd.DataFrame, cell_list: Sequence[Cell
     fig, axes = plt.subplots(1, len(present), figsize=(PANEL_W_IN * max(len(present), 2) if len(present) > 1
                                                          else 7.0, PANEL_H_IN + 0.9), squeeze=False)
     any_ref = any_spread = False
-    for ax, metric in zip(axes[0], present):
+    for ax, metric in zip(axes[0], present, strict=True):
         _draw_metric(ax, frame, metric, colours, hue_order, cell_list, batch_sizes)
-        refs = _reference_for(reference, metric)
+        # only at sizes this run measured: points elsewhere would stretch the axis past our data
+        refs = [r for r in _reference_for(reference, metric) if r["batch_size"] in batch_sizes]
         any_ref |= _draw_reference(ax, refs, colours) > 0
         any_spread |= any((c.get(metric) is not None and c.get(metric).n > 1) for c in cell_list)  # type: ignore[union-attr]
         if log_y:
             ax.set_yscale("log")
-        elif ax.get_ylim()[0] > 0 and not log_y:
-            ax.set_ylim(bottom=0)  # a zero baseline, so differences are not exaggerated
+        elif ax.get_ylim()[0] > 0:
+            # a zero baseline, so differences are not exaggerated; headroom so a flat line near the
+            # top is not drawn on the frame
+            ax.set_ylim(0, ax.get_ylim()[1] * 1.08)
     failed = any(c.failed_status for c in cell_list)
     _legend(fig, colours, failed, any_ref, any_spread)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
@@ -244,16 +241,14 @@ def build_figures(exp: Experiment, cell_list: Sequence[Cell], reference: Sequenc
     return figures
 
 
-def save(result: FigureResult, directory: Any, stem: str) -> list[Any]:
+def save(result: FigureResult, directory: str | Path, stem: str) -> list[Path]:
     """Write a figure as PNG (for the PDF) and SVG (for reuse); returns the paths, closes the figure."""
-    from pathlib import Path
-
     if result.figure is None:
         return []
     paths = []
-    for ext, kw in (("png", {"dpi": 200}), ("svg", {})):
+    for ext, dpi in (("png", 200), ("svg", "figure")):  # the PDF places the PNG at 200 dpi
         path = Path(directory) / f"{stem}.{ext}"
-        result.figure.savefig(path, format=ext, bbox_inches="tight", **kw)
+        result.figure.savefig(path, format=ext, bbox_inches="tight", dpi=dpi)
         paths.append(path)
     plt.close(result.figure)
     return paths

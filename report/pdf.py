@@ -33,9 +33,9 @@ from reportlab.platypus import (
     Preformatted,
     SimpleDocTemplate,
     Spacer,
+    TableStyle,
 )
 from reportlab.platypus import Table as RLTable
-from reportlab.platypus import TableStyle
 
 from report.tables import Table
 
@@ -53,7 +53,8 @@ def _register_fonts() -> None:
 
     ttf = Path(matplotlib.get_data_path()) / "fonts" / "ttf"
     for name, file in (("DejaVu", "DejaVuSans.ttf"), ("DejaVu-Bold", "DejaVuSans-Bold.ttf"),
-                       ("DejaVu-Oblique", "DejaVuSans-Oblique.ttf"), ("DejaVu-BoldOblique", "DejaVuSans-BoldOblique.ttf"),
+                       ("DejaVu-Oblique", "DejaVuSans-Oblique.ttf"),
+                       ("DejaVu-BoldOblique", "DejaVuSans-BoldOblique.ttf"),
                        ("DejaVuMono", "DejaVuSansMono.ttf")):
         pdfmetrics.registerFont(TTFont(name, str(ttf / file)))
     pdfmetrics.registerFontFamily("DejaVu", normal="DejaVu", bold="DejaVu-Bold", italic="DejaVu-Oblique",
@@ -67,13 +68,15 @@ def _styles() -> dict[str, ParagraphStyle]:
         "body": base,
         "title": ParagraphStyle("title", parent=base, fontName="DejaVu-Bold", fontSize=20, leading=25, spaceAfter=8),
         "subtitle": ParagraphStyle("subtitle", parent=base, fontSize=10, textColor=colors.HexColor("#444444")),
-        "h1": ParagraphStyle("h1", parent=base, fontName="DejaVu-Bold", fontSize=15, leading=19, spaceBefore=6,
-                             spaceAfter=6, textColor=colors.HexColor("#1a3a5c")),
-        "h2": ParagraphStyle("h2", parent=base, fontName="DejaVu-Bold", fontSize=11.5, leading=15, spaceBefore=9,
-                             spaceAfter=4, textColor=colors.HexColor("#1a3a5c")),
-        "h3": ParagraphStyle("h3", parent=base, fontName="DejaVu-Bold", fontSize=9.5, leading=12.5, spaceBefore=6,
-                             spaceAfter=3),
-        "caption": ParagraphStyle("caption", parent=base, fontSize=8, leading=10.5, textColor=colors.HexColor("#333333")),
+        # headings keep with what follows: a heading alone at the foot of a page reads as broken
+        "h1": ParagraphStyle("h1", parent=base, keepWithNext=1, fontName="DejaVu-Bold", fontSize=15, leading=19,
+                             spaceBefore=6, spaceAfter=6, textColor=colors.HexColor("#1a3a5c")),
+        "h2": ParagraphStyle("h2", parent=base, keepWithNext=1, fontName="DejaVu-Bold", fontSize=11.5, leading=15,
+                             spaceBefore=9, spaceAfter=4, textColor=colors.HexColor("#1a3a5c")),
+        "h3": ParagraphStyle("h3", parent=base, keepWithNext=1, fontName="DejaVu-Bold", fontSize=9.5, leading=12.5,
+                             spaceBefore=6, spaceAfter=3),
+        "caption": ParagraphStyle("caption", parent=base, fontSize=8, leading=10.5,
+                                  textColor=colors.HexColor("#333333")),
         "absent": ParagraphStyle("absent", parent=base, fontName="DejaVu-Oblique", textColor=colors.HexColor("#555555"),
                                  leftIndent=10, borderPadding=4),
         "cell": ParagraphStyle("cell", parent=base, fontSize=7.2, leading=9, spaceAfter=0),
@@ -156,7 +159,8 @@ class PdfWriter:
         """A two-column label/value table."""
         data = [[Paragraph(esc(k), self.styles["cellb"]), Paragraph(esc(v), self.styles["cell"])] for k, v in rows]
         t = RLTable(data, colWidths=[4.2 * cm, TEXT_WIDTH - 4.2 * cm], hAlign="LEFT")
-        t.setStyle(TableStyle([("VALIGN", (0, 0), (-1, -1), "TOP"), ("LINEBELOW", (0, 0), (-1, -1), 0.25, colors.lightgrey),
+        t.setStyle(TableStyle([("VALIGN", (0, 0), (-1, -1), "TOP"),
+                               ("LINEBELOW", (0, 0), (-1, -1), 0.25, colors.lightgrey),
                                ("BOTTOMPADDING", (0, 0), (-1, -1), 2), ("TOPPADDING", (0, 0), (-1, -1), 2)]))
         self.story.append(t)
         self.story.append(Spacer(1, 6))
