@@ -158,19 +158,23 @@ class LocalExecutor:
         self.monitor_factory = monitor_factory or (lambda unit: NullMonitor())
         self.log_dir = log_dir
 
-    def _preexec(self, unit: TrialUnit) -> Callable[[], None] | None:
-        if not unit.os_memory_limit_mib:
-            return None
-        limit = int(unit.os_memory_limit_mib * 1024 * 1024)
+    @staticmethod
+    def _limit_memory(pid: int, unit: TrialUnit) -> None:
+        """Put the CPU memory budget on the started worker, before it is sent its request.
 
-        def limit_memory() -> None:  # runs in the child between fork and exec
-            # RLIMIT_DATA, not RLIMIT_AS: since Linux 4.7 it counts private writable mappings (heap, anonymous
-            # mmap: what the frameworks allocate), not shared libraries or PROT_NONE reservations. Measured on
-            # deep_cnn 3x32x32 bs 256: RLIMIT_DATA fails below ~1050 MiB for a peak RSS of ~1060 MiB, while
-            # RLIMIT_AS needs ~1600 MiB for torch and ~2550 MiB for TensorFlow (see docs/maxbatch.md).
-            resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+        RLIMIT_DATA, not RLIMIT_AS: since Linux 4.7 it counts private writable mappings (heap, anonymous
+        mmap: what the frameworks allocate), not shared libraries or PROT_NONE reservations. Measured on
+        deep_cnn 3x32x32 bs 256: RLIMIT_DATA fails below ~1050 MiB for a peak RSS of ~1060 MiB, while
+        RLIMIT_AS needs ~1600 MiB for torch and ~2550 MiB for TensorFlow (see docs/maxbatch.md).
 
-        return limit_memory
+        Set with prlimit(2) from the parent rather than in a ``preexec_fn``: the parent has threads
+        (sampler, pipe readers, Ray), and Python code between fork and exec can deadlock on a lock one
+        of them held (seen: probe workers that never started, killed at their timeout). The worker
+        imports no framework until it has read its request, which is written after this call.
+        """
+        if unit.os_memory_limit_mib:
+            limit = int(unit.os_memory_limit_mib * 1024 * 1024)
+            resource.prlimit(pid, resource.RLIMIT_DATA, (limit, limit))
 
     def run(self, unit: TrialUnit, on_event: Callable[[dict[str, Any]], None] | None = None) -> TrialOutcome:
         """Run one unit to completion (or timeout) and classify it. Never raises for a trial's failure."""
@@ -194,7 +198,6 @@ class LocalExecutor:
                     [unit.python, "-m", "harness.worker", "--fd", str(write_fd)],
                     stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
                     start_new_session=True, env=env, cwd=str(PROJECT_ROOT),
-                    preexec_fn=self._preexec(unit),  # noqa: PLW1509 - only setrlimit, no locks
                 )
             finally:
                 os.close(write_fd)
@@ -205,6 +208,10 @@ class LocalExecutor:
             timed_out = False
             try:
                 assert proc.stdin is not None
+                try:
+                    self._limit_memory(proc.pid, unit)
+                except ProcessLookupError:
+                    pass  # the worker died at once; its exit code tells why
                 try:
                     proc.stdin.write(json.dumps(request).encode())
                     proc.stdin.close()
