@@ -11,7 +11,6 @@ import datetime as dt
 import json
 import os
 import queue
-import resource
 import signal
 import subprocess
 import sys
@@ -158,29 +157,12 @@ class LocalExecutor:
         self.monitor_factory = monitor_factory or (lambda unit: NullMonitor())
         self.log_dir = log_dir
 
-    @staticmethod
-    def _limit_memory(pid: int, unit: TrialUnit) -> None:
-        """Put the CPU memory budget on the started worker, before it is sent its request.
-
-        RLIMIT_DATA, not RLIMIT_AS: since Linux 4.7 it counts private writable mappings (heap, anonymous
-        mmap: what the frameworks allocate), not shared libraries or PROT_NONE reservations. Measured on
-        deep_cnn 3x32x32 bs 256: RLIMIT_DATA fails below ~1050 MiB for a peak RSS of ~1060 MiB, while
-        RLIMIT_AS needs ~1600 MiB for torch and ~2550 MiB for TensorFlow (see docs/maxbatch.md).
-
-        Set with prlimit(2) from the parent rather than in a ``preexec_fn``: the parent has threads
-        (sampler, pipe readers, Ray), and Python code between fork and exec can deadlock on a lock one
-        of them held (seen: probe workers that never started, killed at their timeout). The worker
-        imports no framework until it has read its request, which is written after this call.
-        """
-        if unit.os_memory_limit_mib:
-            limit = int(unit.os_memory_limit_mib * 1024 * 1024)
-            resource.prlimit(pid, resource.RLIMIT_DATA, (limit, limit))
-
     def run(self, unit: TrialUnit, on_event: Callable[[dict[str, Any]], None] | None = None) -> TrialOutcome:
         """Run one unit to completion (or timeout) and classify it. Never raises for a trial's failure."""
         trial = unit.trial
         request = {"protocol": PROTOCOL_VERSION, "trial": trial.to_dict(), "data": unit.data.to_dict(),
-                   "order_path": unit.order_path, "adapter_target": unit.adapter_target}
+                   "order_path": unit.order_path, "adapter_target": unit.adapter_target,
+                   "os_memory_limit_mib": unit.os_memory_limit_mib}
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
         env.update({"PYTHONUNBUFFERED": "1", "BATCHSCOPE_WORKER": "1", "TF_CPP_MIN_LOG_LEVEL": "1"})
@@ -208,10 +190,6 @@ class LocalExecutor:
             timed_out = False
             try:
                 assert proc.stdin is not None
-                try:
-                    self._limit_memory(proc.pid, unit)
-                except ProcessLookupError:
-                    pass  # the worker died at once; its exit code tells why
                 try:
                     proc.stdin.write(json.dumps(request).encode())
                     proc.stdin.close()
@@ -248,6 +226,9 @@ class LocalExecutor:
                 proc.wait()
                 raise
             finally:
+                if proc.poll() is None:  # never leave a worker behind, whatever happened above
+                    _kill_group(proc)
+                    proc.wait()
                 measured = monitor.stop()
                 reader.join(timeout=5)
         stderr_tail = _tail(log_path)

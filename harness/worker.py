@@ -176,6 +176,22 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
                 pass
 
 
+def limit_memory(limit_mib: float | None) -> None:
+    """Put the trial's CPU memory budget on this process, before the framework is imported.
+
+    RLIMIT_DATA, not RLIMIT_AS: since Linux 4.7 it counts private writable mappings (heap, anonymous
+    mmap: what the frameworks allocate), not shared libraries or PROT_NONE reservations. Measured on
+    deep_cnn 3x32x32 bs 256: RLIMIT_DATA fails below ~1050 MiB for a peak RSS of ~1060 MiB, while
+    RLIMIT_AS needs ~1600 MiB for torch and ~2550 MiB for TensorFlow (see docs/maxbatch.md). The limit
+    covers what the process already holds, so setting it here is the same budget as setting it at exec;
+    doing it here (not in the parent's ``preexec_fn``) avoids running Python between fork and exec in a
+    parent that has threads, which can deadlock (seen: probe workers that never started).
+    """
+    if limit_mib:
+        limit = int(limit_mib * 1024 * 1024)
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m harness.worker``."""
     parser = argparse.ArgumentParser(prog="python -m harness.worker")
@@ -183,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     chan = Channel(args.fd)
     request = json.loads(sys.stdin.read())
+    limit_memory(request.get("os_memory_limit_mib"))
     try:
         code = run_trial(request, chan)
         chan.send("end")

@@ -173,7 +173,9 @@ def test_budget_below_the_frameworks_overhead_exits_3(tmp_path, capsys):
     assert "fixed overhead" in err and "larger --memory-limit-mib" in err
     with Store.open(out, create=False) as store:
         row = store.maxbatch_results()[0]
-    assert row["max_batch"] == 0 and row["first_fail_batch"] == 1 and row["probes_n"] == 1
+    # 1 probe, or 2 when torch's import under the budget fails without naming memory (seen: "SystemError:
+    # error return without exception set") and the search re-tries it once before calling it the boundary
+    assert row["max_batch"] == 0 and row["first_fail_batch"] == 1 and row["probes_n"] in (1, 2)
 
 
 def test_model_and_double_bisect_agree_on_the_real_boundary(wide_data, tmp_path):
