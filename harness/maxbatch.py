@@ -39,7 +39,8 @@ MIB = 1024.0 * 1024.0
 #: a failure to load the framework's libraries for want of memory: an ImportError, not a MemoryError
 SETUP_MEMORY_ERRORS = ("failed to map segment from shared object", "Cannot allocate memory",
                        "cannot allocate memory")
-CONTROL_FACTOR = 2  # a CPU probe that fails without saying "memory" is run again with this much more
+CONTROL_FACTOR = 2  # a CPU probe that fails without saying "memory" is run again with this much more,
+CONTROL_FLOOR_MIB = 1024.0  # and at least this much more: a budget below the framework's start-up needs more than 2x
 CPU_PROBE_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 BUDGET_KINDS = ("gpu-card", "gpu-emulated", "cpu-rlimit-data")
 #: frameworks that cannot emulate a smaller GPU, and why (shown to the user as is)
@@ -234,6 +235,16 @@ class MaxBatchOutcome:
     outcomes: list[TrialOutcome]
 
 
+def control_limit_mib(budget_mib: float) -> float:
+    """The limit of a control run: generous enough that a failure there is not the budget's.
+
+    Twice the budget, and at least CONTROL_FLOOR_MIB more: under a small budget the framework's own
+    start-up (PyTorch: ~200-300 MiB of VmData) can crash the worker (seen: SIGSEGV while importing torch
+    under 120 MiB) and would crash again at twice that budget.
+    """
+    return max(budget_mib * CONTROL_FACTOR, budget_mib + CONTROL_FLOOR_MIB)
+
+
 class WorkerProber:
     """The probe function of :func:`harness.maxsearch.search`: each call is a fresh worker."""
 
@@ -284,13 +295,14 @@ class WorkerProber:
         elif status in ("error", "crashed") and self.budget.os_limit_mib:
             # Not every allocation failure says so (oneDNN: "could not create a primitive" when its scratch
             # memory is refused). Ask the machine instead of guessing from the text: the same probe with
-            # CONTROL_FACTOR times the budget. Passing there makes the failure the budget's; failing
+            # control_limit_mib(budget). Passing there makes the failure the budget's; failing
             # there too makes it a real crash, which the search reports and never takes as the boundary.
-            control = self._run(batch, confirm, self.budget.os_limit_mib * CONTROL_FACTOR, control=True)
+            limit = control_limit_mib(self.budget.os_limit_mib)
+            control = self._run(batch, confirm, limit, control=True)
             elapsed += control.elapsed_s
             if control.status == "ok":
                 status = "oom"
-                reason = (f"{reason}; the same probe passes with {CONTROL_FACTOR}x the budget, so the memory "
+                reason = (f"{reason}; the same probe passes with a {limit:g} MiB limit, so the memory "
                           "limit caused it")
         peak = probe_peak_mib(outcome, self.budget.kind) if status == "ok" else None
         return ProbeResult(batch=batch, status=status, peak_mib=peak, reason=reason, elapsed_s=elapsed)

@@ -8,6 +8,7 @@ and each probe costs a worker start-up plus a few cheap steps.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from harness.maxbatch import (
     Formula,
     MaxBatchRequest,
     WorkerProber,
+    control_limit_mib,
     pow2_at_or_below,
     probe_peak_mib,
     recommend,
@@ -94,6 +96,34 @@ def test_probe_peak_in_the_units_of_the_budget():
     assert probe_peak_mib(o, "gpu-card") == 1000.0
 
 
+class _StartsAbove:
+    """A stand-in executor: the worker dies with SIGSEGV in setup below ``needs_mib``, as torch's import did."""
+
+    def __init__(self, needs_mib: float) -> None:
+        self.needs_mib, self.limits = needs_mib, []
+
+    def run(self, unit):
+        self.limits.append(unit.os_memory_limit_mib)
+        if unit.os_memory_limit_mib < self.needs_mib:
+            return TrialOutcome(trial=unit.trial, status="crashed", reason="killed by SIGSEGV in phase setup")
+        return TrialOutcome(trial=unit.trial, status="ok", metrics={"maxrss_mib": 300.0})
+
+
+def test_a_crash_under_a_small_budget_is_the_budgets_only_if_a_control_run_passes(wide_data):
+    req = _request(memory_limit_mib=120.0)
+    budget = resolve_budget(req, [])
+    # torch needs ~300 MiB to start: twice 120 would crash again; the control's 1 GiB floor does not
+    starts = _StartsAbove(needs_mib=300.0)
+    result = WorkerProber(req, budget, wide_data, starts)(1, False)
+    assert starts.limits == [120.0, control_limit_mib(120.0)] and control_limit_mib(120.0) >= 120.0 + 1024
+    assert result.status == "oom" and "memory limit caused it" in result.reason
+    # a worker that crashes under any limit is a real crash, never the boundary
+    never = _StartsAbove(needs_mib=float("inf"))
+    result = WorkerProber(req, budget, wide_data, never)(1, False)
+    assert result.status == "crashed" and len(never.limits) == 2
+    assert control_limit_mib(4000.0) == 8000.0  # large budgets: twice the budget
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--framework", "pytorch", "--model", "deep_cnn", "--device", "cpu"], "give --memory-limit-mib"),
     (["--framework", "nosuch", "--model", "deep_cnn", "--memory-limit-mib", "900"], "not a registered adapter"),
@@ -146,7 +176,7 @@ def test_real_boundary_on_cpu_agrees_with_an_exhaustive_scan(wide_data, tmp_path
     searched = json.loads(rows[0]["probes_json"])
     assert {p["status"] for p in searched} <= {"ok", "oom"}
     # a stored trial that failed without saying "memory" (oneDNN: "could not create a primitive") was
-    # re-run with twice the budget, passed there, and so counted as oom by the search
+    # re-run under a larger limit (control_limit_mib), passed there, and so counted as oom by the search
     for trial in probes:
         if trial["status"] not in ("ok", "oom"):
             assert any(p["batch"] == trial["batch_size"] and "memory limit caused it" in p["reason"]
@@ -186,7 +216,15 @@ def test_model_and_double_bisect_agree_on_the_real_boundary(wide_data, tmp_path)
             found = run_maxbatch(req, store, 1, data=wide_data, gpus=[], env={},
                                  settings=SearchSettings(strategy=strategy, budget_mib=400.0))
         answers[strategy] = (found.result.max_batch, found.result.probes_n)
-    assert answers["model"][0] == answers["double-bisect"][0]
+        if strategy == "model":
+            fit = found.result.fit
+    # Each strategy is exact for what its own probes saw, but two runs see boundaries that differ by the
+    # documented jitter of a fresh process's peak (1-3 MiB, docs/maxbatch.md; seen in CI: 252 vs 251).
+    # So they must agree up to 3 MiB worth of samples, by the measured slope, never more.
+    assert fit is not None and fit.b_mib_per_sample > 0
+    jitter_samples = math.ceil(3.0 / fit.b_mib_per_sample)
+    assert abs(answers["model"][0] - answers["double-bisect"][0]) <= jitter_samples, (answers, jitter_samples)
+    assert jitter_samples < answers["model"][0] / 20  # the tolerance stays small next to the answer
     assert answers["model"][1] < answers["double-bisect"][1]
 
 
