@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="tiny_cnn")
     parser.add_argument("--budget-mib", type=float,
                         help="one budget for every framework (default: per framework)")
+    parser.add_argument("--show-probes", action="store_true",
+                        help="print each search's probes (stage batch status peak MiB)")
     args = parser.parse_args(argv)
     cache = Path(tempfile.mkdtemp(prefix="mb-bench-"))
     data = prepare(DataRequest(name="synthetic", synthetic_shape=SHAPE, synthetic_samples=512), cache)
@@ -63,6 +65,12 @@ def main(argv: list[str] | None = None) -> int:
             found[strategy] = (out.result.max_batch, out.result.probes_n, wall)
             print(f"{framework:<11} {budget:>10.0f} {strategy:<14} {out.result.max_batch:>9} "
                   f"{out.result.probes_n:>6} {wall:>7.1f}", flush=True)
+            if args.show_probes:
+                trail = " ".join(f"{p.stage}:{p.batch}:{p.status}" + (f"@{p.peak_mib:.1f}" if p.peak_mib else "")
+                                 for p in out.result.probes)
+                fit = out.result.fit
+                line = f"a={fit.a_mib:.1f} b={fit.b_mib_per_sample:.3f}" if fit else "no fit"
+                print(f"    probes: {trail}\n    fit: {line}", flush=True)
         if len(found) == 2:
             (m_b, m_n, m_s), (d_b, d_n, d_s) = found["model"], found["double-bisect"]
             if m_b != d_b:

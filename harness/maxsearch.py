@@ -4,9 +4,9 @@ Two strategies, both exact (the largest batch whose probe succeeds while the nex
 an out-of-memory error, assuming memory is monotone in the batch size at the boundary):
 
 * ``model`` (default): two small probes (1 and 16) give memory(batch) = a + b·batch from the measured
-  peaks; a third probe at a quarter of the predicted limit refines the slope where it matters; then
-  the search probes at and just above the prediction, recalibrates on every miss, and falls back to
-  bisection after two misses, so a wrong model costs a few probes, never correctness.
+  peaks; a third probe at half the predicted limit refines the slope where it matters; then
+  the search probes at and just above the prediction, recalibrates and gallops on a miss, and falls
+  back to bisection after two misses, so a wrong model costs a few probes, never correctness.
 * ``double-bisect``: what PyTorch Lightning's ``binsearch`` mode does: 1, 2, 4, ... until a failure,
   then bisect. The baseline ``model`` is measured against (benchmarks/maxbatch_strategies.py).
 
@@ -224,10 +224,15 @@ class _Search:
 
         With an exact model this is "probe at the prediction, then just above it": two probes. When the
         model keeps undershooting (memory grows slower than the line), the step at least doubles each
-        time (galloping), and inside a bracket a model probe that does not halve it is followed by a
-        bisection, so the worst case stays within twice plain bisection.
+        time (galloping). When the first prediction overshoots, the search gallops down from it (2, 4,
+        8... below) rather than trusting the same line one size lower. Inside a bracket a model probe
+        that does not halve it is followed by a gallop from the side it fell on, and after two such
+        misses the line is dropped for plain bisection (TensorFlow's memory on CPU jumps by ~130 MiB
+        between two adjacent sizes: no line predicts that), so the worst case stays within twice plain
+        bisection.
         """
         undershoots = 0
+        misses = 0  # predictions that landed on the wrong side of the boundary
         up_step = 0
         safeguard_next = False
         step = 2
@@ -241,9 +246,13 @@ class _Search:
             if self.hi is None:
                 guess = max(guess, self.lo + 1)
                 if undershoots >= 2:  # the line keeps undershooting: grow the step exponentially
-                    up_step = max(2 * up_step, 2, self.lo // 32)
+                    up_step = max(2 * up_step, 2)
                     guess = max(guess, self.lo + up_step)
                 batch, stage = min(guess, self.s.max_batch_cap), "predict"
+            elif misses >= 2 and not safeguard_next:
+                # the line has missed twice: it does not describe this memory near the boundary; bisect
+                self.bisect()
+                return
             elif safeguard_next:
                 # gallop from the side the model's last probe fell on, never past the middle: a near miss
                 # costs a few probes, a wild one no more than bisection
@@ -257,10 +266,17 @@ class _Search:
             outcome = self.run(batch, stage)
             if width is None and self.hi is None and outcome == "ok":
                 undershoots += 1
-            if stage == "predict":
+            if stage == "predict" and width is None and outcome == "oom" and undershoots == 0:
+                # the first prediction overshot: all it says is that the line is off by an unknown amount
+                # (the calibrated line would only step one below the failure), so gallop down from it
+                last_ok, safeguard_next = False, True
+                step = 2
+                misses += 1
+            elif stage == "predict":
                 last_ok = outcome == "ok"
                 halved = width is not None and self.hi is not None and (self.hi - self.lo) * 2 <= width
                 safeguard_next = width is not None and not halved
+                misses += safeguard_next
                 if halved or width is None:
                     step = 2
                 # a miss is usually a few % of the bracket: start there; after repeated misses keep the
@@ -283,7 +299,7 @@ class _Search:
         fit = self.refit()
         if fit is not None and self.hi is None:
             predicted = fit.predict_batch(self.calibrated_budget(fit))
-            third = predicted // 4
+            third = predicted // 2
             if third > 2 * self.lo and third <= self.s.max_batch_cap:  # far extrapolation: shorten the lever
                 self.run(third, "fit")
         self.guided()

@@ -15,8 +15,10 @@ import argparse
 import importlib
 import json
 import os
+import re
 import resource
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -81,6 +83,68 @@ def _proc_status_mib(*keys: str) -> dict[str, float | None]:
     return out
 
 
+class VmDataWatcher:
+    """The highest ``VmData`` of this process while it trains, sampled in a thread (Linux ``/proc``).
+
+    RLIMIT_DATA counts ``VmData``; what training maps and unmaps again between two reads of the figures
+    at the step boundaries (a framework's scratch arenas, reserved-but-untouched mappings) is only seen
+    while the step runs. One read costs ~10 us (``pread`` on an fd opened once), so every millisecond
+    costs ~1% of a core; it runs only in trials under an OS memory limit (max-batch probes on CPU), never
+    in timed sweeps. A spike shorter than the interval can still be missed: this is a lower bound.
+    """
+
+    _PATTERN = re.compile(rb"VmData:\s+(\d+)")
+
+    def __init__(self, interval_s: float = 0.001) -> None:
+        self.interval_s = interval_s
+        self.peak_kib: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._fd: int | None = None
+
+    def _read_kib(self) -> int | None:
+        assert self._fd is not None
+        match = self._PATTERN.search(os.pread(self._fd, 16384, 0))
+        return int(match.group(1)) if match else None
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.wait(self.interval_s):
+                self._sample()
+        except BaseException:  # noqa: BLE001 - near the limit even a read may fail; the peak so far stands
+            return
+
+    def _sample(self) -> None:
+        kib = self._read_kib()
+        if kib is not None and (self.peak_kib is None or kib > self.peak_kib):
+            self.peak_kib = kib
+
+    def start(self) -> VmDataWatcher:
+        try:
+            self._fd = os.open("/proc/self/status", os.O_RDONLY)
+            self._sample()
+        except OSError:  # not Linux: nothing to watch
+            self._fd = None
+            return self
+        self._thread = threading.Thread(target=self._loop, name="vmdata-watcher", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> float | None:
+        """Stop sampling (one last read); the peak in MiB, or None where ``/proc`` is missing."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._fd is not None:
+            try:
+                self._sample()
+            except OSError:
+                pass
+            os.close(self._fd)
+            self._fd = None
+        return None if self.peak_kib is None else self.peak_kib / 1024.0
+
+
 def run_trial(request: dict[str, Any], chan: Channel) -> int:
     """Run the trial in ``request``, reporting on ``chan``. Returns the process exit code."""
     trial = TrialSpec.from_dict(request["trial"])
@@ -105,6 +169,7 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
         # search turns the RSS peak into the units the OS limit counts (harness/maxbatch.py, probe_peak_mib)
         ready_mem = _proc_status_mib("VmData", "VmRSS", "RssFile", "RssAnon")
         chan.send("ready", device=device_info, param_count=adapter.param_count(), model=desc.to_dict())
+        watcher = VmDataWatcher().start() if request.get("os_memory_limit_mib") else None
 
         warmup_n, timed_n, rest_n = plan_steps(data.n_train, trial.batch_size, trial.epochs,
                                                trial.warmup_steps, trial.timed_steps)
@@ -140,6 +205,7 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
             metrics.update(accuracy=ev.accuracy, eval_loss=ev.loss, eval_samples=ev.samples,
                            eval_s=time.perf_counter() - t_eval)
         end_mem = _proc_status_mib("VmData", "RssFile", "RssAnon")
+        vmdata_peak = watcher.stop() if watcher is not None else None
         timed = np.asarray(step_ms[warmup_n : warmup_n + timed_n])
         median = float(np.median(timed))
         metrics.update(
@@ -155,7 +221,7 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
             vmdata_ready_mib=ready_mem["VmData"], rss_ready_mib=ready_mem["VmRSS"],
             rss_file_ready_mib=ready_mem["RssFile"], rss_anon_ready_mib=ready_mem["RssAnon"],
             rss_file_end_mib=end_mem["RssFile"], rss_anon_end_mib=end_mem["RssAnon"],
-            vmdata_end_mib=end_mem["VmData"],
+            vmdata_end_mib=end_mem["VmData"], vmdata_peak_mib=vmdata_peak,
         )
         chan.send("result", metrics=metrics, step_times_ms=step_ms,
                   phase_steps={"warmup": warmup_n, "timed": timed_n, "train": rest_n})

@@ -24,6 +24,9 @@ BEHAVIOURS = ("ok", "hang", "sigkill", "oom", "error", "segfault", "exit0", "noi
 OOM_LARGE_BATCH = 64
 
 
+TRANSIENT_MIB = 64
+
+
 class FakeAdapter(Adapter):
     """Does nothing much, or misbehaves on purpose in train_step (``behaviour`` option)."""
 
@@ -67,6 +70,10 @@ class FakeAdapter(Adapter):
             raise MemoryError(f"fake: batch {len(batch[0])} does not fit")
         if b == "noisy":
             print("framework chatter on stdout {not json}", flush=True)
+        if b == "transient":  # a 64 MiB scratch buffer mapped and unmapped within the step
+            scratch = np.ones(TRANSIENT_MIB * 2**20, dtype=np.uint8)
+            time.sleep(0.03)
+            del scratch
         if self.steps < 2:
             time.sleep(0.001)
             return

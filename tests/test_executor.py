@@ -10,7 +10,7 @@ from harness.errors import WorkerProtocolError
 from harness.executor import LocalExecutor, TrialUnit, classify
 from harness.protocol import WorkerReport, decode, encode
 from tests.conftest import make_trial
-from tests.fake_adapter import FakeAdapter
+from tests.fake_adapter import TRANSIENT_MIB, FakeAdapter
 
 TARGET = "tests.fake_adapter:FakeAdapter"
 
@@ -36,6 +36,22 @@ def test_ok_trial_reports_phases_and_metrics(tiny_data, tmp_path):
     assert outcome.metrics["samples_per_s"] > 0
     assert outcome.metrics["accuracy"] is not None and 0 <= outcome.metrics["accuracy"] <= 1
     assert outcome.versions["numpy"]
+
+
+def test_a_trial_under_an_os_limit_reports_the_vmdata_it_mapped_only_while_a_step_ran(tiny_data, tmp_path):
+    def run(limit_mib):
+        trial = make_trial(adapter_options={"behaviour": "transient"})
+        unit = TrialUnit(trial=trial, data=tiny_data, order_path=str(tiny_data.write_order(0, 0)),
+                         adapter_target=TARGET, os_memory_limit_mib=limit_mib)
+        return LocalExecutor(log_dir=tmp_path).run(unit)
+
+    limited = run(4096.0)
+    assert limited.status == "ok", limited.reason
+    m = limited.metrics
+    # the buffer is gone at the end, but the watcher saw it while the steps ran
+    assert m["vmdata_peak_mib"] >= m["vmdata_end_mib"] + 0.9 * TRANSIENT_MIB, m
+    free = run(None)  # a sweep trial (no OS limit) runs no watcher thread beside its timed steps
+    assert free.status == "ok" and free.metrics["vmdata_peak_mib"] is None
 
 
 def test_noisy_stdout_does_not_break_the_protocol(tiny_data, tmp_path):

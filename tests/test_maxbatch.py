@@ -88,6 +88,10 @@ def test_probe_peak_in_the_units_of_the_budget():
     o = TrialOutcome(trial=make_trial(), status="ok",
                      metrics={"maxrss_mib": 900.0, "vmdata_ready_mib": 500.0, "rss_ready_mib": 600.0})
     assert probe_peak_mib(o, "cpu-rlimit-data") == 800.0  # VmData at start + growth of RSS
+    o.metrics = {"maxrss_mib": 900.0, "vmdata_ready_mib": 500.0, "rss_ready_mib": 600.0, "vmdata_peak_mib": 890.0}
+    assert probe_peak_mib(o, "cpu-rlimit-data") == 890.0  # mappings seen only while the step ran
+    o.metrics["vmdata_peak_mib"] = 700.0
+    assert probe_peak_mib(o, "cpu-rlimit-data") == 800.0  # a sampled figure below the estimate: a missed spike
     o.metrics = {"maxrss_mib": 900.0}
     assert probe_peak_mib(o, "cpu-rlimit-data") == 900.0
     o.metrics = {"framework_peak_mib": 300.0, "framework_reserved_mib": 320.0}
