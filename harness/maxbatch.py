@@ -152,9 +152,9 @@ def probe_peak_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
 
     GPU: what the framework's allocator reserved (what a per-process cap counts), else its peak, else the
     sampler's NVML figure for the worker. CPU: the worker's VmData when training began plus the RSS it
-    grew by afterwards (RLIMIT_DATA counts private writable memory, not the shared libraries inside RSS),
-    or the highest VmData the worker sampled while training when that is more; just the peak RSS when the
-    worker did not report those.
+    the highest VmData the worker sampled while training (what RLIMIT_DATA counts); without that, VmData
+    when training began plus the RSS it grew by afterwards (RLIMIT_DATA counts private writable memory,
+    not the shared libraries inside RSS); just the peak RSS when the worker did not report those.
     """
     m = outcome.metrics
     if budget_kind.startswith("gpu"):
@@ -184,9 +184,11 @@ def probe_peak_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
         peak += max(0.0, (float(data_end) - float(ready_data)) - (float(anon_end) - float(anon_ready)))
     sampled = m.get("vmdata_peak_mib")
     if sampled is not None:
-        # VmData itself, sampled every millisecond while training (harness/worker.py VmDataWatcher): it sees
-        # mappings that come and go within a step, which neither RSS nor the end-of-trial figures show
-        peak = max(peak, float(sampled))
+        # VmData itself, sampled every millisecond while training (harness/worker.py VmDataWatcher): the very
+        # figure the limit counts, including mappings that come and go within a step. It replaces the RSS
+        # estimate above rather than topping it up: maxrss is the whole process's high-water mark, so a
+        # start-up spike can lift the estimate of every small probe alike (a flat line, no fit: seen in CI)
+        return float(sampled)
     return peak
 
 
