@@ -151,10 +151,10 @@ def probe_peak_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
     """A successful probe's peak memory, in the units its budget counts.
 
     GPU: what the framework's allocator reserved (what a per-process cap counts), else its peak, else the
-    sampler's NVML figure for the worker. CPU: the worker's VmData when training began plus the RSS it
-    the highest VmData the worker sampled while training (what RLIMIT_DATA counts); without that, VmData
-    when training began plus the RSS it grew by afterwards (RLIMIT_DATA counts private writable memory,
-    not the shared libraries inside RSS); just the peak RSS when the worker did not report those.
+    sampler's NVML figure for the worker. CPU: the highest VmData the worker sampled while training (what
+    RLIMIT_DATA counts); without that, VmData when training began plus the RSS it grew by afterwards
+    (RLIMIT_DATA counts private writable memory, not the shared libraries inside RSS); just the peak RSS
+    when the worker did not report those.
     """
     m = outcome.metrics
     if budget_kind.startswith("gpu"):
@@ -164,6 +164,13 @@ def probe_peak_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
             if value is not None:
                 return float(value)
         return None
+    sampled = m.get("vmdata_peak_mib")
+    if sampled is not None:
+        # VmData itself, sampled every millisecond while training (harness/worker.py VmDataWatcher): the very
+        # figure the limit counts, including mappings that come and go within a step. It replaces the RSS
+        # estimate below rather than topping it up: maxrss is the whole process's high-water mark, so a
+        # start-up spike can lift the estimate of every small probe alike (a flat line, no fit: seen in CI)
+        return float(sampled)
     rss, ready_data, ready_rss = m.get("maxrss_mib"), m.get("vmdata_ready_mib"), m.get("rss_ready_mib")
     if rss is None:
         return None
@@ -182,13 +189,6 @@ def probe_peak_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
         # private memory mapped during training but never touched (new threads' stacks, allocator arenas)
         # counts against RLIMIT_DATA and not in RSS; what is still mapped at the end is a lower bound of it
         peak += max(0.0, (float(data_end) - float(ready_data)) - (float(anon_end) - float(anon_ready)))
-    sampled = m.get("vmdata_peak_mib")
-    if sampled is not None:
-        # VmData itself, sampled every millisecond while training (harness/worker.py VmDataWatcher): the very
-        # figure the limit counts, including mappings that come and go within a step. It replaces the RSS
-        # estimate above rather than topping it up: maxrss is the whole process's high-water mark, so a
-        # start-up spike can lift the estimate of every small probe alike (a flat line, no fit: seen in CI)
-        return float(sampled)
     return peak
 
 
