@@ -219,6 +219,21 @@ class _Search:
             budget = min(budget, fit.memory_mib(self.hi) - 1e-6)
         return budget
 
+    def _line_cannot_explain_hi(self, fit: LinearFit) -> bool:
+        """The line puts the boundary further above the failed size than the bracket is wide.
+
+        A near miss (noise in the peaks, a small constant offset) is worth another guided probe; a line
+        that says the failed size fits with room to spare is wrong inside the bracket, and all it could
+        still suggest is the size just below the failure (the calibrated budget sits right under the
+        line's value at ``hi``), a guess that pays off only when the boundary happens to be there. A
+        memory law with a jump (TensorFlow's oneDNN pool on CPU grows by a whole new region: +132 MiB
+        between batch 186 and 187) fails like this; bisection is then the best use of the probes.
+        """
+        if self.hi is None:
+            return False
+        beyond_hi = fit.predict_batch(self.s.budget_mib or 0.0) - self.hi
+        return beyond_hi > self.hi - self.lo
+
     def guided(self) -> None:
         """Probe at the model's prediction, refit after every probe, with two safeguards.
 
@@ -227,7 +242,8 @@ class _Search:
         time (galloping). When the first prediction overshoots, the search gallops down from it (2, 4,
         8... below) rather than trusting the same line one size lower. Inside a bracket a model probe
         that does not halve it is followed by a gallop from the side it fell on, and after two such
-        misses the line is dropped for plain bisection (TensorFlow's memory on CPU jumps by ~130 MiB
+        misses, or as soon as the line says a size that failed fits with more room than the bracket is
+        wide, the line is dropped for plain bisection (TensorFlow's memory on CPU jumps by ~130 MiB
         between two adjacent sizes: no line predicts that), so the worst case stays within twice plain
         bisection.
         """
@@ -249,8 +265,9 @@ class _Search:
                     up_step = max(2 * up_step, 2)
                     guess = max(guess, self.lo + up_step)
                 batch, stage = min(guess, self.s.max_batch_cap), "predict"
-            elif misses >= 2 and not safeguard_next:
-                # the line has missed twice: it does not describe this memory near the boundary; bisect
+            elif (misses >= 2 or self._line_cannot_explain_hi(fit)) and not safeguard_next:
+                # the line has missed twice, or it says the failed size fits the budget: it does not
+                # describe this memory near the boundary; bisect
                 self.bisect()
                 return
             elif safeguard_next:

@@ -112,6 +112,41 @@ def test_nonlinear_memory_exact(strategy, name, memory):
         assert result.probes_n <= 6 + 2 * 2 + 2 * math.ceil(math.log2(oracle.truth() + 1))
 
 
+def tensorflow_cpu_law(jump_at: int) -> Callable[[int], float]:
+    """TensorFlow 2.21 on CPU, tiny_cnn 3x64x64, VmData peaks measured per probe (docs/maxbatch.md).
+
+    oneDNN's allocator is a BFC pool that grows by whole regions: the peak climbs ~1.3 MiB/sample up to
+    128, is nearly flat from there (617 -> 634 MiB at 186), then jumps by 132 MiB to a new region; where
+    the jump falls moved between 184 and 187 across runs.
+    """
+    def memory(b: int) -> float:
+        if b <= 16:
+            return 459 + b
+        if b <= 128:
+            return 475 + (b - 16) * 1.27
+        if b < jump_at:
+            return 617 + (b - 128) * 0.29
+        return 766 + (b - jump_at) * 0.15
+    return memory
+
+
+@pytest.mark.parametrize("jump_at", [170, 184, 187, 195])
+def test_a_jump_the_line_cannot_see_is_bisected_not_guessed_below(jump_at):
+    # once a size fails that the line says fits with more room than the bracket is wide, the line is wrong
+    # inside the bracket: the search bisects instead of probing one below the failure, over and over
+    oracle = Oracle(tensorflow_cpu_law(jump_at), budget_mib=720.0, noise_mib=0.5, seed=jump_at)
+    model = run(oracle, "model")
+    baseline = run(Oracle(tensorflow_cpu_law(jump_at), budget_mib=720.0), "double-bisect")
+    assert model.max_batch == baseline.max_batch == oracle.truth() == jump_at - 1
+    trail = [(p.batch, p.status, p.stage) for p in model.probes]
+    # the first overshoot is galloped down from (a near miss is the common case); once a probe fits below
+    # it, the bracket is known and the line (which says the failed size fits) has nothing more to offer
+    first_oom = next(i for i, p in enumerate(model.probes) if p.status == "oom")
+    bracketed = next(i for i, p in enumerate(model.probes) if i > first_oom and p.status == "ok")
+    assert {p.stage for p in model.probes[bracketed + 1:]} <= {"bisect", "confirm"}, trail
+    assert model.probes_n < baseline.probes_n, trail
+
+
 def test_model_beats_double_bisect_on_average_over_many_laws():
     rng = random.Random(1)
     ratios = []
