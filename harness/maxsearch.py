@@ -266,8 +266,8 @@ class _Search:
                     guess = max(guess, self.lo + up_step)
                 batch, stage = min(guess, self.s.max_batch_cap), "predict"
             elif (misses >= 2 or self._line_cannot_explain_hi(fit)) and not safeguard_next:
-                # the line has missed twice, or it says the failed size fits the budget: it does not
-                # describe this memory near the boundary; bisect
+                # the line has missed twice, or it says the failed size fits with more room than the
+                # bracket is wide: it does not describe this memory near the boundary; bisect
                 self.bisect()
                 return
             elif safeguard_next:
