@@ -1,0 +1,70 @@
+"""How far a max-batch probe's CPU peak moves between fresh workers at the same batch size.
+
+    .venv/bin/python benchmarks/probe_peak_jitter.py [--framework pytorch] [--batch 380] [--runs 16]
+                                                     [--env PYTHONHASHSEED=0]
+
+Runs the same confirm-length probe (tiny_cnn on 3x64x64 noise, one thread, SGD with momentum) in
+``--runs`` fresh workers one after another, under a generous RLIMIT_DATA so every run passes, and prints
+how often each sampled VmData peak (what the limit counts) and each end-of-trial VmData were seen. The
+spread is what separates two runs' boundaries (docs/maxbatch.md, "What is left"); the max-batch finder's
+warning uses harness.maxbatch.CPU_PEAK_JITTER_MIB, which should stay at or above the spread printed here.
+``--env KEY=VALUE`` adds a variable to the probes' environment (e.g. to test a suspected cause).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import tempfile
+from pathlib import Path
+
+from common import machine_facts
+
+from harness.data import DataRequest, prepare
+from harness.executor import LocalExecutor
+from harness.maxbatch import CPU_PEAK_JITTER_MIB, MaxBatchRequest, WorkerProber, resolve_budget
+
+SHAPE = (3, 64, 64)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the probes and print the distribution of their peaks."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--framework", default="pytorch")
+    parser.add_argument("--batch", type=int, default=380)
+    parser.add_argument("--runs", type=int, default=16)
+    parser.add_argument("--limit-mib", type=float, default=4000.0, help="RLIMIT_DATA of every run")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    extra = dict(item.split("=", 1) for item in args.env)
+    print(machine_facts())
+    with tempfile.TemporaryDirectory(prefix="batchscope-jitter-") as tmp:
+        data = prepare(DataRequest(name="synthetic", synthetic_shape=SHAPE, synthetic_classes=10,
+                                   synthetic_samples=512), Path(tmp) / "cache")
+        req = MaxBatchRequest(framework=args.framework, model="tiny_cnn", device="cpu",
+                              memory_limit_mib=args.limit_mib, threads=1, momentum=0.9, synthetic_shape=SHAPE,
+                              synthetic_samples=512, timeout_s=300.0, experiment="jitter")
+        prober = WorkerProber(req, resolve_budget(req, []), data, LocalExecutor(log_dir=Path(tmp) / "logs"))
+        prober.env = {**prober.env, **extra}
+        peaks: collections.Counter[float] = collections.Counter()
+        ends: collections.Counter[float] = collections.Counter()
+        for i in range(args.runs):
+            result = prober(args.batch, True)
+            metrics = prober.outcomes[-1].metrics
+            if result.status != "ok" or metrics.get("vmdata_peak_mib") is None:
+                print(f"run {i}: {result.status} {result.reason[:200]}", file=sys.stderr)
+                return 1
+            peaks[round(metrics["vmdata_peak_mib"], 1)] += 1
+            ends[round(metrics["vmdata_end_mib"], 1)] += 1
+    print(f"{args.framework} tiny_cnn 3x64x64, batch {args.batch}, {args.runs} fresh workers, "
+          f"env {prober.env}")
+    for title, counts in (("VmData peak (MiB)", peaks), ("VmData at the end (MiB)", ends)):
+        print(f"  {title}: " + ", ".join(f"{v:.1f} x{n}" for v, n in sorted(counts.items())))
+    spread = max(peaks) - min(peaks)
+    print(f"  spread of the peak: {spread:.1f} MiB (the finder warns below {CPU_PEAK_JITTER_MIB:g} MiB unused)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
