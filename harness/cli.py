@@ -49,6 +49,7 @@ def print_table(rows: list[dict[str, Any]], columns: Sequence[tuple[str, str, st
 
 # ---------------------------------------------------------------- run
 def cmd_run(args: argparse.Namespace) -> int:
+    from harness.maxbatch import jitter_advice
     from harness.runner import run_sweep, summarise
     from harness.sampler import monitor_factory_for
     from harness.spec import load_experiment
@@ -92,6 +93,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"max batch {row['framework']}: {row['max_batch']} fits, {row['first_fail_batch']} fails "
               f"({row['budget_mib']:.0f} MiB {row['budget_kind']}; {row['probes_n']} probes, "
               f"{row['wall_s']:.0f} s; formula {row['formula_batch']})")
+        advice = jitter_advice(row)
+        if advice is not None:
+            print(f"max batch {row['framework']}: note: {advice}")
     for note in result.maxbatch_notes:
         print(f"max batch {note}")
     with Store.open(out, create=False) as store:

@@ -42,6 +42,10 @@ SETUP_MEMORY_ERRORS = ("failed to map segment from shared object", "Cannot alloc
 CONTROL_FACTOR = 2  # a CPU probe that fails without saying "memory" is run again with this much more,
 CONTROL_FLOOR_MIB = 1024.0  # and at least this much more: a budget below the framework's start-up needs more than 2x
 CPU_PROBE_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+#: how far a fresh worker's CPU peak moves at the same batch under the same limit (measured: whole 1 MiB CPython
+#: arenas mapped or not depending on thread timing, in about 1 run in 5; docs/maxbatch.md). An answer with less
+#: spare memory than this may fail on a later run: the CLI and the report say so and give a size with a margin.
+CPU_PEAK_JITTER_MIB = 3.0
 BUDGET_KINDS = ("gpu-card", "gpu-emulated", "cpu-rlimit-data")
 #: frameworks that cannot emulate a smaller GPU, and why (shown to the user as is)
 NO_GPU_EMULATION = {
@@ -230,6 +234,41 @@ def recommend(max_batch: int, margin_mib: float, fit: LinearFit | None, fallback
     spare = math.ceil(margin_mib / per_sample) if margin_mib > 0 and per_sample > 0 else 0
     batch = max(0, max_batch - spare)
     return batch, pow2_at_or_below(batch), (batch // 8 * 8) or None
+
+
+def answer_headroom_mib(row: dict[str, Any]) -> float | None:
+    """The budget minus the largest peak measured at the answer (its probes and confirm run); None if unknown."""
+    try:
+        probes = json.loads(row.get("probes_json") or "[]")
+    except (TypeError, ValueError):
+        return None
+    peaks = [float(p["peak_mib"]) for p in probes
+             if p.get("batch") == row.get("max_batch") and p.get("status") == "ok" and p.get("peak_mib") is not None]
+    if not peaks or row.get("budget_mib") is None:
+        return None
+    return float(row["budget_mib"]) - max(peaks)
+
+
+def jitter_advice(row: dict[str, Any]) -> str | None:
+    """A warning and a safer size when a CPU answer has less spare memory than a fresh run's peak moves by.
+
+    None when the answer has room enough, when the user already gave a margin that covers the jitter, or
+    where the jitter was not measured (GPU budgets).
+    """
+    if row.get("budget_kind") != "cpu-rlimit-data" or not row.get("max_batch"):
+        return None
+    if float(row.get("margin_mib") or 0.0) >= CPU_PEAK_JITTER_MIB:
+        return None
+    spare = answer_headroom_mib(row)
+    if spare is None or spare >= CPU_PEAK_JITTER_MIB:
+        return None
+    b = row.get("fit_b_mib_per_sample")
+    fit = LinearFit(float(row.get("fit_a_mib") or 0.0), float(b)) if b else None
+    safe, _, _ = recommend(int(row["max_batch"]), CPU_PEAK_JITTER_MIB, fit,
+                           float(row.get("analytic_activation_mib_per_sample") or 0.0))
+    return (f"the answer leaves {spare:.1f} MiB of the budget unused, and a fresh worker's peak at one size "
+            f"moves by 1-{CPU_PEAK_JITTER_MIB:g} MiB from run to run on CPU, so {row['max_batch']} may fail on a "
+            f"later run; {safe} leaves a {CPU_PEAK_JITTER_MIB:g} MiB margin (--margin-mib {CPU_PEAK_JITTER_MIB:g})")
 
 
 @dataclass

@@ -112,6 +112,8 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
 
 def print_result(row: dict[str, Any], file: Any = None) -> None:
     """The answer, in the words of the issue: fits / fails / recommended / probes / formula."""
+    from harness.maxbatch import answer_headroom_mib, jitter_advice
+
     file = file or sys.stdout
     fail = row["first_fail_batch"]
     print("", file=file)
@@ -125,6 +127,13 @@ def print_result(row: dict[str, Any], file: Any = None) -> None:
           f"{_fmt_int(row['recommended_pow2'] or None)}, "
           f"multiple of 8: {_fmt_int(row['recommended_mult8'])})",
           file=file)
+    spare = answer_headroom_mib(row)
+    if spare is not None:
+        print(f"memory left unused at {row['max_batch']}: {spare:.1f} MiB of {row['budget_mib']:.0f} MiB "
+              f"({row['budget_kind']})", file=file)
+    advice = jitter_advice(row)
+    if advice is not None:
+        print(f"note: {advice}", file=file)
     print(f"probes: {row['probes_n']} fresh workers, {row['wall_s']:.1f} s ({row['strategy']})", file=file)
     if row["fit_b_mib_per_sample"] is not None:
         print(f"measured memory: {row['fit_a_mib']:.0f} MiB + {row['fit_b_mib_per_sample']:.3f} MiB "

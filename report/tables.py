@@ -96,8 +96,13 @@ def maxbatch(rows: Sequence[dict[str, Any]]) -> Table | None:
     """The max-batch finder's results with the seed formula's estimate beside them."""
     if not rows:
         return None
-    text_rows = []
+    from harness.maxbatch import answer_headroom_mib, jitter_advice  # framework-free, like the rest of harness
+
+    text_rows, advice = [], []
     for r in rows:
+        spare = answer_headroom_mib(r)
+        if (line := jitter_advice(r)) is not None:
+            advice.append(f"{r.get('framework', '-')}: {line}.")
         fail = (f"{_g(r.get('first_fail_batch'))} ({r.get('first_fail_status') or '-'})"
                 if r.get("first_fail_batch") is not None else "-")
         rec = (f"{_g(r.get('recommended_batch'))} (pow2 {_g(r.get('recommended_pow2'))}, "
@@ -107,17 +112,20 @@ def maxbatch(rows: Sequence[dict[str, Any]]) -> Table | None:
             formula += f" ({float(r['formula_error_pct']):+.0f}%)"
         text_rows.append((str(r.get("framework", "-")), str(r.get("model", "-")),
                           f"{_g(r.get('budget_mib'), '.0f')} MiB {r.get('budget_kind') or ''}".strip(),
-                          _g(r.get("max_batch")), fail, rec, formula,
+                          _g(r.get("max_batch")), "-" if spare is None else f"{spare:.1f} MiB", fail, rec,
+                          formula,
                           f"{_g(r.get('probes_n'))} / {_g(r.get('wall_s'), '.0f')} s",
                           str(r.get("strategy") or "-")))
     csv_rows = tuple(tuple(r.get(c) for c in MAXBATCH_COLUMNS) for r in rows)
     return Table(key="maxbatch", title="Largest batch that fits",
-                 headers=("framework", "model", "budget", "max batch", "first failing", "recommended",
+                 headers=("framework", "model", "budget", "max batch", "unused at max", "first failing",
+                          "recommended",
                           "formula (error)", "probes / wall", "strategy"),
                  rows=tuple(text_rows), csv_headers=MAXBATCH_COLUMNS, csv_rows=csv_rows,
                  note="Measured with a full train step and an eval step in a fresh worker per probe; the "
                       "formula is the seed documents' (memory − model) / per-sample size, its error relative "
-                      "to the measured maximum.")
+                      "to the measured maximum. Unused at max: the budget minus the largest peak measured at the "
+                      "maximum." + "".join(f" {a[0].upper()}{a[1:]}" for a in advice))
 
 
 COMPARE_COLUMNS = ("framework", "batch_size", "metric", "ours", "ours_sd", "n", "theirs", "diff", "unit")

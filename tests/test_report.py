@@ -178,6 +178,10 @@ def test_maxbatch_table_shows_the_stored_row(gpu_dir: Path, gpu_report: tuple[Pa
     flat = _flat(gpu_report[1])
     assert f"{row['budget_mib']:.0f} MiB gpu-card" in flat
     assert str(row["max_batch"]) in flat and f"pow2 {row['recommended_pow2']}" in flat
+    from harness.maxbatch import answer_headroom_mib
+
+    spare = answer_headroom_mib(row)
+    assert spare is not None and f"{spare:.1f} MiB" in flat  # the memory the answer leaves unused
     (csv_path,) = (gpu_report[0].parent / "tables").glob("*-maxbatch.csv")
     with open(csv_path, newline="", encoding="utf-8") as f:
         (stored,) = list(csv.DictReader(f))
