@@ -29,6 +29,15 @@ from harness.registry import adapter_class, adapter_target  # noqa: E402
 from harness.spec import TrialSpec  # noqa: E402
 
 FRAMEWORKS = ("pytorch", "tensorflow", "mxnet")
+
+
+def frameworks_option(parser: Any, text: str) -> list[str]:
+    """The comma-separated ``--frameworks`` value as a list; an unknown name is a usage error (exit 2)."""
+    frameworks = [f for f in text.split(",") if f]
+    unknown = sorted(set(frameworks) - set(FRAMEWORKS))
+    if unknown:
+        parser.error(f"unknown framework(s) {unknown}; choose from {', '.join(FRAMEWORKS)}")
+    return frameworks
 SHAPE = (1, 28, 28)  # MNIST-sized, the seed study's input
 CLASSES = 10
 OPTIMIZER = OptimizerSpec(name="sgd", lr=0.01, momentum=0.9)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from common import FRAMEWORKS, bare_loop, harness_trial, machine_facts, median, synthetic_data
+from common import FRAMEWORKS, bare_loop, frameworks_option, harness_trial, machine_facts, median, synthetic_data
 
 TARGET_RATIO = 0.99
 SHAPE_TEXT = "1x28x28, 10 classes"
@@ -43,10 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         "--record-batches", default="8,256", help="batch sizes printed for the record ('' for none)"
     )
     args = parser.parse_args(argv)
-    frameworks = [f for f in args.frameworks.split(",") if f]
-    unknown = sorted(set(frameworks) - set(FRAMEWORKS))
-    if unknown:
-        parser.error(f"unknown framework(s) {unknown}; choose from {', '.join(FRAMEWORKS)}")
+    frameworks = frameworks_option(parser, args.frameworks)
 
     print(machine_facts())
     print(

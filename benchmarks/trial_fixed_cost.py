@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any
 
-from common import FRAMEWORKS, harness_trial, machine_facts, median, synthetic_data
+from common import FRAMEWORKS, frameworks_option, harness_trial, machine_facts, median, synthetic_data
 
 
 def one_trial(framework: str, data: Any) -> tuple[float, float]:
@@ -38,10 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
-    frameworks = [f for f in args.frameworks.split(",") if f]
-    unknown = sorted(set(frameworks) - set(FRAMEWORKS))
-    if unknown:
-        parser.error(f"unknown framework(s) {unknown}; choose from {', '.join(FRAMEWORKS)}")
+    frameworks = frameworks_option(parser, args.frameworks)
     print(machine_facts())
     print("osu_cnn 1x28x28, CPU, 1 thread; spawn -> ready (import + setup + build), and the whole trial\n")
     data = synthetic_data()
