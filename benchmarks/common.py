@@ -29,6 +29,9 @@ from harness.registry import adapter_class, adapter_target  # noqa: E402
 from harness.spec import TrialSpec  # noqa: E402
 
 FRAMEWORKS = ("pytorch", "tensorflow", "mxnet")
+SHAPE = (1, 28, 28)  # MNIST-sized, the seed study's input
+CLASSES = 10
+OPTIMIZER = OptimizerSpec(name="sgd", lr=0.01, momentum=0.9)
 
 
 def frameworks_option(parser: Any, text: str) -> list[str]:
@@ -38,9 +41,6 @@ def frameworks_option(parser: Any, text: str) -> list[str]:
     if unknown:
         parser.error(f"unknown framework(s) {unknown}; choose from {', '.join(FRAMEWORKS)}")
     return frameworks
-SHAPE = (1, 28, 28)  # MNIST-sized, the seed study's input
-CLASSES = 10
-OPTIMIZER = OptimizerSpec(name="sgd", lr=0.01, momentum=0.9)
 
 
 def machine_facts() -> str:

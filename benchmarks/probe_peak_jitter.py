@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit-mib", type=float, default=4000.0, help="RLIMIT_DATA of every run")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
+    if bad := [item for item in args.env if "=" not in item]:
+        parser.error(f"--env takes KEY=VALUE, not {bad[0]!r}")
     extra = dict(item.split("=", 1) for item in args.env)
     print(machine_facts())
     with tempfile.TemporaryDirectory(prefix="batchscope-jitter-") as tmp:

@@ -125,7 +125,7 @@ def maxbatch(rows: Sequence[dict[str, Any]]) -> Table | None:
                  note="Measured with a full train step and an eval step in a fresh worker per probe; the "
                       "formula is the seed documents' (memory − model) / per-sample size, its error relative "
                       "to the measured maximum. Unused at max: the budget minus the largest peak measured at the "
-                      "maximum." + "".join(f" {a[0].upper()}{a[1:]}" for a in advice))
+                      "maximum." + "".join(f" {a}" for a in advice))
 
 
 COMPARE_COLUMNS = ("framework", "batch_size", "metric", "ours", "ours_sd", "n", "theirs", "diff", "unit")

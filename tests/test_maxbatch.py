@@ -43,16 +43,13 @@ AGREED_COLUMNS = (
     "fit_a_mib fit_b_mib_per_sample probes_json env_json finished_at").split()
 SHAPE = (3, 64, 64)
 LIMIT_MIB = 480.0
-#: how far a fresh process's peak moves at the same batch under the same limit (docs/maxbatch.md: whole 1 MiB
-#: CPython arenas, mapped or not depending on thread timing; 1-3 MiB documented): boundaries found by separate
-#: runs may differ by this much memory, in either direction, and no more
-JITTER_MIB = 3.0
 
 
 def jitter_samples(fit: LinearFit | None) -> int:
-    """JITTER_MIB in samples, by the measured per-sample slope."""
+    """CPU_PEAK_JITTER_MIB in samples, by the measured per-sample slope: how far boundaries found by separate
+    fresh-process runs may differ, in either direction, and no more (docs/maxbatch.md)."""
     assert fit is not None and fit.b_mib_per_sample > 0, fit
-    return math.ceil(JITTER_MIB / fit.b_mib_per_sample)
+    return math.ceil(CPU_PEAK_JITTER_MIB / fit.b_mib_per_sample)
 
 
 def test_store_has_exactly_the_agreed_columns_first(tmp_path):
@@ -226,7 +223,7 @@ def test_real_boundary_on_cpu_agrees_with_an_exhaustive_scan(wide_data, tmp_path
     # a probe that passed under the OS limit cannot have mapped more than the limit (the peak is VmData, what
     # RLIMIT_DATA counts); and since best + 1 failed, less than one sample plus the jitter was left unused
     spare = answer_headroom_mib(rows[0])
-    assert spare is not None and 0.0 <= spare < found.result.fit.b_mib_per_sample + JITTER_MIB, spare
+    assert spare is not None and 0.0 <= spare < found.result.fit.b_mib_per_sample + CPU_PEAK_JITTER_MIB, spare
     # the exhaustive scan around the answer, each size in a fresh worker, the longer (confirm) run
     prober = WorkerProber(req, found.budget, wide_data, LocalExecutor(log_dir=tmp_path / "scan"))
     # A fresh process's peak at one size moves by whole 1 MiB CPython arenas (docs/maxbatch.md; seen in CI: the
@@ -266,7 +263,7 @@ def test_model_and_double_bisect_agree_on_the_real_boundary(wide_data, tmp_path)
             fit, trail = found.result.fit, [(p.stage, p.batch, p.status, p.peak_mib) for p in found.result.probes]
     # Each strategy is exact for what its own probes saw, but two runs see boundaries that differ by the
     # documented jitter of a fresh process's peak (seen in CI: 252 vs 251), so they must agree up to
-    # JITTER_MIB worth of samples, by the measured slope, never more.
+    # CPU_PEAK_JITTER_MIB worth of samples, by the measured slope, never more.
     j = jitter_samples(fit)
     assert abs(answers["model"][0] - answers["double-bisect"][0]) <= j, (answers, j, trail)
     assert j < answers["model"][0] / 20  # the tolerance stays small next to the answer
