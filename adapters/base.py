@@ -22,19 +22,9 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from harness.config.trial import OptimizerSpec  # re-exported: plugins import it from here
 from harness.errors import ConfigError
 from harness.models import ModelDescription
-
-
-@dataclass(frozen=True)
-class OptimizerSpec:
-    """The optimizer every framework builds identically (PyTorch-style SGD momentum; Adam)."""
-
-    name: Literal["sgd", "adam"] = "sgd"
-    lr: float = 0.01
-    momentum: float = 0.0
-    adam_betas: tuple[float, float] = (0.9, 0.999)
-    adam_eps: float = 1e-7  # Keras' default; set explicitly in every framework so they agree
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from harness.data import DataRequest, prepare
 from harness.errors import BatchscopeError
-from harness.maxbatch import MaxBatchRequest, run_maxbatch
+from harness.maxbatch.prober import run_maxbatch
+from harness.maxbatch.request import MaxBatchRequest
 from harness.store import Store
 
 SHAPE = (3, 64, 64)

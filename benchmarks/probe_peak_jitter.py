@@ -22,8 +22,10 @@ from pathlib import Path
 from common import machine_facts
 
 from harness.data import DataRequest, prepare
-from harness.executor import LocalExecutor
-from harness.maxbatch import CPU_PEAK_JITTER_MIB, MaxBatchRequest, WorkerProber, resolve_budget
+from harness.maxbatch.advice import CPU_PEAK_JITTER_MIB
+from harness.maxbatch.prober import WorkerProber
+from harness.maxbatch.request import MaxBatchRequest, resolve_budget
+from harness.run.executor import LocalExecutor
 
 SHAPE = (3, 64, 64)
 

@@ -23,8 +23,8 @@ import psutil  # noqa: E402
 
 from harness import nvml  # noqa: E402
 from harness.errors import ProbeError  # noqa: E402
-from harness.probes import HostProbe, NullGpuProbe, ProcessTree  # noqa: E402
-from harness.sampler import Sampler  # noqa: E402
+from harness.monitor.probes import HostProbe, NullGpuProbe, ProcessTree  # noqa: E402
+from harness.monitor.sampler import Sampler  # noqa: E402
 
 
 def timeit_us(fn: Callable[[], object], n: int) -> tuple[float, float]:

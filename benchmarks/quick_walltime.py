@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", help="write the results here (default: a temporary directory)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from harness.compare import side_by_side
     from harness.store import Store
+    from report.thesis import side_by_side
 
     with tempfile.TemporaryDirectory(prefix="bs-quick-") as tmp:
         out = Path(args.keep) if args.keep else Path(tmp) / "out"

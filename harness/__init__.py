@@ -1,7 +1,7 @@
 """batchscope: measure training across batch sizes and frameworks, one worker process per trial.
 
 The packages under ``harness`` run in the parent process and never import a framework; the
-only exception is :mod:`harness.worker`, which runs in the child and imports one adapter.
+only exception is :mod:`harness.run.worker`, which runs in the child and imports one adapter.
 """
 
 __version__ = "0.1.0"

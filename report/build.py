@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import compare
 from harness.errors import StoreError
 from report import aggregate, context, figures, findings, tables
+from report import thesis as compare
 from report.load import Experiment, ReportInput, load
 from report.pdf import PdfWriter, esc
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.probes import NO_GPU_NOTICE
+from harness.monitor.fields import NO_GPU_NOTICE
 from report.aggregate import Cell
 from report.load import Experiment, parse_json
 

@@ -128,7 +128,7 @@ def _legend(fig: Figure, colours: dict[str, str], failed: bool, reference: bool,
 def _reference_for(reference: Sequence[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
     """Published points matching one of our metrics.
 
-    ``reference`` is :func:`harness.compare.load_reference`'s rows, already in our metric names and units
+    ``reference`` is :func:`report.thesis.load_reference`'s rows, already in our metric names and units
     (GPU memory in MiB, accuracy in %), so the points are drawn as given: converting here again would
     make two sources of truth for the same unit question.
     """

@@ -96,7 +96,7 @@ def maxbatch(rows: Sequence[dict[str, Any]]) -> Table | None:
     """The max-batch finder's results with the seed formula's estimate beside them."""
     if not rows:
         return None
-    from harness.maxbatch import answer_headroom_mib, jitter_advice  # framework-free, like the rest of harness
+    from harness.maxbatch.advice import answer_headroom_mib, jitter_advice  # framework-free, like the rest of harness
 
     text_rows, advice = [], []
     for r in rows:
@@ -133,7 +133,7 @@ COMPARE_LABELS = {"gpu_util_pct": "GPU util.", "gpu_mem_mib": "GPU memory", "acc
 
 
 def comparison(rows: Sequence[dict[str, Any]]) -> Table | None:
-    """Our figures beside the published ones (rows from :func:`harness.compare.side_by_side`)."""
+    """Our figures beside the published ones (rows from :func:`report.thesis.side_by_side`)."""
     if not rows:
         return None
     text_rows = []

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from adapters.base import OptimizerSpec
+from harness.config.trial import TrialSpec
 from harness.data import DataRequest, PreparedData, prepare
-from harness.spec import TrialSpec
 
 
 def _gpu_reason() -> str | None:

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from harness.data import DataRequest, prepare
-from harness.executor import LocalExecutor, TrialUnit
+from harness.records import TrialUnit
 from harness.registry import adapter_class
+from harness.run.executor import LocalExecutor
 from tests.conftest import make_trial
 from tests.contract.conftest import REFERENCE_ADAPTER, resolve_target
 from tests.contract.probe import MODELS, STEPS

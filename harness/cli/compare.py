@@ -1,0 +1,106 @@
+"""``batchscope compare``: our numbers beside the published Ohio State ones, on the console."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from harness.errors import ConfigError
+from report.thesis import (
+    REFERENCE_DATASET,
+    REFERENCE_EPOCHS,
+    _sweep_rows,
+    accuracy_meaningful,
+    side_by_side,
+    thesis_findings,
+)
+
+
+# ---------------------------------------------------------------- the command
+def _cell(value: float | None, spec: str = ".1f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _signed(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f}"
+
+
+def render(trials: list[dict[str, Any]], file: Any = None) -> None:
+    """Print the side-by-side table and the findings for ``trials`` (one experiment's rows)."""
+    from harness.cli.table import print_table
+
+    rows = side_by_side(trials)
+    sweep = _sweep_rows(trials)
+    by_key = {(r["framework"], r["batch_size"], r["metric"]): r for r in rows}
+    gpu_measured = any(r["ours"] is not None for r in rows if r["metric"] != "accuracy_pct")
+    datasets = sorted({str(t.get("dataset")) for t in sweep})
+    epochs = sorted({int(t["epochs"]) for t in sweep if t.get("epochs") is not None})
+    print(f"Ours: {len(sweep)} trial(s), data set {', '.join(datasets)}, "
+          f"epochs {', '.join(map(str, epochs))}. "
+          f"Thesis (Yin 2020, GTX 1060): CIFAR-10, {REFERENCE_EPOCHS} epochs.", file=file)
+    if not gpu_measured:
+        print("No GPU was measured in this run (CPU trials, or the sampler was off): the GPU usage and GPU "
+              "memory columns are left out and not compared with the thesis.", file=file)
+    same_data = datasets == [REFERENCE_DATASET]
+    meaningful = all(accuracy_meaningful(d) for d in datasets)
+    if not meaningful:
+        print(f"Accuracy on {', '.join(datasets)} is meaningless (random data): not shown.", file=file)
+    elif not same_data:
+        print(f"Accuracy here is on {', '.join(datasets)}, the thesis's on CIFAR-10 (TensorFlow only): "
+              "shown beside it, not differenced.", file=file)
+    columns: list[tuple[str, str, str]] = [("framework", "framework", ""), ("batch_size", "batch", "d")]
+    table = []
+    for fw, bs in sorted({(r["framework"], r["batch_size"]) for r in rows}):
+        line: dict[str, Any] = {"framework": fw, "batch_size": bs}
+        for metric, short in (("gpu_util_pct", "gpu"), ("gpu_mem_mib", "mem"), ("accuracy_pct", "acc")):
+            r = by_key[(fw, bs, metric)]
+            ours = _cell(r["ours"], ".0f" if metric == "gpu_mem_mib" else ".1f")
+            if r["ours_sd"] is not None:
+                ours += f" ± {_cell(r['ours_sd'], '.0f' if metric == 'gpu_mem_mib' else '.1f')}"
+            line |= {f"{short}_ours": ours, f"{short}_theirs": _cell(r["theirs"]),
+                     f"{short}_diff": _signed(r["diff"])}
+        table.append(line)
+    groups = [("gpu", "GPU %"), ("mem", "GPU MiB")] if gpu_measured else []
+    if meaningful:
+        groups.append(("acc", "acc %"))
+    for short, label in groups:
+        columns += [(f"{short}_ours", f"{label} ours", ""), (f"{short}_theirs", "thesis", "")]
+        if short != "acc" or same_data:
+            columns.append((f"{short}_diff", "diff", ""))
+    if table and len(columns) > 2:
+        print(file=file)
+        print_table(table, columns, file=file)
+    print("\nThe thesis's findings, checked on this run:", file=file)
+    for f in thesis_findings(trials):
+        verdict = {True: "holds", False: "does not hold", None: "not measurable"}[f["holds"]]
+        print(f"  [{verdict}] {f['finding']}\n      {f['evidence']}", file=file)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """``batchscope compare DIR``."""
+    from harness.store import Store
+
+    with Store.open(args.dir, create=False) as store:
+        trials = store.trials()
+    experiments = sorted({t["experiment"] for t in trials})
+    if args.experiment:
+        if args.experiment not in experiments:
+            raise ConfigError(f"{args.dir}: no trials of experiment {args.experiment!r}; "
+                              f"it holds: {', '.join(experiments) or 'none'}")
+        experiments = [args.experiment]
+    elif len(experiments) > 1:
+        raise ConfigError(f"{args.dir} holds several experiments ({', '.join(experiments)}); "
+                          "choose one with --experiment NAME")
+    if not experiments:
+        raise ConfigError(f"{args.dir}: the store holds no trials yet; run `batchscope run` into it first")
+    render([t for t in trials if t["experiment"] == experiments[0]])
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``compare`` to the CLI."""
+    p = sub.add_parser("compare",
+                       help="our run beside the Ohio State thesis's figures, and which findings hold")
+    p.add_argument("dir", help="output directory of a run (holds results.sqlite)")
+    p.add_argument("--experiment", help="which experiment, when the store holds several")
+    p.set_defaults(func=cmd_compare)

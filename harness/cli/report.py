@@ -1,0 +1,40 @@
+"""``batchscope report DIR [-o report.pdf]``: the PDF report of a results directory."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Build the report and say where its files are."""
+    from harness.errors import StoreError
+    from report.load import load
+
+    # bad input is refused before matplotlib/seaborn/pandas/reportlab are imported (seconds of start-up)
+    load(Path(args.dir))
+    if args.output and Path(args.output).suffix.lower() != ".pdf":
+        raise StoreError(f"{args.output}: the report is a PDF; give -o a path ending in .pdf")
+    from report.build import build_report
+
+    result = build_report(Path(args.dir), Path(args.output) if args.output else None)
+    print(f"report: {result.pdf}")
+    if result.figures:
+        print(f"figures: {len(result.figures)} file(s) in {result.figures[0].parent}")
+    if result.tables:
+        print(f"tables: {len(result.tables)} CSV file(s) in {result.tables[0].parent}")
+    for line in result.absent:
+        print(f"not drawn: {line}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add the ``report`` subcommand."""
+    p = sub.add_parser("report", help="write the PDF report (figures, tables, findings) of a results directory",
+                       description="Reads only DIR/results.sqlite (no framework, no GPU) and writes the PDF, "
+                                   "its figures (PNG and SVG) and its tables (CSV) beside it.")
+    p.add_argument("dir", help="output directory of a run (holds results.sqlite)")
+    p.add_argument("-o", "--output", help="PDF to write (default: DIR/report/report.pdf); figures/ and "
+                                          "tables/ go in the same folder")
+    p.set_defaults(func=cmd_report)

@@ -1,0 +1,94 @@
+"""``batchscope run``: a sweep over frameworks and batch sizes, then (``max_batch = true``) the searches."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.cli.table import _csv_ints, _csv_names, _fmt, print_table
+
+
+# ---------------------------------------------------------------- run
+def cmd_run(args: argparse.Namespace) -> int:
+    from harness.config.experiment import load_experiment
+    from harness.maxbatch.advice import jitter_advice
+    from harness.monitor.sampler import monitor_factory_for
+    from harness.pipeline import run_experiment
+    from harness.run.sweep import summarise
+    from harness.store import Store
+
+    exp = load_experiment(args.experiment)
+    if args.ray_address:
+        args.executor = "ray"
+    exp = exp.with_overrides(frameworks=args.frameworks, batch_sizes=args.batch_sizes, device=args.device,
+                             repeats=args.repeats, epochs=args.epochs,
+                             skip_larger_after_oom=False if args.no_skip_larger else None)
+    out = Path(args.out or Path("results") / exp.name)
+    command = "batchscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    factory, notice = monitor_factory_for(exp)
+    if notice:
+        print(notice)
+
+    def on_start(i: int, n: int, trial: Any) -> None:
+        print(f"[{i:>3}/{n}] {trial.framework:<11} bs={trial.batch_size:<5} rep {trial.repeat} running...",
+              end="\r" if sys.stdout.isatty() else "\n", flush=True)
+
+    def progress(i: int, n: int, o: Any) -> None:
+        m = o.metrics
+        extra = f"{_fmt(m.get('samples_per_s'))} samples/s" if o.status == "ok" else o.reason[:90]
+        acc = f"  acc {m['accuracy']:.3f}" if m.get("accuracy") is not None else ""
+        print(f"[{i:>3}/{n}] {o.trial.framework:<11} bs={o.trial.batch_size:<5} rep {o.trial.repeat} "
+              f"{o.status:<8} {extra}{acc}  ({o.elapsed_s:.1f} s)", flush=True)
+
+    print(f"experiment {exp.name!r} from {exp.source}: {len(exp.frameworks)} framework(s) x "
+          f"{len(exp.batch_sizes)} batch size(s) x {exp.repeats} repeat(s) -> {out}")
+    executor = None
+    if args.executor == "ray":
+        from harness.run.ray_executor import RayExecutor
+
+        executor = RayExecutor(address=args.ray_address, monitor_factory=factory, log_dir=out.resolve() / "logs")
+    result = run_experiment(exp, out, resume=args.resume, data_dir=args.data_dir, command=command,
+                       monitor_factory=factory, progress=progress, on_start=on_start, executor=executor)
+    if result.already_done:
+        print(f"{result.already_done} trial(s) already stored: skipped (--resume)")
+    for row in result.maxbatch:  # max_batch = true: one search per framework after the sweep
+        print(f"max batch {row['framework']}: {row['max_batch']} fits, {row['first_fail_batch']} fails "
+              f"({row['budget_mib']:.0f} MiB {row['budget_kind']}; {row['probes_n']} probes, "
+              f"{row['wall_s']:.0f} s; formula {row['formula_batch']})")
+        advice = jitter_advice(row)
+        if advice is not None:
+            print(f"max batch {row['framework']}: note: {advice}")
+    for note in result.maxbatch_notes:
+        print(f"max batch {note}")
+    with Store.open(out, create=False) as store:
+        rows = summarise(store.trials("experiment = ?", (exp.name,)))
+    print()
+    print_table(rows, [("framework", "framework", ""), ("batch_size", "batch", "d"), ("status", "status", ""),
+                       ("samples_per_s", "samples/s", ".1f"), ("step_time_ms_median", "step ms", ".2f"),
+                       ("framework_peak_mib", "fw peak MiB", ".0f"), ("rss_peak_mib", "RSS MiB", ".0f"),
+                       ("gpu_util_pct", "GPU %", ".1f"), ("accuracy", "accuracy", ".3f")])
+    print(f"\nstored in {out / 'results.sqlite'}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add the ``run`` subcommand."""
+    p = sub.add_parser("run", help="run an experiment file (a sweep over frameworks and batch sizes)")
+    p.add_argument("experiment", help="experiment TOML file, e.g. experiments/quick.toml")
+    p.add_argument("--out", help="output directory (default: results/<experiment name>)")
+    p.add_argument("--frameworks", type=_csv_names, help="only these frameworks, e.g. pytorch,mxnet")
+    p.add_argument("--batch-sizes", type=_csv_ints, help="only these batch sizes, e.g. 4,8,16")
+    p.add_argument("--device", choices=("auto", "cpu", "gpu"), help="override the experiment's device")
+    p.add_argument("--repeats", type=int, help="override the number of repeats")
+    p.add_argument("--epochs", type=int, help="override the number of epochs")
+    p.add_argument("--resume", action="store_true", help="skip trials already stored in --out")
+    p.add_argument("--no-skip-larger", action="store_true",
+                   help="run batch sizes above one that ran out of memory (default: record them as skipped)")
+    p.add_argument("--data-dir", help="local copy of a downloadable data set (e.g. cifar-10-python.tar.gz)")
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="where trials run: here (default) or as tasks on a Ray cluster")
+    p.add_argument("--ray-address", help="Ray cluster address (default: start a local one); implies --executor ray")
+    p.set_defaults(func=cmd_run)

@@ -1,0 +1,35 @@
+"""Plain console output shared by the commands: aligned tables and argument parsers for lists."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+
+def _csv_ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers") from None
+
+
+def _csv_names(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _fmt(value: Any, spec: str = ".1f") -> str:
+    if value is None:
+        return "-"
+    return format(value, spec) if isinstance(value, (int, float)) else str(value)
+
+
+def print_table(rows: list[dict[str, Any]], columns: Sequence[tuple[str, str, str]], file: Any = None) -> None:
+    """Print rows as a plain aligned table; columns are (key, header, format)."""
+    file = file or sys.stdout
+    cells = [[h for _, h, _ in columns]] + [[_fmt(r.get(k), f) for k, _, f in columns] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    for n, row in enumerate(cells):
+        padded = (c.rjust(w) if n and i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+        print("  ".join(padded).rstrip(), file=file)

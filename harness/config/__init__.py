@@ -1,0 +1,1 @@
+"""Configuration: experiment files parsed into frozen specs (:mod:`.experiment`), and the per-trial spec (:mod:`.trial`)."""

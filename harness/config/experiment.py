@@ -1,0 +1,249 @@
+"""Experiment files (TOML) parsed into frozen, validated dataclasses, and the per-trial spec.
+
+An experiment file is flat TOML plus optional ``[adapters.<name>]`` tables::
+
+    name = "quick"
+    frameworks = ["pytorch", "tensorflow", "mxnet"]
+    model = "osu_cnn"
+    dataset = "mnist5k"
+    batch_sizes = [4, 8, 16, 32]
+    epochs = 1
+
+    [adapters.tensorflow]
+    memory_mode = "growth"
+
+Every refusal names the file and the key and quotes the bad value; unknown keys list the valid ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DEVICES = ("auto", "cpu", "gpu")
+OPTIMIZERS = ("sgd", "adam")
+LR_POLICIES = ("fixed", "linear", "sqrt")
+PRECISIONS = ("fp32", "amp")
+
+
+@dataclass(frozen=True)
+class AdapterSettings:
+    """``[adapters.<name>]``: an optional interpreter and the adapter's own settings."""
+
+    python: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A validated experiment: what to run, for which frameworks and batch sizes."""
+
+    name: str
+    frameworks: tuple[str, ...]
+    batch_sizes: tuple[int, ...]
+    model: str = "osu_cnn"
+    dataset: str = "synthetic"
+    description: str = ""
+    epochs: int = 0
+    warmup_steps: int = 5
+    timed_steps: int = 20
+    repeats: int = 1
+    seed: int = 0
+    optimizer: str = "sgd"
+    learning_rate: float = 0.01
+    momentum: float = 0.0
+    lr_policy: str = "fixed"
+    lr_base_batch: int = 32
+    device: str = "auto"
+    precision: str = "fp32"
+    threads: int = 0
+    timeout_s: float = 900.0
+    eval: bool = True
+    eval_batch_size: int = 256
+    train_samples: int = 0
+    synthetic_shape: tuple[int, int, int] = (3, 32, 32)
+    synthetic_classes: int = 10
+    synthetic_samples: int = 2048
+    sample_interval_ms: float = 100.0
+    skip_larger_after_oom: bool = True
+    max_batch: bool = False
+    memory_limit_mib: float = 0.0
+    adapters: Mapping[str, AdapterSettings] = field(default_factory=dict)
+    source: str = "<inline>"
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    def with_overrides(self, **changes: Any) -> Experiment:
+        """A copy with some fields replaced (and validated again), e.g. from CLI flags."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved experiment as plain JSON-able data (saved with the results)."""
+        out = dataclasses.asdict(self)
+        out["adapters"] = {k: {"python": v.python, "options": dict(v.options)} for k, v in self.adapters.items()}
+        return out
+
+    def lr_for(self, batch_size: int) -> float:
+        """The learning rate for ``batch_size`` under the experiment's policy."""
+        ratio = batch_size / self.lr_base_batch
+        if self.lr_policy == "linear":
+            return self.learning_rate * ratio
+        if self.lr_policy == "sqrt":
+            return self.learning_rate * math.sqrt(ratio)
+        return self.learning_rate
+
+
+_SCALARS: dict[str, type | tuple[type, ...]] = {
+    "name": str, "description": str, "model": str, "dataset": str, "optimizer": str, "lr_policy": str,
+    "device": str, "precision": str, "epochs": int, "warmup_steps": int, "timed_steps": int, "repeats": int,
+    "seed": int, "lr_base_batch": int, "threads": int, "eval_batch_size": int, "train_samples": int,
+    "synthetic_classes": int, "synthetic_samples": int, "learning_rate": (int, float), "momentum": (int, float),
+    "timeout_s": (int, float), "sample_interval_ms": (int, float), "memory_limit_mib": (int, float),
+    "eval": bool, "skip_larger_after_oom": bool, "max_batch": bool,
+}
+_LISTS = {"frameworks": str, "batch_sizes": int, "synthetic_shape": int}
+VALID_KEYS = tuple(sorted([*_SCALARS, *_LISTS, "adapters"]))
+
+
+def _where(exp: Experiment, key: str) -> str:
+    return f"{exp.source}: {key}"
+
+
+def _validate(exp: Experiment) -> None:
+    from harness.data import DATASETS
+    from harness.models import CATALOGUE
+    from harness.registry import known_adapter_names
+
+    def bad(key: str, msg: str) -> ConfigError:
+        return ConfigError(f"{_where(exp, key)}: {msg}")
+
+    if not exp.name or not exp.name.replace("-", "_").replace(".", "_").isidentifier():
+        raise bad("name", f"{exp.name!r} is not a usable name (letters, digits, '_', '-', '.')")
+    if not exp.frameworks:
+        raise bad("frameworks", "the list is empty; name at least one framework")
+    known = known_adapter_names()
+    for fw in exp.frameworks:
+        if fw not in known:
+            raise bad("frameworks", f"unknown framework {fw!r}; registered adapters: {', '.join(sorted(known))}")
+    if len(set(exp.frameworks)) != len(exp.frameworks):
+        raise bad("frameworks", f"a framework is listed twice: {list(exp.frameworks)}")
+    if not exp.batch_sizes:
+        raise bad("batch_sizes", "the list is empty; give at least one batch size")
+    for b in exp.batch_sizes:
+        if isinstance(b, bool) or not isinstance(b, int) or b <= 0:
+            raise bad("batch_sizes", f"batch size {b!r} must be a whole number > 0")
+    if len(set(exp.batch_sizes)) != len(exp.batch_sizes):
+        raise bad("batch_sizes", f"a batch size is listed twice: {list(exp.batch_sizes)}")
+    if exp.model not in CATALOGUE:
+        raise bad("model", f"unknown model {exp.model!r}; the catalogue has: {', '.join(sorted(CATALOGUE))}")
+    if exp.dataset not in DATASETS:
+        raise bad("dataset", f"unknown dataset {exp.dataset!r}; known: {', '.join(sorted(DATASETS))}")
+    for key, low in (("epochs", 0), ("warmup_steps", 0), ("timed_steps", 1), ("repeats", 1), ("threads", 0),
+                     ("lr_base_batch", 1), ("eval_batch_size", 1), ("train_samples", 0),
+                     ("synthetic_classes", 2), ("synthetic_samples", 1)):
+        value = getattr(exp, key)
+        if value < low:
+            raise bad(key, f"{value!r} must be >= {low}")
+    for key in ("learning_rate", "timeout_s", "sample_interval_ms"):
+        if not getattr(exp, key) > 0:
+            raise bad(key, f"{getattr(exp, key)!r} must be > 0")
+    if not 0 <= exp.momentum < 1:
+        raise bad("momentum", f"{exp.momentum!r} must be in [0, 1)")
+    if exp.memory_limit_mib < 0:
+        raise bad("memory_limit_mib", f"{exp.memory_limit_mib!r} must be >= 0 (0: no limit)")
+    for key, allowed in (("device", DEVICES), ("optimizer", OPTIMIZERS), ("lr_policy", LR_POLICIES),
+                         ("precision", PRECISIONS)):
+        if getattr(exp, key) not in allowed:
+            raise bad(key, f"{getattr(exp, key)!r} is not one of {', '.join(allowed)}")
+    if len(exp.synthetic_shape) != 3 or min(exp.synthetic_shape) <= 0:
+        raise bad("synthetic_shape", f"{list(exp.synthetic_shape)!r} must be [channels, height, width], all > 0")
+    for name in exp.adapters:
+        if name not in known:
+            raise bad("adapters", f"settings for unknown adapter {name!r}; registered: {', '.join(sorted(known))}")
+
+
+def _check_type(source: str, key: str, value: Any, typ: type | tuple[type, ...]) -> None:
+    ok = isinstance(value, typ) and not (isinstance(value, bool) and typ is not bool and bool not in
+                                         (typ if isinstance(typ, tuple) else (typ,)))
+    if not ok:
+        names = "/".join(t.__name__ for t in (typ if isinstance(typ, tuple) else (typ,)))
+        raise ConfigError(f"{source}: {key}: {value!r} should be a {names}")
+
+
+def _parse_adapters(source: str, raw: Any) -> dict[str, AdapterSettings]:
+    from harness.registry import adapter_class, known_adapter_names
+
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: adapters: should be tables like [adapters.mxnet]")
+    out: dict[str, AdapterSettings] = {}
+    for name, table in raw.items():
+        if name not in known_adapter_names():
+            raise ConfigError(f"{source}: adapters: settings for unknown adapter {name!r}; "
+                              f"registered: {', '.join(sorted(known_adapter_names()))}")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{source}: adapters.{name}: should be a table of settings")
+        table = dict(table)
+        python = table.pop("python", None)
+        if python is not None:
+            python = os.path.expanduser(str(python))
+            if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+                raise ConfigError(f"{source}: adapters.{name}.python: {python!r} is not an executable file; "
+                                  "give the full path of that environment's python (e.g. /opt/mx/bin/python)")
+        try:
+            options = adapter_class(name).validate_options(table)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: adapters.{name}: {e}") from None
+        out[name] = AdapterSettings(python=python, options=options)
+    return out
+
+
+def parse_experiment(data: Mapping[str, Any], source: str = "<inline>") -> Experiment:
+    """Validate raw TOML data into an :class:`Experiment`."""
+    unknown = sorted(set(data) - set(VALID_KEYS))
+    if unknown:
+        raise ConfigError(f"{source}: unknown key {unknown[0]!r}; valid keys: {', '.join(VALID_KEYS)}")
+    for key in ("name", "frameworks", "batch_sizes"):
+        if key not in data:
+            raise ConfigError(f"{source}: missing required key {key!r}")
+    kwargs: dict[str, Any] = {"source": source}
+    for key, value in data.items():
+        if key == "adapters":
+            kwargs["adapters"] = _parse_adapters(source, value)
+        elif key in _LISTS:
+            if not isinstance(value, list):
+                raise ConfigError(f"{source}: {key}: {value!r} should be a list")
+            for item in value:
+                _check_type(source, key, item, _LISTS[key])
+            kwargs[key] = tuple(value)
+        else:
+            _check_type(source, key, value, _SCALARS[key])
+            kwargs[key] = float(value) if _SCALARS[key] == (int, float) else value
+    return Experiment(**kwargs)
+
+
+def load_experiment(path: str | os.PathLike[str]) -> Experiment:
+    """Read and validate an experiment file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: no such experiment file (see experiments/ for examples)")
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: not valid TOML: {e}") from e
+    return parse_experiment(data, source=str(p))
+
+

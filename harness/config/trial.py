@@ -1,0 +1,72 @@
+"""The per-trial spec: everything one worker needs to run one trial; its hash identifies the trial."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """The optimizer every framework builds identically (PyTorch-style SGD momentum; Adam)."""
+
+    name: Literal["sgd", "adam"] = "sgd"
+    lr: float = 0.01
+    momentum: float = 0.0
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = 1e-7  # Keras' default; set explicitly in every framework so they agree
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """Everything one worker needs to run one trial; its hash identifies the trial in the store."""
+
+    experiment: str
+    framework: str
+    model: str
+    dataset: str
+    batch_size: int
+    repeat: int
+    seed: int
+    epochs: int
+    warmup_steps: int
+    timed_steps: int
+    optimizer: OptimizerSpec
+    device: Literal["auto", "cpu", "gpu"]
+    threads: int
+    timeout_s: float
+    precision: str = "fp32"
+    adapter_options: Mapping[str, Any] = field(default_factory=dict)
+    memory_limit_mib: float = 0.0
+    eval: bool = True
+    eval_batch_size: int = 256
+    train_samples: int = 0
+    data_key: str = ""  # identifies the prepared data (name + shape + seed), part of the hash
+    purpose: str = "sweep"  # "sweep" or "probe" (max-batch search)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able form (sent to the worker, stored with the trial)."""
+        out = dataclasses.asdict(self)
+        out["adapter_options"] = dict(self.adapter_options)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrialSpec:
+        """Inverse of :meth:`to_dict`."""
+        data = dict(data)
+        opt = dict(data.pop("optimizer"))
+        opt["adam_betas"] = tuple(opt.get("adam_betas", (0.9, 0.999)))
+        names = {f.name for f in fields(cls)}
+        return cls(optimizer=OptimizerSpec(**opt), **{k: v for k, v in data.items() if k in names})
+
+    @property
+    def trial_hash(self) -> str:
+        """A stable hash of everything that defines the trial (timeout excluded: it does not change results)."""
+        payload = self.to_dict()
+        payload.pop("timeout_s")
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:20]

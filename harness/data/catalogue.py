@@ -1,0 +1,74 @@
+"""Data sets, prepared once by the parent into files every worker maps read-only.
+
+A prepared data set is a directory of ``.npy`` files (float32 NCHW images, already normalised, and
+int64 labels) plus ``meta.json``; the shuffled index order for each seed is written there too, so
+every framework consumes the very same batches in the very same order. Workers open the arrays
+with ``mmap_mode="r"``: nothing is copied per process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from harness.data import cifar10, embedded
+from harness.data.known import DATASETS
+from harness.data.prepared import (
+    DataRequest,
+    DatasetInfo,
+    PreparedData,
+    _write_prepared,
+    default_cache_dir,
+    load_prepared,
+)
+from harness.errors import DataError
+
+
+def _synthetic(req: DataRequest, cache_dir: Path) -> tuple[dict[str, np.ndarray], int]:
+    rng = np.random.default_rng(req.seed)
+    n_test = max(req.synthetic_samples // 8, 1)
+    shape = req.synthetic_shape
+    arrays: dict[str, np.ndarray] = {
+        "x_train": rng.standard_normal((req.synthetic_samples, *shape), dtype=np.float32),
+        "y_train": rng.integers(0, req.synthetic_classes, req.synthetic_samples),
+        "x_test": rng.standard_normal((n_test, *shape), dtype=np.float32),
+        "y_test": rng.integers(0, req.synthetic_classes, n_test),
+    }
+    return arrays, req.synthetic_classes
+
+
+Loader = Callable[[DataRequest, Path], tuple[dict[str, np.ndarray], int]]
+
+#: name -> (info, loader). A loader gets the request and the cache directory (for downloads) and
+#: returns raw arrays (NCHW, any numeric dtype) and the class count; :func:`prepare` normalises them.
+LOADERS: dict[str, tuple[DatasetInfo, Loader]] = {
+    "synthetic": (DATASETS["synthetic"], _synthetic),
+    "mnist5k": (DATASETS["mnist5k"], embedded.load_mnist5k),
+    "digits": (DATASETS["digits"], embedded.load_digits),
+    "cifar10": (DATASETS["cifar10"], cifar10.load_cifar10),
+}
+
+
+def prepare(req: DataRequest, cache_dir: Path | None = None) -> PreparedData:
+    """Prepare (or reuse) the data set ``req`` in ``cache_dir``/prepared/<slug>."""
+    if req.name not in LOADERS:
+        raise DataError(f"unknown dataset {req.name!r}; known: {', '.join(sorted(LOADERS))}")
+    info, loader = LOADERS[req.name]
+    if req.data_dir and info.offline:
+        raise DataError(f"--data-dir {req.data_dir} was given, but {req.name!r} ships with the install and reads "
+                        "no local copy; drop --data-dir (it is for downloadable data sets: cifar10)")
+    cache = cache_dir or default_cache_dir()
+    target = cache / "prepared" / req.slug()
+    if (target / "meta.json").exists():
+        return load_prepared(target)
+    arrays, classes = loader(req, cache)
+    if req.train_samples:
+        available = len(arrays["x_train"])
+        if req.train_samples > available:
+            raise DataError(f"train_samples = {req.train_samples}, but {req.name!r} has only {available} "
+                            "training samples; lower train_samples (0 means all)")
+        arrays["x_train"] = arrays["x_train"][: req.train_samples]
+        arrays["y_train"] = arrays["y_train"][: req.train_samples]
+    return _write_prepared(target, req.name, arrays, classes, info.accuracy_meaningful)

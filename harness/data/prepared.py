@@ -1,0 +1,146 @@
+"""Prepared data sets on disk and the request that names one (no loaders here: see :mod:`harness.data.catalogue`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+ARRAYS = ("x_train", "y_train", "x_test", "y_test")
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """A data set the harness knows how to prepare."""
+
+    name: str
+    description: str
+    accuracy_meaningful: bool  # False for synthetic data: its accuracy says nothing
+    offline: bool  # available with no network
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    """A prepared data set on disk."""
+
+    directory: str
+    name: str
+    input_shape: tuple[int, int, int]
+    classes: int
+    n_train: int
+    n_test: int
+    key: str  # content hash: part of every trial's hash
+    accuracy_meaningful: bool
+
+    def load(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """x_train, y_train, x_test, y_test, memory-mapped read-only."""
+        d = Path(self.directory)
+        return tuple(np.load(d / f"{a}.npy", mmap_mode="r") for a in ARRAYS)  # type: ignore[return-value]
+
+    def order_path(self, seed: int, epochs: int) -> Path:
+        """Where the index order for ``seed`` lives (see :meth:`write_order`)."""
+        return Path(self.directory) / f"order-seed{seed}-epochs{max(epochs, 1)}.npy"
+
+    def write_order(self, seed: int, epochs: int) -> Path:
+        """Write (once) the shuffled training order for ``seed``: shape (max(epochs, 1), n_train), int32."""
+        path = self.order_path(seed, epochs)
+        if not path.exists():
+            rng = np.random.default_rng(np.random.SeedSequence([seed, 0x0BA7C4]))
+            order = np.stack([rng.permutation(self.n_train) for _ in range(max(epochs, 1))]).astype(np.int32)
+            _atomic_save(path, order)
+        return path
+
+    def to_dict(self) -> dict:
+        """JSON-able form (sent to workers)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> PreparedData:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**{**data, "input_shape": tuple(data["input_shape"])})
+
+
+def _atomic_save(path: Path, array: np.ndarray) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npy.tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, array)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _write_prepared(target: Path, name: str, arrays: dict[str, np.ndarray], classes: int,
+                    accuracy_meaningful: bool) -> PreparedData:
+    """Normalise, hash and write arrays into ``target`` atomically (a temp dir renamed into place)."""
+    x_train = arrays["x_train"].astype(np.float32)
+    x_test = arrays["x_test"].astype(np.float32)
+    mean = x_train.mean(axis=(0, 2, 3), keepdims=True)
+    std = x_train.std(axis=(0, 2, 3), keepdims=True) + 1e-7
+    final: dict[str, np.ndarray] = {
+        "x_train": np.ascontiguousarray((x_train - mean) / std, dtype=np.float32),
+        "y_train": arrays["y_train"].astype(np.int64),
+        "x_test": np.ascontiguousarray((x_test - mean) / std, dtype=np.float32),
+        "y_test": arrays["y_test"].astype(np.int64),
+    }
+    h = hashlib.sha256(name.encode())
+    for a in ARRAYS:
+        h.update(final[a].tobytes())
+    key = h.hexdigest()[:16]
+    prepared = PreparedData(
+        directory=str(target), name=name, input_shape=tuple(final["x_train"].shape[1:]),  # type: ignore[arg-type]
+        classes=classes, n_train=len(final["x_train"]), n_test=len(final["x_test"]), key=key,
+        accuracy_meaningful=accuracy_meaningful,
+    )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp"))
+    for a in ARRAYS:
+        np.save(tmp / f"{a}.npy", final[a])
+    (tmp / "meta.json").write_text(json.dumps(prepared.to_dict() | {"directory": None}, indent=1))
+    if target.exists():  # prepared meanwhile by someone else: keep theirs
+        for f in tmp.iterdir():
+            f.unlink()
+        tmp.rmdir()
+        return load_prepared(target)
+    os.replace(tmp, target)
+    return prepared
+
+
+def load_prepared(target: Path) -> PreparedData:
+    """Open a directory written by :func:`_write_prepared`."""
+    meta = json.loads((target / "meta.json").read_text())
+    meta["directory"] = str(target)
+    return PreparedData.from_dict(meta)
+
+
+@dataclass(frozen=True)
+class DataRequest:
+    """What an experiment asks of the data (the parts that change the prepared bytes)."""
+
+    name: str
+    seed: int = 0
+    train_samples: int = 0  # 0: all
+    synthetic_shape: tuple[int, int, int] = (3, 32, 32)
+    synthetic_classes: int = 10
+    synthetic_samples: int = 2048
+    data_dir: str | None = None  # a local copy of a downloadable data set
+
+    def slug(self) -> str:
+        """Directory name in the cache for this request."""
+        if self.name == "synthetic":
+            shape = "x".join(map(str, self.synthetic_shape))
+            base = f"synthetic-{shape}-c{self.synthetic_classes}-n{self.synthetic_samples}-s{self.seed}"
+        else:
+            base = self.name
+        return base + (f"-first{self.train_samples}" if self.train_samples else "")
+
+
+def default_cache_dir() -> Path:
+    """``$BATCHSCOPE_CACHE`` or ``~/.cache/batchscope``."""
+    return Path(os.environ.get("BATCHSCOPE_CACHE", Path.home() / ".cache" / "batchscope"))

@@ -1,0 +1,97 @@
+"""What the max-batch answer means for the user: the seed's formula, recommended sizes, jitter advice.
+
+Pure functions of numbers and stored rows: the report uses them too, so nothing here may import the
+executor, the store or a framework.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from harness.maxbatch.search import LinearFit
+
+MIB = 1024.0 * 1024.0
+
+
+#: how far a fresh worker's CPU peak moves at the same batch under the same limit (measured: whole 1 MiB CPython
+#: arenas mapped or not depending on thread timing, in about 1 run in 5; docs/maxbatch.md). An answer with less
+#: spare memory than this may fail on a later run: the CLI and the report say so and give a size with a margin.
+CPU_PEAK_JITTER_MIB = 3.0
+
+
+@dataclass(frozen=True)
+class Formula:
+    """The seed's rule of thumb: (memory − model size) / per-sample size, rounded down to a power of two."""
+
+    model_state_mib: float  # weights + gradients + optimizer state
+    per_sample_mib: float
+    batch: int  # 0 when the model alone does not fit
+
+    @classmethod
+    def compute(cls, param_count: int, optimizer: str, momentum: float, budget_mib: float,
+                per_sample_mib: float, bytes_per_float: int = 4) -> Formula:
+        """The estimate for ``budget_mib`` with ``per_sample_mib`` of activations per sample."""
+        states = 2 if optimizer == "adam" else (1 if momentum > 0 else 0)
+        model_mib = param_count * bytes_per_float * (2 + states) / MIB
+        raw = (budget_mib - model_mib) / per_sample_mib if per_sample_mib > 0 else 0.0
+        return cls(model_mib, per_sample_mib, pow2_at_or_below(int(raw)) if raw >= 1 else 0)
+
+    def error_pct(self, measured: int) -> float | None:
+        """How far the formula is from the measured answer, in % of the measured one."""
+        return (self.batch - measured) / measured * 100.0 if measured > 0 else None
+
+
+def pow2_at_or_below(n: int) -> int:
+    """The largest power of two <= n (0 for n < 1)."""
+    return 1 << (n.bit_length() - 1) if n >= 1 else 0
+
+
+def recommend(max_batch: int, margin_mib: float, fit: LinearFit | None, fallback_per_sample_mib: float
+              ) -> tuple[int, int, int | None]:
+    """(recommended batch, power of two at or below it, multiple of 8 at or below it or None).
+
+    The margin is turned into samples with the measured per-sample memory (the fit's slope), so the
+    recommendation leaves ``margin_mib`` of the budget unused at the measured boundary.
+    """
+    per_sample = fit.b_mib_per_sample if fit is not None else fallback_per_sample_mib
+    spare = math.ceil(margin_mib / per_sample) if margin_mib > 0 and per_sample > 0 else 0
+    batch = max(0, max_batch - spare)
+    return batch, pow2_at_or_below(batch), (batch // 8 * 8) or None
+
+
+def answer_headroom_mib(row: dict[str, Any]) -> float | None:
+    """The budget minus the largest peak measured at the answer (its probes and confirm run); None if unknown."""
+    try:
+        probes = json.loads(row.get("probes_json") or "[]")
+    except (TypeError, ValueError):
+        return None
+    peaks = [float(p["peak_mib"]) for p in probes
+             if p.get("batch") == row.get("max_batch") and p.get("status") == "ok" and p.get("peak_mib") is not None]
+    if not peaks or row.get("budget_mib") is None:
+        return None
+    return float(row["budget_mib"]) - max(peaks)
+
+
+def jitter_advice(row: dict[str, Any]) -> str | None:
+    """A warning and a safer size when a CPU answer has less spare memory than a fresh run's peak moves by.
+
+    None when the answer has room enough, when the user already gave a margin that covers the jitter, or
+    where the jitter was not measured (GPU budgets).
+    """
+    if row.get("budget_kind") != "cpu-rlimit-data" or not row.get("max_batch"):
+        return None
+    if float(row.get("margin_mib") or 0.0) >= CPU_PEAK_JITTER_MIB:
+        return None
+    spare = answer_headroom_mib(row)
+    if spare is None or spare >= CPU_PEAK_JITTER_MIB:
+        return None
+    b = row.get("fit_b_mib_per_sample")
+    fit = LinearFit(float(row.get("fit_a_mib") or 0.0), float(b)) if b else None
+    safe, _, _ = recommend(int(row["max_batch"]), CPU_PEAK_JITTER_MIB, fit,
+                           float(row.get("analytic_activation_mib_per_sample") or 0.0))
+    return (f"the answer leaves {spare:.1f} MiB of the budget unused, and a fresh worker's peak at one size "
+            f"moves by 1-{CPU_PEAK_JITTER_MIB:g} MiB from run to run on CPU, so {row['max_batch']} may fail on a "
+            f"later run; {safe} leaves a {CPU_PEAK_JITTER_MIB:g} MiB margin (--margin-mib {CPU_PEAK_JITTER_MIB:g})")

@@ -1,0 +1,263 @@
+"""The max batch that fits: budgets, probes in fresh workers, the seed's formula, and the stored result.
+
+Every probe is a trial of its own (``purpose = "probe"``) run by :class:`~harness.run.executor.LocalExecutor`
+in a fresh worker: a probe that runs out of memory takes nothing down with it and leaves no cached
+allocator state behind for the next one. The search logic lives in :mod:`harness.maxbatch.search`.
+
+Budgets are real, never numbers compared in the parent:
+
+* ``gpu-card``: the card's own memory (the framework fails when it is full);
+* ``gpu-emulated``: a smaller card, enforced by the framework (PyTorch: per-process memory fraction,
+  TensorFlow: a logical device with a memory limit; MXNet cannot, and says so);
+* ``cpu-rlimit-data``: on CPU, ``RLIMIT_DATA`` on the worker (:mod:`harness.run.executor`): the kernel
+  refuses allocations past the limit, and the framework's allocation fails inside the probe.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.config.trial import OptimizerSpec, TrialSpec
+from harness.data import DataRequest, PreparedData, default_cache_dir, prepare
+from harness.errors import DoesNotFitError
+from harness.maxbatch.advice import Formula, recommend
+from harness.maxbatch.request import Budget, MaxBatchRequest, resolve_budget
+from harness.maxbatch.search import ProbeResult, SearchResult, SearchSettings, search
+from harness.models import build_description
+from harness.monitor import environment
+from harness.records import Monitor, TrialOutcome, TrialUnit
+from harness.registry import adapter_class, adapter_target
+from harness.run.executor import LocalExecutor
+from harness.store import Store
+
+MIB = 1024.0 * 1024.0
+#: a failure to load the framework's libraries for want of memory: an ImportError, not a MemoryError
+SETUP_MEMORY_ERRORS = ("failed to map segment from shared object", "Cannot allocate memory",
+                       "cannot allocate memory")
+CONTROL_FACTOR = 2  # a CPU probe that fails without saying "memory" is run again with this much more,
+CONTROL_FLOOR_MIB = 1024.0  # and at least this much more: a budget below the framework's start-up needs more than 2x
+CPU_PROBE_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+
+
+def probe_peak_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
+    """A successful probe's peak memory, in the units its budget counts.
+
+    GPU: what the framework's allocator reserved (what a per-process cap counts), else its peak, else the
+    sampler's NVML figure for the worker. CPU: the highest VmData the worker sampled while training (what
+    RLIMIT_DATA counts); without that, VmData when training began plus the RSS it grew by afterwards
+    (RLIMIT_DATA counts private writable memory, not the shared libraries inside RSS); just the peak RSS
+    when the worker did not report those.
+    """
+    m = outcome.metrics
+    if budget_kind.startswith("gpu"):
+        mon = outcome.monitor.get("aggregates", {})
+        for value in (m.get("framework_reserved_mib"), m.get("framework_peak_mib"),
+                      mon.get("proc_gpu_mem_peak_mib"), mon.get("proc_gpu_mem_mib")):
+            if value is not None:
+                return float(value)
+        return None
+    sampled = m.get("vmdata_peak_mib")
+    if sampled is not None:
+        # VmData itself, sampled every millisecond while training (harness/run/worker.py VmDataWatcher): the very
+        # figure the limit counts, including mappings that come and go within a step. It replaces the RSS
+        # estimate below rather than topping it up: maxrss is the whole process's high-water mark, so a
+        # start-up spike can lift the estimate of every small probe alike (a flat line, no fit: seen in CI)
+        return float(sampled)
+    rss, ready_data, ready_rss = m.get("maxrss_mib"), m.get("vmdata_ready_mib"), m.get("rss_ready_mib")
+    if rss is None:
+        return None
+    if ready_data is None or ready_rss is None:
+        return float(rss)
+    growth = float(rss) - float(ready_rss)
+    file_ready, file_end = m.get("rss_file_ready_mib"), m.get("rss_file_end_mib")
+    if file_ready is not None and file_end is not None:
+        # pages of the memory-mapped data set and of lazily loaded libraries that training touched are
+        # in RSS but not in RLIMIT_DATA; they stay resident, so the end-of-trial figure counts them
+        growth -= max(0.0, float(file_end) - float(file_ready))
+    peak = float(ready_data) + max(0.0, growth)
+    data_end, anon_ready = m.get("vmdata_end_mib"), m.get("rss_anon_ready_mib")
+    anon_end = m.get("rss_anon_end_mib")
+    if data_end is not None and anon_ready is not None and anon_end is not None:
+        # private memory mapped during training but never touched (new threads' stacks, allocator arenas)
+        # counts against RLIMIT_DATA and not in RSS; what is still mapped at the end is a lower bound of it
+        peak += max(0.0, (float(data_end) - float(ready_data)) - (float(anon_end) - float(anon_ready)))
+    return peak
+
+
+@dataclass
+class MaxBatchOutcome:
+    """Everything a search produced (the stored row plus the objects behind it)."""
+
+    request: MaxBatchRequest
+    budget: Budget
+    result: SearchResult
+    row: dict[str, Any]
+    outcomes: list[TrialOutcome]
+
+
+def control_limit_mib(budget_mib: float) -> float:
+    """The limit of a control run: generous enough that a failure there is not the budget's.
+
+    Twice the budget, and at least CONTROL_FLOOR_MIB more: under a small budget the framework's own
+    start-up (PyTorch: ~200-300 MiB of VmData) can crash the worker (seen: SIGSEGV while importing torch
+    under 120 MiB) and would crash again at twice that budget.
+    """
+    return max(budget_mib * CONTROL_FACTOR, budget_mib + CONTROL_FLOOR_MIB)
+
+
+class WorkerProber:
+    """The probe function of :func:`harness.maxbatch.search.search`: each call is a fresh worker."""
+
+    def __init__(self, req: MaxBatchRequest, budget: Budget, data: PreparedData, executor: LocalExecutor,
+                 on_outcome: Callable[[TrialOutcome], None] | None = None) -> None:
+        self.req, self.budget, self.data, self.executor = req, budget, data, executor
+        self.on_outcome = on_outcome
+        self.outcomes: list[TrialOutcome] = []
+        self.order_path = str(data.write_order(req.seed, 0))
+        # On CPU, glibc moves its mmap threshold up as large blocks are freed, so later steps put big
+        # tensors on the heap, which fragments: the same probe then needs more memory the longer it runs
+        # and the boundary wanders between runs. A fixed threshold keeps every large tensor in its own
+        # mapping, returned to the OS when freed, so a probe's peak is repeatable (docs/maxbatch.md).
+        self.env: dict[str, str] = CPU_PROBE_ENV if budget.kind == "cpu-rlimit-data" else {}
+
+    def trial(self, batch: int, confirm: bool) -> TrialSpec:
+        """The probe's trial: a warm-up step, a few timed steps (more to confirm), then eval at ``batch``."""
+        r = self.req
+        return TrialSpec(
+            experiment=r.experiment, framework=r.framework, model=r.model, dataset=r.dataset,
+            batch_size=batch, repeat=0, seed=r.seed, epochs=0, warmup_steps=1,
+            timed_steps=r.confirm_steps if confirm else r.probe_steps,
+            optimizer=OptimizerSpec(name=r.optimizer, lr=r.learning_rate, momentum=r.momentum),  # type: ignore[arg-type]
+            device=self.budget.device, threads=r.threads, timeout_s=r.timeout_s,  # type: ignore[arg-type]
+            precision=r.precision, adapter_options=dict(r.adapter_options),
+            memory_limit_mib=self.budget.trial_limit_mib, eval=True, eval_batch_size=batch,
+            train_samples=r.train_samples, data_key=self.data.key, purpose="probe")
+
+    def _run(self, batch: int, confirm: bool, os_limit_mib: float | None,
+             control: bool = False) -> TrialOutcome:
+        unit = TrialUnit(trial=self.trial(batch, confirm), data=self.data, order_path=self.order_path,
+                         adapter_target=adapter_target(self.req.framework),
+                         python=self.req.python or sys.executable,
+                         oom_patterns=adapter_class(self.req.framework).oom_stderr_patterns,
+                         os_memory_limit_mib=os_limit_mib, env=dict(self.env))
+        outcome = self.executor.run(unit)
+        self.outcomes.append(outcome)
+        if self.on_outcome is not None and not control:  # a control run shares the probe's trial hash
+            self.on_outcome(outcome)
+        return outcome
+
+    def __call__(self, batch: int, confirm: bool) -> ProbeResult:
+        outcome = self._run(batch, confirm, self.budget.os_limit_mib)
+        status = outcome.status if outcome.status in ("ok", "oom", "crashed", "timeout") else "error"
+        reason, elapsed = outcome.reason, outcome.elapsed_s
+        if status == "error" and any(p in outcome.reason for p in SETUP_MEMORY_ERRORS):
+            status = "oom"  # the framework's libraries could not even be mapped under the budget
+        elif status in ("error", "crashed") and self.budget.os_limit_mib:
+            # Not every allocation failure says so (oneDNN: "could not create a primitive" when its scratch
+            # memory is refused). Ask the machine instead of guessing from the text: the same probe with
+            # control_limit_mib(budget). Passing there makes the failure the budget's; failing
+            # there too makes it a real crash, which the search reports and never takes as the boundary.
+            limit = control_limit_mib(self.budget.os_limit_mib)
+            control = self._run(batch, confirm, limit, control=True)
+            elapsed += control.elapsed_s
+            if control.status == "ok":
+                status = "oom"
+                reason = (f"{reason}; the same probe passes with a {limit:g} MiB limit, so the memory "
+                          "limit caused it")
+        peak = probe_peak_mib(outcome, self.budget.kind) if status == "ok" else None
+        return ProbeResult(batch=batch, status=status, peak_mib=peak, reason=reason, elapsed_s=elapsed)
+
+
+def does_not_fit_message(req: MaxBatchRequest, budget: Budget, first: ProbeResult | None) -> str:
+    """Why batch 1 failed, in words: below the framework's fixed overhead, or the model is too big."""
+    how = f" ({first.reason})" if first is not None and first.reason else ""
+    if first is not None and "phase setup" in first.reason:
+        return (f"{req.framework} ran out of memory while starting, before any training step{how}: a "
+                f"budget of {budget.mib:g} MiB ({budget.kind}) is below the framework's fixed overhead "
+                "(runtime, libraries, model and optimizer state). Give a larger --memory-limit-mib")
+    return (f"{req.model} does not fit a budget of {budget.mib:g} MiB ({budget.kind}) even at batch size "
+            f"1{how}. Give a larger --memory-limit-mib, use a smaller model or input, or --precision amp "
+            "on a GPU")
+
+
+def run_maxbatch(req: MaxBatchRequest, store: Store, run_id: int, *, data: PreparedData | None = None,
+                 data_dir: str | None = None, cache_dir: Path | None = None, log_dir: Path | None = None,
+                 monitor_factory: Callable[[TrialUnit], Monitor] | None = None,
+                 on_probe: Callable[[TrialOutcome], None] | None = None,
+                 gpus: list[dict[str, Any]] | None = None, env: dict[str, Any] | None = None,
+                 settings: SearchSettings | None = None) -> MaxBatchOutcome:
+    """Search, store every probe (trials, purpose ``probe``) and the result (maxbatch), return it.
+
+    Raises:
+        DoesNotFitError: not even batch size 1 fits (the result row is stored first).
+        SearchAborted: a probe failed twice for a reason other than memory (its probes are stored).
+    """
+    env = env if env is not None else environment.capture()
+    budget = resolve_budget(req, gpus if gpus is not None else list(env.get("gpus") or []))
+    if data is None:
+        data = prepare(DataRequest(name=req.dataset, seed=req.seed, train_samples=req.train_samples,
+                                   synthetic_shape=req.synthetic_shape,
+                                   synthetic_classes=req.synthetic_classes,
+                                   synthetic_samples=req.synthetic_samples, data_dir=data_dir),
+                       cache_dir or default_cache_dir())
+    desc = build_description(req.model, data.input_shape, data.classes)
+    executor = LocalExecutor(monitor_factory=monitor_factory, log_dir=log_dir)
+
+    def record(outcome: TrialOutcome) -> None:
+        store.write_trial(outcome, run_id, env)
+        if on_probe is not None:
+            on_probe(outcome)
+
+    prober = WorkerProber(req, budget, data, executor, on_outcome=record)
+    settings = settings or SearchSettings(strategy=req.strategy, budget_mib=budget.mib,
+                                          max_batch_cap=req.max_batch_cap)
+    result = search(prober, settings)
+    row = result_row(req, budget, result, desc.param_count(), desc.activation_floats_per_sample(), run_id,
+                     env, prober.outcomes)
+    store.write_maxbatch(row)
+    if result.max_batch == 0:
+        raise DoesNotFitError(does_not_fit_message(req, budget, result.first_fail))
+    return MaxBatchOutcome(req, budget, result, row, prober.outcomes)
+
+
+def result_row(req: MaxBatchRequest, budget: Budget, result: SearchResult, param_count: int,
+               activation_floats: int, run_id: int, env: dict[str, Any], outcomes: list[TrialOutcome],
+               ) -> dict[str, Any]:
+    """The ``maxbatch`` row of one search (column names: :data:`harness.store.MAXBATCH_COLUMNS`)."""
+    fit = result.fit
+    # the analytic per-sample size: every layer's output kept for backward, plus its gradient (x2), fp32
+    analytic_mib = activation_floats * 4 * 2 / MIB
+    per_sample = fit.b_mib_per_sample if fit is not None else analytic_mib
+    formula = Formula.compute(param_count, req.optimizer, req.momentum, budget.mib, per_sample)
+    analytic = Formula.compute(param_count, req.optimizer, req.momentum, budget.mib, analytic_mib)
+    rec, rec_pow2, rec_mult8 = recommend(result.max_batch, req.margin_mib, fit, analytic_mib)
+    fail = result.first_fail
+    ok_outcome = next((o for o in reversed(outcomes) if o.status == "ok"), None)
+    return {
+        "run_id": run_id, "experiment": req.experiment, "framework": req.framework, "model": req.model,
+        "dataset": req.dataset,
+        "device": (ok_outcome.device.get("device") if ok_outcome else None) or budget.device,
+        "precision": req.precision, "strategy": result.strategy, "budget_mib": budget.mib,
+        "budget_kind": budget.kind, "margin_mib": req.margin_mib, "max_batch": result.max_batch,
+        "first_fail_batch": fail.batch if fail else None, "first_fail_status": fail.status if fail else None,
+        "first_fail_reason": fail.reason if fail else None, "recommended_batch": rec,
+        "recommended_pow2": rec_pow2, "recommended_mult8": rec_mult8, "probes_n": result.probes_n,
+        "wall_s": result.wall_s, "formula_batch": formula.batch,
+        "formula_error_pct": formula.error_pct(result.max_batch),
+        "param_count": param_count, "per_sample_activation_mib": per_sample,
+        "fit_a_mib": fit.a_mib if fit else None,
+        "fit_b_mib_per_sample": fit.b_mib_per_sample if fit else None,
+        "probes_json": json.dumps([asdict(p) for p in result.probes]),
+        "env_json": json.dumps(env, default=str),
+        "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "formula_analytic_batch": analytic.batch,
+        "formula_analytic_error_pct": analytic.error_pct(result.max_batch),
+        "analytic_activation_mib_per_sample": analytic_mib, "model_state_mib": formula.model_state_mib,
+        "capped": int(result.capped), "versions_json": json.dumps(ok_outcome.versions if ok_outcome else {}),
+    }

@@ -1,0 +1,128 @@
+"""What a max-batch search is asked for (:class:`MaxBatchRequest`) and the real budget it runs under.
+
+Budgets are real, never numbers compared in the parent:
+
+* ``gpu-card``: the card's own memory (the framework fails when it is full);
+* ``gpu-emulated``: a smaller card, enforced by the framework (PyTorch: per-process memory fraction,
+  TensorFlow: a logical device with a memory limit; MXNet cannot, and says so);
+* ``cpu-rlimit-data``: on CPU, ``RLIMIT_DATA`` on the worker (:mod:`harness.run.worker`): the kernel
+  refuses allocations past the limit, and the framework's allocation fails inside the probe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.config.experiment import DEVICES, OPTIMIZERS, PRECISIONS, Experiment
+from harness.errors import ConfigError
+from harness.maxbatch.search import STRATEGIES
+
+MIB = 1024.0 * 1024.0
+
+
+BUDGET_KINDS = ("gpu-card", "gpu-emulated", "cpu-rlimit-data")
+
+
+#: frameworks that cannot emulate a smaller GPU, and why (shown to the user as is)
+NO_GPU_EMULATION = {
+    "mxnet": "MXNet 1.9 has no per-process GPU memory cap (its pooled allocator takes what the card has); "
+             "run mxnet without --memory-limit-mib, on the card you want to measure",
+}
+
+
+@dataclass(frozen=True)
+class MaxBatchRequest:
+    """What to search: one framework, one model, one budget."""
+
+    framework: str
+    model: str
+    dataset: str = "synthetic"
+    precision: str = "fp32"
+    device: str = "auto"
+    strategy: str = "model"
+    memory_limit_mib: float = 0.0  # 0: the card's memory (GPU only)
+    margin_mib: float = 0.0
+    timeout_s: float = 300.0  # per probe
+    optimizer: str = "sgd"
+    momentum: float = 0.0
+    learning_rate: float = 0.01
+    threads: int = 0
+    seed: int = 0
+    probe_steps: int = 2  # timed steps of a probe (after one warm-up step)
+    confirm_steps: int = 8  # timed steps of the confirming run
+    max_batch_cap: int = 1 << 16
+    synthetic_shape: tuple[int, int, int] = (3, 32, 32)
+    synthetic_classes: int = 10
+    synthetic_samples: int = 2048
+    train_samples: int = 0
+    experiment: str = "maxbatch"
+    python: str | None = None
+    adapter_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        checks = (
+            (self.strategy in STRATEGIES, f"--strategy {self.strategy!r} is not one of {STRATEGIES}"),
+            (self.precision in PRECISIONS, f"--precision {self.precision!r} is not one of {PRECISIONS}"),
+            (self.device in DEVICES, f"--device {self.device!r} is not one of {', '.join(DEVICES)}"),
+            (self.optimizer in OPTIMIZERS, f"--optimizer {self.optimizer!r} is not one of {OPTIMIZERS}"),
+            (self.memory_limit_mib >= 0, f"--memory-limit-mib {self.memory_limit_mib!r} must be >= 0"),
+            (self.margin_mib >= 0, f"--margin-mib {self.margin_mib!r} must be >= 0"),
+            (self.timeout_s > 0, f"--timeout-s {self.timeout_s!r} must be > 0"),
+            (self.max_batch_cap >= 1, f"--max-batch-cap {self.max_batch_cap!r} must be >= 1"),
+            (self.probe_steps >= 1 and self.confirm_steps >= 1, "probe and confirm steps must be >= 1"),
+            (0 <= self.momentum < 1, f"--momentum {self.momentum!r} must be in [0, 1)"),
+        )
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)
+        if self.memory_limit_mib and self.margin_mib >= self.memory_limit_mib:
+            raise ConfigError(f"--margin-mib {self.margin_mib:g} leaves nothing of the "
+                              f"{self.memory_limit_mib:g} MiB budget; give a smaller margin")
+
+    @classmethod
+    def from_experiment(cls, exp: Experiment, framework: str) -> MaxBatchRequest:
+        """The search a sweep with ``max_batch = true`` runs for ``framework`` after its trials."""
+        settings = exp.adapters.get(framework)
+        return cls(framework=framework, model=exp.model, dataset=exp.dataset, precision=exp.precision,
+                   device=exp.device, memory_limit_mib=exp.memory_limit_mib, timeout_s=exp.timeout_s,
+                   optimizer=exp.optimizer, momentum=exp.momentum, learning_rate=exp.learning_rate,
+                   threads=exp.threads, seed=exp.seed, synthetic_shape=exp.synthetic_shape,
+                   synthetic_classes=exp.synthetic_classes, synthetic_samples=exp.synthetic_samples,
+                   train_samples=exp.train_samples, experiment=exp.name,
+                   python=settings.python if settings else None,
+                   adapter_options=dict(settings.options) if settings else {})
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The memory budget and how it is enforced."""
+
+    mib: float
+    kind: str  # one of BUDGET_KINDS
+    device: str  # what the worker is told: "cpu" or "gpu"
+    os_limit_mib: float | None  # RLIMIT_DATA on the worker (CPU)
+    trial_limit_mib: float  # RuntimeConfig.memory_limit_mib (GPU emulation), 0: none
+
+
+def resolve_budget(req: MaxBatchRequest, gpus: list[dict[str, Any]]) -> Budget:
+    """Where the search runs and how its budget is enforced. Refuses what cannot be enforced."""
+    on_gpu = req.device == "gpu" or (req.device == "auto" and bool(gpus))
+    if req.device == "gpu" and not gpus:
+        raise ConfigError("--device gpu was asked for, but NVML sees no GPU here; use --device cpu with "
+                          "--memory-limit-mib N (a budget the OS enforces on each probe)")
+    if not on_gpu:
+        if not req.memory_limit_mib:
+            raise ConfigError("on CPU give --memory-limit-mib N (memory_limit_mib in an experiment): the "
+                              "budget each probe's worker gets from the OS (RLIMIT_DATA); without one the "
+                              "search would only stop when the machine does")
+        return Budget(req.memory_limit_mib, "cpu-rlimit-data", "cpu", req.memory_limit_mib, 0.0)
+    card_mib = float(gpus[0]["memory_total_mib"])
+    if not req.memory_limit_mib:
+        return Budget(card_mib, "gpu-card", "gpu", None, 0.0)
+    if req.framework in NO_GPU_EMULATION:
+        raise ConfigError(f"--memory-limit-mib on a GPU: {NO_GPU_EMULATION[req.framework]}")
+    if req.memory_limit_mib > card_mib:
+        raise ConfigError(f"--memory-limit-mib {req.memory_limit_mib:g} is more than the card has "
+                          f"({card_mib:.0f} MiB); give at most that, or leave it out to use the whole card")
+    return Budget(req.memory_limit_mib, "gpu-emulated", "gpu", None, req.memory_limit_mib)

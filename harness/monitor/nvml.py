@@ -1,0 +1,297 @@
+"""NVML, the NVIDIA driver's management library, behind one error mapping and one probe.
+
+Every NVML call goes through :func:`nvml_errors`, the one place where ``pynvml.NVMLError`` codes
+become batchscope errors: a reading the device or driver cannot give at all (``NOT_SUPPORTED``,
+``FUNCTION_NOT_FOUND`` on an old driver, ``NO_PERMISSION``) becomes :class:`ProbeUnsupportedError`,
+whose series is then NaN for the whole trial with the reason recorded once; anything else (GPU lost,
+driver timeout, unknown) becomes :class:`ProbeError`, which leaves a gap in that one sample.
+
+NVML is initialised once per parent process (:func:`session`), never per trial: ``nvmlInit`` costs
+tens of milliseconds and would otherwise sit in every trial's start-up.
+
+Tests patch the module-level name ``harness.monitor.nvml.pynvml`` (``autospec=True``, real constants), as
+Zeus does, so no GPU is needed to test this module.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import math
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import pynvml  # from nvidia-ml-py: a driver binding, not a framework
+
+from harness.errors import PartialReadingError, ProbeError, ProbeUnsupportedError
+
+MIB = 1024.0 * 1024.0
+NAN = math.nan
+
+#: The sample fields the NVML probe fills (units in the names).
+NVML_FIELDS = ("gpu_util_pct", "gpu_mem_util_pct", "gpu_mem_used_mib", "gpu_mem_total_mib",
+               "proc_gpu_mem_mib", "power_w", "energy_mj", "sm_clock_mhz", "temperature_c")
+
+#: NVML answers that will not change during a run: the reading is switched off with this reason.
+_UNSUPPORTED_NAMES = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_NO_PERMISSION")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def nvml_errors(func: F) -> F:
+    """Decorator: the one place that maps ``pynvml.NVMLError`` to :class:`ProbeError` (see module doc)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except pynvml.NVMLError as e:
+            code = getattr(e, "value", None)
+            unsupported = {getattr(pynvml, name, None) for name in _UNSUPPORTED_NAMES}
+            cls = ProbeUnsupportedError if code in unsupported else ProbeError
+            raise cls(f"NVML {func.__name__.lstrip('_')}: {e}") from e
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# ------------------------------------------------------------------ the process-wide session
+_lock = threading.Lock()
+_initialised = False
+
+
+@nvml_errors
+def _init() -> None:
+    pynvml.nvmlInit()
+
+
+def ensure_initialised() -> None:
+    """Initialise NVML once for this process (shut down at exit). Raises :class:`ProbeError` when
+    there is no driver or library (the message says which)."""
+    global _initialised
+    with _lock:
+        if _initialised:
+            return
+        _init()
+        _initialised = True
+        atexit.register(shutdown)
+
+
+def shutdown() -> None:
+    """Release NVML (safe to call when it was never initialised)."""
+    global _initialised
+    with _lock:
+        if not _initialised:
+            return
+        _initialised = False
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass  # shutting down a library that is already gone: nothing left to release
+
+
+# ------------------------------------------------------------------ devices
+@nvml_errors
+def device_count() -> int:
+    """How many GPUs NVML sees."""
+    return int(pynvml.nvmlDeviceGetCount())
+
+
+@nvml_errors
+def _handle_by_index(index: int) -> Any:
+    return pynvml.nvmlDeviceGetHandleByIndex(index)
+
+
+@nvml_errors
+def _handle_by_uuid(uuid: str) -> Any:
+    return pynvml.nvmlDeviceGetHandleByUUID(uuid)
+
+
+@nvml_errors
+def _name(handle: Any) -> str:
+    return _text(pynvml.nvmlDeviceGetName(handle))
+
+
+@nvml_errors
+def _memory_total_mib(handle: Any) -> float:
+    return float(pynvml.nvmlDeviceGetMemoryInfo(handle).total) / MIB
+
+
+@nvml_errors
+def _driver_version() -> str:
+    return _text(pynvml.nvmlSystemGetDriverVersion())
+
+
+@nvml_errors
+def _cuda_driver_version() -> str:
+    cuda = int(pynvml.nvmlSystemGetCudaDriverVersion_v2())
+    return f"{cuda // 1000}.{(cuda % 1000) // 10}"
+
+
+def device_facts() -> list[dict[str, Any]]:
+    """Index, name, total memory and driver of every GPU (NVML must be initialised)."""
+    driver = _driver_version()
+    try:
+        cuda = _cuda_driver_version()
+    except ProbeError:
+        cuda = "unknown"
+    out = []
+    for i in range(device_count()):
+        h = _handle_by_index(i)
+        out.append({"index": i, "name": _name(h), "memory_total_mib": _memory_total_mib(h), "driver": driver,
+                    "cuda_driver": cuda})
+    return out
+
+
+def worker_device(env: Mapping[str, str] | None = None) -> tuple[Any, str] | None:
+    """(handle, label) of the GPU a worker uses as its first CUDA device, or None when CUDA_VISIBLE_DEVICES
+    hides every GPU. Frameworks use the first visible device; CUDA_VISIBLE_DEVICES may name it by index or
+    UUID. Raises :class:`ProbeError` when the device cannot be had."""
+    env = os.environ if env is None else env
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        first = "0"
+    else:
+        first = visible.split(",")[0].strip()
+        if first in ("", "-1", "none", "NoDevFiles"):
+            return None
+    if first.isdigit():
+        handle = _handle_by_index(int(first))
+        label = f"GPU {first}"
+    elif first.startswith(("GPU-", "MIG-")):
+        handle = _handle_by_uuid(first)
+        label = first
+    else:
+        raise ProbeError(f"CUDA_VISIBLE_DEVICES={visible!r}: cannot tell which GPU the worker uses")
+    return handle, f"{label} ({_name(handle)})"
+
+
+# ------------------------------------------------------------------ the probe
+@nvml_errors
+def _utilization(handle: Any) -> tuple[float, float]:
+    u = pynvml.nvmlDeviceGetUtilizationRates(handle)
+    return float(u.gpu), float(u.memory)
+
+
+@nvml_errors
+def _memory_v2(handle: Any) -> tuple[float, float]:
+    # v2 reports driver-reserved memory separately, so "used" is what allocations really hold
+    m = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+    return float(m.used) / MIB, float(m.total) / MIB
+
+
+@nvml_errors
+def _memory_v1(handle: Any) -> tuple[float, float]:
+    m = pynvml.nvmlDeviceGetMemoryInfo(handle)
+    return float(m.used) / MIB, float(m.total) / MIB
+
+
+@nvml_errors
+def _processes(handle: Any) -> list[Any]:
+    return list(pynvml.nvmlDeviceGetComputeRunningProcesses(handle))
+
+
+@nvml_errors
+def _power_mw(handle: Any) -> float:
+    return float(pynvml.nvmlDeviceGetPowerUsage(handle))
+
+
+@nvml_errors
+def _total_energy_consumption(handle: Any) -> int:
+    return int(pynvml.nvmlDeviceGetTotalEnergyConsumption(handle))  # mJ since the driver loaded (Volta+)
+
+
+@nvml_errors
+def _sm_clock_mhz(handle: Any) -> float:
+    return float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+
+
+@nvml_errors
+def _temperature_c(handle: Any) -> float:
+    return float(pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))
+
+
+@dataclass
+class NvmlProbe:
+    """Reads one GPU through NVML. Call :func:`ensure_initialised` first (once per process).
+
+    A reading NVML does not support on this device is switched off at its first refusal (its fields
+    stay NaN, ``unsupported`` says why); a reading that fails otherwise raises :class:`ProbeError`
+    after the rest of the sample was read, so one failing call costs one gap, not the sample.
+    """
+
+    handle: Any
+    label: str = "GPU"
+    name: str = "nvml"
+    fields: tuple[str, ...] = NVML_FIELDS
+    unsupported: dict[str, str] = field(default_factory=dict)
+    _memory_reader: Callable[[Any], tuple[float, float]] = _memory_v2
+
+    def read(self, pids: frozenset[int]) -> dict[str, float]:
+        """One reading of every field; ``pids`` is the worker's process tree (for its GPU memory)."""
+        out = dict.fromkeys(self.fields, NAN)
+        errors: list[str] = []
+
+        def take(key: str, reader: Callable[[], Any]) -> Any:
+            if key in self.unsupported:
+                return None
+            try:
+                return reader()
+            except ProbeUnsupportedError as e:
+                self.unsupported[key] = str(e)
+            except ProbeError as e:
+                errors.append(str(e))
+            return None
+
+        util = take("utilization", lambda: _utilization(self.handle))
+        if util is not None:
+            out["gpu_util_pct"], out["gpu_mem_util_pct"] = util
+        mem = take("memory", self._memory)
+        if mem is not None:
+            out["gpu_mem_used_mib"], out["gpu_mem_total_mib"] = mem
+        procs = take("processes", lambda: _processes(self.handle))
+        if procs is not None:
+            out["proc_gpu_mem_mib"] = self._tree_memory_mib(procs, pids)
+        power = take("power", lambda: _power_mw(self.handle))
+        if power is not None:
+            out["power_w"] = power / 1000.0
+        energy = take("energy", lambda: _total_energy_consumption(self.handle))
+        if energy is not None:
+            out["energy_mj"] = energy
+        clock = take("sm_clock", lambda: _sm_clock_mhz(self.handle))
+        if clock is not None:
+            out["sm_clock_mhz"] = clock
+        temp = take("temperature", lambda: _temperature_c(self.handle))
+        if temp is not None:
+            out["temperature_c"] = temp
+        if errors:
+            raise PartialReadingError("; ".join(dict.fromkeys(errors)), out)
+        return out
+
+    def _memory(self) -> tuple[float, float]:
+        try:
+            return self._memory_reader(self.handle)
+        except ProbeUnsupportedError as e:
+            if self._memory_reader is _memory_v1:
+                raise
+            # an old driver without nvmlDeviceGetMemoryInfo_v2: v1 counts reserved memory as used
+            self.unsupported["memory_v2"] = f"{e}; using v1 (driver-reserved memory counted as used)"
+            self._memory_reader = _memory_v1
+            return self._memory_reader(self.handle)
+
+    def _tree_memory_mib(self, procs: list[Any], pids: frozenset[int]) -> float:
+        mine = [p for p in procs if int(p.pid) in pids]
+        if any(p.usedGpuMemory is None for p in mine):
+            # NVML gives no per-process figure (Windows WDDM, or no permission for other users' processes)
+            self.unsupported.setdefault("processes", "NVML reports no per-process memory for the worker")
+            return NAN
+        return float(sum(int(p.usedGpuMemory) for p in mine)) / MIB
+
+    def close(self) -> None:
+        """Nothing to release per trial: NVML stays initialised for the process."""

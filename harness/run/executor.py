@@ -1,0 +1,196 @@
+"""Run one trial unit: spawn a worker, watch it (monitor/sampler), collect and classify the outcome.
+
+A trial is one unit of work. :class:`LocalExecutor` runs units one at a time on this machine (two
+timed trials must never share a small machine). The worker is a fresh process in its own process
+group, so an OOM, a segfault or a hang kills nothing but itself, and a timeout kills its whole tree.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import queue
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness.errors import WorkerProtocolError
+from harness.records import Monitor, NullMonitor, TrialOutcome, TrialUnit
+from harness.run.protocol import PROTOCOL_VERSION, WorkerReport, decode
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+GENERIC_OOM_PATTERNS = ("MemoryError", "std::bad_alloc", "out of memory", "Cannot allocate memory",
+                        "can't allocate memory",
+                        # glibc under RLIMIT_DATA while loading a framework (seen with torch at ~150 MiB)
+                        "cannot allocate memory", "failed to map segment from shared object")
+STDERR_TAIL_LINES = 40
+
+
+def classify(report: WorkerReport, returncode: int | None, timed_out: bool, timeout_s: float,
+             stderr_tail: str, oom_patterns: tuple[str, ...]) -> tuple[str, str]:
+    """(status, reason) of a finished worker. Pure: tested on its own."""
+    phase = report.current_phase or "start-up"
+    if timed_out:
+        return "timeout", f"killed after the trial's timeout of {timeout_s:g} s, in phase {phase}"
+    if report.failure is not None:
+        f = report.failure
+        first = (f.get("message") or "").strip().splitlines()
+        reason = f"{f.get('error_type', 'error')}: {first[0] if first else ''}".strip()[:500]
+        return ("oom" if f.get("oom") else "error"), f"{reason} (phase {f.get('phase', phase)})"
+    if report.result is not None and returncode == 0:
+        return "ok", ""
+    found = next((p for p in (*oom_patterns, *GENERIC_OOM_PATTERNS) if p in stderr_tail), None)
+    if returncode is not None and returncode < 0:
+        name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
+        how = f"killed by {name} in phase {phase}"
+    elif returncode:
+        how = f"exit code {returncode} in phase {phase}"
+    else:
+        how = f"exited without a result in phase {phase}"
+    if found:
+        return "oom", f"{how}; stderr says {found!r}"
+    if returncode == -signal.SIGKILL:
+        how += " (the kernel's OOM killer sends SIGKILL too: see stderr and dmesg)"
+    return "crashed", how
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class LocalExecutor:
+    """Runs units one after another on this machine."""
+
+    def __init__(self, monitor_factory: Callable[[TrialUnit], Monitor] | None = None,
+                 log_dir: Path | None = None) -> None:
+        self.monitor_factory = monitor_factory or (lambda unit: NullMonitor())
+        self.log_dir = log_dir
+
+    def run(self, unit: TrialUnit, on_event: Callable[[dict[str, Any]], None] | None = None) -> TrialOutcome:
+        """Run one unit to completion (or timeout) and classify it. Never raises for a trial's failure."""
+        trial = unit.trial
+        request = {"protocol": PROTOCOL_VERSION, "trial": trial.to_dict(), "data": unit.data.to_dict(),
+                   "order_path": unit.order_path, "adapter_target": unit.adapter_target,
+                   "os_memory_limit_mib": unit.os_memory_limit_mib}
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
+        env.update({"PYTHONUNBUFFERED": "1", "BATCHSCOPE_WORKER": "1", "TF_CPP_MIN_LOG_LEVEL": "1"})
+        env.update(unit.env)
+        log_dir = self.log_dir or Path(tempfile.gettempdir())
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = log_dir / f"worker-{trial.trial_hash}.log"
+        read_fd, write_fd = os.pipe()
+        started_at, t_start = _now(), time.monotonic()
+        monitor = self.monitor_factory(unit)
+        report = WorkerReport()
+        with open(log_path, "wb") as log:
+            try:
+                proc = subprocess.Popen(
+                    [unit.python, "-m", "harness.run.worker", "--fd", str(write_fd)],
+                    stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
+                    start_new_session=True, env=env, cwd=str(PROJECT_ROOT),
+                )
+            finally:
+                os.close(write_fd)
+            messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
+            reader = threading.Thread(target=_read_messages, args=(read_fd, messages, report),
+                                      name=f"worker-reader-{proc.pid}", daemon=True)
+            reader.start()
+            timed_out = False
+            try:
+                assert proc.stdin is not None
+                try:
+                    proc.stdin.write(json.dumps(request).encode())
+                    proc.stdin.close()
+                except BrokenPipeError:
+                    pass  # the worker died at once; its exit code tells why
+                monitor.start(proc.pid)
+                deadline = t_start + trial.timeout_s
+                while True:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        timed_out = True
+                        break
+                    try:
+                        msg = messages.get(timeout=min(remaining, 1.0))
+                    except queue.Empty:
+                        continue
+                    if msg is None:  # end of file: the worker closed its pipe or died
+                        break
+                    report.feed(msg)
+                    if msg["event"] == "phase":
+                        monitor.phase(msg["phase"], float(msg["t"]))
+                    if on_event is not None:
+                        on_event(msg)
+                if timed_out:
+                    _kill_group(proc)
+                try:
+                    proc.wait(timeout=max(5.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    _kill_group(proc)
+                    proc.wait()
+            except BaseException:
+                _kill_group(proc)  # Ctrl-C or an internal error: never leave a worker behind
+                proc.wait()
+                raise
+            finally:
+                if proc.poll() is None:  # never leave a worker behind, whatever happened above
+                    _kill_group(proc)
+                    proc.wait()
+                measured = monitor.stop()
+                reader.join(timeout=5)
+        stderr_tail = _tail(log_path)
+        status, reason = classify(report, proc.returncode, timed_out, trial.timeout_s, stderr_tail,
+                                  unit.oom_patterns)
+        if report.bad_lines:
+            reason = (reason + f"; {len(report.bad_lines)} unreadable protocol line(s)").lstrip("; ")
+        result = report.result or {}
+        failure = report.failure or {}
+        outcome = TrialOutcome(
+            trial=trial, status=status, reason=reason, metrics=dict(result.get("metrics", {})),
+            step_times_ms=list(result.get("step_times_ms", [])), phase_steps=dict(result.get("phase_steps", {})),
+            versions=dict(report.hello.get("versions", {})), device=dict(report.ready.get("device", {})),
+            param_count=report.ready.get("param_count"), phases=list(report.phases),
+            exit_code=proc.returncode, stderr_tail=stderr_tail if status != "ok" else "",
+            traceback=failure.get("traceback", ""), elapsed_s=time.monotonic() - t_start,
+            started_at=started_at, finished_at=_now(), monitor=measured,
+        )
+        if status == "ok":
+            log_path.unlink(missing_ok=True)
+        return outcome
+
+
+def _read_messages(fd: int, out: queue.Queue[dict[str, Any] | None], report: WorkerReport) -> None:
+    with os.fdopen(fd, "rb") as f:
+        for line in f:
+            try:
+                out.put(decode(line))
+            except WorkerProtocolError as e:
+                report.bad_lines.append(str(e))
+    out.put(None)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the worker's whole process group (it runs in a session of its own)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

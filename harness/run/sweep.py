@@ -1,0 +1,159 @@
+"""Run a sweep: prepare data once, run each planned trial in its own worker, store each result at once."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.config.experiment import Experiment
+from harness.config.trial import TrialSpec
+from harness.data import PreparedData, default_cache_dir, prepare
+from harness.errors import StoreError
+from harness.monitor import environment
+from harness.records import Executor, Monitor, TrialOutcome, TrialUnit
+from harness.registry import adapter_class, adapter_target
+from harness.run.executor import LocalExecutor
+from harness.run.planner import data_request, plan
+from harness.store import Store, store_path
+
+ProgressFn = Callable[[int, int, TrialOutcome], None]
+
+
+@dataclass
+class SweepResult:
+    """What a sweep did."""
+
+    out_dir: Path
+    outcomes: list[TrialOutcome] = field(default_factory=list)
+    already_done: int = 0
+    total: int = 0
+    maxbatch: list[dict[str, Any]] = field(default_factory=list)  # stored rows (max_batch = true)
+    maxbatch_notes: list[str] = field(default_factory=list)  # searches that did not give an answer, and why
+
+
+@dataclass(frozen=True)
+class SweepContext:
+    """What a step after the trials needs: the open store, this run's id, the prepared data, the environment."""
+
+    store: Store
+    run_id: int
+    data: PreparedData
+    env: dict[str, Any]
+    out_dir: Path
+    monitor_factory: Callable[[TrialUnit], Monitor] | None
+
+
+def unit_for(exp: Experiment, trial: TrialSpec, data: PreparedData, os_memory_limit_mib: float | None = None,
+             ) -> TrialUnit:
+    """The unit that runs ``trial``: its interpreter, adapter and out-of-memory patterns."""
+    settings = exp.adapters.get(trial.framework)
+    python = settings.python if settings and settings.python else sys.executable
+    order_path = data.write_order(trial.seed, trial.epochs)
+    return TrialUnit(trial=trial, data=data, order_path=str(order_path),
+                     adapter_target=adapter_target(trial.framework), python=python,
+                     oom_patterns=adapter_class(trial.framework).oom_stderr_patterns,
+                     os_memory_limit_mib=os_memory_limit_mib)
+
+
+def skipped_outcome(trial: TrialSpec, reason: str) -> TrialOutcome:
+    """A trial recorded as skipped, without running it."""
+    return TrialOutcome(trial=trial, status="skipped", reason=reason)
+
+
+def run_sweep(
+    exp: Experiment,
+    out_dir: Path,
+    *,
+    resume: bool = False,
+    data_dir: str | None = None,
+    cache_dir: Path | None = None,
+    command: str = "",
+    monitor_factory: Callable[[TrialUnit], Monitor] | None = None,
+    progress: ProgressFn | None = None,
+    on_start: Callable[[int, int, TrialSpec], None] | None = None,
+    executor: Executor | None = None,
+    preflight: Callable[[dict[str, Any]], None] | None = None,
+    after_trials: Callable[[SweepContext, SweepResult], None] | None = None,
+) -> SweepResult:
+    """Run every trial of ``exp`` not yet in the store of ``out_dir``.
+
+    Without ``resume``, a store that already holds trials of this experiment is refused rather than
+    mixed with a new run. A trial that fails never stops the sweep; Ctrl-C stops it after killing the
+    worker in flight, with every finished trial already stored. ``executor`` defaults to a
+    :class:`LocalExecutor` logging into ``out_dir/logs``. ``preflight(env)`` runs before anything is
+    written and may refuse the run; ``after_trials`` runs with the store still open (the max-batch searches
+    of :func:`harness.pipeline.run_experiment`).
+    """
+    out_dir = Path(out_dir)
+    if store_path(out_dir).exists():
+        with Store.open(out_dir) as store:
+            existing = store.trials("experiment = ?", (exp.name,))
+        if existing and not resume:
+            raise StoreError(f"{out_dir} already holds {len(existing)} trial(s) of experiment {exp.name!r}; "
+                             "add --resume to finish that sweep, or give another --out directory")
+    env = environment.capture()
+    if preflight is not None:  # e.g. refuse a budget that cannot be enforced, before anything is written
+        preflight(env)
+    # data before the store: a data error (no network, corrupt archive) must leave nothing written
+    data = prepare(data_request(exp, data_dir), cache_dir or default_cache_dir())
+    with Store.open(out_dir) as store:
+        existing = store.trials("experiment = ?", (exp.name,))
+        trials = plan(exp, data)
+        spec = exp.to_dict() | {"data": {k: v for k, v in data.to_dict().items() if k != "directory"}}
+        (out_dir / f"{exp.name}.resolved.json").write_text(json.dumps(spec, indent=2, default=str))
+        run_id = store.begin_run(exp.name, spec, command, env)
+        done = store.finished_hashes()
+        result = SweepResult(out_dir=out_dir, total=len(trials))
+        oom_at: dict[str, int] = {}
+        for row in existing:
+            if row["status"] == "oom":
+                oom_at[row["framework"]] = min(oom_at.get(row["framework"], row["batch_size"]), row["batch_size"])
+        executor = executor or LocalExecutor(monitor_factory=monitor_factory, log_dir=out_dir / "logs")
+        for i, trial in enumerate(trials, 1):
+            if trial.trial_hash in done:
+                result.already_done += 1
+                continue
+            limit = oom_at.get(trial.framework)
+            if exp.skip_larger_after_oom and limit is not None and trial.batch_size > limit:
+                outcome = skipped_outcome(trial, f"larger than batch size {limit}, which ran out of memory "
+                                                 "(run with --no-skip-larger to try it anyway)")
+            else:
+                if on_start is not None:
+                    on_start(i, len(trials), trial)
+                outcome = executor.run(unit_for(exp, trial, data))
+                if outcome.status == "oom":
+                    oom_at[trial.framework] = min(oom_at.get(trial.framework, trial.batch_size), trial.batch_size)
+            store.write_trial(outcome, run_id, env)
+            result.outcomes.append(outcome)
+            if progress is not None:
+                progress(i, len(trials), outcome)
+        if after_trials is not None:
+            after_trials(SweepContext(store, run_id, data, env, out_dir, monitor_factory), result)
+        return result
+
+
+def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per framework and batch size: median over repeats of the headline figures (for the CLI table)."""
+    import statistics
+
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["framework"], r["batch_size"]), []).append(r)
+    out = []
+    for (fw, bs), group in sorted(groups.items()):
+        ok = [r for r in group if r["status"] == "ok"]
+
+        def med(key: str, ok: list[dict[str, Any]] = ok) -> float | None:
+            values = [r[key] for r in ok if r.get(key) is not None]
+            return statistics.median(values) if values else None
+
+        statuses = sorted({r["status"] for r in group})
+        out.append({"framework": fw, "batch_size": bs, "status": "/".join(statuses), "n": len(group),
+                    "samples_per_s": med("samples_per_s"), "step_time_ms_median": med("step_time_ms_median"),
+                    "framework_peak_mib": med("framework_peak_mib"), "rss_peak_mib": med("rss_peak_mib"),
+                    "gpu_util_pct": med("gpu_util_pct"), "accuracy": med("accuracy")})
+    return out

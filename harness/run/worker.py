@@ -1,0 +1,278 @@
+"""The worker: runs exactly one trial in a fresh process, then exits.
+
+Started by the parent as ``python -m harness.run.worker --fd N`` with the request (JSON) on stdin; it
+answers on file descriptor N with the messages of :mod:`harness.run.protocol`. This is the only module
+under ``harness`` that ends up importing a framework, and it does so through the adapter.
+
+A trial's steps draw batches from the parent-written index order: warm-up steps first (not timed
+for the figures), then timed steps, then (when ``epochs`` > 0) the rest of the epochs. Warm-up and
+timed steps are real training steps, so an epoch is still every training sample seen exactly once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import re
+import resource
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from adapters.base import Adapter, RuntimeConfig
+from harness.config.trial import TrialSpec
+from harness.data import PreparedData
+from harness.models import build_description, init_weights
+from harness.run.protocol import Channel
+
+MIB = 1024.0 * 1024.0
+
+
+def batch_indices(order: np.ndarray, batch_size: int, epochs: int, steps: int) -> Iterator[np.ndarray]:
+    """Index batches: every sample once per epoch (last batch may be short); or, with ``epochs`` = 0,
+    ``steps`` full batches cycling through the first order row."""
+    n = order.shape[1]
+    if epochs > 0:
+        for e in range(epochs):
+            perm = order[e]
+            for start in range(0, n, batch_size):
+                yield perm[start : start + batch_size]
+        return
+    perm = order[0]
+    for step in range(steps):
+        yield perm[(step * batch_size + np.arange(batch_size)) % n]
+
+
+def plan_steps(n_train: int, batch_size: int, epochs: int, warmup: int, timed: int) -> tuple[int, int, int]:
+    """(warm-up, timed, rest) step counts. With epochs, warm-up and timed steps come out of the epochs."""
+    if epochs == 0:
+        return warmup, timed, 0
+    total = epochs * -(-n_train // batch_size)
+    timed_n = min(timed, max(total - warmup, 1))
+    warmup_n = min(warmup, total - timed_n)
+    return warmup_n, timed_n, total - warmup_n - timed_n
+
+
+def _load_adapter(target: str) -> Adapter:
+    module_name, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module_name), attr)()  # type: ignore[no-any-return]
+
+
+def _maxrss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+
+
+def _proc_status_mib(*keys: str) -> dict[str, float | None]:
+    """Current ``VmData``/``VmRSS``... of this process in MiB (Linux ``/proc``; None elsewhere)."""
+    out: dict[str, float | None] = dict.fromkeys(keys)
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in out:
+                    out[key] = float(value.split()[0]) / 1024.0  # kB
+    except OSError:
+        pass
+    return out
+
+
+class VmDataWatcher:
+    """The highest ``VmData`` of this process while it trains, sampled in a thread (Linux ``/proc``).
+
+    RLIMIT_DATA counts ``VmData``; what training maps and unmaps again between two reads of the figures
+    at the step boundaries (a framework's scratch arenas, reserved-but-untouched mappings) is only seen
+    while the step runs. One read costs ~10 us (``pread`` on an fd opened once), so every millisecond
+    costs ~1% of a core; it runs only in trials under an OS memory limit (max-batch probes on CPU), never
+    in timed sweeps. A spike shorter than the interval can still be missed: this is a lower bound.
+    """
+
+    _PATTERN = re.compile(rb"VmData:\s+(\d+)")
+
+    def __init__(self, interval_s: float = 0.001) -> None:
+        self.interval_s = interval_s
+        self.peak_kib: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._fd: int | None = None
+
+    def _read_kib(self) -> int | None:
+        assert self._fd is not None
+        match = self._PATTERN.search(os.pread(self._fd, 16384, 0))
+        return int(match.group(1)) if match else None
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.wait(self.interval_s):
+                self._sample()
+        except BaseException:  # noqa: BLE001 - near the limit even a read may fail; the peak so far stands
+            return
+
+    def _sample(self) -> None:
+        kib = self._read_kib()
+        if kib is not None and (self.peak_kib is None or kib > self.peak_kib):
+            self.peak_kib = kib
+
+    def start(self) -> VmDataWatcher:
+        try:
+            self._fd = os.open("/proc/self/status", os.O_RDONLY)
+            self._sample()
+        except OSError:  # not Linux: nothing to watch
+            self._fd = None
+            return self
+        self._thread = threading.Thread(target=self._loop, name="vmdata-watcher", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> float | None:
+        """Stop sampling (one last read); the peak in MiB, or None where ``/proc`` is missing."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._fd is not None:
+            try:
+                self._sample()
+            except OSError:
+                pass
+            os.close(self._fd)
+            self._fd = None
+        return None if self.peak_kib is None else self.peak_kib / 1024.0
+
+
+def run_trial(request: dict[str, Any], chan: Channel) -> int:
+    """Run the trial in ``request``, reporting on ``chan``. Returns the process exit code."""
+    trial = TrialSpec.from_dict(request["trial"])
+    data = PreparedData.from_dict(request["data"])
+    chan.send("phase", phase="setup")
+    adapter: Adapter | None = None
+    phase = "setup"
+    try:
+        adapter = _load_adapter(request["adapter_target"])
+        chan.send("hello", pid=os.getpid(), adapter=trial.framework, versions=adapter.versions(),
+                  python=sys.version.split()[0], executable=sys.executable)
+        t_setup = time.perf_counter()
+        device_info = adapter.setup(RuntimeConfig(
+            device=trial.device, threads=trial.threads or None, options=dict(trial.adapter_options),
+            memory_limit_mib=trial.memory_limit_mib or None, precision=trial.precision))  # type: ignore[arg-type]
+        x_train, y_train, x_test, y_test = data.load()
+        desc = build_description(trial.model, data.input_shape, data.classes)
+        adapter.build(desc, init_weights(desc, trial.seed), trial.optimizer)
+        order = np.load(request["order_path"], mmap_mode="r")
+        setup_s = time.perf_counter() - t_setup
+        # the footprint before the first step, in RLIMIT_DATA's units (VmData) and in RSS: the max-batch
+        # search turns the RSS peak into the units the OS limit counts (harness/maxbatch/prober.py, probe_peak_mib)
+        ready_mem = _proc_status_mib("VmData", "VmRSS", "RssFile", "RssAnon")
+        chan.send("ready", device=device_info, param_count=adapter.param_count(), model=desc.to_dict())
+        watcher = VmDataWatcher().start() if request.get("os_memory_limit_mib") else None
+
+        warmup_n, timed_n, rest_n = plan_steps(data.n_train, trial.batch_size, trial.epochs,
+                                               trial.warmup_steps, trial.timed_steps)
+        boundaries = [(0, "warmup"), (warmup_n, "timed"), (warmup_n + timed_n, "train")]
+        adapter.reset_memory_stats()
+        step_ms: list[float] = []
+        data_s = 0.0
+        samples_seen = 0
+        t_train = time.perf_counter()
+        batches = batch_indices(order, trial.batch_size, trial.epochs, warmup_n + timed_n)
+        for step, idx in enumerate(batches):
+            while boundaries and boundaries[0][0] == step:
+                phase = boundaries.pop(0)[1]
+                chan.send("phase", phase=phase)
+            t0 = time.perf_counter()
+            idx = np.sort(idx)  # in-batch order does not change a mean loss; sorted reads are faster
+            batch = adapter.prepare_batch(x_train[idx], y_train[idx])
+            t1 = time.perf_counter()
+            adapter.train_step(batch)
+            t2 = time.perf_counter()
+            data_s += t1 - t0
+            step_ms.append((t2 - t1) * 1e3)
+            samples_seen += len(idx)
+        train_s = time.perf_counter() - t_train
+        mem = adapter.memory_stats()
+
+        metrics: dict[str, Any] = {}
+        if trial.eval:
+            phase = "eval"
+            chan.send("phase", phase="eval")
+            t_eval = time.perf_counter()
+            ev = adapter.evaluate(np.asarray(x_test), np.asarray(y_test), trial.eval_batch_size)
+            metrics.update(accuracy=ev.accuracy, eval_loss=ev.loss, eval_samples=ev.samples,
+                           eval_s=time.perf_counter() - t_eval)
+        end_mem = _proc_status_mib("VmData", "RssFile", "RssAnon")
+        vmdata_peak = watcher.stop() if watcher is not None else None
+        timed = np.asarray(step_ms[warmup_n : warmup_n + timed_n])
+        median = float(np.median(timed))
+        metrics.update(
+            samples_per_s=trial.batch_size / (median / 1e3),
+            step_time_ms_median=median,
+            step_time_ms_iqr=float(np.percentile(timed, 75) - np.percentile(timed, 25)),
+            warmup_steps_n=warmup_n, timed_steps_n=timed_n, train_steps_n=len(step_ms),
+            epochs_done=samples_seen / data.n_train if trial.epochs else 0.0,
+            train_samples_per_s=samples_seen / train_s if train_s > 0 else None,
+            data_s=data_s, setup_s=setup_s, train_s=train_s,
+            framework_peak_mib=mem.peak_mib, framework_peak_source=mem.source,
+            framework_reserved_mib=mem.reserved_mib, maxrss_mib=_maxrss_mib(),
+            vmdata_ready_mib=ready_mem["VmData"], rss_ready_mib=ready_mem["VmRSS"],
+            rss_file_ready_mib=ready_mem["RssFile"], rss_anon_ready_mib=ready_mem["RssAnon"],
+            rss_file_end_mib=end_mem["RssFile"], rss_anon_end_mib=end_mem["RssAnon"],
+            vmdata_end_mib=end_mem["VmData"], vmdata_peak_mib=vmdata_peak,
+        )
+        chan.send("result", metrics=metrics, step_times_ms=step_ms,
+                  phase_steps={"warmup": warmup_n, "timed": timed_n, "train": rest_n})
+        return 0
+    except Exception as exc:  # noqa: BLE001 - every failure is reported to the parent, then we exit
+        try:
+            oom = bool(adapter.is_oom(exc)) if adapter is not None else isinstance(exc, MemoryError)
+        except Exception:  # noqa: BLE001 - classification must never hide the original error
+            oom = False
+        chan.send("failure", oom=oom, error_type=f"{type(exc).__module__}.{type(exc).__qualname__}",
+                  message=str(exc)[:4000], traceback=traceback.format_exc()[-8000:], phase=phase)
+        return 1
+    finally:
+        if adapter is not None:
+            try:
+                adapter.close()
+            except Exception:  # noqa: BLE001, S110 - closing after a failure is best effort
+                pass
+
+
+def limit_memory(limit_mib: float | None) -> None:
+    """Put the trial's CPU memory budget on this process, before the framework is imported.
+
+    RLIMIT_DATA, not RLIMIT_AS: since Linux 4.7 it counts private writable mappings (heap, anonymous
+    mmap: what the frameworks allocate), not shared libraries or PROT_NONE reservations. Measured on
+    deep_cnn 3x32x32 bs 256: RLIMIT_DATA fails below ~1050 MiB for a peak RSS of ~1060 MiB, while
+    RLIMIT_AS needs ~1600 MiB for torch and ~2550 MiB for TensorFlow (see docs/maxbatch.md). The limit
+    covers what the process already holds, so setting it here is the same budget as setting it at exec;
+    doing it here (not in the parent's ``preexec_fn``) avoids running Python between fork and exec in a
+    parent that has threads, which can deadlock (seen: probe workers that never started).
+    """
+    if limit_mib:
+        limit = int(limit_mib * 1024 * 1024)
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m harness.run.worker``."""
+    parser = argparse.ArgumentParser(prog="python -m harness.run.worker")
+    parser.add_argument("--fd", type=int, required=True, help="file descriptor for protocol messages")
+    args = parser.parse_args(argv)
+    chan = Channel(args.fd)
+    request = json.loads(sys.stdin.read())
+    limit_memory(request.get("os_memory_limit_mib"))
+    try:
+        code = run_trial(request, chan)
+        chan.send("end")
+    finally:
+        chan.close()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,17 @@
+"""The results store: one SQLite file per output directory (:mod:`harness.store.db`) and its export."""
+
+from harness.store.db import (
+    MAXBATCH_COLUMN_NAMES,
+    MAXBATCH_COLUMNS,
+    SAMPLE_COLUMNS,
+    SCHEMA_VERSION,
+    STORE_NAME,
+    TRIAL_COLUMN_NAMES,
+    TRIAL_COLUMNS,
+    Store,
+    outcome_row,
+    store_path,
+)
+
+__all__ = ["MAXBATCH_COLUMNS", "MAXBATCH_COLUMN_NAMES", "SAMPLE_COLUMNS", "SCHEMA_VERSION", "STORE_NAME",
+           "TRIAL_COLUMNS", "TRIAL_COLUMN_NAMES", "Store", "outcome_row", "store_path"]

@@ -1,0 +1,270 @@
+"""The results store: one SQLite file per output directory, one transaction per trial.
+
+Tables:
+
+* ``runs``: one row per invocation (experiment, resolved spec, command line, environment).
+* ``trials``: one row per trial, keyed by the hash of its resolved spec. Column names carry units.
+* ``step_times``: every step's time (ms) with its phase.
+* ``samples``: the sampler's raw samples, phase-tagged.
+* ``maxbatch``: one row per max-batch search (its probes are ``trials`` rows with purpose ``probe``).
+
+A trial's rows are written in a single transaction the moment it finishes, so a killed sweep loses
+at most the trial in flight, and ``--resume`` skips every trial whose hash is stored. The report
+reads only this file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from harness.errors import StoreError
+from harness.records import TrialOutcome
+
+STORE_NAME = "results.sqlite"
+SCHEMA_VERSION = 1
+
+#: trials columns: (name, SQL type). Units are in the names; *_json columns hold JSON text.
+TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("trial_hash", "TEXT PRIMARY KEY"), ("run_id", "INTEGER"), ("experiment", "TEXT"), ("purpose", "TEXT"),
+    ("framework", "TEXT"), ("model", "TEXT"), ("dataset", "TEXT"), ("batch_size", "INTEGER"),
+    ("repeat", "INTEGER"), ("seed", "INTEGER"), ("status", "TEXT"), ("reason", "TEXT"),
+    ("samples_per_s", "REAL"), ("step_time_ms_median", "REAL"), ("step_time_ms_iqr", "REAL"),
+    ("train_samples_per_s", "REAL"), ("framework_peak_mib", "REAL"), ("framework_peak_source", "TEXT"),
+    ("framework_reserved_mib", "REAL"), ("rss_peak_mib", "REAL"), ("accuracy", "REAL"), ("eval_loss", "REAL"),
+    ("epochs", "INTEGER"), ("epochs_done", "REAL"), ("lr", "REAL"), ("optimizer", "TEXT"),
+    ("warmup_steps_n", "INTEGER"), ("timed_steps_n", "INTEGER"), ("train_steps_n", "INTEGER"),
+    ("setup_s", "REAL"), ("train_s", "REAL"), ("eval_s", "REAL"), ("data_s", "REAL"), ("elapsed_s", "REAL"),
+    ("param_count", "INTEGER"), ("device", "TEXT"), ("precision", "TEXT"),
+    # sampler aggregates (timed phase unless the name says otherwise); NULL where not measured
+    ("gpu_util_pct", "REAL"), ("gpu_mem_util_pct", "REAL"), ("gpu_mem_used_mib", "REAL"),
+    ("proc_gpu_mem_mib", "REAL"), ("power_w", "REAL"), ("energy_j", "REAL"), ("j_per_sample", "REAL"),
+    ("cpu_util_pct", "REAL"), ("sample_interval_ms", "REAL"), ("samples_n", "INTEGER"),
+    ("timed_samples_n", "INTEGER"),
+    ("exit_code", "INTEGER"), ("stderr_tail", "TEXT"), ("traceback", "TEXT"),
+    ("versions_json", "TEXT"), ("env_json", "TEXT"), ("device_json", "TEXT"), ("spec_json", "TEXT"),
+    ("monitor_json", "TEXT"), ("started_at", "TEXT"), ("finished_at", "TEXT"),
+)
+TRIAL_COLUMN_NAMES = tuple(name for name, _ in TRIAL_COLUMNS)
+
+SAMPLE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("trial_hash", "TEXT NOT NULL"), ("t_s", "REAL"), ("phase", "TEXT"),
+    ("gpu_util_pct", "REAL"), ("gpu_mem_util_pct", "REAL"), ("gpu_mem_used_mib", "REAL"),
+    ("gpu_mem_total_mib", "REAL"), ("proc_gpu_mem_mib", "REAL"), ("power_w", "REAL"), ("energy_mj", "REAL"),
+    ("sm_clock_mhz", "REAL"), ("temperature_c", "REAL"), ("cpu_util_pct", "REAL"), ("rss_mib", "REAL"),
+    ("sys_mem_used_mib", "REAL"), ("gap_reason", "TEXT"),
+)
+
+#: maxbatch columns: one row per max-batch search (``batchscope maxbatch`` or ``max_batch = true`` in a sweep).
+#: The report codes against these names; add columns, never rename.
+MAXBATCH_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("result_id", "INTEGER PRIMARY KEY AUTOINCREMENT"), ("run_id", "INTEGER"), ("experiment", "TEXT"),
+    ("framework", "TEXT"), ("model", "TEXT"), ("dataset", "TEXT"), ("device", "TEXT"), ("precision", "TEXT"),
+    ("strategy", "TEXT"), ("budget_mib", "REAL"), ("budget_kind", "TEXT"), ("margin_mib", "REAL"),
+    ("max_batch", "INTEGER"), ("first_fail_batch", "INTEGER"), ("first_fail_status", "TEXT"),
+    ("first_fail_reason", "TEXT"), ("recommended_batch", "INTEGER"), ("recommended_pow2", "INTEGER"),
+    ("recommended_mult8", "INTEGER"), ("probes_n", "INTEGER"), ("wall_s", "REAL"), ("formula_batch", "INTEGER"),
+    ("formula_error_pct", "REAL"), ("param_count", "INTEGER"), ("per_sample_activation_mib", "REAL"),
+    ("fit_a_mib", "REAL"), ("fit_b_mib_per_sample", "REAL"), ("probes_json", "TEXT"), ("env_json", "TEXT"),
+    ("finished_at", "TEXT"),
+    # added beyond the agreed set: the formula with the analytic activation size, and search facts
+    ("formula_analytic_batch", "INTEGER"), ("formula_analytic_error_pct", "REAL"),
+    ("analytic_activation_mib_per_sample", "REAL"), ("model_state_mib", "REAL"), ("capped", "INTEGER"),
+    ("versions_json", "TEXT"),
+)
+MAXBATCH_COLUMN_NAMES = tuple(name for name, _ in MAXBATCH_COLUMNS)
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id INTEGER PRIMARY KEY AUTOINCREMENT, experiment TEXT, spec_json TEXT, command TEXT,
+    env_json TEXT, started_at TEXT);
+CREATE TABLE IF NOT EXISTS trials ({", ".join(f"{n} {t}" for n, t in TRIAL_COLUMNS)});
+CREATE TABLE IF NOT EXISTS step_times (
+    trial_hash TEXT NOT NULL, step INTEGER NOT NULL, phase TEXT, time_ms REAL,
+    PRIMARY KEY (trial_hash, step));
+CREATE TABLE IF NOT EXISTS samples ({", ".join(f"{n} {t}" for n, t in SAMPLE_COLUMNS)});
+CREATE INDEX IF NOT EXISTS samples_by_trial ON samples (trial_hash);
+CREATE TABLE IF NOT EXISTS maxbatch ({", ".join(f"{n} {t}" for n, t in MAXBATCH_COLUMNS)});
+"""
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def store_path(out_dir: str | Path) -> Path:
+    """Where the store of an output directory lives."""
+    return Path(out_dir) / STORE_NAME
+
+
+class Store:
+    """The SQLite results store of one output directory."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        self.path = path
+        self.conn = conn
+
+    @classmethod
+    def open(cls, out_dir: str | Path, create: bool = True) -> Store:
+        """Open (and with ``create``, make) the store in ``out_dir``."""
+        path = store_path(out_dir)
+        if not path.exists() and not create:
+            raise StoreError(f"{out_dir}: no results store ({STORE_NAME}) here; "
+                             "run `batchscope run EXPERIMENT --out DIR` first")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, timeout=30)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA synchronous=FULL")
+        store = cls(path, conn)
+        store._init_schema(create)
+        return store
+
+    def _init_schema(self, create: bool) -> None:
+        tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "meta" in tables:
+            row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            version = int(row[0]) if row else 0
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"{self.path}: made by a newer batchscope (schema {version}, this one reads "
+                                 f"{SCHEMA_VERSION}); upgrade batchscope to read it")
+            if version < SCHEMA_VERSION:
+                raise StoreError(f"{self.path}: made by an older batchscope (schema {version}, this one reads "
+                                 f"{SCHEMA_VERSION}); re-run the experiment into a new --out directory")
+        elif tables or not create:
+            raise StoreError(f"{self.path}: not a batchscope results store (no schema version)")
+        with self.conn:
+            self.conn.executescript(_SCHEMA)
+            self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            # columns added since a store was made are added to it (nullable, so old rows stay valid)
+            for table, columns in (("trials", TRIAL_COLUMNS), ("samples", SAMPLE_COLUMNS),
+                                   ("maxbatch", MAXBATCH_COLUMNS)):
+                have = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
+                for name, typ in columns:
+                    if name not in have:
+                        self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {typ.split()[0]}")
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def begin_run(self, experiment: str, spec: Mapping[str, Any], command: str, env: Mapping[str, Any]) -> int:
+        """Record one invocation; returns its run id."""
+        with self.conn:
+            cur = self.conn.execute(
+                "INSERT INTO runs (experiment, spec_json, command, env_json, started_at) VALUES (?,?,?,?,?)",
+                (experiment, json.dumps(spec, default=str), command, json.dumps(env, default=str), _now()))
+        return int(cur.lastrowid or 0)
+
+    def finished_hashes(self) -> set[str]:
+        """Hashes of every trial already recorded (any final status)."""
+        return {r[0] for r in self.conn.execute("SELECT trial_hash FROM trials")}
+
+    def write_trial(self, outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> None:
+        """Write one trial, its step times and its samples in one transaction (all or nothing)."""
+        row = outcome_row(outcome, run_id, env)
+        h = row["trial_hash"]
+        steps = outcome.phase_steps
+        bounds = [("warmup", steps.get("warmup", 0)), ("timed", steps.get("timed", 0)), ("train", 10**12)]
+
+        def phase_of(i: int) -> str:
+            acc = 0
+            for name, n in bounds:
+                acc += n
+                if i < acc:
+                    return name
+            return "train"
+
+        samples = list(outcome.monitor.get("samples", []))
+        sample_names = [n for n, _ in SAMPLE_COLUMNS]
+        with self.conn:
+            self.conn.execute("DELETE FROM step_times WHERE trial_hash=?", (h,))
+            self.conn.execute("DELETE FROM samples WHERE trial_hash=?", (h,))
+            cols = ", ".join(row)
+            self.conn.execute(f"INSERT OR REPLACE INTO trials ({cols}) VALUES ({', '.join('?' * len(row))})",
+                              tuple(row.values()))
+            self.conn.executemany("INSERT INTO step_times VALUES (?,?,?,?)",
+                                  ((h, i, phase_of(i), t) for i, t in enumerate(outcome.step_times_ms)))
+            if samples:
+                self.conn.executemany(
+                    f"INSERT INTO samples ({', '.join(sample_names)}) VALUES ({', '.join('?' * len(sample_names))})",
+                    ([h if n == "trial_hash" else s.get(n) for n in sample_names] for s in samples))
+
+    def trials(self, where: str = "", params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        """Trial rows as dicts (``where`` is an SQL condition on trials' columns)."""
+        sql = "SELECT * FROM trials" + (f" WHERE {where}" if where else "") + " ORDER BY rowid"
+        return [dict(r) for r in self.conn.execute(sql, tuple(params))]
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Run rows as dicts."""
+        return [dict(r) for r in self.conn.execute("SELECT * FROM runs ORDER BY run_id")]
+
+    def write_maxbatch(self, row: Mapping[str, Any]) -> int:
+        """Store one max-batch result (keys: :data:`MAXBATCH_COLUMN_NAMES`); returns its ``result_id``."""
+        unknown = sorted(set(row) - set(MAXBATCH_COLUMN_NAMES))
+        if unknown:
+            raise StoreError(f"maxbatch row has unknown column(s) {unknown}; known: {MAXBATCH_COLUMN_NAMES}")
+        cols = [c for c in MAXBATCH_COLUMN_NAMES if c in row and c != "result_id"]
+        with self.conn:
+            cur = self.conn.execute(f"INSERT INTO maxbatch ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                                    tuple(row[c] for c in cols))
+        return int(cur.lastrowid or 0)
+
+    def maxbatch_results(self, where: str = "", params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        """Max-batch rows as dicts, oldest first (``where`` is an SQL condition on its columns)."""
+        sql = "SELECT * FROM maxbatch" + (f" WHERE {where}" if where else "") + " ORDER BY result_id"
+        return [dict(r) for r in self.conn.execute(sql, tuple(params))]
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A transaction for callers that add tables of their own (e.g. max-batch results)."""
+        with self.conn:
+            yield self.conn
+
+
+def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> dict[str, Any]:
+    """The trials row for one outcome (metrics the worker or the monitor gave, or NULL)."""
+    t = outcome.trial
+    m = outcome.metrics
+    mon = outcome.monitor.get("aggregates", {})
+    rss = [v for v in (m.get("maxrss_mib"), mon.get("rss_peak_mib")) if v is not None]
+    row: dict[str, Any] = {
+        "trial_hash": t.trial_hash, "run_id": run_id, "experiment": t.experiment, "purpose": t.purpose,
+        "framework": t.framework, "model": t.model, "dataset": t.dataset, "batch_size": t.batch_size,
+        "repeat": t.repeat, "seed": t.seed, "status": outcome.status, "reason": outcome.reason,
+        "epochs": t.epochs, "lr": t.optimizer.lr, "optimizer": t.optimizer.name,
+        "elapsed_s": outcome.elapsed_s, "param_count": outcome.param_count,
+        "device": outcome.device.get("device"), "precision": t.precision,
+        "rss_peak_mib": max(rss) if rss else None,
+        "j_per_sample": _j_per_sample(mon.get("energy_j"), t.batch_size, outcome.phase_steps.get("timed")),
+        "exit_code": outcome.exit_code, "stderr_tail": outcome.stderr_tail, "traceback": outcome.traceback,
+        "versions_json": json.dumps(outcome.versions), "env_json": json.dumps(dict(env), default=str),
+        "device_json": json.dumps(outcome.device, default=str), "spec_json": json.dumps(t.to_dict(), default=str),
+        "monitor_json": json.dumps({k: v for k, v in outcome.monitor.items() if k != "samples"}, default=str),
+        "started_at": outcome.started_at, "finished_at": outcome.finished_at,
+    }
+    for name in TRIAL_COLUMN_NAMES:
+        if name not in row:
+            value = m.get(name, mon.get(name))
+            if value is not None or name not in row:
+                row[name] = value
+    return row
+
+
+def _j_per_sample(energy_j: float | None, batch_size: int, timed_steps_n: int | None) -> float | None:
+    """The timed phase's device energy per training sample (the sampler measures the energy, the worker
+    counts the steps, so the two meet here)."""
+    if energy_j is None or not timed_steps_n:
+        return None
+    return float(energy_j) / (batch_size * timed_steps_n)

@@ -1,0 +1,56 @@
+"""Listing adapters imports no framework; broken plugins warn instead of crashing."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import subprocess
+import sys
+
+import pytest
+
+from harness import registry
+from harness.errors import AdapterError
+
+FRAMEWORKS = ("torch", "tensorflow", "mxnet", "jax", "keras")
+
+
+def _modules_after(code: str) -> list[str]:
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(m for m in {FRAMEWORKS!r} if m in sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_listing_adapters_imports_no_framework():
+    assert _modules_after("from harness.registry import list_adapters; a = list_adapters(); assert len(a) >= 3") == []
+
+
+def test_cli_adapters_and_doctor_import_no_framework():
+    code = ("import contextlib, io\nfrom harness.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n    main(['adapters']); main(['doctor'])")
+    assert _modules_after(code) == []
+
+
+def test_parsing_and_planning_import_no_framework():
+    code = ("from harness.config.experiment import load_experiment\nfrom harness.run.planner import plan\n"
+            "exp = load_experiment('experiments/quick.toml')")
+    assert _modules_after(code) == []
+
+
+def test_builtin_adapters_are_registered():
+    names = {a.name for a in registry.list_adapters()}
+    assert {"pytorch", "tensorflow", "mxnet"} <= names
+    torch_info = next(a for a in registry.list_adapters() if a.name == "pytorch")
+    assert torch_info.installed and torch_info.version == md.version("torch")
+
+
+def test_a_broken_plugin_warns_and_is_listed_with_its_problem(monkeypatch):
+    real = dict(registry._entry_points())
+    broken = md.EntryPoint(name="broken", value="no_such_pkg.adapter:Thing", group=registry.GROUP)
+    monkeypatch.setattr(registry, "_entry_points", lambda: {**real, "broken": broken})
+    with pytest.warns(RuntimeWarning, match="broken"):
+        infos = registry.list_adapters()
+    bad = next(a for a in infos if a.name == "broken")
+    assert not bad.installed and "cannot be loaded" in (bad.problem or "")
+    with pytest.raises(AdapterError, match="no adapter named 'nope'"):
+        registry.adapter_target("nope")

@@ -1,0 +1,107 @@
+"""Experiment files: every refusal names the file and key and quotes the bad value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.config.experiment import VALID_KEYS, Experiment, load_experiment, parse_experiment
+from harness.errors import ConfigError
+from tests import ROOT
+
+BASE = {"name": "t", "frameworks": ["pytorch"], "batch_sizes": [4, 8]}
+
+
+def parse(**changes):
+    return parse_experiment({**BASE, **changes}, source="exp.toml")
+
+
+def test_minimal_file_gets_defaults():
+    exp = parse()
+    assert exp.frameworks == ("pytorch",) and exp.batch_sizes == (4, 8)
+    assert exp.model == "osu_cnn" and exp.device == "auto" and exp.repeats == 1
+
+
+def test_unknown_key_lists_valid_keys():
+    with pytest.raises(ConfigError) as e:
+        parse(batchsize=[4])
+    msg = str(e.value)
+    assert "exp.toml" in msg and "'batchsize'" in msg and "batch_sizes" in msg
+    assert all(k in msg for k in VALID_KEYS)
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"batch_sizes": [4, 0]}, ["batch_sizes", "0", "> 0"]),
+    ({"batch_sizes": [-8]}, ["batch_sizes", "-8"]),
+    ({"batch_sizes": []}, ["batch_sizes", "empty"]),
+    ({"batch_sizes": [4, 4]}, ["batch_sizes", "twice"]),
+    ({"batch_sizes": [4.5]}, ["batch_sizes", "4.5"]),
+    ({"frameworks": []}, ["frameworks", "empty"]),
+    ({"frameworks": ["caffe"]}, ["frameworks", "'caffe'", "pytorch"]),
+    ({"model": "resnet9000"}, ["model", "'resnet9000'", "osu_cnn"]),
+    ({"dataset": "imagenet"}, ["dataset", "'imagenet'"]),
+    ({"epochs": -1}, ["epochs", "-1"]),
+    ({"repeats": 0}, ["repeats", "0"]),
+    ({"device": "tpu"}, ["device", "'tpu'", "auto"]),
+    ({"optimizer": "lion"}, ["optimizer", "'lion'"]),
+    ({"lr_policy": "cosine"}, ["lr_policy", "'cosine'"]),
+    ({"learning_rate": 0}, ["learning_rate", "0"]),
+    ({"epochs": "ten"}, ["epochs", "'ten'", "int"]),
+    ({"timeout_s": -5}, ["timeout_s", "-5"]),
+    ({"adapters": {"caffe": {}}}, ["adapters", "'caffe'"]),
+    ({"adapters": {"pytorch": {"colour": "red"}}}, ["adapters.pytorch", "'colour'"]),
+    ({"adapters": {"pytorch": {"python": "/no/such/python"}}}, ["adapters.pytorch.python", "/no/such/python",
+                                                                 "not an executable"]),
+])
+def test_bad_values_are_refused_with_the_value_quoted(changes, words):
+    with pytest.raises(ConfigError) as e:
+        parse(**changes)
+    msg = str(e.value)
+    assert "exp.toml" in msg
+    for w in words:
+        assert w in msg, (w, msg)
+
+
+def test_missing_required_key():
+    with pytest.raises(ConfigError, match="missing required key 'batch_sizes'"):
+        parse_experiment({"name": "t", "frameworks": ["pytorch"]}, source="x.toml")
+
+
+def test_file_errors(tmp_path: Path):
+    with pytest.raises(ConfigError, match="no such experiment file"):
+        load_experiment(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = \n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_experiment(bad)
+
+
+def test_every_shipped_experiment_is_valid():
+    files = sorted(ROOT.joinpath("experiments").glob("*.toml"))
+    assert files
+    for f in files:
+        assert isinstance(load_experiment(f), Experiment)
+
+
+def test_lr_policies():
+    assert parse(learning_rate=0.1, lr_policy="linear", lr_base_batch=32).lr_for(64) == pytest.approx(0.2)
+    assert parse(learning_rate=0.1, lr_policy="sqrt", lr_base_batch=32).lr_for(128) == pytest.approx(0.2)
+    assert parse(learning_rate=0.1).lr_for(1024) == 0.1
+
+
+def test_overrides_are_validated():
+    with pytest.raises(ConfigError, match="batch size 0"):
+        parse().with_overrides(batch_sizes=(0,))
+    assert parse().with_overrides(batch_sizes=(16,), device=None).batch_sizes == (16,)
+
+
+def test_trial_hash_is_stable_and_ignores_timeout():
+    from tests.conftest import make_trial
+
+    a, b = make_trial(timeout_s=10), make_trial(timeout_s=99)
+    assert a.trial_hash == b.trial_hash
+    assert make_trial(batch_size=8).trial_hash != a.trial_hash
+    from harness.config.trial import TrialSpec
+
+    assert TrialSpec.from_dict(a.to_dict()) == a

@@ -1,0 +1,141 @@
+"""The worker protocol and the parent's outcome classification, with a framework-free adapter that misbehaves."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from harness.errors import WorkerProtocolError
+from harness.records import TrialUnit
+from harness.run.executor import LocalExecutor, classify
+from harness.run.protocol import WorkerReport, decode, encode
+from tests.conftest import make_trial
+from tests.fakes.adapter import TRANSIENT_MIB, FakeAdapter
+
+TARGET = "tests.fakes.adapter:FakeAdapter"
+
+
+def run_fake(tiny_data, behaviour: str, timeout_s: float = 60.0, tmp_path=None):
+    trial = make_trial(adapter_options={"behaviour": behaviour}, timeout_s=timeout_s)
+    unit = TrialUnit(trial=trial, data=tiny_data, order_path=str(tiny_data.write_order(0, 0)),
+                     adapter_target=TARGET, oom_patterns=FakeAdapter.oom_stderr_patterns)
+    events: list[dict] = []
+    outcome = LocalExecutor(log_dir=tmp_path).run(unit, on_event=events.append)
+    return outcome, events
+
+
+def test_ok_trial_reports_phases_and_metrics(tiny_data, tmp_path):
+    outcome, events = run_fake(tiny_data, "ok", tmp_path=tmp_path)
+    assert outcome.status == "ok", outcome.reason
+    phases = [e["phase"] for e in events if e["event"] == "phase"]
+    assert phases == ["setup", "warmup", "timed", "eval"]
+    times = [e["t"] for e in events]
+    assert times == sorted(times)  # monotonic timestamps
+    assert len(outcome.step_times_ms) == 4  # 1 warm-up + 3 timed
+    assert outcome.metrics["timed_steps_n"] == 3
+    assert outcome.metrics["samples_per_s"] > 0
+    assert outcome.metrics["accuracy"] is not None and 0 <= outcome.metrics["accuracy"] <= 1
+    assert outcome.versions["numpy"]
+
+
+def test_a_trial_under_an_os_limit_reports_the_vmdata_it_mapped_only_while_a_step_ran(tiny_data, tmp_path):
+    def run(limit_mib):
+        trial = make_trial(adapter_options={"behaviour": "transient"})
+        unit = TrialUnit(trial=trial, data=tiny_data, order_path=str(tiny_data.write_order(0, 0)),
+                         adapter_target=TARGET, os_memory_limit_mib=limit_mib)
+        return LocalExecutor(log_dir=tmp_path).run(unit)
+
+    limited = run(4096.0)
+    assert limited.status == "ok", limited.reason
+    m = limited.metrics
+    # the buffer is gone at the end, but the watcher saw it while the steps ran
+    assert m["vmdata_peak_mib"] >= m["vmdata_end_mib"] + 0.9 * TRANSIENT_MIB, m
+    free = run(None)  # a sweep trial (no OS limit) runs no watcher thread beside its timed steps
+    assert free.status == "ok" and free.metrics["vmdata_peak_mib"] is None
+
+
+def test_noisy_stdout_does_not_break_the_protocol(tiny_data, tmp_path):
+    outcome, _ = run_fake(tiny_data, "noisy", tmp_path=tmp_path)
+    assert outcome.status == "ok", outcome.reason
+
+
+def test_python_oom_is_oom(tiny_data, tmp_path):
+    outcome, _ = run_fake(tiny_data, "oom", tmp_path=tmp_path)
+    assert outcome.status == "oom"
+    assert "MemoryError" in outcome.reason and "phase timed" in outcome.reason
+
+
+def test_exception_is_error_with_traceback(tiny_data, tmp_path):
+    outcome, _ = run_fake(tiny_data, "error", tmp_path=tmp_path)
+    assert outcome.status == "error"
+    assert "ValueError: fake: a bug in the model" in outcome.reason
+    assert "Traceback" in outcome.traceback and "train_step" in outcome.traceback
+
+
+def test_sigkilled_worker_is_crashed(tiny_data, tmp_path):
+    outcome, _ = run_fake(tiny_data, "sigkill", tmp_path=tmp_path)
+    assert outcome.status == "crashed"
+    assert outcome.exit_code == -signal.SIGKILL
+    assert "SIGKILL" in outcome.reason and "phase timed" in outcome.reason
+
+
+def test_segfault_is_crashed(tiny_data, tmp_path):
+    outcome, _ = run_fake(tiny_data, "segfault", tmp_path=tmp_path)
+    assert outcome.status == "crashed"
+    assert "SIGSEGV" in outcome.reason
+
+
+def test_exit_without_result_is_crashed(tiny_data, tmp_path):
+    outcome, _ = run_fake(tiny_data, "exit0", tmp_path=tmp_path)
+    assert outcome.status == "crashed"
+    assert "without a result" in outcome.reason
+
+
+def test_abort_with_oom_on_stderr_is_oom(tiny_data, tmp_path):
+    outcome, _ = run_fake(tiny_data, "oom_stderr", tmp_path=tmp_path)
+    assert outcome.status == "oom"
+    assert "SIGABRT" in outcome.reason and "FAKE ALLOCATOR ABORT" in outcome.reason
+    assert "FAKE ALLOCATOR ABORT" in outcome.stderr_tail
+
+
+def test_hang_is_killed_at_timeout(tiny_data, tmp_path):
+    outcome, _ = run_fake(tiny_data, "hang", timeout_s=4.0, tmp_path=tmp_path)
+    assert outcome.status == "timeout"
+    assert "phase timed" in outcome.reason
+    assert outcome.elapsed_s < 15
+
+
+def test_hang_in_setup_is_killed_at_timeout(tiny_data, tmp_path):
+    outcome, _ = run_fake(tiny_data, "hang_setup", timeout_s=3.0, tmp_path=tmp_path)
+    assert outcome.status == "timeout"
+    assert "phase setup" in outcome.reason
+
+
+def test_missing_interpreter_module_is_reported(tiny_data, tmp_path):
+    trial = make_trial()
+    unit = TrialUnit(trial=trial, data=tiny_data, order_path=str(tiny_data.write_order(0, 0)),
+                     adapter_target="tests.no_such_module:Nothing")
+    outcome = LocalExecutor(log_dir=tmp_path).run(unit)
+    assert outcome.status == "error"
+    assert "ModuleNotFoundError" in outcome.reason
+
+
+def test_classify_prefers_timeout_then_failure():
+    report = WorkerReport()
+    report.feed({"event": "phase", "phase": "eval", "t": 1.0})
+    assert classify(report, -9, True, 5.0, "", ())[0] == "timeout"
+    report.feed({"event": "failure", "t": 2.0, "oom": True, "error_type": "X", "message": "m", "phase": "eval"})
+    assert classify(report, 1, False, 5.0, "", ()) == ("oom", "X: m (phase eval)")
+
+
+def test_protocol_round_trip_and_refusals():
+    msg = decode(encode("phase", phase="timed"))
+    assert msg["event"] == "phase" and msg["phase"] == "timed" and isinstance(msg["t"], float)
+    assert decode(encode("result", metrics={"x": float("nan")}))["metrics"]["x"] is None
+    with pytest.raises(WorkerProtocolError):
+        decode(b"hello world")
+    with pytest.raises(WorkerProtocolError):
+        decode(b'{"event": "phase", "phase": "lunch", "t": 1}')
+    with pytest.raises(WorkerProtocolError):
+        encode("gossip")

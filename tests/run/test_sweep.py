@@ -1,0 +1,167 @@
+"""Sweeps: doomed sizes after an oom, the learning-rate policy, epoch accounting, Ctrl-C and --resume."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import registry
+from harness.cli import main
+from harness.config.experiment import load_experiment, parse_experiment
+from harness.data import prepare
+from harness.run.planner import data_request, plan
+from harness.run.sweep import run_sweep
+from harness.store import Store
+from tests import ROOT
+from tests.fakes.adapter import OOM_LARGE_BATCH
+
+
+@pytest.fixture()
+def fake_registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Register the framework-free fake adapter as if a plugin had declared the entry point."""
+    eps = dict(registry._entry_points())
+    eps["fake"] = md.EntryPoint(name="fake", value="tests.fakes.adapter:FakeAdapter", group=registry.GROUP)
+    monkeypatch.setattr(registry, "_entry_points", lambda: eps)
+
+
+def _fake_toml(path: Path, behaviour: str, **extra: object) -> Path:
+    lines = ['name = "doomed"', 'frameworks = ["fake"]', 'model = "tiny_cnn"', 'dataset = "synthetic"',
+             "synthetic_shape = [1, 8, 8]", "synthetic_samples = 100", "synthetic_classes = 3",
+             "batch_sizes = [256, 16, 128, 32, 64]", "warmup_steps = 1", "timed_steps = 2", 'device = "cpu"',
+             "timeout_s = 60"]
+    lines += [f"{k} = {v!r}".replace("'", '"') for k, v in extra.items()]
+    lines += ["[adapters.fake]", f'behaviour = "{behaviour}"']
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _by_batch(out: Path) -> dict[int, dict]:
+    with Store.open(out, create=False) as store:
+        return {r["batch_size"]: r for r in store.trials()}
+
+
+def test_sizes_above_an_oom_are_skipped(fake_registered: None, tmp_path: Path, cache_dir: Path) -> None:
+    exp = load_experiment(_fake_toml(tmp_path / "doomed.toml", "oom_large"))
+    result = run_sweep(exp, tmp_path / "out", cache_dir=cache_dir)
+    rows = _by_batch(tmp_path / "out")
+    assert OOM_LARGE_BATCH == 64
+    assert {bs: r["status"] for bs, r in rows.items()} == {16: "ok", 32: "ok", 64: "oom", 128: "skipped",
+                                                           256: "skipped"}
+    assert "larger than batch size 64, which ran out of memory" in rows[128]["reason"]
+    assert "--no-skip-larger" in rows[256]["reason"]
+    assert rows[128]["elapsed_s"] == 0.0 and len(result.outcomes) == 5  # recorded, never run
+
+
+def test_no_skip_larger_runs_them_from_the_cli(fake_registered: None, tmp_path: Path, cache_dir: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    toml = _fake_toml(tmp_path / "doomed.toml", "oom_large")
+    assert main(["run", str(toml), "--out", str(tmp_path / "out"), "--no-skip-larger"]) == 0
+    rows = _by_batch(tmp_path / "out")
+    statuses = {bs: r["status"] for bs, r in rows.items()}
+    assert statuses == {16: "ok", 32: "ok", 64: "oom", 128: "oom", 256: "oom"}
+    assert "MemoryError: fake: batch 256 does not fit" in rows[256]["reason"]
+    # and the default CLI path skips them
+    assert main(["run", str(toml), "--out", str(tmp_path / "out2")]) == 0
+    assert _by_batch(tmp_path / "out2")[256]["status"] == "skipped"
+    assert "skipped" in capsys.readouterr().out
+
+
+def test_oom_found_before_a_resume_still_dooms_larger_sizes(fake_registered: None, tmp_path: Path,
+                                                            cache_dir: Path) -> None:
+    exp = load_experiment(_fake_toml(tmp_path / "doomed.toml", "oom_large"))
+    run_sweep(exp.with_overrides(batch_sizes=(16, 64)), tmp_path / "out", cache_dir=cache_dir)
+    run_sweep(exp, tmp_path / "out", cache_dir=cache_dir, resume=True)
+    rows = _by_batch(tmp_path / "out")
+    assert rows[64]["status"] == "oom" and rows[128]["status"] == rows[256]["status"] == "skipped"
+    assert rows[32]["status"] == "ok"
+
+
+@pytest.mark.parametrize(("policy", "expected"), [("fixed", [0.01, 0.01, 0.01]),
+                                                  ("linear", [0.0025, 0.01, 0.04]),
+                                                  ("sqrt", [0.005, 0.01, 0.02])])
+def test_lr_policy_reaches_every_trial(policy: str, expected: list[float], tiny_data: object) -> None:
+    exp = parse_experiment({"name": "lr", "frameworks": ["pytorch"], "batch_sizes": [128, 8, 32],
+                            "learning_rate": 0.01, "lr_base_batch": 32, "lr_policy": policy})
+    trials = plan(exp, tiny_data)  # type: ignore[arg-type]
+    assert [t.batch_size for t in trials] == [8, 32, 128]
+    assert [t.optimizer.lr for t in trials] == pytest.approx(expected)
+    # the lr is part of what the worker receives and of the trial's identity
+    assert [t.to_dict()["optimizer"]["lr"] for t in trials] == pytest.approx(expected)
+    assert len({t.trial_hash for t in trials}) == 3
+
+
+def test_lr_and_epochs_are_stored_per_trial(fake_registered: None, tmp_path: Path, cache_dir: Path) -> None:
+    toml = _fake_toml(tmp_path / "e.toml", "ok", epochs=2, lr_policy="linear", lr_base_batch=16,
+                      learning_rate=0.01)
+    exp = load_experiment(toml).with_overrides(batch_sizes=(16, 32, 64))
+    run_sweep(exp, tmp_path / "out", cache_dir=cache_dir)
+    rows = _by_batch(tmp_path / "out")
+    for bs, r in rows.items():
+        assert r["status"] == "ok" and r["lr"] == pytest.approx(0.01 * bs / 16)
+        # an epoch is every one of the 100 training samples once, whatever the batch size
+        assert r["train_steps_n"] == 2 * -(-100 // bs) and r["epochs_done"] == pytest.approx(2.0)
+
+
+def _rows(out: Path) -> list[dict]:
+    path = out / "results.sqlite"
+    if not path.exists():
+        return []
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)  # read-only: never create it
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute("SELECT * FROM trials ORDER BY rowid")]
+    except sqlite3.OperationalError:  # the table does not exist yet
+        return []
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+def test_ctrl_c_then_resume_finishes_without_loss_or_repeat(tmp_path: Path) -> None:
+    """A real `batchscope run` (PyTorch workers) gets SIGINT mid-sweep; --resume finishes the sweep."""
+    toml = tmp_path / "resume.toml"
+    toml.write_text("\n".join([
+        'name = "resume"', 'frameworks = ["pytorch"]', 'model = "tiny_cnn"', 'dataset = "synthetic"',
+        "synthetic_shape = [1, 8, 8]", "synthetic_samples = 64", "synthetic_classes = 3",
+        "batch_sizes = [4, 8, 16, 32]", "repeats = 2", "warmup_steps = 1", "timed_steps = 3", "threads = 1",
+        'device = "cpu"', "timeout_s = 120"]) + "\n")
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), BATCHSCOPE_CACHE=str(tmp_path / "cache"))
+    cmd = [sys.executable, "-m", "harness", "run", str(toml), "--out", str(out)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while len(_rows(out)) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert proc.poll() is None, "the sweep ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "--resume" in err
+    before = _rows(out)
+    assert 3 <= len(before) < 8
+
+    # the same command without --resume is refused, and changes nothing
+    again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2 and "--resume" in again.stderr and _rows(out) == before
+
+    done = subprocess.run([*cmd, "--resume"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"{len(before)} trial(s) already stored" in done.stdout
+    after = _rows(out)
+    exp = load_experiment(toml)
+    planned = [t.trial_hash for t in plan(exp, prepare(data_request(exp), tmp_path / "cache"))]
+    hashes = [r["trial_hash"] for r in after]
+    assert sorted(hashes) == sorted(planned) and len(set(hashes)) == 8  # every trial, exactly once
+    assert all(r["status"] == "ok" for r in after)
+    by_hash = {r["trial_hash"]: r for r in after}
+    assert all(by_hash[r["trial_hash"]] == r for r in before)  # pre-interrupt rows untouched
+    first_run = {r["run_id"] for r in before}
+    assert len(first_run) == 1
+    assert sum(r["run_id"] not in first_run for r in after) == 8 - len(before)  # the rest ran once, later

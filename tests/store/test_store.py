@@ -1,0 +1,134 @@
+"""The results store: one transaction per trial, resume, refusals."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from harness.config.experiment import parse_experiment
+from harness.errors import StoreError
+from harness.records import TrialOutcome
+from harness.run.sweep import run_sweep
+from harness.store import SCHEMA_VERSION, TRIAL_COLUMN_NAMES, Store
+from tests.conftest import make_trial
+from tests.fakes.registry import register_fake
+
+
+def outcome(batch_size: int = 4, status: str = "ok") -> TrialOutcome:
+    return TrialOutcome(trial=make_trial(batch_size=batch_size), status=status,
+                        metrics={"samples_per_s": 100.0, "step_time_ms_median": 40.0, "maxrss_mib": 300.0},
+                        step_times_ms=[50.0, 41.0, 40.0, 39.0], phase_steps={"warmup": 1, "timed": 3, "train": 0},
+                        monitor={"aggregates": {"cpu_util_pct": 180.0},
+                                 "samples": [{"t_s": 0.1, "phase": "timed", "cpu_util_pct": 170.0}]})
+
+
+def test_trial_row_step_times_and_samples_are_written(tmp_path):
+    with Store.open(tmp_path) as store:
+        run = store.begin_run("test", {"name": "test"}, "batchscope run x", {"cpu_model": "x"})
+        store.write_trial(outcome(), run, {"cpu_model": "x"})
+        (row,) = store.trials()
+        assert row["status"] == "ok" and row["samples_per_s"] == 100.0 and row["rss_peak_mib"] == 300.0
+        assert row["cpu_util_pct"] == 180.0 and row["batch_size"] == 4
+        steps = store.conn.execute("SELECT phase, time_ms FROM step_times ORDER BY step").fetchall()
+        assert [tuple(s) for s in steps] == [("warmup", 50.0), ("timed", 41.0), ("timed", 40.0), ("timed", 39.0)]
+        assert store.conn.execute("SELECT count(*) FROM samples").fetchone()[0] == 1
+        assert store.finished_hashes() == {make_trial().trial_hash}
+
+
+def test_units_are_in_column_names():
+    for col in ("samples_per_s", "step_time_ms_median", "step_time_ms_iqr", "framework_peak_mib", "rss_peak_mib",
+                "accuracy", "epochs", "elapsed_s", "framework", "batch_size", "repeat", "status"):
+        assert col in TRIAL_COLUMN_NAMES
+
+
+def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
+    with Store.open(tmp_path) as store:
+        run = store.begin_run("test", {}, "", {})
+        bad = outcome()
+        bad.step_times_ms = [1.0, "not a number", object()]  # type: ignore[list-item]
+        with pytest.raises(sqlite3.Error):
+            store.write_trial(bad, run, {})
+        assert store.trials() == []
+        assert store.conn.execute("SELECT count(*) FROM step_times").fetchone()[0] == 0
+
+
+def test_rewriting_a_trial_replaces_it(tmp_path):
+    with Store.open(tmp_path) as store:
+        run = store.begin_run("test", {}, "", {})
+        store.write_trial(outcome(status="timeout"), run, {})
+        store.write_trial(outcome(), run, {})
+        assert [r["status"] for r in store.trials()] == ["ok"]
+        assert store.conn.execute("SELECT count(*) FROM step_times").fetchone()[0] == 4
+
+
+def test_store_refusals(tmp_path):
+    with pytest.raises(StoreError, match="no results store"):
+        Store.open(tmp_path / "empty", create=False)
+    other = tmp_path / "other"
+    other.mkdir()
+    conn = sqlite3.connect(other / "results.sqlite")
+    conn.execute("CREATE TABLE stuff (x)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="not a batchscope results store"):
+        Store.open(other)
+    old = tmp_path / "old"
+    Store.open(old).close()
+    conn = sqlite3.connect(old / "results.sqlite")
+    conn.execute("UPDATE meta SET value='0' WHERE key='schema_version'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="older batchscope"):
+        Store.open(old)
+    conn = sqlite3.connect(old / "results.sqlite")
+    conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION + 1),))
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="newer batchscope"):
+        Store.open(old)
+
+
+def _fake_experiment(**kw):
+    data = {"name": "fakesweep", "frameworks": ["fake"], "batch_sizes": [2, 4, 8], "model": "tiny_cnn",
+            "dataset": "synthetic", "synthetic_shape": [1, 8, 8], "synthetic_samples": 32, "warmup_steps": 1,
+            "timed_steps": 2, "timeout_s": 60, **kw}
+    return parse_experiment(data, source="fake.toml")
+
+
+def test_resume_skips_finished_trials_and_runs_the_rest(tmp_path, monkeypatch, cache_dir):
+    register_fake(monkeypatch)
+    exp = _fake_experiment()
+    first = run_sweep(exp.with_overrides(batch_sizes=(2, 4)), tmp_path, cache_dir=cache_dir)
+    assert [o.status for o in first.outcomes] == ["ok", "ok"]
+    with Store.open(tmp_path) as store:
+        before = {r["trial_hash"]: r["finished_at"] for r in store.trials()}
+    with pytest.raises(StoreError, match="--resume"):
+        run_sweep(exp, tmp_path, cache_dir=cache_dir)
+    second = run_sweep(exp, tmp_path, resume=True, cache_dir=cache_dir)
+    assert second.already_done == 2
+    assert [o.trial.batch_size for o in second.outcomes] == [8]
+    with Store.open(tmp_path) as store:
+        rows = store.trials()
+        assert sorted(r["batch_size"] for r in rows) == [2, 4, 8]
+        assert all(before[h] == f for h, f in ((r["trial_hash"], r["finished_at"]) for r in rows) if h in before)
+        assert len(store.runs()) == 2
+
+
+def test_a_failing_trial_does_not_stop_the_sweep_and_larger_sizes_are_skipped(tmp_path, monkeypatch, cache_dir):
+    register_fake(monkeypatch)
+    exp = _fake_experiment(adapters={"fake": {"behaviour": "oom"}}, batch_sizes=[2, 4, 8])
+    result = run_sweep(exp, tmp_path, cache_dir=cache_dir)
+    assert [o.status for o in result.outcomes] == ["oom", "skipped", "skipped"]
+    assert "larger than batch size 2" in result.outcomes[1].reason
+    crash = _fake_experiment(name="crashy", adapters={"fake": {"behaviour": "sigkill"}}, batch_sizes=[2, 4])
+    result = run_sweep(crash, tmp_path / "c", cache_dir=cache_dir)
+    assert [o.status for o in result.outcomes] == ["crashed", "crashed"]  # a crash is not an oom: no skipping
+
+
+def test_no_skip_larger_runs_every_size(tmp_path, monkeypatch, cache_dir):
+    register_fake(monkeypatch)
+    exp = _fake_experiment(adapters={"fake": {"behaviour": "oom"}}, skip_larger_after_oom=False,
+                           batch_sizes=[2, 4])
+    result = run_sweep(exp, tmp_path, cache_dir=cache_dir)
+    assert [o.status for o in result.outcomes] == ["oom", "oom"]
