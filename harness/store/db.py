@@ -24,26 +24,35 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import StoreError
+from harness.flops import mfu_pct
 from harness.records import TrialOutcome
 
 STORE_NAME = "results.sqlite"
-SCHEMA_VERSION = 1
+#: 2: whole-training throughput (step_samples_per_s, e2e_samples_per_s replace samples_per_s and
+#: train_samples_per_s, whose meaning changed), drift, denormals, FLOPs; peak GPU memory columns say peak
+SCHEMA_VERSION = 2
 
 #: trials columns: (name, SQL type). Units are in the names; *_json columns hold JSON text.
 TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("trial_hash", "TEXT PRIMARY KEY"), ("run_id", "INTEGER"), ("experiment", "TEXT"), ("purpose", "TEXT"),
     ("framework", "TEXT"), ("model", "TEXT"), ("dataset", "TEXT"), ("batch_size", "INTEGER"),
     ("repeat", "INTEGER"), ("seed", "INTEGER"), ("status", "TEXT"), ("reason", "TEXT"),
-    ("samples_per_s", "REAL"), ("step_time_ms_median", "REAL"), ("step_time_ms_iqr", "REAL"),
-    ("train_samples_per_s", "REAL"), ("framework_peak_mib", "REAL"), ("framework_peak_source", "TEXT"),
+    # throughput over every post-warm-up step (harness/run/timing.py): step = batch / median step time
+    # (forward, backward, update); e2e = samples / wall time of those steps, batch preparation included
+    ("step_samples_per_s", "REAL"), ("e2e_samples_per_s", "REAL"), ("step_time_ms_median", "REAL"),
+    ("step_time_ms_iqr", "REAL"), ("measured_steps_n", "INTEGER"),
+    ("drift_change_pct", "REAL"), ("drift_threshold_pct", "REAL"), ("drift_flagged", "INTEGER"),
+    ("denormals", "TEXT"), ("cpu_denormals", "TEXT"),  # asked for; what the CPU did (flush | keep | unknown)
+    ("train_flop_per_sample", "REAL"), ("achieved_gflop_per_s", "REAL"), ("mfu_pct", "REAL"),
+    ("framework_peak_mib", "REAL"), ("framework_peak_source", "TEXT"),
     ("framework_reserved_mib", "REAL"), ("rss_peak_mib", "REAL"), ("accuracy", "REAL"), ("eval_loss", "REAL"),
     ("epochs", "INTEGER"), ("epochs_done", "REAL"), ("lr", "REAL"), ("optimizer", "TEXT"),
     ("warmup_steps_n", "INTEGER"), ("timed_steps_n", "INTEGER"), ("train_steps_n", "INTEGER"),
     ("setup_s", "REAL"), ("train_s", "REAL"), ("eval_s", "REAL"), ("data_s", "REAL"), ("elapsed_s", "REAL"),
     ("param_count", "INTEGER"), ("device", "TEXT"), ("precision", "TEXT"),
-    # sampler aggregates (timed phase unless the name says otherwise); NULL where not measured
-    ("gpu_util_pct", "REAL"), ("gpu_mem_util_pct", "REAL"), ("gpu_mem_used_mib", "REAL"),
-    ("proc_gpu_mem_mib", "REAL"), ("power_w", "REAL"), ("energy_j", "REAL"), ("j_per_sample", "REAL"),
+    # sampler aggregates over the timed phase: means, except where the name says peak; NULL where not measured
+    ("gpu_util_pct", "REAL"), ("gpu_mem_util_pct", "REAL"), ("gpu_mem_used_peak_mib", "REAL"),
+    ("proc_gpu_mem_peak_mib", "REAL"), ("power_w", "REAL"), ("energy_j", "REAL"), ("j_per_sample", "REAL"),
     ("cpu_util_pct", "REAL"), ("sample_interval_ms", "REAL"), ("samples_n", "INTEGER"),
     ("timed_samples_n", "INTEGER"),
     ("exit_code", "INTEGER"), ("stderr_tail", "TEXT"), ("traceback", "TEXT"),
@@ -233,10 +242,16 @@ class Store:
             yield self.conn
 
 
+def _peak(mon: Mapping[str, Any], name: str) -> Any:
+    """A sampler peak under its ``*_peak_mib`` name, or the older name that held the same peak."""
+    value = mon.get(f"{name}_peak_mib")
+    return value if value is not None else mon.get(f"{name}_mib")
+
+
 def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> dict[str, Any]:
     """The trials row for one outcome (metrics the worker or the monitor gave, or NULL)."""
     t = outcome.trial
-    m = outcome.metrics
+    m = outcome.metrics.to_dict() if outcome.metrics is not None else {}
     mon = outcome.monitor.get("aggregates", {})
     rss = [v for v in (m.get("maxrss_mib"), mon.get("rss_peak_mib")) if v is not None]
     row: dict[str, Any] = {
@@ -245,7 +260,10 @@ def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> d
         "repeat": t.repeat, "seed": t.seed, "status": outcome.status, "reason": outcome.reason,
         "epochs": t.epochs, "lr": t.optimizer.lr, "optimizer": t.optimizer.name,
         "elapsed_s": outcome.elapsed_s, "param_count": outcome.param_count,
-        "device": outcome.device.get("device"), "precision": t.precision,
+        "device": outcome.device.get("device"), "precision": t.precision, "denormals": t.denormals,
+        "gpu_mem_used_peak_mib": _peak(mon, "gpu_mem_used"), "proc_gpu_mem_peak_mib": _peak(mon, "proc_gpu_mem"),
+        "mfu_pct": mfu_pct(m.get("achieved_gflop_per_s"), outcome.device.get("gpu_name"), t.precision)
+        if outcome.device.get("gpu_name") else None,
         "rss_peak_mib": max(rss) if rss else None,
         "j_per_sample": _j_per_sample(mon.get("energy_j"), t.batch_size, outcome.phase_steps.get("timed")),
         "exit_code": outcome.exit_code, "stderr_tail": outcome.stderr_tail, "traceback": outcome.traceback,

@@ -19,7 +19,7 @@ from adapters.base import Adapter, MemoryStats, OptimizerSpec, RuntimeConfig
 from harness.models import ModelDescription
 
 BEHAVIOURS = ("ok", "hang", "sigkill", "oom", "error", "segfault", "exit0", "noisy", "oom_stderr",
-              "hang_setup", "oom_large")
+              "hang_setup", "oom_large", "keeps_denormals")
 #: with behaviour "oom_large", batches of at least this many samples "run out of memory" (doomed sizes)
 OOM_LARGE_BATCH = 64
 
@@ -48,6 +48,8 @@ class FakeAdapter(Adapter):
         self.behaviour = runtime.options.get("behaviour", "ok")
         if self.behaviour == "hang_setup":
             time.sleep(3600)
+        if self.behaviour == "keeps_denormals":  # an adapter that undoes the worker's FTZ/DAZ, as some might
+            return {"device": "cpu", "cpu_denormals": "keep"}
         return {"device": "cpu"}
 
     def build(self, model: ModelDescription, weights: Sequence[np.ndarray], optimizer: OptimizerSpec) -> None:
