@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -57,3 +58,47 @@ def test_the_worker_records_what_the_cpu_did_and_refuses_a_flush_that_did_not_ha
     undone = _run(tiny_data, tmp_path, denormals="flush", adapter_options={"behaviour": "keeps_denormals"})
     assert undone.status == "error" and undone.metrics is None
     assert "denormals = 'flush' was asked for" in undone.reason and "framework-default" in undone.reason
+
+
+# a denormal made on the framework's own threads: a large tensor is split across its thread pool
+_DENORMAL_PROBE = {
+    "pytorch": ("import torch\n"
+                "x = torch.full((1 << 20,), 1e-38, dtype=torch.float32) / 100\n"
+                "small = float(torch.tensor([1e-38]) / 100)\n"
+                "print(int((x != 0).sum()), small != 0)\n"),
+    "mxnet": ("import mxnet as mx\n"
+              "x = mx.nd.full((1 << 20,), 1e-38, dtype='float32') / 100\n"
+              "small = (mx.nd.array([1e-38]) / 100).asnumpy()[0]\n"
+              "print(int((x != 0).sum().asscalar()), small != 0)\n"),
+    "tensorflow": ("import tensorflow as tf\n"
+                   "x = tf.fill([1 << 20], tf.constant(1e-38, tf.float32)) / 100\n"
+                   "small = float((tf.constant([1e-38]) / 100)[0])\n"
+                   "print(int(tf.math.count_nonzero(x)), small != 0)\n"),
+}
+_ADAPTERS = {"pytorch": "adapters.pytorch:PyTorchAdapter", "mxnet": "adapters.mxnet:MXNetAdapter",
+             "tensorflow": "adapters.tensorflow:TensorFlowAdapter"}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not X86_LINUX, reason="FTZ/DAZ through MXCSR exists only on x86-64 (this is not one)")
+@pytest.mark.parametrize("framework, mode, flushed", [
+    ("pytorch", "flush", True), ("pytorch", "framework-default", False),
+    ("mxnet", "flush", True), ("mxnet", "framework-default", False),
+    ("tensorflow", "flush", True), ("tensorflow", "framework-default", True),  # TF always flushes
+])
+def test_setup_makes_the_framework_itself_flush_or_keep_denormals(framework, mode, flushed):
+    # a fresh interpreter per case: setup() must act before the framework's import, and MXCSR is per process
+    module, _, cls = _ADAPTERS[framework].partition(":")
+    code = (f"from {module} import {cls}\nfrom adapters.base import RuntimeConfig\n"
+            f"info = {cls}().setup(RuntimeConfig(device='cpu', threads=2, denormals={mode!r}))\n"
+            "print(info['cpu_denormals'])\n" + _DENORMAL_PROBE[framework])
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    recorded, probe = done.stdout.strip().splitlines()[-2:]
+    nonzero, small_kept = probe.split()
+    assert recorded == ("flush" if flushed else "keep")
+    if flushed:
+        assert nonzero == "0" and small_kept == "False"  # what is recorded is what the framework did
+    else:
+        assert int(nonzero) == 1 << 20 and small_kept == "True"

@@ -119,9 +119,11 @@ def test_probe_peak_in_the_units_of_the_budget():
     o = TrialOutcome(trial=make_trial(), status="ok",
                      metrics=WorkerMetrics(maxrss_mib=900.0, vmdata_ready_mib=500.0, rss_ready_mib=600.0))
     assert probe_peak_mib(o, "cpu-rlimit-data") == 800.0  # VmData at start + growth of RSS
-    o.metrics = WorkerMetrics(maxrss_mib=900.0, vmdata_ready_mib=500.0, rss_ready_mib=600.0, vmdata_peak_mib=890.0)
+    o.metrics = WorkerMetrics(maxrss_mib=900.0, vmdata_ready_mib=500.0, rss_ready_mib=600.0,
+                              vmdata_peak_mib=890.0)
     assert probe_peak_mib(o, "cpu-rlimit-data") == 890.0  # mappings seen only while the step ran
-    o.metrics = dataclasses.replace(o.metrics, vmdata_peak_mib=700.0)  # the sampled figure wins over the estimate: the RSS high-water mark
+    # the sampled figure wins over the estimate: the RSS high-water mark
+    o.metrics = dataclasses.replace(o.metrics, vmdata_peak_mib=700.0)
     assert probe_peak_mib(o, "cpu-rlimit-data") == 700.0  # may come from the start-up, before training
     o.metrics = WorkerMetrics(maxrss_mib=900.0)
     assert probe_peak_mib(o, "cpu-rlimit-data") == 900.0

@@ -18,7 +18,8 @@ def trial(fw: str, bs: int, rep: int, step: float, *, status: str = "ok", drifte
             "dataset": "digits", "epochs": 1, "device": "cpu", "precision": precision, "denormals": "flush",
             "cpu_denormals": denormals, "reason": "" if status == "ok" else "boom",
             "step_samples_per_s": step if status == "ok" else None,
-            "e2e_samples_per_s": step * 0.8 if status == "ok" else None, "step_time_ms_median": 1000 * bs / step if step else None,
+            "e2e_samples_per_s": step * 0.8 if status == "ok" else None,
+            "step_time_ms_median": 1000 * bs / step if step else None,
             "drift_change_pct": 120.0 if drifted else 2.0, "drift_flagged": 1 if drifted else 0,
             "accuracy": 0.9 + rep / 100, "gpu_util_pct": None}
 
