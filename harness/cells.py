@@ -10,7 +10,7 @@ Each trial's own figure is already robust: its step throughput is over the media
 :mod:`harness.run.timing`). Trials that did not finish are counted in the cell's status, never averaged.
 
 A *variant* separates trials of one framework and batch size that ran under different settings
-(precision, denormals, device): it is empty when the trials given all share them, so a plain sweep
+(precision, denormals): it is empty when the trials given all share them, so a plain sweep
 keeps one cell per framework and batch size.
 """
 
@@ -23,8 +23,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-#: trial columns whose combination makes a variant (what was asked for, not what was measured)
-VARIANT_COLUMNS = ("precision", "denormals", "device")
+#: trial columns whose combination makes a variant: settings as asked for, never as measured (the stored
+#: ``device`` is the framework's own name for it, "cpu" / "/CPU:0" / "cpu(0)", and would split every sweep)
+VARIANT_COLUMNS = ("precision", "denormals")
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ class Cell:
     statuses: dict[str, int]
     stats: dict[str, Stat] = field(default_factory=dict)
     reasons: tuple[str, ...] = ()
-    variant: str = ""  # e.g. "fp32, flush, cpu" where trials of several settings are given together
+    variant: str = ""  # e.g. "fp32, flush" where trials of several settings are given together
     drift_flagged_n: int = 0  # ok trials whose step time drifted beyond its noise
     cpu_denormals: tuple[str, ...] = ()  # what the CPU did with denormals, over the cell's ok trials
 

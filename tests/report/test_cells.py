@@ -58,6 +58,9 @@ def test_cli_compare_and_report_print_the_same_text_for_the_same_cell():
 def test_trials_of_different_settings_are_separate_cells_with_a_variant_label():
     mixed = [trial("pytorch", 4, 0, 400.0), trial("pytorch", 4, 0, 100.0, precision="amp")]
     got = cells(mixed)
-    assert sorted(c.variant for c in got) == ["amp, flush, cpu", "fp32, flush, cpu"]
+    assert sorted(c.variant for c in got) == ["amp, flush", "fp32, flush"]
     assert all(c.n == 1 for c in got)
     assert all(c.variant == "" for c in cells(TRIALS))  # one setting: no label
+    # the device each framework names its own way ("cpu", "/CPU:0", "cpu(0)") is not a variant
+    named = [trial("pytorch", 4, 0, 400.0), {**trial("mxnet", 4, 0, 300.0), "device": "cpu(0)"}]
+    assert [c.variant for c in cells(named)] == ["", ""]
