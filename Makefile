@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OUT ?= results/quick
 
-.PHONY: quick test lint bench lock clean-venv
+.PHONY: quick test test-fast lint bench lock clean-venv
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -21,6 +21,10 @@ quick: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# the tests that start no framework: seconds to a few minutes, for the edit-test loop (CI runs `make test`)
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m 'not slow'
 
 lint: $(STAMP)
 	$(BIN)/ruff check harness adapters report tests benchmarks
