@@ -180,7 +180,7 @@ class Store:
                     return name
             return "train"
 
-        samples = list(outcome.monitor.get("samples", []))
+        samples = list(outcome.monitor.samples)
         sample_names = [n for n, _ in SAMPLE_COLUMNS]
         with self.conn:
             self.conn.execute("DELETE FROM step_times WHERE trial_hash=?", (h,))
@@ -231,7 +231,7 @@ def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> d
     """The trials row for one outcome (metrics the worker or the monitor gave, or NULL)."""
     t = outcome.trial
     m = outcome.metrics
-    mon = outcome.monitor.get("aggregates", {})
+    mon = outcome.monitor.aggregates
     rss = [v for v in (m.get("maxrss_mib"), mon.get("rss_peak_mib")) if v is not None]
     row: dict[str, Any] = {
         "trial_hash": t.trial_hash, "run_id": run_id, "experiment": t.experiment, "purpose": t.purpose,
@@ -245,7 +245,7 @@ def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> d
         "exit_code": outcome.exit_code, "stderr_tail": outcome.stderr_tail, "traceback": outcome.traceback,
         "versions_json": json.dumps(outcome.versions), "env_json": json.dumps(dict(env), default=str),
         "device_json": json.dumps(outcome.device, default=str), "spec_json": json.dumps(t.to_dict(), default=str),
-        "monitor_json": json.dumps({k: v for k, v in outcome.monitor.items() if k != "samples"}, default=str),
+        "monitor_json": json.dumps(outcome.monitor.summary(), default=str),
         "started_at": outcome.started_at, "finished_at": outcome.finished_at,
     }
     for name in TRIAL_COLUMN_NAMES:
