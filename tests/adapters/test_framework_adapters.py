@@ -28,6 +28,8 @@ from tests.conftest import make_trial
 PROJECT_ROOT = ROOT
 BASE = {"name": "t", "frameworks": ["tensorflow"], "batch_sizes": [4]}
 
+pytestmark = pytest.mark.slow  # every test here starts a real framework
+
 
 def run_snippet(code: str, timeout_s: float = 300) -> dict:
     """Run ``code`` in a fresh interpreter; it must print one JSON object as its last stdout line."""
