@@ -16,7 +16,7 @@ import pytest
 
 from harness.cli import main
 from harness.data import DataRequest, prepare
-from harness.errors import ConfigError, DoesNotFitError
+from harness.errors import ConfigError
 from harness.maxbatch.advice import (
     CPU_PEAK_JITTER_MIB,
     Formula,
@@ -28,7 +28,7 @@ from harness.maxbatch.advice import (
 from harness.maxbatch.prober import WorkerProber, control_limit_mib, probe_peak_mib, run_maxbatch
 from harness.maxbatch.request import MaxBatchRequest, resolve_budget
 from harness.maxbatch.search import LinearFit, SearchSettings
-from harness.records import TrialOutcome, WorkerMetrics
+from harness.records import MonitorResult, TrialOutcome, WorkerMetrics
 from harness.run.executor import LocalExecutor
 from harness.store import MAXBATCH_COLUMN_NAMES, Store
 from tests.conftest import make_trial
@@ -129,7 +129,7 @@ def test_probe_peak_in_the_units_of_the_budget():
     assert probe_peak_mib(o, "cpu-rlimit-data") == 900.0
     o.metrics = WorkerMetrics(framework_peak_mib=300.0, framework_reserved_mib=320.0)
     assert probe_peak_mib(o, "gpu-emulated") == 320.0
-    o.metrics, o.monitor = None, {"aggregates": {"proc_gpu_mem_mib": 1000.0}}
+    o.metrics, o.monitor = None, MonitorResult(aggregates={"proc_gpu_mem_peak_mib": 1000.0})
     assert probe_peak_mib(o, "gpu-card") == 1000.0
 
 
@@ -197,6 +197,7 @@ def _request(**kw: object) -> MaxBatchRequest:
     return MaxBatchRequest(**base)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_real_boundary_on_cpu_agrees_with_an_exhaustive_scan(wide_data, tmp_path):
     req = _request()
     with Store.open(tmp_path) as store:
@@ -237,6 +238,7 @@ def test_real_boundary_on_cpu_agrees_with_an_exhaustive_scan(wide_data, tmp_path
     assert scan[best - j] == "ok" and scan[best + 1 + j] == "oom", (j, scan)
 
 
+@pytest.mark.slow
 def test_budget_below_the_frameworks_overhead_exits_3(tmp_path, capsys):
     out = tmp_path / "out"
     code = main(["maxbatch", "--framework", "pytorch", "--model", "tiny_cnn", "--device", "cpu",
@@ -251,6 +253,7 @@ def test_budget_below_the_frameworks_overhead_exits_3(tmp_path, capsys):
     assert row["max_batch"] == 0 and row["first_fail_batch"] == 1 and row["probes_n"] in (1, 2)
 
 
+@pytest.mark.slow
 def test_model_and_double_bisect_agree_on_the_real_boundary(wide_data, tmp_path):
     req = _request(memory_limit_mib=400.0)
     answers = {}
@@ -270,10 +273,7 @@ def test_model_and_double_bisect_agree_on_the_real_boundary(wide_data, tmp_path)
     assert answers["model"][1] < answers["double-bisect"][1]
 
 
-def test_does_not_fit_error_type():
-    assert DoesNotFitError.exit_code == 3
-
-
+@pytest.mark.slow
 def test_sweep_with_max_batch_stores_the_search_per_framework(tmp_path, capsys):
     exp = tmp_path / "mb.toml"
     exp.write_text('name = "mbsweep"\nframeworks = ["pytorch"]\nmodel = "tiny_cnn"\nbatch_sizes = [8]\n'
