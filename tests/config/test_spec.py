@@ -131,3 +131,10 @@ def test_denormals_key_defaults_to_flush_reaches_the_trial_and_is_validated():
     trials = plan(parse(denormals="framework-default"), _Data())  # type: ignore[arg-type]
     assert {t.denormals for t in trials} == {"framework-default"}
     assert trials[0].trial_hash != plan(parse(), _Data())[0].trial_hash  # type: ignore[arg-type]
+
+
+def test_amp_is_refused_for_a_max_batch_search_too():
+    from harness.maxbatch.request import MaxBatchRequest
+
+    with pytest.raises(ConfigError, match=r"--precision 'amp' is not run by the pytorch adapter.*--precision fp32"):
+        MaxBatchRequest(framework="pytorch", model="deep_cnn", precision="amp")
