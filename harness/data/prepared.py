@@ -123,7 +123,7 @@ def _write_prepared(target: Path, name: str, arrays: dict[str, np.ndarray], clas
     }
     h = hashlib.sha256(name.encode())
     for a in ARRAYS:
-        h.update(memoryview(final[a]).cast("B"))
+        h.update(memoryview(final[a]).cast("B"))  # type: ignore[arg-type]  # ndarray is a buffer
     key = h.hexdigest()[:16]
     prepared = PreparedData(
         directory=str(target), name=name, input_shape=tuple(final["x_train"].shape[1:]),  # type: ignore[arg-type]

@@ -1,5 +1,5 @@
 """Start ``batchscope`` in a process of its own, as a user would, with test-only adapters registered and
-optionally under an OS memory limit. Run as ``python -m tests.faults.launch ARGS...``.
+optionally under an OS memory limit or a largest file size (a full disk, without filling one). Run as ``python -m tests.faults.launch ARGS...``.
 
 Environment: ``BATCHSCOPE_TEST_ADAPTERS`` = ``name=module:Class,...`` adds entry points (the fake adapter,
 a broken plugin); ``BATCHSCOPE_TEST_RLIMIT_DATA_MIB`` caps this process's data segment (RLIMIT_DATA), so a
@@ -15,6 +15,8 @@ import sys
 
 ADAPTERS_ENV = "BATCHSCOPE_TEST_ADAPTERS"
 RLIMIT_ENV = "BATCHSCOPE_TEST_RLIMIT_DATA_MIB"
+#: a largest file size (KiB): writes past it fail with EFBIG, as on a full disk (SIGXFSZ is ignored)
+FSIZE_ENV = "BATCHSCOPE_TEST_RLIMIT_FSIZE_KIB"
 
 
 def main() -> int:
@@ -22,6 +24,12 @@ def main() -> int:
     if limit:
         size = int(limit) * 2**20
         resource.setrlimit(resource.RLIMIT_DATA, (size, size))
+    fsize = os.environ.get(FSIZE_ENV)
+    if fsize:
+        import signal
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (int(fsize) * 1024, int(fsize) * 1024))
     from harness import registry
 
     extra = {}

@@ -52,3 +52,21 @@ def test_an_unreachable_ray_address_is_refused_in_seconds(tmp_path: Path) -> Non
               "--ray-address", address, timeout=120)
     assert_refused(done, address, "ray status --address")
     assert time.monotonic() - t0 < 90  # ray.init itself kept retrying for minutes
+
+
+@pytest.mark.parametrize("command", ["report", "export", "compare"])
+def test_ctrl_c_in_a_command_without_resume_does_not_suggest_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str], command: str,
+                                                               ) -> None:
+    import harness.cli as cli
+
+    def interrupted(args: object) -> int:
+        raise KeyboardInterrupt
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(cli, "install_signal_handlers", lambda: None)  # leave pytest's own handlers alone
+    parser._subparsers._group_actions[0].choices[command].set_defaults(func=interrupted)  # type: ignore[union-attr]
+    assert cli.main([command, str(tmp_path)]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "--resume" not in err

@@ -75,3 +75,20 @@ def test_an_output_directory_removed_mid_run_is_reported_with_its_path(tmp_path:
         raise
     assert "Traceback" not in err, err
     assert proc.returncode == 2 and str(out) in err, err
+
+
+def test_a_full_disk_is_reported_with_the_path_and_finished_trials_kept(tmp_path: Path) -> None:
+    """RLIMIT_FSIZE on the command (150 KiB) fails writes past it with EFBIG, as a full disk would."""
+    import subprocess
+
+    from tests.faults.helpers import command, env_for
+    from tests.faults.launch import FSIZE_ENV
+
+    out = tmp_path / "out"
+    exp = fake_experiment(tmp_path, batch_sizes=[2, 4, 8, 16, 32], repeats=4)
+    env = env_for(tmp_path) | {FSIZE_ENV: "150"}
+    done = subprocess.run(command("run", str(exp), "--out", str(out)), env=env, capture_output=True, text=True,
+                          timeout=600, cwd=Path(__file__).resolve().parents[2])
+    assert_refused(done, str(out / "results.sqlite"), "cannot write", "has space")
+    kept = rows(out)
+    assert 1 <= len(kept) < 20 and all(r["status"] == "ok" for r in kept)  # the stored trials survived

@@ -97,7 +97,7 @@ def test_a_second_run_into_the_same_directory_is_refused_while_the_first_runs(tm
         workers = wait_for(lambda: (len(rows(out)) >= 1 and workers_of(first.pid)) or first.poll() is not None,
                            120, "the first run's hanging trial")
         assert first.poll() is None, first.communicate()
-        second = bs(tmp_path, "run", str(exp), "--out", str(out), "--resume")
+        second = bs(tmp_path, "run", str(exp), "--out", str(out), "--resume", "--batch-sizes", "4")
         assert_refused(second, "in use by another batchscope command", f"pid {first.pid}")
         assert [r["batch_size"] for r in rows(out)] == [4]  # the second ran nothing
     finally:
