@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from harness import __version__
 from harness.cli import compare, doctor, export, maxbatch, report, run
@@ -47,19 +49,20 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated(signum)
 
 
-def install_signal_handlers() -> None:
+def install_signal_handlers() -> dict[int, Any]:
     """SIGTERM and SIGHUP unwind like Ctrl-C (raising :class:`Terminated`), so the executor's ``finally``
     kills the worker's process group and the store is closed cleanly; by default Python would die at
-    once and leave the worker running with no parent (issue 13, item 2)."""
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_terminated)
+    once and leave the worker running with no parent (issue 13, item 2). Returns the previous handlers."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set them
+        return {}
+    return {sig: signal.signal(sig, _raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``batchscope`` and ``python -m harness``."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    install_signal_handlers()
+    previous = install_signal_handlers()
     after = _AFTER_INTERRUPT.get(args.command, "nothing was left half-written; run the command again")
     try:
         return int(args.func(args))
@@ -81,6 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback.print_exc()
         print("batchscope: internal error (exit 1); please report it with the traceback above", file=sys.stderr)
         return 1
+    finally:  # called in-process (tests, notebooks): give the caller its own handlers back
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 __all__ = ["main", "build_parser", "ConfigError"]

@@ -70,11 +70,17 @@ def _check_numbers(args: argparse.Namespace) -> None:
                                    ("--margin-mib", args.margin_mib, 0.0, MAX_MEMORY_LIMIT_MIB),
                                    ("--timeout-s", args.timeout_s, 1e-3, MAX_TIMEOUT_S),
                                    ("--momentum", args.momentum, 0.0, 1.0)):
-        if not (math.isfinite(value) and low <= value <= high):
-            raise ConfigError(f"{flag} {value!r} must be a finite number from {low:g} to {high:g}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{flag} {value!r} must be a finite number")
+        if value < low:
+            raise ConfigError(f"{flag} {value!r} must be >= {low:g}")
+        if value > high:
+            raise ConfigError(f"{flag} {value:g} is more than the largest usable value ({high:g})")
     for flag, number in (("--threads", args.threads), ("--max-batch-cap", args.max_batch_cap)):
-        if not 0 <= number <= SQLITE_INT_MAX:
-            raise ConfigError(f"{flag} {number!r} must be a whole number from 0 to {SQLITE_INT_MAX}")
+        if number < 0:
+            raise ConfigError(f"{flag} {number!r} must be >= 0")
+        if number > SQLITE_INT_MAX:
+            raise ConfigError(f"{flag} {number} is larger than the store can hold ({SQLITE_INT_MAX})")
     from harness.data import DATASETS
 
     if args.dataset not in DATASETS:

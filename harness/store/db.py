@@ -197,7 +197,9 @@ class Store:
         with the path and the reason (exit 2); every transaction committed before it stays in the file."""
         try:
             yield
-        except sqlite3.Error as e:
+        # OperationalError is what the file system's refusals become (disk I/O error, database or disk is
+        # full, readonly database, unable to open); a ProgrammingError is a bug and stays one
+        except sqlite3.OperationalError as e:
             raise OutputError(f"{self.path}: cannot write {what} ({e}); check that the directory still exists, "
                               "is writable and has space; the trials stored before are kept") from e
 

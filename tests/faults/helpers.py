@@ -138,3 +138,23 @@ def gone_within(pids: list[int], grace_s: float = ORPHAN_GRACE_S) -> list[int]:
     while time.monotonic() < deadline and any(alive(p) for p in pids):
         time.sleep(0.05)
     return [p for p in pids if alive(p)]
+
+
+def _cpu_ticks_and_state(pid: int) -> tuple[int, str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[11]) + int(fields[12]), fields[0]  # utime + stime; state
+
+
+def hanging(pid: int, quiet_s: float = 1.0, max_ticks: int = 3) -> bool:
+    """Whether ``pid`` sleeps, using at most ``max_ticks`` clock ticks (~3% of a core) over ``quiet_s``: past
+    its set-up, in the fake adapter's hang (a probe's VmData watcher still wakes every millisecond). (A worker killed while still starting dies anyway, at its next write to the parent's closed pipe;
+    only one that is quietly hanging shows whether it notices its parent is gone.)"""
+    before = _cpu_ticks_and_state(pid)
+    time.sleep(quiet_s)
+    after = _cpu_ticks_and_state(pid)
+    return (before is not None and after is not None and after[0] - before[0] <= max_ticks
+            and before[1] == after[1] == "S")

@@ -49,7 +49,7 @@ def test_a_bad_override_is_attributed_to_the_flag_not_the_file(tmp_path: Path) -
     assert str(exp) not in done.stderr
 
 
-@pytest.mark.parametrize("value", ["inf", "1e30", "nan"])
+@pytest.mark.parametrize("value", ["inf", "1e30"])
 def test_maxbatch_memory_limit_the_os_cannot_set_is_refused(tmp_path: Path, value: str) -> None:
     done = bs(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
               "--memory-limit-mib", value, "--out", str(tmp_path / "mb"))

@@ -65,7 +65,6 @@ def test_ctrl_c_in_a_command_without_resume_does_not_suggest_it(tmp_path: Path, 
 
     parser = cli.build_parser()
     monkeypatch.setattr(cli, "build_parser", lambda: parser)
-    monkeypatch.setattr(cli, "install_signal_handlers", lambda: None)  # leave pytest's own handlers alone
     parser._subparsers._group_actions[0].choices[command].set_defaults(func=interrupted)  # type: ignore[union-attr]
     assert cli.main([command, str(tmp_path)]) == 130
     err = capsys.readouterr().err

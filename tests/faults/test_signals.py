@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.helpers import fake_experiment, gone_within, rows, start, wait_for, workers_of
+from tests.faults.helpers import fake_experiment, gone_within, hanging, rows, start, wait_for, workers_of
 
 CASES = [(signal.SIGINT, 130, "interrupted (SIGINT)"), (signal.SIGTERM, 143, "stopped: got SIGTERM"),
          (signal.SIGHUP, 129, "stopped: got SIGHUP")]
@@ -25,6 +25,7 @@ def _hanging_run(tmp_path: Path) -> tuple[object, Path, list[int]]:
     wait_for(lambda: len(rows(out)) >= 1 or proc.poll() is not None, 120, "the first trial to be stored")
     assert proc.poll() is None, proc.communicate()
     workers = wait_for(lambda: workers_of(proc.pid), 60, "the worker of the hanging trial")
+    wait_for(lambda: hanging(workers[0]), 120, "the worker to reach its hang")
     return proc, out, workers
 
 
@@ -55,6 +56,7 @@ def test_maxbatch_stopped_by_sigterm_kills_its_probe_and_does_not_suggest_resume
                  "--memory-limit-mib", "4096", "--timeout-s", "600", "--out", str(out), behaviour="hang")
     workers = wait_for(lambda: workers_of(proc.pid) or proc.poll() is not None, 120, "the first probe's worker")
     assert proc.poll() is None, proc.communicate()
+    wait_for(lambda: hanging(workers[0]), 120, "the probe to reach its hang")
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert gone_within(workers) == [], "a probe's worker outlived its parent"
@@ -67,6 +69,7 @@ def test_maxbatch_interrupted_does_not_suggest_resume(tmp_path: Path) -> None:
                  "--memory-limit-mib", "4096", "--timeout-s", "600", "--out", str(tmp_path / "mb"), behaviour="hang")
     workers = wait_for(lambda: workers_of(proc.pid) or proc.poll() is not None, 120, "the first probe's worker")
     assert proc.poll() is None, proc.communicate()
+    wait_for(lambda: hanging(workers[0]), 120, "the probe to reach its hang")
     os.kill(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert gone_within(workers) == []
