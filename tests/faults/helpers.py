@@ -151,8 +151,9 @@ def _cpu_ticks_and_state(pid: int) -> tuple[int, str] | None:
 
 def hanging(pid: int, quiet_s: float = 1.0, max_ticks: int = 3) -> bool:
     """Whether ``pid`` sleeps, using at most ``max_ticks`` clock ticks (~3% of a core) over ``quiet_s``: past
-    its set-up, in the fake adapter's hang (a probe's VmData watcher still wakes every millisecond). (A worker killed while still starting dies anyway, at its next write to the parent's closed pipe;
-    only one that is quietly hanging shows whether it notices its parent is gone.)"""
+    its set-up, in the fake adapter's hang (a probe's VmData watcher still wakes every millisecond). A worker
+    killed while still starting dies anyway, at its next write to the parent's closed pipe; only one that is
+    quietly hanging shows whether it notices its parent is gone."""
     before = _cpu_ticks_and_state(pid)
     time.sleep(quiet_s)
     after = _cpu_ticks_and_state(pid)

@@ -1,5 +1,6 @@
 """Start ``batchscope`` in a process of its own, as a user would, with test-only adapters registered and
-optionally under an OS memory limit or a largest file size (a full disk, without filling one). Run as ``python -m tests.faults.launch ARGS...``.
+optionally under an OS memory limit or a largest file size (a full disk, without filling one). Run as
+``python -m tests.faults.launch ARGS...``.
 
 Environment: ``BATCHSCOPE_TEST_ADAPTERS`` = ``name=module:Class,...`` adds entry points (the fake adapter,
 a broken plugin); ``BATCHSCOPE_TEST_RLIMIT_DATA_MIB`` caps this process's data segment (RLIMIT_DATA), so a
