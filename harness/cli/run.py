@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli.table import _csv_ints, _csv_names, _fmt, print_table
+from harness.cli.table import _csv_ints, _csv_names, _fmt, print_table, shorten
 
 
 # ---------------------------------------------------------------- run
@@ -44,7 +44,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if m.drift_flagged:
                 extra += f"  DRIFT {m.drift_change_pct:+.0f}% (noise {m.drift_threshold_pct:.0f}%)"
         else:
-            extra = o.reason[:90]
+            extra = shorten(o.reason, 90)
         acc = f"  acc {m.accuracy:.3f}" if m is not None and m.accuracy is not None else ""
         print(f"[{i:>3}/{n}] {o.trial.framework:<11} bs={o.trial.batch_size:<5} rep {o.trial.repeat} "
               f"{o.status:<8} {extra}{acc}  ({o.elapsed_s:.1f} s)", flush=True)
