@@ -88,6 +88,9 @@ class Adapter(ABC):
     precision_note: ClassVar[str] = "mixed precision is not implemented in this adapter"
     #: Substrings of stderr that mean "out of memory" when the process died without a Python exception.
     oom_stderr_patterns: ClassVar[tuple[str, ...]] = ()
+    #: Whether :meth:`accumulate_gradients` / :meth:`apply_accumulated` are implemented (``accumulate_steps``
+    #: > 1 is refused in the parent for an adapter without them, never run as plain steps).
+    supports_accumulation: ClassVar[bool] = False
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -159,6 +162,15 @@ class Adapter(ABC):
         n = len(x)
         loss = loss_sum / n if n else math.nan
         return EvalResult(loss=loss, accuracy=correct / n if n else math.nan, samples=n)
+
+    def accumulate_gradients(self, batch: Any, weight: float) -> None:
+        """Forward and backward on ``batch``; add ``weight`` x the gradient of its mean loss to the accumulated
+        gradients, without updating the weights. Returns once the device is idle."""
+        raise NotImplementedError(f"adapter {self.name!r} does not implement gradient accumulation")
+
+    def apply_accumulated(self) -> None:
+        """One optimizer update with the accumulated gradients, then clear them. Returns once the device is idle."""
+        raise NotImplementedError(f"adapter {self.name!r} does not implement gradient accumulation")
 
     def close(self) -> None:  # noqa: B027 - optional hook with a do-nothing default
         """Release what the framework holds (optional)."""

@@ -72,6 +72,7 @@ class MXNetAdapter(Adapter):
     distributions = ("mxnet", "mxnet-cu112", "mxnet-cu117", "mxnet-cu110", "mxnet-cu102", "mxnet-mkl")
     import_name = "mxnet"
     oom_stderr_patterns = OOM_TEXTS
+    supports_accumulation = True
 
     def __init__(self) -> None:
         self.mx: Any = None
@@ -82,6 +83,7 @@ class MXNetAdapter(Adapter):
         self.loss_fn: Any = None
         self._params: list[tuple[Any, bool]] = []  # (gluon Parameter, stored transposed?) in canonical order
         self._used_at_reset_mib: float | None = None
+        self._accumulated: list[Any] | None = None  # summed gradients of an unfinished accumulated update
 
     def versions(self) -> dict[str, str]:
         # Read from the installed metadata, not by importing: MXNet fixes its thread pools at import,
@@ -255,6 +257,29 @@ class MXNetAdapter(Adapter):
         loss.backward()  # of the per-sample losses: gradients of their sum
         self.trainer.step(x.shape[0])  # divides by the batch size: gradients of the mean loss
         mx.nd.waitall()  # the engine is asynchronous: the update must be done before the clock is read
+
+    def accumulate_gradients(self, batch: Any, weight: float) -> None:
+        mx = self.mx
+        x, y = batch
+        with mx.autograd.record():
+            loss = self.loss_fn(self.net(x), y)
+        loss.backward()  # grad_req "write": each backward overwrites, so the sum is kept beside the parameters
+        scale = weight / x.shape[0]  # gradients of the summed losses -> weight x gradients of their mean
+        params = [p for p in self.net.collect_params().values() if p.grad_req != "null"]
+        if self._accumulated is None:
+            self._accumulated = [p.grad(self.ctx) * scale for p in params]
+        else:
+            for acc, p in zip(self._accumulated, params, strict=True):
+                acc += p.grad(self.ctx) * scale
+        mx.nd.waitall()
+
+    def apply_accumulated(self) -> None:
+        params = [p for p in self.net.collect_params().values() if p.grad_req != "null"]
+        for acc, p in zip(self._accumulated or [], params, strict=True):
+            p.grad(self.ctx)[:] = acc
+        self.trainer.step(1)  # the gradients already are the mean over the update: no rescaling
+        self._accumulated = None
+        self.mx.nd.waitall()
 
     def predict(self, batch: Any) -> np.ndarray:
         x, _ = batch

@@ -22,6 +22,7 @@ class PyTorchAdapter(Adapter):
     distributions = ("torch",)
     import_name = "torch"
     oom_stderr_patterns = ("CUDA out of memory", "DefaultCPUAllocator: can't allocate memory")
+    supports_accumulation = True
 
     def __init__(self) -> None:
         self.torch: Any = None
@@ -30,6 +31,7 @@ class PyTorchAdapter(Adapter):
         self.optimizer: Any = None
         self.loss_fn: Any = None
         self.cuda = False
+        self._accumulating = False  # gradients of an unfinished accumulated update are held in .grad
 
     def versions(self) -> dict[str, str]:
         import torch
@@ -150,6 +152,22 @@ class PyTorchAdapter(Adapter):
         self.optimizer.step()
         if self.cuda:
             self.torch.cuda.synchronize()  # the clock is read after this: the GPU must be idle
+
+    def accumulate_gradients(self, batch: Any, weight: float) -> None:
+        x, y = batch
+        if not self._accumulating:
+            self.optimizer.zero_grad(set_to_none=True)
+            self._accumulating = True
+        # backward() adds into .grad: the weighted mean losses sum to the mean over the whole update
+        (self.loss_fn(self.model(x), y) * weight).backward()
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def apply_accumulated(self) -> None:
+        self.optimizer.step()
+        self._accumulating = False
+        if self.cuda:
+            self.torch.cuda.synchronize()
 
     def predict(self, batch: Any) -> np.ndarray:
         x, _ = batch

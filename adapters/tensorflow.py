@@ -77,6 +77,7 @@ class TensorFlowAdapter(Adapter):
         "ResourceExhaustedError",
         "failed to allocate memory",
     )
+    supports_accumulation = True
 
     def __init__(self) -> None:
         self.tf: Any = None
@@ -88,6 +89,7 @@ class TensorFlowAdapter(Adapter):
         self._predict_fn: Any = None
         self._variables: list[Any] = []  # trainable variables, in canonical weight order
         self._from_keras: list[Converter] = []
+        self._accumulate_fns: tuple[Any, Any] | None = None  # (add a micro-batch's gradients, apply), made on first use
 
     def versions(self) -> dict[str, str]:
         import tensorflow as tf
@@ -257,6 +259,7 @@ class TensorFlowAdapter(Adapter):
             return net(x, training=False)
 
         self._step_fn, self._predict_fn = step, infer
+        self._signature = signature
 
     @property
     def trace_count(self) -> int:
@@ -294,6 +297,51 @@ class TensorFlowAdapter(Adapter):
             # On CPU the function returns after its ops ran; reading the scalar loss costs microseconds
             # and makes "the update is finished" explicit rather than an executor detail.
             loss.numpy()
+
+    def _make_accumulate_fns(self) -> tuple[Any, Any]:
+        """Gradient sums in non-trainable variables beside the weights, and the two traced functions."""
+        tf, net, opt = self.tf, self.model, self.optimizer
+        with tf.device(self.device_name):
+            sums = [tf.Variable(tf.zeros_like(v), trainable=False) for v in net.trainable_variables]
+
+        @tf.function(input_signature=[*self._signature, tf.TensorSpec((), tf.float32)])
+        def add(x: Any, y: Any, weight: Any) -> Any:
+            with tf.GradientTape() as tape:
+                logits = net(x, training=True)
+                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+            for total, grad in zip(sums, tape.gradient(loss, net.trainable_variables), strict=True):
+                total.assign_add(weight * grad)
+            return loss
+
+        @tf.function
+        def apply() -> Any:
+            opt.apply_gradients(zip([tf.identity(s) for s in sums], net.trainable_variables, strict=True))
+            for total in sums:
+                total.assign(tf.zeros_like(total))
+            return opt.iterations
+
+        return add, apply
+
+    def accumulate_gradients(self, batch: Any, weight: float) -> None:
+        x, y = batch
+        if self._accumulate_fns is None:
+            self._accumulate_fns = self._make_accumulate_fns()
+        with self.tf.device(self.device_name):
+            loss = self._accumulate_fns[0](x, y, self.tf.constant(weight, self.tf.float32))
+        if self.gpu:
+            self.tf.test.experimental.sync_devices()
+        else:
+            loss.numpy()  # as in train_step: the ops have run once the scalar is read
+
+    def apply_accumulated(self) -> None:
+        if self._accumulate_fns is None:
+            raise RuntimeError("apply_accumulated() before any accumulate_gradients()")
+        with self.tf.device(self.device_name):
+            iterations = self._accumulate_fns[1]()
+        if self.gpu:
+            self.tf.test.experimental.sync_devices()
+        else:
+            iterations.numpy()
 
     def predict(self, batch: Any) -> np.ndarray:
         x, _ = batch

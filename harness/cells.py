@@ -25,9 +25,10 @@ from typing import Any
 
 from harness.monitor.fields import FIELDS
 
-#: trial columns whose combination makes a variant: settings as asked for, never as measured (the stored
-#: ``device`` is the framework's own name for it, "cpu" / "/CPU:0" / "cpu(0)", and would split every sweep)
-VARIANT_COLUMNS = ("precision", "denormals")
+#: trial columns whose combination makes a variant: the experiment's named variant ([variants.<name>]), then
+#: settings as asked for, never as measured (the stored ``device`` is the framework's own name for it, "cpu" /
+#: "/CPU:0" / "cpu(0)", and would split every sweep)
+VARIANT_COLUMNS = ("variant", "precision", "denormals")
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,8 @@ class WorkerMetrics:
     warmup_steps_n: int = 0
     timed_steps_n: int = 0
     train_steps_n: int = 0
+    optimizer_updates_n: int | None = None  # one per step; with accumulate_steps = k, k micro-batches each
+    micro_batches_n: int | None = None  # forward/backward passes run
     epochs_done: float = 0.0
     data_s: float | None = None
     setup_s: float | None = None

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import StoreError
-from report import aggregate, context, figures, findings, tables
+from report import aggregate, context, figures, findings, studies, tables
 from report import thesis as compare
 from report.drift import drift_figure
 from report.load import Experiment, ReportInput, load
@@ -64,6 +64,11 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
     """One experiment: runs, environment, method, findings, figures, tables."""
     slug = _slug(exp.name or "unnamed")
     spec = exp.spec
+    variants = studies.variant_names(exp.trials, spec)
+    study = studies.study_findings(spec, exp.trials)
+    thesis_trials = exp.trials
+    if variants:  # one line, row and finding per framework x variant: the views below group by "framework"
+        exp = dataclasses.replace(exp, trials=tuple(studies.by_series(exp.trials)))
     cell_list = aggregate.cells(exp.trials, exp.frameworks)
     acc_why = _accuracy_unusable(spec)
     if acc_why:  # e.g. synthetic labels: an accuracy column or finding would invite a wrong reading
@@ -100,13 +105,24 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
     for para in context.method_paragraphs(exp, cell_list):
         pdf.para(para)
 
+    if variants or study:
+        pdf.heading("The study's question", 1)
+        if variants:
+            pdf.para(f"Variants (a line each, labelled framework · variant): {esc(', '.join(variants))}. "
+                     "Batch sizes are micro-batches; with gradient accumulation an update sees "
+                     "micro-batch x accumulate_steps samples, and the study's verdicts compare effective batches.")
+        if study:
+            pdf.bullets([f.text for f in study])
+        elif spec.get("study"):
+            pdf.para("No verdict can be computed: no trial of this study finished.")
     pdf.heading("Findings", 1)
     computed = findings.compute(exp, cell_list)
     if computed:
         pdf.bullets([f.text for f in computed])
     else:
         pdf.para("No finding can be computed: no trial finished.")
-    sweep = [t for t in exp.trials if t.get("purpose") in (None, "sweep")]
+    # the thesis compared one setting per framework: with variants its side-by-side would mix them
+    sweep = [] if variants else [t for t in thesis_trials if t.get("purpose") in (None, "sweep")]
     # with nothing finished every verdict would read "cannot be judged": the banner already says why
     verdicts = findings.thesis_verdicts(compare.thesis_findings(sweep)) if sweep and exp.ok_trials else []
     if verdicts:
@@ -130,7 +146,7 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
              tables.headline(cell_list, tables.MEMORY_COLUMNS, "headline_memory",
                              "Per framework and batch size: memory and accuracy"),
              tables.maxbatch(exp.maxbatch),
-             tables.comparison(compare.side_by_side(sweep) if sweep else [])]
+             None if variants else tables.comparison(compare.side_by_side(sweep) if sweep else [])]
     if parts[1] is not None and acc_why:
         parts[1] = dataclasses.replace(parts[1], note=parts[1].note + f"; no accuracy column: {acc_why}")
     wrote_headline = False

@@ -35,7 +35,10 @@ from report.load import Experiment  # noqa: E402
 
 #: fixed framework colours (colour-blind safe), so a framework looks the same in every figure
 FRAMEWORK_COLOURS = {"pytorch": "#D55E00", "tensorflow": "#E69F00", "mxnet": "#0072B2"}
-_EXTRA_COLOURS = ["#009E73", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
+_EXTRA_COLOURS = ["#009E73", "#CC79A7", "#56B4E9", "#F0E442", "#000000",
+                  # a study draws one line per framework x variant: matplotlib's tab20 after the safe ones
+                  "#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a", "#d62728", "#ff9896",
+                  "#9467bd", "#c5b0d5", "#8c564b", "#c49c94", "#e377c2", "#f7b6d2", "#7f7f7f", "#bcbd22"]
 REFERENCE_LABEL = "Yin 2020 (GTX 1060), published"
 PANEL_W_IN, PANEL_H_IN = 3.6, 3.0
 
@@ -52,10 +55,28 @@ class FigureResult:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
+def _shade(colour: str, i: int, n: int) -> str:
+    """``colour`` darker (i = 0) to lighter (i = n - 1): one framework's variants in one hue family."""
+    from matplotlib.colors import to_hex, to_rgb
+
+    t = -0.45 + 0.9 * i / (n - 1) if n > 1 else 0.0  # < 0 towards black, > 0 towards white
+    r, g, b = (c * (1 + t) if t < 0 else c + (1 - c) * t for c in to_rgb(colour))
+    return to_hex((r, g, b))
+
+
 def palette(frameworks: Sequence[str]) -> dict[str, str]:
-    """Colour per framework (known ones fixed, others from a colour-blind-safe list)."""
+    """Colour per framework (known ones fixed, others from a colour-blind-safe list); a study's
+    ``framework · variant`` lines take their framework's hue, one shade per variant."""
     extra = iter(_EXTRA_COLOURS)
-    return {fw: FRAMEWORK_COLOURS.get(fw) or next(extra, "#777777") for fw in frameworks}
+    variants = list(dict.fromkeys(fw.partition(" · ")[2] for fw in frameworks if " · " in fw))
+    out = {}
+    for fw in frameworks:
+        base, _, variant = fw.partition(" · ")
+        if variant and base in FRAMEWORK_COLOURS:
+            out[fw] = _shade(FRAMEWORK_COLOURS[base], variants.index(variant), len(variants))
+        else:
+            out[fw] = FRAMEWORK_COLOURS.get(fw) or next(extra, "#777777")
+    return out
 
 
 def trial_frame(exp: Experiment) -> pd.DataFrame:

@@ -34,7 +34,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(notice)
 
     def on_start(i: int, n: int, trial: Any) -> None:
-        print(f"[{i:>3}/{n}] {trial.framework:<11} bs={trial.batch_size:<5} rep {trial.repeat} running...",
+        variant = f" {trial.variant}" if trial.variant else ""
+        print(f"[{i:>3}/{n}] {trial.framework:<11}{variant} bs={trial.batch_size:<5} rep {trial.repeat} running...",
               end="\r" if sys.stdout.isatty() else "\n", flush=True)
 
     def progress(i: int, n: int, o: Any) -> None:
@@ -46,10 +47,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:
             extra = shorten(o.reason, 90)
         acc = f"  acc {m.accuracy:.3f}" if m is not None and m.accuracy is not None else ""
-        print(f"[{i:>3}/{n}] {o.trial.framework:<11} bs={o.trial.batch_size:<5} rep {o.trial.repeat} "
+        variant = f" {o.trial.variant}" if o.trial.variant else ""
+        print(f"[{i:>3}/{n}] {o.trial.framework:<11}{variant} bs={o.trial.batch_size:<5} rep {o.trial.repeat} "
               f"{o.status:<8} {extra}{acc}  ({o.elapsed_s:.1f} s)", flush=True)
 
-    print(f"experiment {exp.name!r} from {exp.source}: {len(exp.frameworks)} framework(s) x "
+    variants = f"{len(exp.variants)} variant(s) x " if exp.variants else ""
+    print(f"experiment {exp.name!r} from {exp.source}: {len(exp.frameworks)} framework(s) x {variants}"
           f"{len(exp.batch_sizes)} batch size(s) x {exp.repeats} repeat(s) -> {out}")
     executor = None
     if args.executor == "ray":

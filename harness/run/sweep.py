@@ -113,6 +113,7 @@ def run_sweep(
     # data before the store: a data error (no network, corrupt archive) must leave nothing written
     data = prepare(data_request(exp, data_dir), cache_dir or default_cache_dir())
     build_description(exp.model, data.input_shape, data.classes)  # a model that does not fit the input
+    trials = plan(exp, data)  # before the store too: it refuses e.g. augmentation the data cannot take
     require_disk(data.order_bytes(exp.epochs) * exp.repeats, Path(data.directory),
                  f"the shuffle orders of {exp.repeats} repeat(s) x {max(exp.epochs, 1)} epoch(s)", "lower epochs")
     spec = exp.to_dict() | {"data": {k: v for k, v in data.to_dict().items() if k != "directory"}}
@@ -124,21 +125,21 @@ def run_sweep(
                              "add --resume to finish that sweep, or give another --out directory")
         if existing:
             _refuse_changed_experiment(store, exp, spec, out_dir)
-        trials = plan(exp, data)
         (out_dir / f"{exp.name}.resolved.json").write_text(json.dumps(spec, indent=2, default=str))
         run_id = store.begin_run(exp.name, spec, command, env)
         done = store.finished_hashes()
         result = SweepResult(out_dir=out_dir, total=len(trials))
-        oom_at: dict[str, int] = {}
+        oom_at: dict[tuple[str, str], int] = {}  # (framework, variant): the smallest batch that ran out of memory
         for row in existing:
             if row["status"] == "oom":
-                oom_at[row["framework"]] = min(oom_at.get(row["framework"], row["batch_size"]), row["batch_size"])
+                key = (row["framework"], row.get("variant") or "")
+                oom_at[key] = min(oom_at.get(key, row["batch_size"]), row["batch_size"])
         executor = executor or LocalExecutor(monitor_factory=monitor_factory, log_dir=out_dir / "logs")
         for i, trial in enumerate(trials, 1):
             if trial.trial_hash in done:
                 result.already_done += 1
                 continue
-            limit = oom_at.get(trial.framework)
+            limit = oom_at.get((trial.framework, trial.variant))
             if exp.skip_larger_after_oom and limit is not None and trial.batch_size > limit:
                 outcome = skipped_outcome(trial, f"larger than batch size {limit}, which ran out of memory "
                                                  "(run with --no-skip-larger to try it anyway)")
@@ -147,7 +148,8 @@ def run_sweep(
                     on_start(i, len(trials), trial)
                 outcome = executor.run(unit_for(exp, trial, data))
                 if outcome.status == "oom":
-                    oom_at[trial.framework] = min(oom_at.get(trial.framework, trial.batch_size), trial.batch_size)
+                    key = (trial.framework, trial.variant)
+                    oom_at[key] = min(oom_at.get(key, trial.batch_size), trial.batch_size)
             store.write_trial(outcome, run_id, env)
             result.outcomes.append(outcome)
             if progress is not None:
