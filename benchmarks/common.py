@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from adapters.base import OptimizerSpec  # noqa: E402
-from harness import environment  # noqa: E402
+from harness.monitor import environment  # noqa: E402
 from harness.config.trial import TrialSpec  # noqa: E402
 from harness.data import DataRequest, PreparedData, prepare  # noqa: E402
 from harness.records import TrialOutcome, TrialUnit  # noqa: E402
