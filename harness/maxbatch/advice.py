@@ -160,3 +160,28 @@ def jitter_advice(row: dict[str, Any]) -> str | None:
         return risk + (f"no batch size leaves a {CPU_PEAK_JITTER_MIB:g} MiB margin under this budget: give a "
                        f"larger --memory-limit-mib (at least {CPU_PEAK_JITTER_MIB:g} MiB more)")
     return risk + f"{safe} leaves a {CPU_PEAK_JITTER_MIB:g} MiB margin (--margin-mib {CPU_PEAK_JITTER_MIB:g})"
+
+
+def train_advice(row: dict[str, Any]) -> str | None:
+    """How to use the recommendation: the margin it leaves, the settings to train with, the --verify result.
+
+    None for rows stored before these were recorded (no ``margin_total_mib``).
+    """
+    if row.get("margin_total_mib") is None:
+        return None
+    try:
+        env = json.loads(row.get("train_env_json") or "{}")
+    except (TypeError, ValueError):
+        env = {}
+    rec = row.get("recommended_batch")
+    head = (f"recommended {rec} leaves {float(row['margin_total_mib']):.1f} MiB at the boundary "
+            f"(run-to-run jitter {float(row.get('margin_jitter_mib') or 0):.1f}, growth over the "
+            f"{row.get('confirm_steps') or '?'}-step confirm run {float(row.get('margin_growth_mib') or 0):.1f}, "
+            f"--margin-mib {float(row.get('margin_mib') or 0):g})" if rec else
+            f"no size leaves the {float(row['margin_total_mib']):.1f} MiB margin: give a larger budget")
+    how = f"; train with {env_words(env)}, as the probes ran" if env else ""
+    check = ""
+    if row.get("verify_status"):
+        check = (f"; --verify trained it {row.get('verify_steps')} steps + eval in a fresh worker: "
+                 f"{row['verify_status']}" + (f" ({row['verify_reason']})" if row.get("verify_reason") else ""))
+    return head + how + check

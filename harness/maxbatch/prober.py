@@ -34,7 +34,7 @@ from harness.models import build_description
 from harness.monitor import environment
 from harness.records import Monitor, TrialOutcome, TrialUnit
 from harness.registry import adapter_class, adapter_target
-from harness.run.executor import LocalExecutor
+from harness.run.executor import CPU_ALLOCATOR_ENV, LocalExecutor
 from harness.store import Store
 
 MIB = 1024.0 * 1024.0
@@ -43,7 +43,7 @@ SETUP_MEMORY_ERRORS = ("failed to map segment from shared object", "Cannot alloc
                        "cannot allocate memory")
 CONTROL_FACTOR = 2  # a CPU probe that fails without saying "memory" is run again with this much more,
 CONTROL_FLOOR_MIB = 1024.0  # and at least this much more: a budget below the framework's start-up needs more than 2x
-CPU_PROBE_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+CPU_PROBE_ENV = CPU_ALLOCATOR_ENV  # the probes' allocator setting, the same as every CPU worker's
 
 
 def probe_peak_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
@@ -121,11 +121,9 @@ class WorkerProber:
         self.on_outcome = on_outcome
         self.outcomes: list[TrialOutcome] = []
         self.order_path = str(data.write_order(req.seed, 0))
-        # On CPU, glibc moves its mmap threshold up as large blocks are freed, so later steps put big
-        # tensors on the heap, which fragments: the same probe then needs more memory the longer it runs
-        # and the boundary wanders between runs. A fixed threshold keeps every large tensor in its own
-        # mapping, returned to the OS when freed, so a probe's peak is repeatable (docs/maxbatch.md).
-        self.env: dict[str, str] = CPU_PROBE_ENV if budget.kind == "cpu-rlimit-data" else {}
+        # On CPU a fixed glibc mmap threshold makes a probe's peak repeatable (CPU_ALLOCATOR_ENV); the answer
+        # then holds under that setting only, so it is stored and printed with the answer (advice.answer_env)
+        self.env: dict[str, str] = dict(CPU_PROBE_ENV) if budget.kind == "cpu-rlimit-data" else {}
 
     def trial(self, batch: int, confirm: bool) -> TrialSpec:
         """The probe's trial: a warm-up step, a few timed steps (more to confirm), then eval at ``batch``."""

@@ -9,51 +9,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
-
 from harness.cli import main
 from harness.cli.maxbatch import print_result
 from harness.maxbatch import prober as prober_module
 from harness.maxbatch.advice import CPU_PEAK_JITTER_MIB, jitter_advice
-from harness.records import TrialOutcome, TrialUnit
 from harness.store import Store
-
-BUDGET_MIB = 385.0  # with a peak of 100 + 10 * batch MiB: batch 28 fits (380), 29 does not (390)
-
-
-class LinearMemory:
-    """A stand-in executor: peak = 100 + 10·batch MiB against the worker's RLIMIT_DATA; faults on chosen calls.
-
-    ``killed_calls``: the 1-based calls whose worker is killed from outside (SIGKILL, as the OOM killer or a
-    user's ``kill`` would), whatever its size.
-    """
-
-    def __init__(self, killed_calls: tuple[int, ...] = ()) -> None:
-        self.killed_calls = killed_calls
-        self.units: list[TrialUnit] = []
-
-    def run(self, unit: TrialUnit, on_event: Any = None) -> TrialOutcome:
-        self.units.append(unit)
-        if len(self.units) in self.killed_calls:
-            return TrialOutcome(trial=unit.trial, status="crashed", reason="killed by SIGKILL in phase timed")
-        peak = 100.0 + 10.0 * unit.trial.batch_size
-        if unit.os_memory_limit_mib is not None and peak > unit.os_memory_limit_mib:
-            return TrialOutcome(trial=unit.trial, status="oom",
-                                reason="RuntimeError: DefaultCPUAllocator: can't allocate memory")
-        return TrialOutcome(trial=unit.trial, status="ok", metrics={"vmdata_peak_mib": peak})
-
-
-@pytest.fixture
-def fake_executor(monkeypatch: pytest.MonkeyPatch):
-    """Install a LinearMemory as the executor every max-batch search builds; return a setter for its faults."""
-    made: list[LinearMemory] = []
-
-    def install(killed_calls: tuple[int, ...] = ()) -> list[LinearMemory]:
-        monkeypatch.setattr(prober_module, "LocalExecutor",
-                            lambda **kw: made.append(LinearMemory(killed_calls)) or made[-1])
-        return made
-
-    return install
+from tests.fakes.memory_executor import BUDGET_MIB
 
 
 def _maxbatch(out: Any, *extra: str) -> int:
