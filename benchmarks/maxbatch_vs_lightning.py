@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/maxbatch_vs_lightning.py [--budget-mib 520] [--steps 20] [--runs 1]
                                                           [--lightning-python .venv-lightning/bin/python]
+    .venv/bin/python benchmarks/maxbatch_vs_lightning.py --repeat-batch N [--repeat-runs 10] [--steps 8]
 
 The same model (tiny_cnn on 3x64x64 noise, SGD momentum 0.9, one thread, CPU) under the same RLIMIT_DATA
 budget, three finders: batchscope ``maxbatch`` (strategy ``model``, every probe a fresh worker) and
@@ -19,6 +20,9 @@ Lightning is not a dependency of batchscope. Install it beside the shared enviro
     .venv-lightning/bin/pip install pytorch-lightning==2.6.6
 
 Without it the Lightning rows are skipped with a message and batchscope's rows still run.
+
+``--repeat-batch N`` runs no finder: it trains N ``--repeat-runs`` times, each in a fresh plain process under the
+budget with the settings batchscope prints, and counts the passes (exit 0 only when all passed).
 """
 
 from __future__ import annotations
@@ -125,6 +129,27 @@ def one_run(args: argparse.Namespace, run: int, data_dir: str, probe_data: Any, 
     return rows
 
 
+def repeat(args: argparse.Namespace) -> int:
+    """Train ``--repeat-batch`` ``--repeat-runs`` times in fresh plain processes; 0 when every run passed."""
+    from harness.run.executor import CPU_ALLOCATOR_ENV
+
+    env = dict(kv.split("=", 1) for kv in args.repeat_env) if args.repeat_env else dict(CPU_ALLOCATOR_ENV)
+    print(machine_facts())
+    words = " ".join(f"{k}={v}" for k, v in env.items())
+    print(f"batch {args.repeat_batch}, {args.steps} steps + eval, RLIMIT_DATA {args.budget_mib:g} MiB, {words}")
+    passed = 0
+    with tempfile.TemporaryDirectory(prefix="mb-repeat-") as tmp:
+        data = prepare(DataRequest(name="synthetic", synthetic_shape=SHAPE, synthetic_samples=2048), Path(tmp))
+        for run in range(1, args.repeat_runs + 1):
+            out = child(sys.executable, ["train", "--data", data.directory, "--batch", str(args.repeat_batch),
+                                         "--steps", str(args.steps), "--limit-mib", f"{args.budget_mib:g}"],
+                        env, Path(tmp), args.timeout_s)
+            passed += out["status"] == "ok"
+            print(f"run {run}: {trained(out)} ({out['wall_s']:.0f} s)", flush=True)
+    print(f"{passed} of {args.repeat_runs} runs trained")
+    return 0 if passed == args.repeat_runs else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``--runs`` rounds and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -134,7 +159,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout-s", type=float, default=900.0, help="per child process")
     parser.add_argument("--lightning-python", default=str(ROOT / ".venv-lightning" / "bin" / "python"))
     parser.add_argument("--no-lightning", action="store_true", help="batchscope's rows only")
+    parser.add_argument("--repeat-batch", type=int, default=0,
+                        help="no finders: train this size --repeat-runs times, each in a fresh plain process, with "
+                             "the settings batchscope prints (--repeat-env), and count the passes")
+    parser.add_argument("--repeat-runs", type=int, default=10)
+    parser.add_argument("--repeat-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="the settings to train with (default: MALLOC_MMAP_THRESHOLD_=131072)")
     args = parser.parse_args(argv)
+    if args.repeat_batch:
+        return repeat(args)
     print(machine_facts())
     with tempfile.TemporaryDirectory(prefix="mb-vs-lightning-") as tmp:
         work = Path(tmp)
