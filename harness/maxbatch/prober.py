@@ -183,8 +183,13 @@ class WorkerProber:
             # signal) passes there, and only a failure that repeats is worth asking the control run about.
             # Without this, a single killed worker at batch 1 passed the control run and the search concluded
             # "does not fit even at batch 1" (issue 13, item 4).
+            first = outcome
             outcome = self._run(batch, confirm, self.budget.os_limit_mib)
             status, elapsed = self._classify(outcome), elapsed + outcome.elapsed_s
+            if status in ("ok", "oom"):  # say what happened to the first worker, not only to the second
+                then = f"{status} ({outcome.reason})" if outcome.reason else status
+                outcome = replace(outcome, reason=f"{first.status} once ({first.reason}), then at the same "
+                                                  f"budget: {then}")
         reason = outcome.reason
         if status in ("error", "crashed") and self.budget.os_limit_mib:
             # Not every allocation failure says so (oneDNN: "could not create a primitive" when its scratch

@@ -215,7 +215,9 @@ def test_real_boundary_on_cpu_agrees_with_an_exhaustive_scan(wide_data, tmp_path
     # re-run under a larger limit (control_limit_mib), passed there, and so counted as oom by the search
     for trial in probes:
         if trial["status"] not in ("ok", "oom"):
-            assert any(p["batch"] == trial["batch_size"] and "memory limit caused it" in p["reason"]
+            # (or it was a one-off: the same probe at the same budget then passed or ran out of memory)
+            assert any(p["batch"] == trial["batch_size"] and ("memory limit caused it" in p["reason"]
+                                                                or "then at the same budget" in p["reason"])
                        for p in searched), trial["reason"]
     assert len(json.loads(rows[0]["probes_json"])) == rows[0]["probes_n"] <= len(found.outcomes)
     assert rows[0]["formula_batch"] > 0 and rows[0]["formula_error_pct"] is not None

@@ -30,6 +30,9 @@ def test_a_one_off_killed_probe_is_rerun_at_the_same_budget_not_blamed_on_memory
     with Store.open(tmp_path / "out", create=False) as store:
         row = store.maxbatch_results()[0]
     assert row["max_batch"] == 28 and row["first_fail_batch"] == 29, row
+    batch1 = json.loads(row["probes_json"])[0]  # the probe tells what happened to its first worker
+    assert batch1["status"] == "ok" and "crashed once (killed by SIGKILL" in batch1["reason"]
+    assert "then at the same budget: ok" in batch1["reason"]
     # the second worker was the same probe under the same budget, not a control run under a larger one
     first, second = made[0].units[:2]
     assert (first.trial.batch_size, second.trial.batch_size) == (1, 1)
