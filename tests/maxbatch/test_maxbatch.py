@@ -15,7 +15,7 @@ import pytest
 
 from harness.cli import main
 from harness.data import DataRequest, prepare
-from harness.errors import ConfigError, DoesNotFitError
+from harness.errors import ConfigError
 from harness.maxbatch.advice import (
     CPU_PEAK_JITTER_MIB,
     Formula,
@@ -271,10 +271,6 @@ def test_model_and_double_bisect_agree_on_the_real_boundary(wide_data, tmp_path)
     assert abs(answers["model"][0] - answers["double-bisect"][0]) <= j, (answers, j, trail)
     assert j < answers["model"][0] / 20  # the tolerance stays small next to the answer
     assert answers["model"][1] < answers["double-bisect"][1]
-
-
-def test_does_not_fit_error_type():
-    assert DoesNotFitError.exit_code == 3
 
 
 @pytest.mark.slow
