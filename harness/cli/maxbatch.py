@@ -159,9 +159,12 @@ def print_recommendation(row: dict[str, Any], file: Any) -> None:
               file=file)
     if row.get("train_env_json") is not None:
         train_env = json.loads(row["train_env_json"] or "{}")
-        print(f"the probes ran with: {env_words(train_env)}; the answer holds only under the same settings, so "
-              f"train with them too" + (f" (e.g. `{env_words(train_env)} python train.py`)" if train_env else ""),
-              file=file)
+        if train_env:
+            print(f"the probes ran with: {env_words(train_env)}; the answer holds only under the same settings, "
+                  f"so train with them too (e.g. `{env_words(train_env)} python train.py`)", file=file)
+        else:
+            print("the probes ran with no allocator settings (none set by batchscope or in your environment); "
+                  "setting one in training (e.g. PYTORCH_CUDA_ALLOC_CONF) changes the answer", file=file)
     if row.get("confirm_steps"):
         print(f"confirm run: {row['confirm_steps']} steps + eval at {row['max_batch']}", file=file)
     if row.get("verify_status"):

@@ -146,3 +146,13 @@ def test_verify_passes_on_a_real_pytorch_worker(tmp_path, capsys):
     assert row["verify_status"] == "pass" and 0 < row["recommended_batch"] < row["max_batch"], row
     assert row["margin_total_mib"] >= CPU_PEAK_JITTER_MIB
     assert "MALLOC_MMAP_THRESHOLD_=131072" in captured.out and ": PASS" in captured.out
+
+
+def test_no_settings_are_said_as_such(capsys):
+    from harness.cli.maxbatch import print_recommendation
+
+    row = {"margin_total_mib": 0.0, "margin_mib": 0.0, "recommended_batch": 300, "recommended_pow2": 256,
+           "recommended_mult8": 296, "train_env_json": "{}", "max_batch": 300}
+    print_recommendation(row, None)
+    out = capsys.readouterr().out
+    assert "the probes ran with no allocator settings" in out and "train with them" not in out
