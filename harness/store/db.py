@@ -23,27 +23,37 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from harness.errors import StoreError
+from harness.errors import OutputError, StoreError
+from harness.flops import mfu_pct
 from harness.monitor.fields import SAMPLE_COLUMNS
 from harness.monitor.fields import TRIAL_COLUMNS as SAMPLER_TRIAL_COLUMNS
 from harness.records import TrialOutcome
 
 STORE_NAME = "results.sqlite"
-SCHEMA_VERSION = 1
+#: 2: whole-training throughput (step_samples_per_s, e2e_samples_per_s replace samples_per_s and
+#: train_samples_per_s, whose meaning changed), drift, denormals, FLOPs; peak GPU memory columns say peak
+SCHEMA_VERSION = 2
 
 #: trials columns: (name, SQL type). Units are in the names; *_json columns hold JSON text.
 TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("trial_hash", "TEXT PRIMARY KEY"), ("run_id", "INTEGER"), ("experiment", "TEXT"), ("purpose", "TEXT"),
     ("framework", "TEXT"), ("model", "TEXT"), ("dataset", "TEXT"), ("batch_size", "INTEGER"),
     ("repeat", "INTEGER"), ("seed", "INTEGER"), ("status", "TEXT"), ("reason", "TEXT"),
-    ("samples_per_s", "REAL"), ("step_time_ms_median", "REAL"), ("step_time_ms_iqr", "REAL"),
-    ("train_samples_per_s", "REAL"), ("framework_peak_mib", "REAL"), ("framework_peak_source", "TEXT"),
+    # throughput over every post-warm-up step (harness/run/timing.py): step = batch / median step time
+    # (forward, backward, update); e2e = samples / wall time of those steps, batch preparation included
+    ("step_samples_per_s", "REAL"), ("e2e_samples_per_s", "REAL"), ("step_time_ms_median", "REAL"),
+    ("step_time_ms_iqr", "REAL"), ("measured_steps_n", "INTEGER"),
+    ("drift_change_pct", "REAL"), ("drift_threshold_pct", "REAL"), ("drift_flagged", "INTEGER"),
+    ("denormals", "TEXT"), ("cpu_denormals", "TEXT"),  # asked for; what the CPU did (flush | keep | unknown)
+    ("train_flop_per_sample", "REAL"), ("achieved_gflop_per_s", "REAL"), ("mfu_pct", "REAL"),
+    ("framework_peak_mib", "REAL"), ("framework_peak_source", "TEXT"),
     ("framework_reserved_mib", "REAL"), ("rss_peak_mib", "REAL"), ("accuracy", "REAL"), ("eval_loss", "REAL"),
     ("epochs", "INTEGER"), ("epochs_done", "REAL"), ("lr", "REAL"), ("optimizer", "TEXT"),
     ("warmup_steps_n", "INTEGER"), ("timed_steps_n", "INTEGER"), ("train_steps_n", "INTEGER"),
     ("setup_s", "REAL"), ("train_s", "REAL"), ("eval_s", "REAL"), ("data_s", "REAL"), ("elapsed_s", "REAL"),
     ("param_count", "INTEGER"), ("device", "TEXT"), ("precision", "TEXT"),
-    # sampler aggregates, from the field table (harness/monitor/fields.py); NULL where not measured
+    # sampler aggregates, from the field table (harness/monitor/fields.py): means over the timed phase, except
+    # where the name says peak; NULL where not measured
     *(c for c in SAMPLER_TRIAL_COLUMNS if c[0] != "rss_peak_mib"), ("j_per_sample", "REAL"),
     ("sample_interval_ms", "REAL"), ("samples_n", "INTEGER"),
     ("timed_samples_n", "INTEGER"),
@@ -96,6 +106,17 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def make_out_dir(out_dir: Path) -> None:
+    """Create the output directory, or refuse (exit 2) with the path and the reason."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OutputError(f"{out_dir}: exists and is not a directory; give the output option a directory")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"{out_dir}: cannot create the output directory ({e.strerror or e}); give a "
+                          "writable path") from e
+
+
 def store_path(out_dir: str | Path) -> Path:
     """Where the store of an output directory lives."""
     return Path(out_dir) / STORE_NAME
@@ -110,18 +131,45 @@ class Store:
 
     @classmethod
     def open(cls, out_dir: str | Path, create: bool = True) -> Store:
-        """Open (and with ``create``, make) the store in ``out_dir``."""
+        """Open (and with ``create``, make) the store in ``out_dir``.
+
+        Anything that is not a readable store (a text file, a truncated file, a directory in its place, an
+        output path that is a file or cannot be created) is refused with the path and what to do.
+        """
         path = store_path(out_dir)
+        if path.is_dir():
+            raise StoreError(f"{path} is a directory, not a results store; move it away or give another "
+                             "output directory")
         if not path.exists() and not create:
             raise StoreError(f"{out_dir}: no results store ({STORE_NAME}) here; "
                              "run `batchscope run EXPERIMENT --out DIR` first")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(path, timeout=30)
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA synchronous=FULL")
-        store = cls(path, conn)
-        store._init_schema(create)
+        make_out_dir(Path(out_dir))
+        try:
+            conn = sqlite3.connect(path, timeout=30)
+        except sqlite3.Error as e:
+            raise StoreError(f"{path}: cannot be opened ({e}); check the path and its permissions") from e
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA synchronous=FULL")
+            store = cls(path, conn)
+            store._init_schema(create)
+            store._check_integrity()
+        except sqlite3.Error as e:
+            conn.close()
+            raise StoreError(f"{path}: cannot be read as a results store ({e}); it is truncated, damaged or not "
+                             "a batchscope store: move it away and re-run into this directory, or give "
+                             "another one") from e
+        except BaseException:
+            conn.close()
+            raise
         return store
+
+    def _check_integrity(self) -> None:
+        """``PRAGMA quick_check`` (reads every page once, milliseconds for a sweep's store): a truncated store
+        is refused when opened, not half-way through a command that already printed results."""
+        problems = [r[0] for r in self.conn.execute("PRAGMA quick_check(5)")]
+        if problems != ["ok"]:
+            raise sqlite3.DatabaseError("; ".join(problems))
 
     def _init_schema(self, create: bool) -> None:
         tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -151,6 +199,18 @@ class Store:
         """Close the connection."""
         self.conn.close()
 
+    @contextmanager
+    def _writing(self, what: str) -> Iterator[None]:
+        """A failed write (a full disk, the directory removed or made read-only mid-run) is an OutputError
+        with the path and the reason (exit 2); every transaction committed before it stays in the file."""
+        try:
+            yield
+        # OperationalError is what the file system's refusals become (disk I/O error, database or disk is
+        # full, readonly database, unable to open); a ProgrammingError is a bug and stays one
+        except sqlite3.OperationalError as e:
+            raise OutputError(f"{self.path}: cannot write {what} ({e}); check that the directory still exists, "
+                              "is writable and has space; the trials stored before are kept") from e
+
     def __enter__(self) -> Store:
         return self
 
@@ -159,7 +219,7 @@ class Store:
 
     def begin_run(self, experiment: str, spec: Mapping[str, Any], command: str, env: Mapping[str, Any]) -> int:
         """Record one invocation; returns its run id."""
-        with self.conn:
+        with self._writing("the run's record"), self.conn:
             cur = self.conn.execute(
                 "INSERT INTO runs (experiment, spec_json, command, env_json, started_at) VALUES (?,?,?,?,?)",
                 (experiment, json.dumps(spec, default=str), command, json.dumps(env, default=str), _now()))
@@ -186,7 +246,7 @@ class Store:
 
         samples = list(outcome.monitor.samples)
         sample_names = [n for n, _ in SAMPLE_COLUMNS]
-        with self.conn:
+        with self._writing(f"trial {h}"), self.conn:
             self.conn.execute("DELETE FROM step_times WHERE trial_hash=?", (h,))
             self.conn.execute("DELETE FROM samples WHERE trial_hash=?", (h,))
             cols = ", ".join(row)
@@ -214,7 +274,7 @@ class Store:
         if unknown:
             raise StoreError(f"maxbatch row has unknown column(s) {unknown}; known: {MAXBATCH_COLUMN_NAMES}")
         cols = [c for c in MAXBATCH_COLUMN_NAMES if c in row and c != "result_id"]
-        with self.conn:
+        with self._writing("the max-batch result"), self.conn:
             cur = self.conn.execute(f"INSERT INTO maxbatch ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                                     tuple(row[c] for c in cols))
         return int(cur.lastrowid or 0)
@@ -234,7 +294,7 @@ class Store:
 def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> dict[str, Any]:
     """The trials row for one outcome (metrics the worker or the monitor gave, or NULL)."""
     t = outcome.trial
-    m = outcome.metrics
+    m = outcome.metrics.to_dict() if outcome.metrics is not None else {}
     mon = outcome.monitor.aggregates
     rss = [v for v in (m.get("maxrss_mib"), mon.get("rss_peak_mib")) if v is not None]
     row: dict[str, Any] = {
@@ -243,7 +303,9 @@ def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> d
         "repeat": t.repeat, "seed": t.seed, "status": outcome.status, "reason": outcome.reason,
         "epochs": t.epochs, "lr": t.optimizer.lr, "optimizer": t.optimizer.name,
         "elapsed_s": outcome.elapsed_s, "param_count": outcome.param_count,
-        "device": outcome.device.get("device"), "precision": t.precision,
+        "device": outcome.device.get("device"), "precision": t.precision, "denormals": t.denormals,
+        "mfu_pct": mfu_pct(m.get("achieved_gflop_per_s"), outcome.device.get("gpu_name"), t.precision)
+        if outcome.device.get("gpu_name") else None,
         "rss_peak_mib": max(rss) if rss else None,
         "j_per_sample": _j_per_sample(mon.get("energy_j"), t.batch_size, outcome.phase_steps.get("timed")),
         "exit_code": outcome.exit_code, "stderr_tail": outcome.stderr_tail, "traceback": outcome.traceback,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from harness.records import TrialOutcome, TrialUnit
+from harness.records import TrialOutcome, TrialUnit, WorkerMetrics
 
 BUDGET_MIB = 385.0  # with a peak of 100 + 10 * batch MiB: batch 28 fits (380), 29 does not (390)
 
@@ -38,7 +38,7 @@ class LinearMemory:
         if unit.os_memory_limit_mib is not None and peak > unit.os_memory_limit_mib:
             return TrialOutcome(trial=unit.trial, status="oom",
                                 reason="RuntimeError: DefaultCPUAllocator: can't allocate memory")
-        return TrialOutcome(trial=unit.trial, status="ok", metrics={"vmdata_peak_mib": peak})
+        return TrialOutcome(trial=unit.trial, status="ok", metrics=WorkerMetrics(vmdata_peak_mib=peak))
 
 
 def install(monkeypatch: pytest.MonkeyPatch, make: Callable[[], Any]) -> list[Any]:
