@@ -88,7 +88,9 @@ MAXBATCH_COLUMNS = (
     "framework", "model", "device", "precision", "strategy", "budget_mib", "budget_kind", "margin_mib",
     "max_batch", "first_fail_batch", "first_fail_status", "recommended_batch", "recommended_pow2",
     "recommended_mult8", "formula_batch", "formula_error_pct", "probes_n", "wall_s", "param_count",
-    "per_sample_activation_mib", "fit_a_mib", "fit_b_mib_per_sample", "first_fail_reason", "finished_at")
+    "per_sample_activation_mib", "fit_a_mib", "fit_b_mib_per_sample", "first_fail_reason", "finished_at",
+    "confirm_steps", "margin_jitter_mib", "margin_growth_mib", "margin_total_mib", "train_env_json",
+    "verify_steps", "verify_status", "verify_reason")
 
 
 def _g(value: Any, fmt: str = "") -> str:
@@ -104,12 +106,14 @@ def maxbatch(rows: Sequence[dict[str, Any]]) -> Table | None:
     """The max-batch finder's results with the seed formula's estimate beside them."""
     if not rows:
         return None
-    from harness.maxbatch.advice import answer_headroom_mib, jitter_advice  # framework-free, like the rest of harness
+    from harness.maxbatch.advice import answer_headroom_mib, jitter_advice, train_advice  # framework-free
 
     text_rows, advice = [], []
     for r in rows:
         spare = answer_headroom_mib(r)
         if (line := jitter_advice(r)) is not None:
+            advice.append(f"{r.get('framework', '-')}: {line}.")
+        if (line := train_advice(r)) is not None:
             advice.append(f"{r.get('framework', '-')}: {line}.")
         fail = (f"{_g(r.get('first_fail_batch'))} ({r.get('first_fail_status') or '-'})"
                 if r.get("first_fail_batch") is not None else "-")

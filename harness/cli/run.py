@@ -15,7 +15,7 @@ from harness.cli.table import _csv_ints, _csv_names, _fmt, print_table, shorten
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.cells import SUMMARY_COLUMNS, SUMMARY_NOTE
     from harness.config.experiment import load_experiment
-    from harness.maxbatch.advice import jitter_advice
+    from harness.maxbatch.advice import jitter_advice, train_advice
     from harness.monitor.sampler import monitor_factory_for
     from harness.pipeline import run_experiment
     from harness.run.sweep import summarise
@@ -67,9 +67,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"max batch {row['framework']}: {row['max_batch']} fits, {row['first_fail_batch']} fails "
               f"({row['budget_mib']:.0f} MiB {row['budget_kind']}; {row['probes_n']} probes, "
               f"{row['wall_s']:.0f} s; formula {row['formula_batch']})")
-        advice = jitter_advice(row)
-        if advice is not None:
-            print(f"max batch {row['framework']}: note: {advice}")
+        for advice in (jitter_advice(row), train_advice(row)):
+            if advice is not None:
+                print(f"max batch {row['framework']}: note: {advice}")
     for note in result.maxbatch_notes:
         print(f"max batch {note}")
     with Store.open(out, create=False) as store:

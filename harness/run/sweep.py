@@ -19,7 +19,7 @@ from harness.models import build_description
 from harness.monitor import environment
 from harness.records import Executor, Monitor, TrialOutcome, TrialUnit
 from harness.registry import adapter_class, adapter_target
-from harness.run.executor import LocalExecutor
+from harness.run.executor import CPU_ALLOCATOR_ENV, LocalExecutor
 from harness.run.planner import data_request, plan
 from harness.store import Store, store_path
 from harness.store.db import make_out_dir
@@ -52,16 +52,22 @@ class SweepContext:
     monitor_factory: Callable[[TrialUnit], Monitor] | None
 
 
+def worker_env(trial: TrialSpec, env: dict[str, Any]) -> dict[str, str]:
+    """What a trial's worker gets in its environment: on CPU the allocator setting the max-batch probes use."""
+    on_cpu = trial.device == "cpu" or (trial.device == "auto" and not env.get("gpus"))
+    return dict(CPU_ALLOCATOR_ENV) if on_cpu else {}
+
+
 def unit_for(exp: Experiment, trial: TrialSpec, data: PreparedData, os_memory_limit_mib: float | None = None,
-             ) -> TrialUnit:
-    """The unit that runs ``trial``: its interpreter, adapter and out-of-memory patterns."""
+             env: dict[str, str] | None = None) -> TrialUnit:
+    """The unit that runs ``trial``: its interpreter, adapter, out-of-memory patterns and extra environment."""
     settings = exp.adapters.get(trial.framework)
     python = settings.python if settings and settings.python else sys.executable
     order_path = data.write_order(trial.seed, trial.epochs)
     return TrialUnit(trial=trial, data=data, order_path=str(order_path),
                      adapter_target=adapter_target(trial.framework), python=python,
                      oom_patterns=adapter_class(trial.framework).oom_stderr_patterns,
-                     os_memory_limit_mib=os_memory_limit_mib)
+                     os_memory_limit_mib=os_memory_limit_mib, env=dict(env or {}))
 
 
 def skipped_outcome(trial: TrialSpec, reason: str) -> TrialOutcome:
@@ -104,6 +110,8 @@ def run_sweep(
     for framework in exp.frameworks:
         adapter_class(framework)  # an adapter that cannot be loaded: AdapterError (exit 2)
     env = environment.capture()
+    # stored with the run: what CPU workers ran with (the same as the max-batch probes: harness/run/executor.py)
+    env["cpu_worker_env"] = dict(CPU_ALLOCATOR_ENV)
     if exp.device == "gpu" and not env.get("gpus"):
         raise ConfigError(f"{exp.source}: device = \"gpu\" was asked for, but NVML sees no GPU here "
                           f"({env.get('gpu_note') or 'no GPU'}); use device = \"cpu\" or \"auto\", or run "
@@ -146,7 +154,7 @@ def run_sweep(
             else:
                 if on_start is not None:
                     on_start(i, len(trials), trial)
-                outcome = executor.run(unit_for(exp, trial, data))
+                outcome = executor.run(unit_for(exp, trial, data, env=worker_env(trial, env)))
                 if outcome.status == "oom":
                     key = (trial.framework, trial.variant)
                     oom_at[key] = min(oom_at.get(key, trial.batch_size), trial.batch_size)

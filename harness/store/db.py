@@ -83,6 +83,10 @@ MAXBATCH_COLUMNS: tuple[tuple[str, str], ...] = (
     ("formula_analytic_batch", "INTEGER"), ("formula_analytic_error_pct", "REAL"),
     ("analytic_activation_mib_per_sample", "REAL"), ("model_state_mib", "REAL"), ("capped", "INTEGER"),
     ("versions_json", "TEXT"),
+    # issue 18: what the answer needs to hold in the user's own training, and the check that it does
+    ("confirm_steps", "INTEGER"), ("margin_jitter_mib", "REAL"), ("margin_growth_mib", "REAL"),
+    ("margin_total_mib", "REAL"), ("train_env_json", "TEXT"), ("verify_steps", "INTEGER"),
+    ("verify_status", "TEXT"), ("verify_reason", "TEXT"), ("verify_peak_mib", "REAL"),
 )
 MAXBATCH_COLUMN_NAMES = tuple(name for name, _ in MAXBATCH_COLUMNS)
 
