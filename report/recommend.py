@@ -247,6 +247,10 @@ def recommend_group(framework: str, variant: str, rows: Sequence[dict[str, Any]]
     rec_cost = dict(cost).get(rec)
     if rec_cost is not None:
         why += f"; accuracy {rec_cost:.1f} points below the best" if rec_cost > 0.05 else "; the best accuracy"
+    if r_stats.j_per_sample_mean is not None and b_stats.j_per_sample_mean is not None:
+        why += (f"; energy {r_stats.j_per_sample_mean:.3g} J/sample (batch {best}: "
+                f"{b_stats.j_per_sample_mean:.3g})" if rec != best else
+                f"; energy {r_stats.j_per_sample_mean:.3g} J/sample")
     one_repeat = any(s.repeats_n < MIN_REPEATS for s in sizes if s.batch_size <= max(hi, best))
     return Recommendation(framework=framework, variant=variant, batch_size=rec, best_batch=best, range_lo=lo,
                           range_hi=hi, supported=not one_repeat and lo == hi, why=why, sizes=tuple(sizes),
@@ -254,13 +258,26 @@ def recommend_group(framework: str, variant: str, rows: Sequence[dict[str, Any]]
                           share_of_best=share)
 
 
+def accuracy_unusable(spec: dict[str, Any]) -> str | None:
+    """Why this experiment's stored accuracy must not be used (None when it means something)."""
+    data = spec.get("data") or {}
+    if not spec.get("epochs"):
+        return "it trained no full epochs (epochs = 0)"
+    if data and not data.get("accuracy_meaningful", True):
+        return f"its data set ({data.get('name')}) is synthetic with random labels"
+    return None
+
+
 def recommend(exp: Experiment, share: float = SHARE_OF_BEST) -> list[Recommendation]:
     """One recommendation per framework and variant of ``exp``, in the experiment's framework order.
 
     Only sweep trials count (max-batch probes time too few steps to rank by). Frameworks with only a
-    max-batch result get a recommendation that says no sweep ran.
+    max-batch result get a recommendation that says no sweep ran. An accuracy that means nothing
+    (:func:`accuracy_unusable`) is dropped, so no accuracy cost is computed from it.
     """
     sweep = [t for t in exp.trials if t.get("purpose") in (None, "sweep")]
+    if accuracy_unusable(exp.spec):
+        sweep = [t | {"accuracy": None} for t in sweep]
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for t in sweep:
         groups.setdefault((t["framework"], _variant(t)), []).append(t)
