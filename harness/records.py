@@ -15,6 +15,9 @@ from harness.config.trial import TrialSpec
 from harness.data import PreparedData
 
 STATUSES = ("ok", "oom", "error", "timeout", "crashed", "skipped")
+#: the worker's default bound on progress messages: a few a second is live enough for a person, and the
+#: check between steps is one comparison (docs/benchmarks.md: no measurable effect on the timing)
+PROGRESS_INTERVAL_S = 0.5
 
 
 class Monitor(Protocol):
@@ -62,6 +65,7 @@ class TrialUnit:
     oom_patterns: tuple[str, ...] = ()
     os_memory_limit_mib: float | None = None  # CPU budget: RLIMIT_DATA on the worker, enforced by the kernel
     env: dict[str, str] = field(default_factory=dict)
+    progress_interval_s: float | None = PROGRESS_INTERVAL_S  # progress messages at most this often; None: none
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Callable
@@ -21,6 +22,8 @@ from harness.run.planner import data_request, plan
 from harness.store import Store, store_path
 
 ProgressFn = Callable[[int, int, TrialOutcome], None]
+#: a worker's protocol message (``progress``, ``phase``, ...) as it arrives, with the trial it belongs to
+EventFn = Callable[[TrialSpec, dict[str, Any]], None]
 
 
 @dataclass
@@ -75,6 +78,8 @@ def run_sweep(
     monitor_factory: Callable[[TrialUnit], Monitor] | None = None,
     progress: ProgressFn | None = None,
     on_start: Callable[[int, int, TrialSpec], None] | None = None,
+    on_event: EventFn | None = None,
+    on_plan: Callable[[list[TrialSpec], PreparedData], None] | None = None,
     executor: Executor | None = None,
     preflight: Callable[[dict[str, Any]], None] | None = None,
     after_trials: Callable[[SweepContext, SweepResult], None] | None = None,
@@ -84,9 +89,10 @@ def run_sweep(
     Without ``resume``, a store that already holds trials of this experiment is refused rather than
     mixed with a new run. A trial that fails never stops the sweep; Ctrl-C stops it after killing the
     worker in flight, with every finished trial already stored. ``executor`` defaults to a
-    :class:`LocalExecutor` logging into ``out_dir/logs``. ``preflight(env)`` runs before anything is
-    written and may refuse the run; ``after_trials`` runs with the store still open (the max-batch searches
-    of :func:`harness.pipeline.run_experiment`).
+    :class:`LocalExecutor` logging into ``out_dir/logs``. ``on_plan(todo, data)`` is told the trials still
+    to run before the first starts, ``on_event(trial, message)`` every worker message (live progress).
+    ``preflight(env)`` runs before anything is written and may refuse the run; ``after_trials`` runs with
+    the store still open (the max-batch searches of :func:`harness.pipeline.run_experiment`).
     """
     out_dir = Path(out_dir)
     if store_path(out_dir).exists():
@@ -113,6 +119,8 @@ def run_sweep(
             if row["status"] == "oom":
                 oom_at[row["framework"]] = min(oom_at.get(row["framework"], row["batch_size"]), row["batch_size"])
         executor = executor or LocalExecutor(monitor_factory=monitor_factory, log_dir=out_dir / "logs")
+        if on_plan is not None:
+            on_plan([t for t in trials if t.trial_hash not in done], data)
         for i, trial in enumerate(trials, 1):
             if trial.trial_hash in done:
                 result.already_done += 1
@@ -124,7 +132,8 @@ def run_sweep(
             else:
                 if on_start is not None:
                     on_start(i, len(trials), trial)
-                outcome = executor.run(unit_for(exp, trial, data))
+                relay = None if on_event is None else functools.partial(on_event, trial)
+                outcome = executor.run(unit_for(exp, trial, data), on_event=relay)
                 if outcome.status == "oom":
                     oom_at[trial.framework] = min(oom_at.get(trial.framework, trial.batch_size), trial.batch_size)
             store.write_trial(outcome, run_id, env)

@@ -30,7 +30,8 @@ from adapters.base import Adapter, RuntimeConfig
 from harness.config.trial import TrialSpec
 from harness.data import PreparedData
 from harness.models import build_description, init_weights
-from harness.run.protocol import Channel
+from harness.run.planner import plan_steps
+from harness.run.protocol import PROGRESS_INTERVAL_S, Channel, ProgressTicker
 
 MIB = 1024.0 * 1024.0
 
@@ -48,16 +49,6 @@ def batch_indices(order: np.ndarray, batch_size: int, epochs: int, steps: int) -
     perm = order[0]
     for step in range(steps):
         yield perm[(step * batch_size + np.arange(batch_size)) % n]
-
-
-def plan_steps(n_train: int, batch_size: int, epochs: int, warmup: int, timed: int) -> tuple[int, int, int]:
-    """(warm-up, timed, rest) step counts. With epochs, warm-up and timed steps come out of the epochs."""
-    if epochs == 0:
-        return warmup, timed, 0
-    total = epochs * -(-n_train // batch_size)
-    timed_n = min(timed, max(total - warmup, 1))
-    warmup_n = min(warmup, total - timed_n)
-    return warmup_n, timed_n, total - warmup_n - timed_n
 
 
 def _load_adapter(target: str) -> Adapter:
@@ -174,6 +165,8 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
         warmup_n, timed_n, rest_n = plan_steps(data.n_train, trial.batch_size, trial.epochs,
                                                trial.warmup_steps, trial.timed_steps)
         boundaries = [(0, "warmup"), (warmup_n, "timed"), (warmup_n + timed_n, "train")]
+        ticker = ProgressTicker(chan, request.get("progress_interval_s", PROGRESS_INTERVAL_S),
+                                warmup_n + timed_n + rest_n, -(-data.n_train // trial.batch_size), trial.epochs)
         adapter.reset_memory_stats()
         step_ms: list[float] = []
         data_s = 0.0
@@ -193,6 +186,7 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
             data_s += t1 - t0
             step_ms.append((t2 - t1) * 1e3)
             samples_seen += len(idx)
+            ticker.tick(t2, step, phase, step_ms[-1])  # after the step's clock: outside the timed section
         train_s = time.perf_counter() - t_train
         mem = adapter.memory_stats()
 
