@@ -231,8 +231,8 @@ class PlainProgress:
 class RichProgress(PlainProgress):
     """The terminal display: the sweep's bar and the running trial's bar, results printed above them.
 
-    Rich redraws from a thread of its own a few times a second; the worker's timing is unaffected (the
-    parent only waits on the worker; docs/benchmarks.md measures the whole display against none).
+    Rich redraws from a thread of its own once a second (a redraw costs ~4 ms of CPU on the 2-core
+    development machine, so 4 a second took 1.7% of a core from the worker; docs/benchmarks.md).
     """
 
     def __init__(self, console: Any = None, clock: Callable[[], float] = time.monotonic) -> None:
@@ -243,7 +243,7 @@ class RichProgress(PlainProgress):
         self.console = console or Console()
         self.bars = Progress(TextColumn("{task.description}"), BarColumn(bar_width=28), MofNCompleteColumn(),
                              TimeElapsedColumn(), TextColumn("{task.fields[info]}"), console=self.console,
-                             refresh_per_second=4, transient=True)
+                             refresh_per_second=1, transient=True)  # see the class docstring: why 1/s
         self.sweep_task = self.bars.add_task("sweep", total=None, info="", visible=False)  # shown by plan()
         self.trial_task = self.bars.add_task("trial", total=None, info="", visible=False)
         self._started = False
