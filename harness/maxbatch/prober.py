@@ -149,7 +149,8 @@ class WorkerProber:
                          os_memory_limit_mib=os_limit_mib, env=dict(self.env))
         on_event = self.on_event
         relay = None if on_event is None else (lambda msg: on_event(unit.trial, msg))
-        outcome = self.executor.run(unit, on_event=relay)
+        # without a listener, the plain call: executors written before live progress take no on_event
+        outcome = self.executor.run(unit) if relay is None else self.executor.run(unit, on_event=relay)
         self.outcomes.append(outcome)
         if self.on_outcome is not None and not control:  # a control run shares the probe's trial hash
             self.on_outcome(outcome)
