@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
+from harness.cli.table import shorten
 from harness.config.trial import TrialSpec
 from harness.records import TrialOutcome
 
@@ -135,7 +136,8 @@ class Eta:
 def result_text(o: TrialOutcome) -> str:
     """A finished trial in one line (the same words in both modes)."""
     m = o.metrics
-    extra = f"{m['samples_per_s']:.1f} samples/s" if o.status == "ok" and m.get("samples_per_s") else o.reason[:90]
+    ok = o.status == "ok" and m.get("samples_per_s")
+    extra = f"{m['samples_per_s']:.1f} samples/s" if ok else shorten(o.reason, 90)
     acc = f"  acc {m['accuracy']:.3f}" if m.get("accuracy") is not None else ""
     return f"{o.status:<8} {extra}{acc}  ({o.elapsed_s:.1f} s)"
 
