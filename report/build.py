@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import StoreError
-from report import aggregate, context, figures, findings, studies, tables
+from report import aggregate, context, figures, findings, recommend, studies, tables
 from report import thesis as compare
 from report.drift import drift_figure
 from report.load import Experiment, ReportInput, load
@@ -51,12 +51,42 @@ def default_output(source_dir: Path) -> Path:
 
 def _accuracy_unusable(spec: dict[str, Any]) -> str | None:
     """Why this experiment's accuracy must not be shown (None when it means something)."""
-    data = spec.get("data") or {}
-    if not spec.get("epochs"):
-        return "it trained no full epochs (epochs = 0)"
-    if data and not data.get("accuracy_meaningful", True):
-        return f"its data set ({data.get('name')}) is synthetic with random labels"
-    return None
+    return recommend.accuracy_unusable(spec)
+
+
+def _answer_page(pdf: PdfWriter, data: ReportInput, tmp: Path, result: BuildResult) -> None:
+    """Page 1: the answer to the user's question, per experiment, before the measurements behind it."""
+    answered = [(exp, recommend.recommend(exp)) for exp in data.experiments if exp.trials]
+    if not answered:
+        return
+    pdf.heading("The answer: which batch size to train with", 0)
+    pdf.para(esc(recommend.RULE_TEXT) + " Rule and caveats: docs/recommend.md; "
+             "the same answer in a terminal: <i>batchscope recommend DIR</i>.")
+    for exp, recs in answered:
+        slug = _slug(exp.name or "unnamed")
+        if len(answered) > 1:
+            pdf.heading(f"Experiment “{exp.name}”", 1)
+        table = tables.recommendation(recs)
+        if table is None:
+            continue
+        pdf.table(table, col_widths=[2.0 * 28.35, 2.3 * 28.35, 5.0 * 28.35, 2.0 * 28.35, 3.2 * 28.35,
+                                     None])  # type: ignore[list-item]
+        path = tmp / "tables" / f"{slug}-recommendation.csv"
+        table.write_csv(path)
+        result.tables.append(path)
+        fig = figures.recommendation_figure(exp, recs)
+        if fig.figure is None:
+            pdf.absent(fig.title, fig.absent_reason or "no data")
+            result.absent.append(f"{exp.name}/{fig.key}: {fig.absent_reason}")
+        else:
+            paths = figures.save(fig, tmp / "figures", f"{slug}-00-{fig.key}")
+            result.figures += paths
+            pdf.figure(paths[0], fig.title, fig.caption)
+        notes = [f"{r.framework}: {c}" for r in recs for c in r.caveats]
+        notes += [f"{r.framework}, to be sure: {w}" for r in recs for w in r.to_run]
+        if notes:
+            pdf.bullets(notes)
+    pdf.page_break()
 
 
 def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: BuildResult,
@@ -249,6 +279,7 @@ def build_report(source_dir: str | Path, output: str | Path | None = None) -> Bu
             f"Built {now}, from the results store alone (no framework imported).",
         ])
         result = BuildResult(pdf=target)
+        _answer_page(pdf, data, tmp, result)
         for exp in data.experiments:
             if exp.trials:
                 _experiment_section(pdf, exp, tmp, result, reference)

@@ -14,6 +14,8 @@ from typing import Any
 
 from report.aggregate import METRICS, Cell, has_metric
 from report.load import Experiment
+from report.recommend import TABLE_COLUMNS as RECOMMEND_COLUMNS
+from report.recommend import Recommendation, show_variants, table_rows
 
 #: the headline table is printed in two parts so it fits a portrait page
 SPEED_COLUMNS = ("step_samples_per_s", "e2e_samples_per_s", "step_time_ms_median", "step_time_ms_iqr",
@@ -175,3 +177,27 @@ def runs(exp: Experiment) -> Table:
                  csv_headers=("run_id", "experiment", "started_at", "command", "spec_json"),
                  csv_rows=tuple((r.get("run_id"), r.get("experiment"), r.get("started_at"), r.get("command"),
                                  r.get("spec_json")) for r in exp.runs))
+
+
+def recommendation(recs: Sequence[Recommendation]) -> Table | None:
+    """The report's first table: per framework, the recommended batch size, why, the largest that fits,
+    and throughput and accuracy at the recommendation vs at the fastest size (text shared with the CLI)."""
+    if not recs:
+        return None
+    text = table_rows(recs, show_variants(recs))
+    csv_headers = ("framework", "variant", "recommended_batch", "range_lo", "range_hi", "supported",
+                   "best_throughput_batch", "samples_per_s_at_recommended", "samples_per_s_at_best",
+                   "accuracy_at_recommended", "accuracy_at_best", "max_batch_fits", "why")
+    csv_rows = []
+    for r in recs:
+        rec, best = r.at(r.batch_size), r.at(r.best_batch)
+        csv_rows.append((r.framework, r.variant, r.batch_size, r.range_lo, r.range_hi, r.supported, r.best_batch,
+                         rec and rec.samples_per_s_mean, best and best.samples_per_s_mean,
+                         rec and rec.accuracy_mean, best and best.accuracy_mean,
+                         r.max_fit.max_batch if r.max_fit else None, r.why))
+    return Table(key="recommendation", title="Which batch size to train with",
+                 headers=tuple(h for _, h in RECOMMEND_COLUMNS),
+                 rows=tuple(tuple(row[k] for k, _ in RECOMMEND_COLUMNS) for row in text),
+                 csv_headers=csv_headers, csv_rows=tuple(csv_rows),
+                 note="samples/s and accuracy: mean ± sd over the repeats; 'best' is the fastest batch size; "
+                      "tentative: the data cannot support one size (see the caveats)")

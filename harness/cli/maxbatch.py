@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.cli.progress import make_progress
 from harness.errors import ConfigError
 
 
@@ -62,6 +63,8 @@ def register(sub: Any) -> None:
                    help="timed steps of the --verify run (default: the confirm run's length)")
     p.add_argument("--out", help="output directory for the store (default results/maxbatch)")
     p.add_argument("--data-dir", help="local copy of a downloadable data set")
+    p.add_argument("--quiet", action="store_true",
+                   help="plain lines instead of live progress (the default when stdout is not a terminal)")
     p.set_defaults(func=cmd_maxbatch)
 
 
@@ -136,13 +139,21 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     print(f"maxbatch: {req.framework} {req.model} on {budget.device}, budget {budget.mib:.0f} MiB "
           f"({budget.kind}), strategy {req.strategy}; every probe is a fresh worker", flush=True)
 
+    display = make_progress(quiet=args.quiet)  # each probe live, as a sweep's trials are
+    probes: list[str] = []  # trial hashes in the order the probes started
+
+    def on_event(trial: Any, msg: dict[str, Any]) -> None:
+        if not probes or probes[-1] != trial.trial_hash:  # a control run repeats a probe's hash: still new
+            probes.append(trial.trial_hash)
+            display.start(len(probes), 0, trial)
+        display.event(trial, msg)
+
     def on_probe(o: Any) -> None:
         peak = probe_peak_mib(o, budget.kind) if o.status == "ok" else None
         extra = (f"peak {peak:.0f} MiB" if peak is not None else "") if o.status == "ok" else shorten(o.reason, 110)
         kind = ("verify" if o.trial.purpose == "verify"
                 else "confirm" if o.trial.timed_steps == req.confirm_steps else "probe")
-        print(f"  {kind:<7} bs={o.trial.batch_size:<6} {o.status:<8} {o.elapsed_s:5.1f} s  {extra}",
-              flush=True)
+        display.done(len(probes), 0, o, text=f"{kind:<7} {o.status:<8} {o.elapsed_s:5.1f} s  {extra}")
 
     command = "batchscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     # the adapter, the data and the model's fit to it are checked before the store is created
@@ -159,10 +170,10 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     build_description(req.model, data.input_shape, data.classes)
     make_out_dir(out)
     try:
-        with locked_out_dir(out), Store.open(out) as store:
+        with display, locked_out_dir(out), Store.open(out) as store:
             run_id = store.begin_run(req.experiment, {"maxbatch": vars(args) | {"func": None}}, command, env)
             outcome = run_maxbatch(req, store, run_id, data=data, log_dir=out / "logs", on_probe=on_probe,
-                                   env=env)
+                                   on_event=on_event, env=env)
     except KeyboardInterrupt:
         # Here, not in the CLI's generic handler: that one suggests --resume, which maxbatch does not have (a
         # search's probes depend on each other, so there is nothing to resume from; issue 13, item 14).

@@ -116,9 +116,10 @@ class WorkerProber:
     """The probe function of :func:`harness.maxbatch.search.search`: each call is a fresh worker."""
 
     def __init__(self, req: MaxBatchRequest, budget: Budget, data: PreparedData, executor: LocalExecutor,
-                 on_outcome: Callable[[TrialOutcome], None] | None = None) -> None:
+                 on_outcome: Callable[[TrialOutcome], None] | None = None,
+                 on_event: Callable[[TrialSpec, dict[str, Any]], None] | None = None) -> None:
         self.req, self.budget, self.data, self.executor = req, budget, data, executor
-        self.on_outcome = on_outcome
+        self.on_outcome, self.on_event = on_outcome, on_event
         self.outcomes: list[TrialOutcome] = []
         self.order_path = str(data.write_order(req.seed, 0))
         # On CPU a fixed glibc mmap threshold makes a probe's peak repeatable (CPU_ALLOCATOR_ENV); the answer
@@ -145,7 +146,10 @@ class WorkerProber:
                          python=self.req.python or sys.executable,
                          oom_patterns=adapter_class(self.req.framework).oom_stderr_patterns,
                          os_memory_limit_mib=os_limit_mib, env=dict(self.env))
-        outcome = self.executor.run(unit)
+        on_event = self.on_event
+        relay = None if on_event is None else (lambda msg: on_event(unit.trial, msg))
+        # without a listener, the plain call: executors written before live progress take no on_event
+        outcome = self.executor.run(unit) if relay is None else self.executor.run(unit, on_event=relay)
         self.outcomes.append(outcome)
         if self.on_outcome is not None and not control:  # a control run shares the probe's trial hash
             self.on_outcome(outcome)
@@ -223,6 +227,7 @@ def run_maxbatch(req: MaxBatchRequest, store: Store, run_id: int, *, data: Prepa
                  data_dir: str | None = None, cache_dir: Path | None = None, log_dir: Path | None = None,
                  monitor_factory: Callable[[TrialUnit], Monitor] | None = None,
                  on_probe: Callable[[TrialOutcome], None] | None = None,
+                 on_event: Callable[[TrialSpec, dict[str, Any]], None] | None = None,
                  gpus: list[dict[str, Any]] | None = None, env: dict[str, Any] | None = None,
                  settings: SearchSettings | None = None) -> MaxBatchOutcome:
     """Search, store every probe (trials, purpose ``probe``) and the result (maxbatch), return it.
@@ -247,7 +252,7 @@ def run_maxbatch(req: MaxBatchRequest, store: Store, run_id: int, *, data: Prepa
         if on_probe is not None:
             on_probe(outcome)
 
-    prober = WorkerProber(req, budget, data, executor, on_outcome=record)
+    prober = WorkerProber(req, budget, data, executor, on_outcome=record, on_event=on_event)
     settings = settings or SearchSettings(strategy=req.strategy, budget_mib=budget.mib,
                                           max_batch_cap=req.max_batch_cap)
     result = search(prober, settings)

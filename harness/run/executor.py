@@ -94,7 +94,8 @@ class LocalExecutor:
         trial = unit.trial
         request = {"protocol": PROTOCOL_VERSION, "trial": trial.to_dict(), "data": unit.data.to_dict(),
                    "order_path": unit.order_path, "adapter_target": unit.adapter_target,
-                   "os_memory_limit_mib": unit.os_memory_limit_mib}
+                   "os_memory_limit_mib": unit.os_memory_limit_mib,
+                   "progress_interval_s": unit.progress_interval_s}
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
         env.update({"PYTHONUNBUFFERED": "1", "BATCHSCOPE_WORKER": "1", "TF_CPP_MIN_LOG_LEVEL": "1",

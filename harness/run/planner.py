@@ -24,6 +24,21 @@ def data_request(exp: Experiment, data_dir: str | None = None) -> DataRequest:
                        synthetic_samples=exp.synthetic_samples, data_dir=data_dir)
 
 
+def plan_steps(n_train: int, batch_size: int, epochs: int, warmup: int, timed: int) -> tuple[int, int, int]:
+    """(warm-up, timed, rest) step counts. With epochs, warm-up and timed steps come out of the epochs."""
+    if epochs == 0:
+        return warmup, timed, 0
+    total = epochs * -(-n_train // batch_size)
+    timed_n = min(timed, max(total - warmup, 1))
+    warmup_n = min(warmup, total - timed_n)
+    return warmup_n, timed_n, total - warmup_n - timed_n
+
+
+def planned_steps(trial: TrialSpec, n_train: int) -> int:
+    """How many training steps ``trial`` will run on ``n_train`` training samples (progress and ETAs)."""
+    return sum(plan_steps(n_train, trial.batch_size, trial.epochs, trial.warmup_steps, trial.timed_steps))
+
+
 def plan(exp: Experiment, data: PreparedData) -> list[TrialSpec]:
     """Every trial of ``exp``: frameworks x variants x batch sizes (ascending) x repeats.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Callable
@@ -26,6 +27,8 @@ from harness.store.db import make_out_dir
 from harness.store.lock import locked_out_dir
 
 ProgressFn = Callable[[int, int, TrialOutcome], None]
+#: a worker's protocol message (``progress``, ``phase``, ...) as it arrives, with the trial it belongs to
+EventFn = Callable[[TrialSpec, dict[str, Any]], None]
 
 
 @dataclass
@@ -86,6 +89,8 @@ def run_sweep(
     monitor_factory: Callable[[TrialUnit], Monitor] | None = None,
     progress: ProgressFn | None = None,
     on_start: Callable[[int, int, TrialSpec], None] | None = None,
+    on_event: EventFn | None = None,
+    on_plan: Callable[[list[TrialSpec], PreparedData], None] | None = None,
     executor: Executor | None = None,
     preflight: Callable[[dict[str, Any]], None] | None = None,
     after_trials: Callable[[SweepContext, SweepResult], None] | None = None,
@@ -95,9 +100,10 @@ def run_sweep(
     Without ``resume``, a store that already holds trials of this experiment is refused rather than
     mixed with a new run. A trial that fails never stops the sweep; Ctrl-C stops it after killing the
     worker in flight, with every finished trial already stored. ``executor`` defaults to a
-    :class:`LocalExecutor` logging into ``out_dir/logs``. ``preflight(env)`` runs before anything is
-    written and may refuse the run; ``after_trials`` runs with the store still open (the max-batch searches
-    of :func:`harness.pipeline.run_experiment`).
+    :class:`LocalExecutor` logging into ``out_dir/logs``. ``on_plan(todo, data)`` is told the trials still
+    to run before the first starts, ``on_event(trial, message)`` every worker message (live progress).
+    ``preflight(env)`` runs before anything is written and may refuse the run; ``after_trials`` runs with
+    the store still open (the max-batch searches of :func:`harness.pipeline.run_experiment`).
     """
     out_dir = Path(out_dir)
     if store_path(out_dir).exists() or store_path(out_dir).is_dir():
@@ -143,6 +149,8 @@ def run_sweep(
                 key = (row["framework"], row.get("variant") or "")
                 oom_at[key] = min(oom_at.get(key, row["batch_size"]), row["batch_size"])
         executor = executor or LocalExecutor(monitor_factory=monitor_factory, log_dir=out_dir / "logs")
+        if on_plan is not None:
+            on_plan([t for t in trials if t.trial_hash not in done], data)
         for i, trial in enumerate(trials, 1):
             if trial.trial_hash in done:
                 result.already_done += 1
@@ -154,7 +162,8 @@ def run_sweep(
             else:
                 if on_start is not None:
                     on_start(i, len(trials), trial)
-                outcome = executor.run(unit_for(exp, trial, data, env=worker_env(trial, env)))
+                relay = None if on_event is None else functools.partial(on_event, trial)
+                outcome = executor.run(unit_for(exp, trial, data, env=worker_env(trial, env)), on_event=relay)
                 if outcome.status == "oom":
                     key = (trial.framework, trial.variant)
                     oom_at[key] = min(oom_at.get(key, trial.batch_size), trial.batch_size)

@@ -38,7 +38,8 @@ from harness.errors import ConfigError
 from harness.flops import train_flop_per_sample
 from harness.models import build_description, init_weights
 from harness.records import WorkerMetrics
-from harness.run.protocol import Channel
+from harness.run.planner import plan_steps
+from harness.run.protocol import PROGRESS_INTERVAL_S, Channel, ProgressTicker
 from harness.run.timing import drift, step_figures
 
 MIB = 1024.0 * 1024.0
@@ -57,16 +58,6 @@ def batch_indices(order: np.ndarray, batch_size: int, epochs: int, steps: int) -
     perm = order[0]
     for step in range(steps):
         yield perm[(step * batch_size + np.arange(batch_size)) % n]
-
-
-def plan_steps(n_train: int, batch_size: int, epochs: int, warmup: int, timed: int) -> tuple[int, int, int]:
-    """(warm-up, timed, rest) step counts. With epochs, warm-up and timed steps come out of the epochs."""
-    if epochs == 0:
-        return warmup, timed, 0
-    total = epochs * -(-n_train // batch_size)
-    timed_n = min(timed, max(total - warmup, 1))
-    warmup_n = min(warmup, total - timed_n)
-    return warmup_n, timed_n, total - warmup_n - timed_n
 
 
 def epoch_of(step: int, n_train: int, batch_size: int, epochs: int) -> int:
@@ -273,6 +264,8 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
         warmup_n, timed_n, rest_n = plan_steps(data.n_train, effective, trial.epochs,
                                                trial.warmup_steps, trial.timed_steps)
         boundaries = [(0, "warmup"), (warmup_n, "timed"), (warmup_n + timed_n, "train")]
+        ticker = ProgressTicker(chan, request.get("progress_interval_s", PROGRESS_INTERVAL_S),
+                                warmup_n + timed_n + rest_n, -(-data.n_train // effective), trial.epochs)
         adapter.reset_memory_stats()
         step_ms: list[float] = []
         data_s = 0.0
@@ -293,6 +286,7 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
             data_s += batch_data_s
             step_ms.append(step_s * 1e3)
             samples_seen += len(idx)
+            ticker.tick(time.perf_counter(), step, phase, step_ms[-1])  # after the step's clock: not timed
             if step >= warmup_n:
                 post_warmup_samples += len(idx)
         t_end = time.perf_counter()
