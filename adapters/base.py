@@ -5,6 +5,11 @@ The worker calls, in order: :meth:`Adapter.versions`, :meth:`Adapter.setup`, :me
 then :meth:`Adapter.prepare_batch` / :meth:`Adapter.train_step` many times, :meth:`Adapter.evaluate`,
 and :meth:`Adapter.memory_stats`. Exceptions escape to the worker, which asks :meth:`Adapter.is_oom`.
 
+:meth:`Adapter.build` is a template (the default, not a requirement): it checks the weights against the
+description, calls :meth:`Adapter.begin_model`, then one hook per layer (``layer_conv2d``, ``layer_dense``...,
+see :mod:`adapters.building`), builds the optimizer through :meth:`Adapter.make_optimizer` and hands both to
+:meth:`Adapter.end_model`. An adapter may override ``build`` entirely instead.
+
 Adapter modules import their framework inside methods only: importing ``adapters.<name>`` must stay
 cheap, because the parent imports it to list adapters and to validate their options.
 
@@ -22,9 +27,26 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from adapters.building import (
+    OPTIMIZER_HOOKS,
+    LayerSite,
+    WeightFeed,
+    check_fits,
+    check_weights,
+    layer_hook_name,
+    resolve_gpu,
+    unknown_layer_error,
+    unknown_optimizer_error,
+    walk_layers,
+)
 from harness.config.trial import OptimizerSpec  # re-exported: plugins import it from here
-from harness.errors import ConfigError
+from harness.errors import AdapterError, ConfigError
 from harness.models import ModelDescription
+
+__all__ = [
+    "Adapter", "EvalResult", "LayerSite", "MemoryStats", "OptimizerSpec", "RuntimeConfig", "WeightFeed",
+    "check_fits", "is_generic_oom", "layer_hook_name", "resolve_gpu", "softmax_cross_entropy",
+]
 
 
 @dataclass(frozen=True)
@@ -80,6 +102,20 @@ class Adapter(ABC):
     options: ClassVar[Mapping[str, tuple[Any, ...]]] = {}
     #: Substrings of stderr that mean "out of memory" when the process died without a Python exception.
     oom_stderr_patterns: ClassVar[tuple[str, ...]] = ()
+    #: The framework's name in messages ("PyTorch"); the registry name when empty.
+    label: ClassVar[str] = ""
+    #: Values of the experiment's ``precision`` this adapter really applies; others are refused in the parent.
+    precisions: ClassVar[tuple[str, ...]] = ("fp32",)
+
+    @classmethod
+    def validate_precision(cls, precision: str) -> str:
+        """Refuse (in the parent, and again in :meth:`setup`) a precision the adapter would not apply."""
+        if precision not in cls.precisions:
+            raise ConfigError(
+                f"the {cls.name} adapter runs {', '.join(cls.precisions)} only; precision = {precision!r} "
+                f"would not be applied (use precision = {cls.precisions[0]!r})"
+            )
+        return precision
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -103,9 +139,40 @@ class Adapter(ABC):
     def setup(self, runtime: RuntimeConfig) -> dict[str, Any]:
         """Initialise the framework on the device; return facts about it (device name, memory mode...)."""
 
-    @abstractmethod
     def build(self, model: ModelDescription, weights: Sequence[np.ndarray], optimizer: OptimizerSpec) -> None:
-        """Build ``model`` with exactly ``weights`` (layouts of :mod:`harness.models`) and the optimizer."""
+        """Build ``model`` with exactly ``weights`` (layouts of :mod:`harness.models`) and the optimizer.
+
+        The default walks the layers and calls one hook per layer type; override it to build otherwise.
+        """
+        check_weights(model, weights)
+        self.begin_model(model)
+        feed = WeightFeed(weights)
+        for layer, site in walk_layers(model):
+            hook = getattr(self, layer_hook_name(layer), None)
+            if hook is None:
+                raise unknown_layer_error(self.name, layer, site)
+            hook(layer, site, feed)
+        feed.finish()
+        self.end_model(model, self.make_optimizer(optimizer))
+
+    def begin_model(self, model: ModelDescription) -> None:  # noqa: B027 - optional hook with a do-nothing default
+        """Start a new model (reset the layer list the hooks append to)."""
+
+    def end_model(self, model: ModelDescription, optimizer: Any) -> None:
+        """Assemble the layers the hooks made, place weights, attach ``optimizer`` (from :meth:`make_optimizer`)."""
+        raise AdapterError(f"the {self.name} adapter uses the build template but has no end_model(); "
+                           "write end_model() or override build() (docs/adapters.md)")
+
+    def make_optimizer(self, spec: OptimizerSpec) -> Any:
+        """The framework's optimizer for ``spec``: ``make_sgd`` or ``make_adam``; any other name is refused."""
+        hook = OPTIMIZER_HOOKS.get(spec.name)
+        if hook is None or not hasattr(self, hook):
+            raise unknown_optimizer_error(self.name, spec.name)
+        return getattr(self, hook)(spec)
+
+    def resolve_gpu(self, runtime: RuntimeConfig, available: bool, evidence: str, remedy: str = "") -> bool:
+        """Whether this trial runs on the GPU; refuses ``device = 'gpu'`` when the framework sees none."""
+        return resolve_gpu(runtime.device, available, self.label or self.name, evidence, remedy)
 
     @abstractmethod
     def param_count(self) -> int:

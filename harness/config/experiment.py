@@ -126,7 +126,7 @@ def _where(exp: Experiment, key: str) -> str:
 def _validate(exp: Experiment) -> None:
     from harness.data import DATASETS
     from harness.models import CATALOGUE
-    from harness.registry import known_adapter_names
+    from harness.registry import adapter_class, known_adapter_names
 
     def bad(key: str, msg: str) -> ConfigError:
         return ConfigError(f"{_where(exp, key)}: {msg}")
@@ -169,6 +169,11 @@ def _validate(exp: Experiment) -> None:
                          ("precision", PRECISIONS)):
         if getattr(exp, key) not in allowed:
             raise bad(key, f"{getattr(exp, key)!r} is not one of {', '.join(allowed)}")
+    for fw in exp.frameworks:  # a precision an adapter would not apply is refused, never recorded as applied
+        try:
+            adapter_class(fw).validate_precision(exp.precision)
+        except ConfigError as e:
+            raise bad("precision", str(e)) from None
     if len(exp.synthetic_shape) != 3 or min(exp.synthetic_shape) <= 0:
         raise bad("synthetic_shape", f"{list(exp.synthetic_shape)!r} must be [channels, height, width], all > 0")
     for name in exp.adapters:
