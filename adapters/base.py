@@ -106,6 +106,10 @@ class Adapter(ABC):
     label: ClassVar[str] = ""
     #: Values of the experiment's ``precision`` this adapter really applies; others are refused in the parent.
     precisions: ClassVar[tuple[str, ...]] = ("fp32",)
+    #: How BatchNorm's running variance is updated: with the unbiased batch variance (PyTorch, the contract
+    #: suite's reference) or the biased one (Keras, MXNet). The suite compares the running statistics with
+    #: the reference converted to this, so a declaration that does not match what the adapter does fails.
+    bn_running_variance: ClassVar[Literal["unbiased", "biased"]] = "unbiased"
 
     @classmethod
     def validate_precision(cls, precision: str) -> str:
@@ -205,6 +209,20 @@ class Adapter(ABC):
     @abstractmethod
     def is_oom(self, exc: BaseException) -> bool:
         """Whether ``exc`` is this framework's out-of-memory error."""
+
+    def batchnorm_state(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each BatchNorm's (running mean, running variance), in layer order (checked by the contract suite)."""
+        raise AdapterError(f"the {self.name} adapter does not implement batchnorm_state(); return each "
+                           "BatchNorm's (running_mean, running_var) as NumPy arrays, in layer order")
+
+    @classmethod
+    def oom_examples(cls) -> tuple[list[BaseException], list[BaseException]]:
+        """(out-of-memory, other) exceptions as the framework really raises them, for the contract suite.
+
+        Override it: the suite fails an adapter that gives none (docs/adapters.md, "Out of memory").
+        Import the framework inside; the suite calls this in a worker-like subprocess only.
+        """
+        return [MemoryError("cannot allocate")], [ValueError("shapes (3,) and (4,) not aligned")]
 
     def evaluate(self, x: np.ndarray, y: np.ndarray, batch_size: int) -> EvalResult:
         """Mean loss and accuracy over (x, y); loss and accuracy are computed the same way for all."""

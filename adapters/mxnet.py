@@ -61,6 +61,7 @@ class MXNetAdapter(Adapter):
     distributions = ("mxnet", "mxnet-cu112", "mxnet-cu117", "mxnet-cu110", "mxnet-cu102", "mxnet-mkl")
     import_name = "mxnet"
     oom_stderr_patterns = OOM_TEXTS
+    bn_running_variance = "biased"  # MXNet's BatchNorm updates running_var with the biased batch variance
 
     def __init__(self) -> None:
         self.mx: Any = None
@@ -133,6 +134,7 @@ class MXNetAdapter(Adapter):
         self._net = nn.HybridSequential()
         # (gluon Parameter, stored transposed?, canonical array) in canonical order
         self._pending: list[tuple[Any, bool, np.ndarray]] = []
+        self._bn: list[Any] = []
 
     def layer_conv2d(self, layer: Conv2D, site: LayerSite, weights: WeightFeed) -> None:
         pad = layer.kernel // 2 if layer.padding == "same" else 0
@@ -144,6 +146,7 @@ class MXNetAdapter(Adapter):
         # Gluon's momentum is the weight of the running statistic, like the description's.
         block = self.nn.BatchNorm(axis=1, momentum=layer.momentum, epsilon=layer.eps, in_channels=site.in_shape[0])
         self._add(block, [(block.gamma, False), (block.beta, False)], weights)
+        self._bn.append(block)
 
     def layer_relu(self, layer: ReLU, site: LayerSite, weights: WeightFeed) -> None:
         self._net.add(self.nn.Activation("relu"))
@@ -206,6 +209,9 @@ class MXNetAdapter(Adapter):
             out.append(np.ascontiguousarray(array.T) if transposed else array.copy())
         return out
 
+    def batchnorm_state(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [(b.running_mean.data(self.ctx).asnumpy(), b.running_var.data(self.ctx).asnumpy()) for b in self._bn]
+
     def prepare_batch(self, x: np.ndarray, y: np.ndarray) -> Any:
         mx = self.mx
         xb = mx.nd.array(np.asarray(x, dtype=np.float32), ctx=self.ctx, dtype=np.float32)
@@ -260,6 +266,25 @@ class MXNetAdapter(Adapter):
             text = str(exc)
             return "out of memory" in text.lower() or any(t in text for t in OOM_TEXTS)
         return is_generic_oom(exc)
+
+    @classmethod
+    def oom_examples(cls) -> tuple[list[BaseException], list[BaseException]]:
+        # Copied from real failures (CPU storage under RLIMIT_AS; the pooled GPU storage manager).
+        import_mxnet()
+        from mxnet.base import MXNetError
+
+        return (
+            [
+                MXNetError(
+                    'Traceback (most recent call last):\n  File "../src/storage/./cpu_device_storage.h", '
+                    "line 74\nMXNetError: Failed to allocate CPU Memory"
+                ),
+                MXNetError("[18:53:03] src/storage/./pooled_storage_manager.h:157: cudaMalloc failed: out of memory"),
+                MXNetError("cudaMalloc retry failed: out of memory"),
+            ],
+            [ValueError("shapes (3,) and (4,) not aligned"),
+             MXNetError("Check failed: shape mismatch: (8,5) vs (8,3)")],
+        )
 
     def close(self) -> None:
         if self.mx is not None:

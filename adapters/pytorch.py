@@ -73,6 +73,7 @@ class PyTorchAdapter(Adapter):
     def begin_model(self, model: ModelDescription) -> None:
         self._modules: list[Any] = []
         self._params: list[tuple[Any, np.ndarray]] = []  # (tensor, canonical array), in weight order
+        self._bn: list[Any] = []
 
     def layer_conv2d(self, layer: Conv2D, site: LayerSite, weights: WeightFeed) -> None:
         pad = layer.kernel // 2 if layer.padding == "same" else 0
@@ -88,6 +89,7 @@ class PyTorchAdapter(Adapter):
         gamma, beta = weights.take(2)
         self._params += [(bn.weight, gamma), (bn.bias, beta)]
         self._modules.append(bn)
+        self._bn.append(bn)
 
     def layer_relu(self, layer: ReLU, site: LayerSite, weights: WeightFeed) -> None:
         self._modules.append(self.torch.nn.ReLU())
@@ -135,6 +137,10 @@ class PyTorchAdapter(Adapter):
             array = tensor.detach().cpu().numpy()
             out.append(array.T.copy() if array.ndim == 2 else array.copy())
         return out
+
+    def batchnorm_state(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [(bn.running_mean.detach().cpu().numpy().copy(), bn.running_var.detach().cpu().numpy().copy())
+                for bn in self._bn]
 
     def prepare_batch(self, x: np.ndarray, y: np.ndarray) -> Any:
         torch = self.torch
@@ -184,6 +190,27 @@ class PyTorchAdapter(Adapter):
         if torch is not None and isinstance(exc, torch.cuda.OutOfMemoryError):
             return True
         return is_generic_oom(exc)
+
+    @classmethod
+    def oom_examples(cls) -> tuple[list[BaseException], list[BaseException]]:
+        # Copied from real failures: the CPU one provoked on this project's machine under RLIMIT_AS, the
+        # CUDA one from PyTorch's issue tracker.
+        import torch
+
+        return (
+            [
+                torch.cuda.OutOfMemoryError(
+                    "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB "
+                    "total capacity; 77.10 GiB already allocated)"
+                ),
+                RuntimeError(
+                    "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+                    "memory: you tried to allocate 3010560000 bytes. Error code 12 (Cannot allocate memory)"
+                ),
+            ],
+            [ValueError("shapes (3,) and (4,) not aligned"),
+             RuntimeError("mat1 and mat2 shapes cannot be multiplied (8x10 and 12x5)")],
+        )
 
     def close(self) -> None:
         self.model = self.optimizer = None

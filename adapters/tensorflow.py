@@ -82,6 +82,7 @@ class TensorFlowAdapter(Adapter):
     distributions = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu")
     import_name = "tensorflow"
     options = {"memory_mode": MEMORY_MODES}
+    bn_running_variance = "biased"  # Keras updates moving_variance with the biased batch variance
     oom_stderr_patterns = (
         "OOM when allocating tensor",
         "ResourceExhaustedError",
@@ -176,6 +177,7 @@ class TensorFlowAdapter(Adapter):
         self._layers: list[Any] = [keras.Input(shape=(h, w, c))]
         # (Keras layer, names of its trainable weights in canonical order, weights, one converter pair each)
         self._pending: list[tuple[Any, tuple[str, ...], list[np.ndarray], list[ConverterPair]]] = []
+        self._bn: list[Any] = []
 
     def layer_conv2d(self, layer: Conv2D, site: LayerSite, weights: WeightFeed) -> None:
         k = self.keras.layers.Conv2D(
@@ -187,6 +189,7 @@ class TensorFlowAdapter(Adapter):
 
     def layer_batchnorm(self, layer: BatchNorm, site: LayerSite, weights: WeightFeed) -> None:
         k = self.keras.layers.BatchNormalization(axis=-1, momentum=layer.momentum, epsilon=layer.eps)
+        self._bn.append(k)
         self._add(k, ("gamma", "beta"), weights.take(2), [IDENTITY, IDENTITY])
 
     def layer_relu(self, layer: ReLU, site: LayerSite, weights: WeightFeed) -> None:
@@ -281,6 +284,9 @@ class TensorFlowAdapter(Adapter):
             for v, conv in zip(self._variables, self._from_keras, strict=True)
         ]
 
+    def batchnorm_state(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [(np.array(k.moving_mean.numpy()), np.array(k.moving_variance.numpy())) for k in self._bn]
+
     def prepare_batch(self, x: np.ndarray, y: np.ndarray) -> Any:
         tf = self.tf
         nhwc = np.ascontiguousarray(np.asarray(x, dtype=np.float32).transpose(0, 2, 3, 1))
@@ -344,6 +350,31 @@ class TensorFlowAdapter(Adapter):
                 return True
             current = current.__cause__ or current.__context__
         return is_generic_oom(exc)
+
+    @classmethod
+    def oom_examples(cls) -> tuple[list[BaseException], list[BaseException]]:
+        # Copied from real failures (the BFC allocator's text; a graph-execution error that wraps it).
+        import tensorflow as tf
+
+        text = (
+            "OOM when allocating tensor with shape[30000,28,28,32] and type float on "
+            "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc"
+        )
+        wrapped = RuntimeError("train step failed")
+        wrapped.__cause__ = tf.errors.ResourceExhaustedError(None, None, text)
+        return (
+            [
+                tf.errors.ResourceExhaustedError(None, None, text),
+                tf.errors.ResourceExhaustedError(
+                    None,
+                    None,
+                    "Graph execution error:\n\nDetected at node gradient_tape/conv2d/Conv2DBackpropInput\n" + text,
+                ),
+                wrapped,
+            ],
+            [ValueError("shapes (3,) and (4,) not aligned"),
+             tf.errors.InvalidArgumentError(None, None, "Incompatible shapes: [8,5] vs. [8,3]")],
+        )
 
     def close(self) -> None:
         self._step_fn = self._predict_fn = None

@@ -34,7 +34,7 @@ from report.context import had_gpu  # noqa: E402
 from report.load import Experiment  # noqa: E402
 
 #: fixed framework colours (colour-blind safe), so a framework looks the same in every figure
-FRAMEWORK_COLOURS = {"pytorch": "#D55E00", "tensorflow": "#E69F00", "mxnet": "#0072B2"}
+FRAMEWORK_COLOURS = {"pytorch": "#D55E00", "tensorflow": "#E69F00", "mxnet": "#0072B2", "jax": "#009E73"}
 _EXTRA_COLOURS = ["#009E73", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
 REFERENCE_LABEL = "Yin 2020 (GTX 1060), published"
 PANEL_W_IN, PANEL_H_IN = 3.6, 3.0

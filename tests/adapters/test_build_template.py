@@ -163,7 +163,7 @@ def test_device_resolution():
     assert "MXNet sees no GPU (mx.context.num_gpus() is 0)" in text and "install mxnet-cu112, or use" in text
 
 
-BUILTINS = ("pytorch", "tensorflow", "mxnet")
+BUILTINS = ("pytorch", "tensorflow", "mxnet", "jax")
 
 
 def _builtin_class(name: str) -> type[Adapter]:
