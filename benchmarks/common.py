@@ -22,14 +22,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from adapters.base import OptimizerSpec  # noqa: E402
-from harness import environment  # noqa: E402
 from harness.config.trial import TrialSpec  # noqa: E402
 from harness.data import DataRequest, PreparedData, prepare  # noqa: E402
+from harness.monitor import environment  # noqa: E402
 from harness.records import TrialOutcome, TrialUnit  # noqa: E402
 from harness.registry import adapter_class, adapter_target  # noqa: E402
-from harness.run.executor import LocalExecutor
+from harness.run.executor import LocalExecutor  # noqa: E402
 
-FRAMEWORKS = ("pytorch", "tensorflow", "mxnet")
+FRAMEWORKS = ("pytorch", "tensorflow", "mxnet", "jax")
 SHAPE = (1, 28, 28)  # MNIST-sized, the seed study's input
 CLASSES = 10
 OPTIMIZER = OptimizerSpec(name="sgd", lr=0.01, momentum=0.9)
