@@ -29,7 +29,7 @@ from harness.records import PROGRESS_INTERVAL_S, TrialOutcome, TrialUnit  # noqa
 from harness.registry import adapter_class, adapter_target  # noqa: E402
 from harness.run.executor import LocalExecutor  # noqa: E402
 
-FRAMEWORKS = ("pytorch", "tensorflow", "mxnet")
+FRAMEWORKS = ("pytorch", "tensorflow", "mxnet", "jax")
 SHAPE = (1, 28, 28)  # MNIST-sized, the seed study's input
 CLASSES = 10
 OPTIMIZER = OptimizerSpec(name="sgd", lr=0.01, momentum=0.9)

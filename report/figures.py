@@ -35,8 +35,8 @@ from report.load import Experiment  # noqa: E402
 from report.recommend import Recommendation  # noqa: E402
 
 #: fixed framework colours (colour-blind safe), so a framework looks the same in every figure
-FRAMEWORK_COLOURS = {"pytorch": "#D55E00", "tensorflow": "#E69F00", "mxnet": "#0072B2"}
-_EXTRA_COLOURS = ["#009E73", "#CC79A7", "#56B4E9", "#F0E442", "#000000",
+FRAMEWORK_COLOURS = {"pytorch": "#D55E00", "tensorflow": "#E69F00", "mxnet": "#0072B2", "jax": "#009E73"}
+_EXTRA_COLOURS = ["#CC79A7", "#56B4E9", "#F0E442", "#000000",
                   # a study draws one line per framework x variant: matplotlib's tab20 after the safe ones
                   "#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a", "#d62728", "#ff9896",
                   "#9467bd", "#c5b0d5", "#8c564b", "#c49c94", "#e377c2", "#f7b6d2", "#7f7f7f", "#bcbd22"]

@@ -287,12 +287,11 @@ def _check_precision(exp: Experiment, bad: Callable[[str, str], ConfigError]) ->
     """Refuse a precision an adapter would not run: a stored trial must never claim a precision it did not use."""
     from harness.registry import adapter_class
 
-    for fw in exp.frameworks:
-        supported = adapter_class(fw).precisions
-        if exp.precision not in supported:
-            raise bad("precision", f"{exp.precision!r} is not run by the {fw} adapter, which runs only "
-                                   f"{', '.join(supported)} ({adapter_class(fw).precision_note}); "
-                                   "set precision = 'fp32', or leave this framework out")
+    for fw in exp.frameworks:  # one message, the adapter's own (adapters.base.Adapter.validate_precision)
+        try:
+            adapter_class(fw).validate_precision(exp.precision)
+        except ConfigError as e:
+            raise bad("precision", str(e)) from None
 
 
 def _validate_ranges(exp: Experiment, bad: Any) -> None:
