@@ -91,7 +91,10 @@ def _answer_page(pdf: PdfWriter, data: ReportInput, tmp: Path, result: BuildResu
 
 def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: BuildResult,
                         reference: list[dict[str, Any]]) -> None:
-    """One experiment: runs, environment, method, findings, figures, tables."""
+    """One experiment: runs, environment, method, findings, figures, tables.
+
+    Long on purpose: the section's flowables in reading order (a document template); each block is one call.
+    """
     slug = _slug(exp.name or "unnamed")
     spec = exp.spec
     variants = studies.variant_names(exp.trials, spec)

@@ -101,7 +101,10 @@ def _denormals_paragraph(exp: Experiment) -> str:
 
 
 def method_paragraphs(exp: Experiment, cell_list: list[Cell]) -> list[str]:
-    """The method section, worded from the experiment's resolved spec and its trials."""
+    """The method section, worded from the experiment's resolved spec and its trials.
+
+    Long on purpose: the Method section's sentences in reading order, each worded from one field of the spec.
+    """
     spec = exp.spec
     data = spec.get("data") or {}
     paras = []

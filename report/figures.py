@@ -195,7 +195,10 @@ def metric_figure(exp: Experiment, frame: pd.DataFrame, cell_list: Sequence[Cell
 
 def build_figures(exp: Experiment, cell_list: Sequence[Cell], reference: Sequence[dict[str, Any]] = (),
                   ) -> list[FigureResult]:
-    """Every figure of one experiment, in report order (open matplotlib figures: close them when saved)."""
+    """Every figure of one experiment, in report order (open matplotlib figures: close them when saved).
+
+    Long on purpose: every figure in report order; each block draws one figure or says why it is absent.
+    """
     sns.set_theme(style="whitegrid", context="paper")
     frame = trial_frame(exp)
     gpu = had_gpu(exp)

@@ -90,7 +90,11 @@ class LocalExecutor:
         self.log_dir = log_dir
 
     def run(self, unit: TrialUnit, on_event: Callable[[dict[str, Any]], None] | None = None) -> TrialOutcome:
-        """Run one unit to completion (or timeout) and classify it. Never raises for a trial's failure."""
+        """Run one unit to completion (or timeout) and classify it. Never raises for a trial's failure.
+
+        Long on purpose: spawn, watch and clean-up share one try/finally that must see every handle (process,
+        pipe, reader thread, monitor), so that no path leaves a worker or a thread behind.
+        """
         trial = unit.trial
         request = {"protocol": PROTOCOL_VERSION, "trial": trial.to_dict(), "data": unit.data.to_dict(),
                    "order_path": unit.order_path, "adapter_target": unit.adapter_target,

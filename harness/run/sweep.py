@@ -104,6 +104,10 @@ def run_sweep(
     to run before the first starts, ``on_event(trial, message)`` every worker message (live progress).
     ``preflight(env)`` runs before anything is written and may refuse the run; ``after_trials`` runs with
     the store still open (the max-batch searches of :func:`harness.pipeline.run_experiment`).
+
+    Long on purpose: the checks that must all pass before anything is written, then the loop that writes one
+    trial at a time, under one lock and one open store; the order of these steps is the reliability promise
+    (docs/reliability.md).
     """
     out_dir = Path(out_dir)
     if store_path(out_dir).exists() or store_path(out_dir).is_dir():

@@ -228,7 +228,11 @@ def _train_metrics(batch_size: int, step_ms: list[float], warmup_n: int, post_wa
 
 
 def run_trial(request: dict[str, Any], chan: Channel) -> int:
-    """Run the trial in ``request``, reporting on ``chan``. Returns the process exit code."""
+    """Run the trial in ``request``, reporting on ``chan``. Returns the process exit code.
+
+    Long on purpose: the trial's phases in the order they are announced to the parent (setup, warm-up, timed,
+    train, eval, result) inside the one try/except that turns any failure into a protocol message.
+    """
     trial = TrialSpec.from_dict(request["trial"])
     data = PreparedData.from_dict(request["data"])
     chan.send("phase", phase="setup")
