@@ -57,8 +57,8 @@ def test_augmentation_changes_the_pixels_every_framework_trains_on_identically(i
 def test_accumulation_runs_k_micro_batches_per_update_in_the_worker(image_data, tmp_path):
     plain, batches = _run_recorded("pytorch", image_data, tmp_path)
     acc, micro = _run_recorded("pytorch", image_data, tmp_path, accumulate_steps=2)
-    assert plain["optimizer_updates_n"] == 8 and acc["optimizer_updates_n"] == 4  # 2 epochs x 32 / (8 x 2)
-    assert acc["micro_batches_n"] == len(micro) == len(batches) == 8
+    assert plain.optimizer_updates_n == 8 and acc.optimizer_updates_n == 4  # 2 epochs x 32 / (8 x 2)
+    assert acc.micro_batches_n == len(micro) == len(batches) == 8
     assert all(line.startswith("8 ") for line in micro)  # only the micro-batch is handed over at once
 
 
