@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             peaks = []
             for _ in range(args.runs):
                 outcome = prober._run(args.batch, True, args.limit_mib)
-                peak = outcome.metrics.get("vmdata_peak_mib")
+                peak = outcome.metrics.vmdata_peak_mib if outcome.metrics is not None else None
                 peaks.append(f"{peak:.1f}" if peak is not None and outcome.status == "ok" else outcome.status)
             print(f"{n:>6}  {' '.join(peaks)}", flush=True)
     return 0

@@ -38,6 +38,12 @@ TARGET_RATIO = 0.99
 SHAPE_TEXT = "1x28x28, 10 classes"
 
 
+
+def _step_rate(out: Any) -> float:
+    """A harness trial's step throughput (batch / median post-warm-up step), what the bare loop's figure is."""
+    assert out.metrics is not None and out.metrics.step_samples_per_s is not None
+    return float(out.metrics.step_samples_per_s)
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -159,7 +165,7 @@ def progress_compare(args: argparse.Namespace, frameworks: list[str]) -> int:
                 if side == "no-progress":
                     out = harness_trial(fw, data, args.batch, args.threads, args.warmup, args.steps,
                                         progress_interval_s=None)
-                    res[side] = out.metrics["samples_per_s"]
+                    res[side] = _step_rate(out)
                     continue
                 # the display `batchscope run` shows in a terminal, drawing into memory instead of a tty
                 display = RichProgress(console=Console(file=io.StringIO(), force_terminal=True, width=120))
@@ -177,7 +183,7 @@ def progress_compare(args: argparse.Namespace, frameworks: list[str]) -> int:
 
                     out = harness_trial(fw, data, args.batch, args.threads, args.warmup, args.steps,
                                         on_event=on_event, progress_interval_s=args.progress_interval_s)
-                res[side] = out.metrics["samples_per_s"]
+                res[side] = _step_rate(out)
                 res["messages"] = sum(m["event"] == "progress" for m in messages)
             rows.append(res)
             print(f"  repeat {r + 1} ({'/'.join(order)}): progress {res['progress']:8.1f}  no-progress "
