@@ -215,6 +215,7 @@ def summary_rows(trials: Iterable[dict[str, Any]], frameworks: Sequence[str] = (
     out = []
     for cell in cells(trials, frameworks):
         line: dict[str, Any] = {"framework": cell.framework + (f" [{cell.variant}]" if cell.variant else ""),
+                                "framework_name": cell.framework,  # the label above is for printing
                                 "batch_size": cell.batch_size, "status": cell.status_text(), "n": cell.n,
                                 "drift": cell.drift_text(), "denormals": "/".join(cell.cpu_denormals)}
         for key in SUMMARY_METRICS:

@@ -102,7 +102,7 @@ def render_study(trials: list[dict[str, Any]], spec: dict[str, Any], file: Any =
     for name in sorted({t.get("variant") or "" for t in sweep}):  # the one cell statistic, per variant
         mine = [t for t in sweep if (t.get("variant") or "") == name]
         effective = {(t["framework"], t["batch_size"]): t.get("effective_batch_size") for t in mine}
-        rows += [r | {"variant": name, "effective": effective.get((r["framework"].split(" [")[0], r["batch_size"]))}
+        rows += [r | {"variant": name, "effective": effective.get((r["framework_name"], r["batch_size"]))}
                  for r in summarise(mine)]
     print(file=file)
     print_table(rows, [("framework", "framework", ""), ("variant", "variant", ""), ("batch_size", "batch", "d"),
