@@ -90,6 +90,25 @@ class StepRunner:
         self.micro_batches_n += 1
         return self.adapter.prepare_batch(self.augment(self.x[idx], idx, epoch), self.y[idx])
 
+    def other_shapes(self) -> list[int]:
+        """Batch sizes the training will prepare besides the full (micro-)batch: an epoch's short last batch.
+
+        An adapter that compiles per shape (JAX: one XLA executable per batch size) does so in
+        ``prepare_batch``; :meth:`warm_shapes` has it done before the training clock starts, like the
+        full size's compilation in the warm-up steps, so a one-time compile is not counted as training.
+        """
+        t = self.trial
+        if t.epochs <= 0:
+            return []  # full batches only (cycling through the data)
+        last = self.n_train % t.effective_batch_size
+        sizes = {len(part) for part in micro_batches(np.arange(last), t.batch_size)} if last else set()
+        return sorted(sizes - {t.batch_size})
+
+    def warm_shapes(self) -> None:
+        """Prepare one batch of each of :meth:`other_shapes` (no training step: the weights do not change)."""
+        for size in self.other_shapes():
+            self.adapter.prepare_batch(self.x[:size], self.y[:size])
+
     def run(self, step: int, idx: np.ndarray) -> tuple[float, float]:
         """Run one update; returns (data seconds, step seconds)."""
         t = self.trial
@@ -275,9 +294,10 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
         data_s = 0.0
         samples_seen = 0
         post_warmup_samples = 0
+        runner = StepRunner(adapter, trial, x_train, y_train, data.n_train)
+        runner.warm_shapes()  # e.g. JAX compiles the epoch's short last batch here, not inside the timed training
         t_train = time.perf_counter()
         t_post_warmup = t_train  # moved to the first post-warm-up step's start below
-        runner = StepRunner(adapter, trial, x_train, y_train, data.n_train)
         batches = batch_indices(order, effective, trial.epochs, warmup_n + timed_n)
         for step, idx in enumerate(batches):
             while boundaries and boundaries[0][0] == step:
