@@ -37,6 +37,7 @@ DEVICES = ("auto", "cpu", "gpu")
 OPTIMIZERS = ("sgd", "adam")
 LR_POLICIES = ("fixed", "linear", "sqrt")
 PRECISIONS = ("fp32", "amp")
+DATA_LAYOUTS = ("auto", "nchw", "nhwc")  # of an npz file's images (harness.data.npzfile)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Experiment:
     batch_sizes: tuple[int, ...]
     model: str = "osu_cnn"
     dataset: str = "synthetic"
+    data_layout: str = "auto"
     description: str = ""
     epochs: int = 0
     warmup_steps: int = 5
@@ -108,7 +110,8 @@ class Experiment:
 
 
 _SCALARS: dict[str, type | tuple[type, ...]] = {
-    "name": str, "description": str, "model": str, "dataset": str, "optimizer": str, "lr_policy": str,
+    "name": str, "description": str, "model": str, "dataset": str, "data_layout": str, "optimizer": str,
+    "lr_policy": str,
     "device": str, "precision": str, "epochs": int, "warmup_steps": int, "timed_steps": int, "repeats": int,
     "seed": int, "lr_base_batch": int, "threads": int, "eval_batch_size": int, "train_samples": int,
     "synthetic_classes": int, "synthetic_samples": int, "learning_rate": (int, float), "momentum": (int, float),
@@ -150,8 +153,17 @@ def _validate(exp: Experiment) -> None:
         raise bad("batch_sizes", f"a batch size is listed twice: {list(exp.batch_sizes)}")
     if exp.model not in CATALOGUE:
         raise bad("model", f"unknown model {exp.model!r}; the catalogue has: {', '.join(sorted(CATALOGUE))}")
-    if exp.dataset not in DATASETS:
-        raise bad("dataset", f"unknown dataset {exp.dataset!r}; known: {', '.join(sorted(DATASETS))}")
+    if exp.dataset.startswith("npz:"):
+        from harness.data.npzfile import check_path
+        from harness.errors import DataError
+
+        try:
+            check_path(exp.dataset)  # the file's contents are checked when it is prepared, still before any worker
+        except DataError as e:
+            raise bad("dataset", str(e)) from None
+    elif exp.dataset not in DATASETS:
+        raise bad("dataset", f"unknown dataset {exp.dataset!r}; known: {', '.join(sorted(DATASETS))}, "
+                             "or npz:path/to/data.npz (your own arrays)")
     for key, low in (("epochs", 0), ("warmup_steps", 0), ("timed_steps", 1), ("repeats", 1), ("threads", 0),
                      ("lr_base_batch", 1), ("eval_batch_size", 1), ("train_samples", 0),
                      ("synthetic_classes", 2), ("synthetic_samples", 1)):
@@ -165,8 +177,8 @@ def _validate(exp: Experiment) -> None:
         raise bad("momentum", f"{exp.momentum!r} must be in [0, 1)")
     if exp.memory_limit_mib < 0:
         raise bad("memory_limit_mib", f"{exp.memory_limit_mib!r} must be >= 0 (0: no limit)")
-    for key, allowed in (("device", DEVICES), ("optimizer", OPTIMIZERS), ("lr_policy", LR_POLICIES),
-                         ("precision", PRECISIONS)):
+    for key, allowed in (("device", DEVICES), ("data_layout", DATA_LAYOUTS), ("optimizer", OPTIMIZERS),
+                         ("lr_policy", LR_POLICIES), ("precision", PRECISIONS)):
         if getattr(exp, key) not in allowed:
             raise bad(key, f"{getattr(exp, key)!r} is not one of {', '.join(allowed)}")
     if len(exp.synthetic_shape) != 3 or min(exp.synthetic_shape) <= 0:

@@ -16,7 +16,8 @@ def data_request(exp: Experiment, data_dir: str | None = None) -> DataRequest:
     """The data an experiment needs."""
     return DataRequest(name=exp.dataset, seed=exp.seed, train_samples=exp.train_samples,
                        synthetic_shape=exp.synthetic_shape, synthetic_classes=exp.synthetic_classes,
-                       synthetic_samples=exp.synthetic_samples, data_dir=data_dir)
+                       synthetic_samples=exp.synthetic_samples, data_dir=data_dir,
+                       layout=exp.data_layout)
 
 
 def plan(exp: Experiment, data: PreparedData) -> list[TrialSpec]:
