@@ -11,13 +11,26 @@ import importlib.metadata as md
 import os
 import sys
 from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
 import numpy as np
 
 from adapters.base import Adapter, MemoryStats, OptimizerSpec, RuntimeConfig, is_generic_oom
 from harness.errors import ConfigError
-from harness.models import BatchNorm, Conv2D, Dense, Flatten, GlobalAvgPool, MaxPool2D, ModelDescription, ReLU
+from harness.models import (
+    BatchNorm,
+    Conv2D,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    Layer,
+    MaxPool2D,
+    ModelDescription,
+    ReLU,
+    Residual,
+    layer_output_shape,
+)
 
 MIB = 1024.0 * 1024.0
 # Texts MXNet 1.9 writes when an allocation fails (pooled GPU storage manager, CPU storage). When that
@@ -43,6 +56,24 @@ def import_mxnet() -> Any:
     import mxnet
 
     return mxnet
+
+
+@cache
+def _residual_block() -> Any:
+    """``body(x) + shortcut(x)`` as a Gluon ``HybridBlock`` class (made on first use: mxnet is imported lazily)."""
+    from mxnet.gluon import nn
+
+    class ResidualBlock(nn.HybridBlock):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            with self.name_scope():
+                self.body = nn.HybridSequential()
+                self.shortcut = nn.HybridSequential()  # left empty: the identity
+
+        def hybrid_forward(self, F: Any, x: Any) -> Any:  # noqa: N803 - Gluon's name for the op namespace
+            return self.body(x) + (self.shortcut(x) if len(self.shortcut) else x)
+
+    return ResidualBlock
 
 
 class MXNetAdapter(Adapter):
@@ -121,6 +152,47 @@ class MXNetAdapter(Adapter):
             info["gpu_total_mib"] = total / MIB
         return info
 
+    def _add_blocks(self, net: Any, layers: Sequence[Layer], in_shape: tuple[int, ...],
+                    params: list[tuple[Any, bool]]) -> None:
+        """Add Gluon blocks for ``layers`` to ``net`` (recursing into residual blocks), params in weight order."""
+        from mxnet.gluon import nn
+
+        for layer in layers:
+            if isinstance(layer, Conv2D):
+                pad = layer.kernel // 2 if layer.padding == "same" else 0
+                block = nn.Conv2D(layer.filters, layer.kernel, strides=layer.stride, padding=pad,
+                                  use_bias=layer.use_bias, in_channels=in_shape[0], layout="NCHW")
+                params.append((block.weight, False))
+                if layer.use_bias:
+                    params.append((block.bias, False))
+                net.add(block)
+            elif isinstance(layer, BatchNorm):
+                # Gluon's momentum is the weight of the running statistic, like the description's.
+                block = nn.BatchNorm(axis=1, momentum=layer.momentum, epsilon=layer.eps, in_channels=in_shape[0])
+                params += [(block.gamma, False), (block.beta, False)]
+                net.add(block)
+            elif isinstance(layer, ReLU):
+                net.add(nn.Activation("relu"))
+            elif isinstance(layer, MaxPool2D):
+                net.add(nn.MaxPool2D(layer.size, layer.stride or layer.size, layer.padding))
+            elif isinstance(layer, GlobalAvgPool):
+                net.add(nn.GlobalAvgPool2D(), nn.Flatten())
+            elif isinstance(layer, Flatten):
+                net.add(nn.Flatten())  # C-major, like the description: no permutation needed
+            elif isinstance(layer, Dense):
+                block = nn.Dense(layer.units, in_units=int(np.prod(in_shape)), flatten=True)
+                params += [(block.weight, True), (block.bias, False)]  # Gluon stores (units, in)
+                net.add(block)
+            elif isinstance(layer, Residual):
+                block = _residual_block()()
+                with block.name_scope():
+                    self._add_blocks(block.body, layer.body, in_shape, params)
+                    self._add_blocks(block.shortcut, layer.shortcut, in_shape, params)
+                net.add(block)
+            else:
+                raise ConfigError(f"the mxnet adapter cannot build layer {layer!r}")
+            in_shape = layer_output_shape(layer, in_shape)
+
     def build(self, model: ModelDescription, weights: Sequence[np.ndarray], optimizer: OptimizerSpec) -> None:
         mx = self.mx
         from mxnet import gluon
@@ -128,44 +200,8 @@ class MXNetAdapter(Adapter):
 
         net = nn.HybridSequential()
         params: list[tuple[Any, bool]] = []
-        in_shapes = [model.input_shape, *model.shapes()[:-1]]
         with net.name_scope():
-            for layer, in_shape in zip(model.layers, in_shapes, strict=True):
-                if isinstance(layer, Conv2D):
-                    pad = layer.kernel // 2 if layer.padding == "same" else 0
-                    block = nn.Conv2D(
-                        layer.filters,
-                        layer.kernel,
-                        padding=pad,
-                        use_bias=layer.use_bias,
-                        in_channels=in_shape[0],
-                        layout="NCHW",
-                    )
-                    params.append((block.weight, False))
-                    if layer.use_bias:
-                        params.append((block.bias, False))
-                    net.add(block)
-                elif isinstance(layer, BatchNorm):
-                    # Gluon's momentum is the weight of the running statistic, like the description's.
-                    block = nn.BatchNorm(
-                        axis=1, momentum=layer.momentum, epsilon=layer.eps, in_channels=in_shape[0]
-                    )
-                    params += [(block.gamma, False), (block.beta, False)]
-                    net.add(block)
-                elif isinstance(layer, ReLU):
-                    net.add(nn.Activation("relu"))
-                elif isinstance(layer, MaxPool2D):
-                    net.add(nn.MaxPool2D(layer.size, layer.size))
-                elif isinstance(layer, GlobalAvgPool):
-                    net.add(nn.GlobalAvgPool2D(), nn.Flatten())
-                elif isinstance(layer, Flatten):
-                    net.add(nn.Flatten())  # C-major, like the description: no permutation needed
-                elif isinstance(layer, Dense):
-                    block = nn.Dense(layer.units, in_units=int(np.prod(in_shape)), flatten=True)
-                    params += [(block.weight, True), (block.bias, False)]  # Gluon stores (units, in)
-                    net.add(block)
-                else:
-                    raise ConfigError(f"the mxnet adapter cannot build layer {layer!r}")
+            self._add_blocks(net, model.layers, model.input_shape, params)
         # Any initializer would do: every trainable array is overwritten below; BN's running mean and
         # variance keep Gluon's zeros/ones, the description's convention too.
         net.initialize(mx.init.Zero(), ctx=self.ctx)

@@ -2,16 +2,44 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from functools import cache
 from typing import Any
 
 import numpy as np
 
 from adapters.base import Adapter, MemoryStats, OptimizerSpec, RuntimeConfig, is_generic_oom
 from harness.errors import ConfigError
-from harness.models import BatchNorm, Conv2D, Dense, Flatten, GlobalAvgPool, MaxPool2D, ModelDescription, ReLU
+from harness.models import (
+    BatchNorm,
+    Conv2D,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    Layer,
+    MaxPool2D,
+    ModelDescription,
+    ReLU,
+    Residual,
+    layer_output_shape,
+)
 
 MIB = 1024.0 * 1024.0
+
+
+@cache
+def _residual_module(torch: Any) -> Any:
+    """``body(x) + shortcut(x)`` as an ``nn.Module`` class (made on first use: torch is imported lazily)."""
+
+    class ResidualBlock(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self, body: Any, shortcut: Any) -> None:
+            super().__init__()
+            self.body, self.shortcut = body, shortcut
+
+        def forward(self, x: Any) -> Any:
+            return self.body(x) + self.shortcut(x)  # an empty Sequential returns its input: the identity
+
+    return ResidualBlock
 
 
 class PyTorchAdapter(Adapter):
@@ -63,16 +91,16 @@ class PyTorchAdapter(Adapter):
                 info["memory_fraction"] = fraction
         return info
 
-    def build(self, model: ModelDescription, weights: Sequence[np.ndarray], optimizer: OptimizerSpec) -> None:
-        torch, nn = self.torch, self.torch.nn
+    def _modules(self, layers: Sequence[Layer], in_shape: tuple[int, ...], it: Iterator[np.ndarray],
+                 params: list[tuple[Any, np.ndarray]]) -> list[Any]:
+        """Modules for ``layers`` (recursing into residual blocks); (tensor, array) pairs appended in weight order."""
+        nn = self.torch.nn
         modules: list[Any] = []
-        params: list[Any] = []  # (tensor, canonical array), in weight order
-        it = iter(weights)
-        in_shapes = [model.input_shape, *model.shapes()[:-1]]
-        for layer, in_shape in zip(model.layers, in_shapes, strict=True):
+        for layer in layers:
             if isinstance(layer, Conv2D):
                 pad = layer.kernel // 2 if layer.padding == "same" else 0
-                conv = nn.Conv2d(in_shape[0], layer.filters, layer.kernel, padding=pad, bias=layer.use_bias)
+                conv = nn.Conv2d(in_shape[0], layer.filters, layer.kernel, stride=layer.stride, padding=pad,
+                                 bias=layer.use_bias)
                 params.append((conv.weight, next(it)))
                 if layer.use_bias:
                     params.append((conv.bias, next(it)))
@@ -85,7 +113,7 @@ class PyTorchAdapter(Adapter):
             elif isinstance(layer, ReLU):
                 modules.append(nn.ReLU())
             elif isinstance(layer, MaxPool2D):
-                modules.append(nn.MaxPool2d(layer.size))
+                modules.append(nn.MaxPool2d(layer.size, layer.stride or layer.size, layer.padding))
             elif isinstance(layer, GlobalAvgPool):
                 modules += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
             elif isinstance(layer, Flatten):
@@ -94,6 +122,20 @@ class PyTorchAdapter(Adapter):
                 dense = nn.Linear(in_shape[0], layer.units)
                 params += [(dense.weight, next(it).T), (dense.bias, next(it))]  # torch stores (out, in)
                 modules.append(dense)
+            elif isinstance(layer, Residual):
+                body = nn.Sequential(*self._modules(layer.body, in_shape, it, params))
+                shortcut = nn.Sequential(*self._modules(layer.shortcut, in_shape, it, params))
+                modules.append(_residual_module(self.torch)(body, shortcut))  # empty shortcut: identity
+            else:
+                raise ConfigError(f"the pytorch adapter cannot build layer {layer!r}")
+            in_shape = layer_output_shape(layer, in_shape)
+        return modules
+
+    def build(self, model: ModelDescription, weights: Sequence[np.ndarray], optimizer: OptimizerSpec) -> None:
+        torch, nn = self.torch, self.torch.nn
+        params: list[Any] = []  # (tensor, canonical array), in weight order
+        it = iter(weights)
+        modules = self._modules(model.layers, model.input_shape, it, params)
         net = nn.Sequential(*modules)
         with torch.no_grad():
             for tensor, array in params:

@@ -18,7 +18,19 @@ import numpy as np
 
 from adapters.base import Adapter, MemoryStats, OptimizerSpec, RuntimeConfig, is_generic_oom
 from harness.errors import ConfigError
-from harness.models import BatchNorm, Conv2D, Dense, Flatten, GlobalAvgPool, MaxPool2D, ModelDescription, ReLU
+from harness.models import (
+    BatchNorm,
+    Conv2D,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    Layer,
+    MaxPool2D,
+    ModelDescription,
+    ReLU,
+    Residual,
+    layer_output_shape,
+)
 
 MIB = 1024.0 * 1024.0
 MEMORY_MODES = ("growth", "preallocate")
@@ -55,6 +67,13 @@ def _flatten_dense_converters(chw: tuple[int, ...]) -> ConverterPair:
         return a.reshape(h, w, c, -1).transpose(2, 0, 1, 3).reshape(c * h * w, -1)
 
     return to_keras, from_keras
+
+
+def _max_padding(keras: Any, pad: int) -> Any:
+    """Symmetric padding that never wins a max (PyTorch and MXNet pad max-pooling with -inf; Keras cannot)."""
+    lowest = float(np.finfo(np.float32).min)  # finite: no inf may reach an arithmetic op in the backward pass
+    return keras.layers.Lambda(
+        lambda t: keras.ops.pad(t, [[0, 0], [pad, pad], [pad, pad], [0, 0]], constant_values=lowest))
 
 
 def _is_oom_message(text: str) -> bool:
@@ -161,25 +180,21 @@ class TensorFlowAdapter(Adapter):
         )
         return info
 
-    def build(self, model: ModelDescription, weights: Sequence[np.ndarray], optimizer: OptimizerSpec) -> None:
-        tf = self.tf
-        import keras
-
-        layers: list[Any] = [
-            keras.Input(shape=(model.input_shape[1], model.input_shape[2], model.input_shape[0]))
-        ]
-        # (Keras layer, names of its trainable weights in canonical order, one converter pair per weight)
-        pending: list[tuple[Any, tuple[str, ...], list[ConverterPair]]] = []
-        in_shapes = [model.input_shape, *model.shapes()[:-1]]
-        for i, (layer, in_shape) in enumerate(zip(model.layers, in_shapes, strict=True)):
+    def _apply(self, keras: Any, layers: Sequence[Layer], x: Any, in_shape: tuple[int, ...],
+               pending: list[tuple[Any, tuple[str, ...], list[ConverterPair]]]) -> Any:
+        """Apply ``layers`` to the Keras tensor ``x`` (recursing into residual blocks); record weights to load."""
+        prev: Layer | None = None
+        prev_in: tuple[int, ...] = in_shape
+        for layer in layers:
             if isinstance(layer, Conv2D):
-                k = keras.layers.Conv2D(
-                    layer.filters,
-                    layer.kernel,
-                    padding=layer.padding,
-                    use_bias=layer.use_bias,
-                    data_format="channels_last",
-                )
+                padding = layer.padding
+                if layer.stride > 1 and padding == "same":
+                    # Keras' "same" pads asymmetrically (more at the bottom/right) at stride 2; the description
+                    # pads kernel // 2 on every side, like PyTorch and MXNet: pad explicitly, then convolve.
+                    x = keras.layers.ZeroPadding2D(layer.kernel // 2, data_format="channels_last")(x)
+                    padding = "valid"
+                k = keras.layers.Conv2D(layer.filters, layer.kernel, strides=layer.stride, padding=padding,
+                                        use_bias=layer.use_bias, data_format="channels_last")
                 names: tuple[str, ...] = ("kernel", "bias") if layer.use_bias else ("kernel",)
                 convs: list[ConverterPair] = [(_conv_to_keras, _conv_from_keras)]
                 pending.append((k, names, convs + [IDENTITY] * layer.use_bias))
@@ -189,7 +204,10 @@ class TensorFlowAdapter(Adapter):
             elif isinstance(layer, ReLU):
                 k = keras.layers.ReLU()
             elif isinstance(layer, MaxPool2D):
-                k = keras.layers.MaxPooling2D(layer.size, data_format="channels_last")
+                if layer.padding:
+                    x = _max_padding(keras, layer.padding)(x)
+                k = keras.layers.MaxPooling2D(layer.size, strides=layer.stride or layer.size,
+                                              data_format="channels_last")
             elif isinstance(layer, GlobalAvgPool):
                 k = keras.layers.GlobalAveragePooling2D(data_format="channels_last")
             elif isinstance(layer, Flatten):
@@ -197,14 +215,33 @@ class TensorFlowAdapter(Adapter):
             elif isinstance(layer, Dense):
                 k = keras.layers.Dense(layer.units)
                 kernel_conv = IDENTITY
-                if i > 0 and isinstance(model.layers[i - 1], Flatten) and len(in_shapes[i - 1]) == 3:
-                    kernel_conv = _flatten_dense_converters(in_shapes[i - 1])  # reads a (C, H, W) flatten
+                if isinstance(prev, Flatten) and len(prev_in) == 3:
+                    kernel_conv = _flatten_dense_converters(prev_in)  # reads a (C, H, W) flatten
                 pending.append((k, ("kernel", "bias"), [kernel_conv, IDENTITY]))
+            elif isinstance(layer, Residual):
+                body = self._apply(keras, layer.body, x, in_shape, pending)
+                shortcut = self._apply(keras, layer.shortcut, x, in_shape, pending) if layer.shortcut else x
+                k = None
+                x = keras.layers.Add()([body, shortcut])
             else:
                 raise ConfigError(f"the tensorflow adapter cannot build layer {layer!r} (input {in_shape})")
-            layers.append(k)
-        with tf.device(self.device_name):
-            self.model = keras.Sequential(layers, name=model.name)
+            if k is not None:
+                x = k(x)
+            prev, prev_in = layer, in_shape
+            in_shape = layer_output_shape(layer, in_shape)
+        return x
+
+    def build(self, model: ModelDescription, weights: Sequence[np.ndarray], optimizer: OptimizerSpec) -> None:
+        tf = self.tf
+        import keras
+
+        inputs = keras.Input(shape=(model.input_shape[1], model.input_shape[2], model.input_shape[0]))
+        # (Keras layer, names of its trainable weights in canonical order, one converter pair per weight)
+        pending: list[tuple[Any, tuple[str, ...], list[ConverterPair]]] = []
+        with tf.device(self.device_name):  # the layers' variables are made as they are applied
+            outputs = self._apply(keras, model.layers, inputs, model.input_shape, pending)
+            # the functional API, not Sequential: a residual block has two paths that meet in an Add
+            self.model = keras.Model(inputs, outputs, name=model.name)
         it = iter(weights)
         assignments: list[tuple[Any, Converter]] = []  # (variable, converter back to canonical)
         for klayer, names, converters in pending:

@@ -36,7 +36,8 @@ def register(sub: Any) -> None:
                        "update) and eval step fit the memory budget. Every probe is a fresh worker process. "
                        "On CPU the budget (--memory-limit-mib) is enforced by the OS on each probe.")
     p.add_argument("--framework", required=True, help="adapter name, e.g. pytorch (`batchscope adapters`)")
-    p.add_argument("--model", required=True, help="model from the catalogue, e.g. deep_cnn")
+    p.add_argument("--model", required=True, help="model from the catalogue (e.g. deep_cnn, resnet20) or your own "
+                   "\"package.module:function\" (docs/models.md)")
     p.add_argument("--dataset", default="synthetic", help="data set (default synthetic)")
     p.add_argument("--synthetic-shape", type=_shape, default=(3, 32, 32), help="C,H,W of synthetic input")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32")
@@ -74,10 +75,9 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     if args.framework not in known_adapter_names():
         raise ConfigError(f"--framework {args.framework!r} is not a registered adapter; known: "
                           f"{', '.join(sorted(known_adapter_names()))}")
-    from harness.models import CATALOGUE
+    from harness.models import check_model_name
 
-    if args.model not in CATALOGUE:
-        raise ConfigError(f"--model {args.model!r} is not in the catalogue: {', '.join(sorted(CATALOGUE))}")
+    check_model_name(args.model)  # a user's "module:function" is imported here, framework imports refused
     if args.threads < 0:
         raise ConfigError(f"--threads {args.threads!r} must be >= 0")
     req = MaxBatchRequest(framework=args.framework, model=args.model, dataset=args.dataset,

@@ -128,7 +128,7 @@ def _where(exp: Experiment, key: str) -> str:
 
 def _validate(exp: Experiment) -> None:
     from harness.data import DATASETS
-    from harness.models import CATALOGUE
+    from harness.models import check_model_name
     from harness.registry import known_adapter_names
 
     def bad(key: str, msg: str) -> ConfigError:
@@ -151,8 +151,10 @@ def _validate(exp: Experiment) -> None:
             raise bad("batch_sizes", f"batch size {b!r} must be a whole number > 0")
     if len(set(exp.batch_sizes)) != len(exp.batch_sizes):
         raise bad("batch_sizes", f"a batch size is listed twice: {list(exp.batch_sizes)}")
-    if exp.model not in CATALOGUE:
-        raise bad("model", f"unknown model {exp.model!r}; the catalogue has: {', '.join(sorted(CATALOGUE))}")
+    try:
+        check_model_name(exp.model)  # a user's "module:function" is imported here, framework imports refused
+    except ConfigError as e:
+        raise bad("model", str(e)) from None
     if exp.dataset.startswith("npz:"):
         from harness.data.npzfile import check_path
         from harness.errors import DataError

@@ -29,7 +29,7 @@ import numpy as np
 from adapters.base import Adapter, RuntimeConfig
 from harness.config.trial import TrialSpec
 from harness.data import PreparedData
-from harness.models import build_description, init_weights
+from harness.models import ModelDescription, build_description, init_weights
 from harness.run.protocol import Channel
 
 MIB = 1024.0 * 1024.0
@@ -161,7 +161,10 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
             device=trial.device, threads=trial.threads or None, options=dict(trial.adapter_options),
             memory_limit_mib=trial.memory_limit_mib or None, precision=trial.precision))  # type: ignore[arg-type]
         x_train, y_train, x_test, y_test = data.load()
-        desc = build_description(trial.model, data.input_shape, data.classes)
+        # the parent resolved the model (a user's function is imported there only) and sends it as data
+        spec = request.get("model")
+        desc = ModelDescription.from_spec(spec) if spec else build_description(trial.model, data.input_shape,
+                                                                                 data.classes)
         adapter.build(desc, init_weights(desc, trial.seed), trial.optimizer)
         order = np.load(request["order_path"], mmap_mode="r")
         setup_s = time.perf_counter() - t_setup
