@@ -77,6 +77,7 @@ class Adapter(ABC):
     #: Module to import to check the framework is installed (``torch``).
     import_name: ClassVar[str]
     #: Adapter settings accepted under ``[adapters.<name>]`` (besides ``python``), with their allowed values.
+    #: A type among the values (``(None, str)``) accepts any value of that type; a default of None is left out.
     options: ClassVar[Mapping[str, tuple[Any, ...]]] = {}
     #: Substrings of stderr that mean "out of memory" when the process died without a Python exception.
     oom_stderr_patterns: ClassVar[tuple[str, ...]] = ()
@@ -84,13 +85,15 @@ class Adapter(ABC):
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
         """Check ``[adapters.<name>]`` settings in the parent (no framework import); return them resolved."""
-        resolved = {key: values[0] for key, values in cls.options.items()}
+        # a default of None stays out: adding a setting must not change the hash of every stored trial
+        resolved = {key: values[0] for key, values in cls.options.items() if values[0] is not None}
         for key, value in options.items():
             if key not in cls.options:
                 valid = ", ".join(sorted(cls.options)) or "(none)"
                 raise ConfigError(f"adapter {cls.name!r} has no setting {key!r}; valid settings: {valid}")
-            if value not in cls.options[key]:
-                allowed = ", ".join(repr(v) for v in cls.options[key])
+            allowed_types = tuple(v for v in cls.options[key] if isinstance(v, type))
+            if value not in cls.options[key] and not (allowed_types and isinstance(value, allowed_types)):
+                allowed = ", ".join(f"a {v.__name__}" if isinstance(v, type) else repr(v) for v in cls.options[key])
                 raise ConfigError(f"adapter {cls.name!r}: {key} = {value!r} is not one of {allowed}")
             resolved[key] = value
         return resolved
@@ -106,6 +109,12 @@ class Adapter(ABC):
     @abstractmethod
     def build(self, model: ModelDescription, weights: Sequence[np.ndarray], optimizer: OptimizerSpec) -> None:
         """Build ``model`` with exactly ``weights`` (layouts of :mod:`harness.models`) and the optimizer."""
+
+    def build_native(self, factory: str, input_shape: tuple[int, int, int], classes: int,
+                     optimizer: OptimizerSpec) -> None:
+        """Build the framework's own model from ``factory`` ("module:function", harness.models.native)."""
+        raise ConfigError(f"the {self.name} adapter cannot run native models; describe the model with "
+                          "harness.models layers, or run it in an adapter that has a native_model setting")
 
     @abstractmethod
     def param_count(self) -> int:

@@ -49,6 +49,8 @@ class PyTorchAdapter(Adapter):
     distributions = ("torch",)
     import_name = "torch"
     oom_stderr_patterns = ("CUDA out of memory", "DefaultCPUAllocator: can't allocate memory")
+    #: native_model: "package.module:function" returning a torch.nn.Module (harness.models.native)
+    options = {"native_model": (None, str)}
 
     def __init__(self) -> None:
         self.torch: Any = None
@@ -142,6 +144,27 @@ class PyTorchAdapter(Adapter):
                 if tuple(tensor.shape) != array.shape:
                     raise ValueError(f"weight shape {array.shape} does not fit {tuple(tensor.shape)}")
                 tensor.copy_(torch.from_numpy(np.ascontiguousarray(array)))
+        self._order = [t for t, _ in params]
+        self._finish(net, optimizer)
+
+    def build_native(self, factory: str, input_shape: tuple[int, int, int], classes: int,
+                     optimizer: OptimizerSpec) -> None:
+        from harness.models.native import load_factory
+
+        net = load_factory(factory)(tuple(input_shape), classes)
+        if not isinstance(net, self.torch.nn.Module):
+            raise ConfigError(f"native model {factory!r} returned a {type(net).__qualname__}, not a torch.nn.Module")
+        with self.torch.no_grad():  # a wrong output shape is the user's to fix: say so before any step
+            out = net.eval()(self.torch.zeros((2, *input_shape)))
+        if tuple(out.shape) != (2, classes):
+            raise ConfigError(f"native model {factory!r} gives logits of shape {tuple(out.shape)} for a batch of 2 "
+                              f"inputs {tuple(input_shape)}; it must give (2, {classes})")
+        self._order = []  # no canonical weight layout: get_weights() has nothing to compare
+        self._finish(net, optimizer)
+
+    def _finish(self, net: Any, optimizer: OptimizerSpec) -> None:
+        """Move ``net`` to the device and attach the experiment's optimizer and loss."""
+        torch, nn = self.torch, self.torch.nn
         self.model = net.to(self.device)
         self.model.train()
         if optimizer.name == "sgd":
@@ -150,7 +173,6 @@ class PyTorchAdapter(Adapter):
             self.optimizer = torch.optim.Adam(self.model.parameters(), lr=optimizer.lr,
                                               betas=optimizer.adam_betas, eps=optimizer.adam_eps)
         self.loss_fn = nn.CrossEntropyLoss()
-        self._order = [t for t, _ in params]
 
     def param_count(self) -> int:
         return int(sum(p.numel() for p in self.model.parameters() if p.requires_grad))

@@ -27,7 +27,7 @@ def _shape(text: str) -> tuple[int, int, int]:
 
 def register(sub: Any) -> None:
     """Add the ``maxbatch`` subcommand."""
-    from harness.config.experiment import DEVICES, OPTIMIZERS, PRECISIONS
+    from harness.config.experiment import DATA_LAYOUTS, DEVICES, OPTIMIZERS, PRECISIONS
     from harness.maxbatch.search import STRATEGIES
 
     p = sub.add_parser("maxbatch", help="find the largest batch that fits (train + eval step), probing in "
@@ -57,6 +57,8 @@ def register(sub: Any) -> None:
     p.add_argument("--max-batch-cap", type=int, default=1 << 16, help="stop searching above this size")
     p.add_argument("--out", help="output directory for the store (default results/maxbatch)")
     p.add_argument("--data-dir", help="local copy of a downloadable data set")
+    p.add_argument("--data-layout", choices=DATA_LAYOUTS, default="auto",
+                   help="image layout of an npz:FILE data set (default: detected from the channel axis)")
     p.set_defaults(func=cmd_maxbatch)
 
 
@@ -66,8 +68,10 @@ def _fmt_int(value: int | None) -> str:
 
 def cmd_maxbatch(args: argparse.Namespace) -> int:
     """Run the search and print the answer beside the formula."""
+    from harness.data import DataRequest, default_cache_dir, prepare
     from harness.maxbatch.prober import run_maxbatch
     from harness.maxbatch.request import MaxBatchRequest
+    from harness.models import build_description, is_native_model
     from harness.monitor import environment
     from harness.registry import known_adapter_names
     from harness.store import Store
@@ -92,8 +96,19 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     from harness.maxbatch.request import resolve_budget
 
     budget = resolve_budget(req, list(env.get("gpus") or []))  # refuse bad options before writing anything
+    # data and model before the store: a bad file or a model that does not fit the input leaves nothing written
+    data = prepare(DataRequest(name=req.dataset, seed=req.seed, train_samples=req.train_samples,
+                               synthetic_shape=req.synthetic_shape, synthetic_classes=req.synthetic_classes,
+                               synthetic_samples=req.synthetic_samples, data_dir=args.data_dir,
+                               layout=args.data_layout), default_cache_dir())
+    desc = None if is_native_model(req.model) else build_description(req.model, data.input_shape, data.classes)
     print(f"maxbatch: {req.framework} {req.model} on {budget.device}, budget {budget.mib:.0f} MiB "
           f"({budget.kind}), strategy {req.strategy}; every probe is a fresh worker", flush=True)
+    if desc is not None:
+        print_forecast(desc, req, budget.mib)
+    else:
+        print("native model (the framework's own): no forecast, since there is no description to size; the "
+              "parameter count is the framework's, and no comparison across frameworks is made", flush=True)
 
     def on_probe(o: Any) -> None:
         peak = probe_peak_mib(o, budget.kind) if o.status == "ok" else None
@@ -105,11 +120,34 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     command = "batchscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     with Store.open(out) as store:
         run_id = store.begin_run(req.experiment, {"maxbatch": vars(args) | {"func": None}}, command, env)
-        outcome = run_maxbatch(req, store, run_id, data_dir=args.data_dir, log_dir=out / "logs",
+        outcome = run_maxbatch(req, store, run_id, data=data, log_dir=out / "logs",
                                on_probe=on_probe, env=env)
     print_result(outcome.row)
     print(f"\nstored in {out / 'results.sqlite'} (table maxbatch, probes in trials with purpose 'probe')")
     return 0
+
+
+def print_forecast(desc: Any, req: Any, budget_mib: float, file: Any = None) -> None:
+    """The seed's estimate from the description alone, printed before the first probe starts.
+
+    Weights, gradients and optimizer state (fp32) plus every layer's output and its gradient per sample:
+    a large model's expected answer in a second, while the probes that measure it take minutes.
+    """
+    from harness.maxbatch.advice import MIB, Formula
+
+    file = file or sys.stdout
+    per_sample_mib = desc.activation_floats_per_sample() * 4 * 2 / MIB
+    f = Formula.compute(desc.param_count(), req.optimizer, req.momentum, budget_mib, per_sample_mib)
+    raw = (budget_mib - f.model_state_mib) / per_sample_mib if per_sample_mib > 0 else 0.0
+    print(f"forecast from the description alone (before any probe): {desc.param_count():,} parameters, "
+          f"model state {f.model_state_mib:.1f} MiB (weights, gradients, {req.optimizer} state), activations "
+          f"{per_sample_mib:.3f} MiB per sample", file=file)
+    if f.batch:
+        print(f"  -> about {int(raw):,} samples fit in {budget_mib:.0f} MiB (power of two: {f.batch}); the "
+              "framework's own overhead is not in it: the measured answer follows", file=file, flush=True)
+    else:
+        print(f"  -> the model state alone does not fit {budget_mib:.0f} MiB; the probes will tell",
+              file=file, flush=True)
 
 
 def print_result(row: dict[str, Any], file: Any = None) -> None:
@@ -146,6 +184,8 @@ def print_result(row: dict[str, Any], file: Any = None) -> None:
           f"{row['per_sample_activation_mib']:.3f} MiB per sample, power of two: {row['formula_batch']}"
           + (f"  ({err:+.0f}% vs measured)" if err is not None else ""), file=file)
     aerr = row.get("formula_analytic_error_pct")
+    if row.get("analytic_activation_mib_per_sample") is None:  # a native model has no description to size
+        return
     print(f"  with the analytic activation size "
           f"({row['analytic_activation_mib_per_sample']:.3f} MiB per sample): "
           f"{row['formula_analytic_batch']}" + (f"  ({aerr:+.0f}% vs measured)" if aerr is not None else ""),

@@ -99,6 +99,14 @@ class Experiment:
         out["adapters"] = {k: {"python": v.python, "options": dict(v.options)} for k, v in self.adapters.items()}
         return out
 
+    def model_for(self, framework: str) -> str:
+        """The model ``framework`` runs: ``native:...`` where its adapter names a native model, else ``model``."""
+        from harness.models import native_name
+
+        settings = self.adapters.get(framework)
+        factory = settings.options.get("native_model") if settings else None
+        return native_name(factory) if factory else self.model
+
     def lr_for(self, batch_size: int) -> float:
         """The learning rate for ``batch_size`` under the experiment's policy."""
         ratio = batch_size / self.lr_base_batch
@@ -155,6 +163,10 @@ def _validate(exp: Experiment) -> None:
         check_model_name(exp.model)  # a user's "module:function" is imported here, framework imports refused
     except ConfigError as e:
         raise bad("model", str(e)) from None
+    if exp.model.startswith("native:") and len(exp.frameworks) > 1:
+        raise bad("model", f"{exp.model!r} is one framework's own model, but frameworks lists "
+                           f"{', '.join(exp.frameworks)}; list one framework, or name the factory under "
+                           "[adapters.NAME] native_model for the framework it belongs to")
     if exp.dataset.startswith("npz:"):
         from harness.data.npzfile import check_path
         from harness.errors import DataError
@@ -219,6 +231,10 @@ def _parse_adapters(source: str, raw: Any) -> dict[str, AdapterSettings]:
                                   "give the full path of that environment's python (e.g. /opt/mx/bin/python)")
         try:
             options = adapter_class(name).validate_options(table)
+            if options.get("native_model"):
+                from harness.models.native import check_factory
+
+                check_factory(options["native_model"], "native_model")
         except ConfigError as e:
             raise ConfigError(f"{source}: adapters.{name}: {e}") from None
         out[name] = AdapterSettings(python=python, options=options)

@@ -29,7 +29,7 @@ from harness.errors import DoesNotFitError
 from harness.maxbatch.advice import Formula, recommend
 from harness.maxbatch.request import Budget, MaxBatchRequest, resolve_budget
 from harness.maxbatch.search import ProbeResult, SearchResult, SearchSettings, search
-from harness.models import build_description
+from harness.models import build_description, is_native_model
 from harness.monitor import environment
 from harness.records import Monitor, TrialOutcome, TrialUnit
 from harness.registry import adapter_class, adapter_target
@@ -206,7 +206,9 @@ def run_maxbatch(req: MaxBatchRequest, store: Store, run_id: int, *, data: Prepa
                                    synthetic_classes=req.synthetic_classes,
                                    synthetic_samples=req.synthetic_samples, data_dir=data_dir),
                        cache_dir or default_cache_dir())
-    desc = build_description(req.model, data.input_shape, data.classes)
+    # a native model (the framework's own) has no description: its count comes from the probes, and there
+    # is no analytic activation size to forecast with
+    desc = None if is_native_model(req.model) else build_description(req.model, data.input_shape, data.classes)
     executor = LocalExecutor(monitor_factory=monitor_factory, log_dir=log_dir)
 
     def record(outcome: TrialOutcome) -> None:
@@ -218,8 +220,11 @@ def run_maxbatch(req: MaxBatchRequest, store: Store, run_id: int, *, data: Prepa
     settings = settings or SearchSettings(strategy=req.strategy, budget_mib=budget.mib,
                                           max_batch_cap=req.max_batch_cap)
     result = search(prober, settings)
-    row = result_row(req, budget, result, desc.param_count(), desc.activation_floats_per_sample(), run_id,
-                     env, prober.outcomes)
+    if desc is not None:
+        param_count, activation_floats = desc.param_count(), desc.activation_floats_per_sample()
+    else:
+        param_count, activation_floats = next((o.param_count for o in prober.outcomes if o.param_count), 0), 0
+    row = result_row(req, budget, result, param_count, activation_floats, run_id, env, prober.outcomes)
     store.write_maxbatch(row)
     if result.max_batch == 0:
         raise DoesNotFitError(does_not_fit_message(req, budget, result.first_fail))
@@ -239,7 +244,7 @@ def result_row(req: MaxBatchRequest, budget: Budget, result: SearchResult, param
     rec, rec_pow2, rec_mult8 = recommend(result.max_batch, req.margin_mib, fit, analytic_mib)
     fail = result.first_fail
     ok_outcome = next((o for o in reversed(outcomes) if o.status == "ok"), None)
-    return {
+    row = {
         "run_id": run_id, "experiment": req.experiment, "framework": req.framework, "model": req.model,
         "dataset": req.dataset,
         "device": (ok_outcome.device.get("device") if ok_outcome else None) or budget.device,
@@ -261,3 +266,7 @@ def result_row(req: MaxBatchRequest, budget: Budget, result: SearchResult, param
         "analytic_activation_mib_per_sample": analytic_mib, "model_state_mib": formula.model_state_mib,
         "capped": int(result.capped), "versions_json": json.dumps(ok_outcome.versions if ok_outcome else {}),
     }
+    if not activation_floats:  # a native model: no analytic size, so no analytic formula (not a 0 that looks measured)
+        row.update(formula_analytic_batch=None, formula_analytic_error_pct=None,
+                   analytic_activation_mib_per_sample=None)
+    return row

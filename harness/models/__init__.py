@@ -39,9 +39,10 @@ from harness.models.description import (
     layer_output_shape,
     layer_to_spec,
 )
+from harness.models.native import is_native_model, native_name
 
-__all__ = ["CATALOGUE", "LAYER_TYPES", "BatchNorm", "Conv2D", "Dense", "Factory", "Flatten", "GlobalAvgPool", "Init",
-           "Layer", "MaxPool2D", "ModelDescription", "ReLU", "Residual", "basic_block", "build_description",
-           "check_model_name", "conv_output_side", "deep_cnn", "init_weights", "layer_from_spec", "layer_output_shape",
-           "layer_to_spec",
-           "osu_cnn", "resnet18", "resnet20", "tiny_cnn"]
+__all__ = ["BatchNorm", "CATALOGUE", "Conv2D", "Dense", "Factory", "Flatten", "GlobalAvgPool", "Init",
+           "LAYER_TYPES", "Layer", "MaxPool2D", "ModelDescription", "ReLU", "Residual", "basic_block",
+           "build_description", "check_model_name", "conv_output_side", "deep_cnn", "init_weights",
+           "is_native_model", "layer_from_spec", "layer_output_shape", "layer_to_spec", "native_name", "osu_cnn",
+           "resnet18", "resnet20", "tiny_cnn"]

@@ -139,19 +139,26 @@ CATALOGUE: dict[str, Factory] = {"osu_cnn": osu_cnn, "deep_cnn": deep_cnn, "tiny
 
 def check_model_name(name: str) -> None:
     """Refuse a model name that is neither in the catalogue nor a loadable, framework-free user function."""
+    from harness.models.native import PREFIX, check_factory, is_native_model
     from harness.models.user import is_user_model, load_user_factory
 
-    if is_user_model(name):
+    if is_native_model(name):
+        check_factory(name[len(PREFIX):], f"model {name!r}")  # not imported: it imports a framework
+    elif is_user_model(name):
         load_user_factory(name)
     elif name not in CATALOGUE:
-        raise ConfigError(f"unknown model {name!r}; the catalogue has: {', '.join(sorted(CATALOGUE))}, or name "
-                          "your own function as \"package.module:function\" (docs/models.md)")
+        raise ConfigError(f"unknown model {name!r}: not in the catalogue ({', '.join(sorted(CATALOGUE))}); or "
+                          "name your own function as \"package.module:function\" (docs/models.md)")
 
 
 def build_description(name: str, input_shape: tuple[int, int, int], classes: int) -> ModelDescription:
     """Look a model up (catalogue or ``package.module:function``) and describe it for this input."""
+    from harness.models.native import is_native_model
     from harness.models.user import describe_user_model, is_user_model
 
+    if is_native_model(name):
+        raise ConfigError(f"model {name!r} is a framework's own model: it has no framework-neutral description "
+                          "(no forecast, no shared weights); only its adapter can build it")
     if is_user_model(name):
         return describe_user_model(name, tuple(input_shape), classes)  # type: ignore[arg-type]
     check_model_name(name)

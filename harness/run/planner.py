@@ -29,7 +29,7 @@ def plan(exp: Experiment, data: PreparedData) -> list[TrialSpec]:
         for batch_size in sorted(exp.batch_sizes):
             for repeat in range(exp.repeats):
                 trials.append(TrialSpec(
-                    experiment=exp.name, framework=framework, model=exp.model, dataset=exp.dataset,
+                    experiment=exp.name, framework=framework, model=exp.model_for(framework), dataset=exp.dataset,
                     batch_size=batch_size, repeat=repeat, seed=exp.seed + repeat, epochs=exp.epochs,
                     warmup_steps=exp.warmup_steps, timed_steps=exp.timed_steps,
                     optimizer=OptimizerSpec(name=exp.optimizer, lr=exp.lr_for(batch_size),  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ from harness.config.experiment import Experiment
 from harness.config.trial import TrialSpec
 from harness.data import PreparedData, default_cache_dir, prepare
 from harness.errors import StoreError
-from harness.models import build_description
+from harness.models import build_description, is_native_model
 from harness.monitor import environment
 from harness.records import Executor, Monitor, TrialOutcome, TrialUnit
 from harness.registry import adapter_class, adapter_target
@@ -101,7 +101,8 @@ def run_sweep(
         preflight(env)
     # data before the store: a data error (no network, corrupt archive) must leave nothing written
     data = prepare(data_request(exp, data_dir), cache_dir or default_cache_dir())
-    build_description(exp.model, data.input_shape, data.classes)  # a model that does not fit the data: refused now
+    if not is_native_model(exp.model):
+        build_description(exp.model, data.input_shape, data.classes)  # a model that does not fit the data: now
     with Store.open(out_dir) as store:
         existing = store.trials("experiment = ?", (exp.name,))
         trials = plan(exp, data)

@@ -29,7 +29,8 @@ import numpy as np
 from adapters.base import Adapter, RuntimeConfig
 from harness.config.trial import TrialSpec
 from harness.data import PreparedData
-from harness.models import ModelDescription, build_description, init_weights
+from harness.models import ModelDescription, build_description, init_weights, is_native_model
+from harness.models.native import PREFIX as NATIVE_PREFIX
 from harness.run.protocol import Channel
 
 MIB = 1024.0 * 1024.0
@@ -161,17 +162,23 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
             device=trial.device, threads=trial.threads or None, options=dict(trial.adapter_options),
             memory_limit_mib=trial.memory_limit_mib or None, precision=trial.precision))  # type: ignore[arg-type]
         x_train, y_train, x_test, y_test = data.load()
-        # the parent resolved the model (a user's function is imported there only) and sends it as data
-        spec = request.get("model")
-        desc = ModelDescription.from_spec(spec) if spec else build_description(trial.model, data.input_shape,
-                                                                                 data.classes)
-        adapter.build(desc, init_weights(desc, trial.seed), trial.optimizer)
+        if is_native_model(trial.model):  # the framework's own model: no description, no shared weights
+            adapter.build_native(trial.model[len(NATIVE_PREFIX):], data.input_shape, data.classes, trial.optimizer)
+            model_info: dict[str, Any] = {"name": trial.model, "native": True, "input_shape": list(data.input_shape),
+                                          "classes": data.classes, "param_count": adapter.param_count()}
+        else:
+            # the parent resolved the model (a user's function is imported there only) and sends it as data
+            spec = request.get("model")
+            desc = ModelDescription.from_spec(spec) if spec else build_description(trial.model, data.input_shape,
+                                                                                     data.classes)
+            adapter.build(desc, init_weights(desc, trial.seed), trial.optimizer)
+            model_info = desc.to_dict()
         order = np.load(request["order_path"], mmap_mode="r")
         setup_s = time.perf_counter() - t_setup
         # the footprint before the first step, in RLIMIT_DATA's units (VmData) and in RSS: the max-batch
         # search turns the RSS peak into the units the OS limit counts (harness/maxbatch/prober.py, probe_peak_mib)
         ready_mem = _proc_status_mib("VmData", "VmRSS", "RssFile", "RssAnon")
-        chan.send("ready", device=device_info, param_count=adapter.param_count(), model=desc.to_dict())
+        chan.send("ready", device=device_info, param_count=adapter.param_count(), model=model_info)
         watcher = VmDataWatcher().start() if request.get("os_memory_limit_mib") else None
 
         warmup_n, timed_n, rest_n = plan_steps(data.n_train, trial.batch_size, trial.epochs,
