@@ -58,6 +58,8 @@ NPZ_INFO = DatasetInfo("npz", "your own arrays from a .npz file (x_train, y_trai
 
 def prepare(req: DataRequest, cache_dir: Path | None = None) -> PreparedData:
     """Prepare (or reuse) the data set ``req`` in ``cache_dir``/prepared/<slug>."""
+    info: DatasetInfo
+    loader: Loader
     if npzfile.is_npz(req.name):
         info, loader = NPZ_INFO, npzfile.load_npz
     elif req.name not in LOADERS:
