@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OUT ?= results/quick
 
-.PHONY: quick test lint bench lock clean-venv
+.PHONY: quick test test-fast lint bench lock clean-venv
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -21,6 +21,11 @@ quick: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# the tests that start no framework, for the edit-test loop (CI runs `make test`). The frameworks are blocked
+# (tests/fakes/no_frameworks), so a test that starts one without the `slow` marker fails here, saying so.
+test-fast: $(STAMP)
+	PYTHONPATH=tests/fakes/no_frameworks $(BIN)/python -m pytest -m 'not slow'
 
 lint: $(STAMP)
 	$(BIN)/ruff check harness adapters report tests benchmarks

@@ -22,12 +22,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from adapters.base import OptimizerSpec  # noqa: E402
-from harness import environment  # noqa: E402
 from harness.config.trial import TrialSpec  # noqa: E402
 from harness.data import DataRequest, PreparedData, prepare  # noqa: E402
+from harness.monitor import environment  # noqa: E402
 from harness.records import TrialOutcome, TrialUnit  # noqa: E402
 from harness.registry import adapter_class, adapter_target  # noqa: E402
-from harness.run.executor import LocalExecutor
+from harness.run.executor import LocalExecutor  # noqa: E402
 
 FRAMEWORKS = ("pytorch", "tensorflow", "mxnet")
 SHAPE = (1, 28, 28)  # MNIST-sized, the seed study's input

@@ -93,8 +93,8 @@ def main() -> int:
     t0 = starts["timed"] + offset_s
     t1 = (min(following) if following else time.monotonic()) + offset_s
     inside = [r for r in smi_rows if t0 <= r[0] < t1]
-    agg = outcome.monitor["aggregates"]
-    timed = outcome.monitor["phases"]["timed"]
+    agg = outcome.monitor.aggregates
+    timed = outcome.monitor.phases["timed"]
     print(f"\n`{' '.join(command)}` beside `python benchmarks/compare_nvidia_smi.py --batch-size "
           f"{args.batch_size} --timed-steps {args.timed_steps}`; timed phase {t1 - t0:.2f} s, "
           f"{timed['samples_n']} sampler samples, {len(inside)} nvidia-smi lines\n")

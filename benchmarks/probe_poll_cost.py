@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psutil  # noqa: E402
 
-from harness import nvml  # noqa: E402
 from harness.errors import ProbeError  # noqa: E402
+from harness.monitor import nvml  # noqa: E402
 from harness.monitor.probes import HostProbe, NullGpuProbe, ProcessTree  # noqa: E402
 from harness.monitor.sampler import Sampler  # noqa: E402
 

@@ -69,7 +69,7 @@ def main() -> int:
                 sps = float(outcome.metrics["samples_per_s"])
                 runs[mode].append(sps)
                 if mode == "on":
-                    samples_n.append(int(outcome.monitor["aggregates"]["samples_n"]))
+                    samples_n.append(int(outcome.monitor.aggregates["samples_n"]))
                 print(f"pair {i + 1} sampler {mode:<3}: {sps:9.1f} samples/s", flush=True)
     ratios = [on / off for on, off in zip(runs["on"], runs["off"], strict=True)]
     print(f"\nper-pair ratio (with / without): {', '.join(f'{r:.4f}' for r in ratios)}")

@@ -1,4 +1,5 @@
-"""The whole of ``batchscope run``: the sweep (:mod:`harness.run`), then the max-batch searches (:mod:`harness.maxbatch`).
+"""The whole of ``batchscope run``: the sweep (:mod:`harness.run`), then the max-batch searches
+(:mod:`harness.maxbatch`).
 
 It sits above both: the sweep knows nothing of the max-batch search, and the search nothing of sweeps.
 """

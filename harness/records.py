@@ -6,15 +6,46 @@ This module imports nothing heavier than the trial spec, so every layer may depe
 
 from __future__ import annotations
 
+import dataclasses
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from harness.config.trial import TrialSpec
 from harness.data import PreparedData
 
-STATUSES = ("ok", "oom", "error", "timeout", "crashed", "skipped")
+#: how a trial ended: ran to the end; out of memory; a Python error; killed at its timeout; the worker died
+#: (signal, exit code, or it could not start); not run (larger than a size that ran out of memory)
+Status = Literal["ok", "oom", "error", "timeout", "crashed", "skipped"]
+STATUSES: tuple[Status, ...] = ("ok", "oom", "error", "timeout", "crashed", "skipped")
+
+
+@dataclass(frozen=True)
+class MonitorResult:
+    """What a monitor measured while a worker ran (the sampler fills it; :class:`NullMonitor` leaves it empty).
+
+    ``aggregates`` are the trial row's sampler columns (named in :mod:`harness.monitor.fields`), ``phases``
+    one summary per phase window, ``samples`` the raw phase-tagged samples (one dict per sample, columns of
+    the ``samples`` table).
+    """
+
+    aggregates: Mapping[str, Any] = field(default_factory=dict)
+    phases: Mapping[str, Any] = field(default_factory=dict)
+    samples: Sequence[Mapping[str, Any]] = ()
+    probes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    unsupported: Mapping[str, str] = field(default_factory=dict)
+    gaps_n: int = 0
+    missed_ticks: int = 0
+    end_reason: str = ""
+    interval_ms_median: float | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """Everything but the raw samples, as plain data (the trial row's ``monitor_json``)."""
+        out = dataclasses.asdict(self)
+        out.pop("samples")
+        return out
 
 
 class Monitor(Protocol):
@@ -26,7 +57,7 @@ class Monitor(Protocol):
     def phase(self, name: str, t_monotonic: float) -> None:
         """The worker announced ``name`` at ``t_monotonic``."""
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> MonitorResult:
         """The worker is gone: stop and return what was measured (aggregates and raw samples)."""
 
 
@@ -46,8 +77,8 @@ class NullMonitor:
     def phase(self, name: str, t_monotonic: float) -> None:  # noqa: D102
         pass
 
-    def stop(self) -> dict[str, Any]:  # noqa: D102
-        return {}
+    def stop(self) -> MonitorResult:  # noqa: D102
+        return MonitorResult()
 
 
 @dataclass(frozen=True)
@@ -69,7 +100,7 @@ class TrialOutcome:
     """What happened in one trial."""
 
     trial: TrialSpec
-    status: str
+    status: Status
     reason: str = ""
     metrics: dict[str, Any] = field(default_factory=dict)
     step_times_ms: list[float] = field(default_factory=list)
@@ -84,4 +115,4 @@ class TrialOutcome:
     elapsed_s: float = 0.0
     started_at: str = ""
     finished_at: str = ""
-    monitor: dict[str, Any] = field(default_factory=dict)
+    monitor: MonitorResult = field(default_factory=MonitorResult)

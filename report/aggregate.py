@@ -15,6 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.monitor.fields import FIELDS
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -34,19 +36,27 @@ class Metric:
         return float(v) * self.scale
 
 
-#: every headline figure, keyed by the name the report uses (the stored column, or a derived name)
+def _sampler(column: str) -> Metric:
+    """A sampler column of the trial row, labelled from the one field table (harness/monitor/fields.py)."""
+    f = next(f for f in FIELDS if f.trial_column == column)
+    label = f"{f.label} peak" if f.statistic == "training-peak" else f.label
+    return Metric(column, label, f.unit, f.fmt)
+
+
+#: every headline figure, keyed by the name the report uses (the stored column, or a derived name); the
+#: sampler's columns take their labels, units and formats from the field table
 METRICS: dict[str, Metric] = {m.column if m.scale == 1.0 else f"{m.column}_pct": m for m in (
     Metric("samples_per_s", "throughput", "samples/s", ".0f"),
     Metric("step_time_ms_median", "median step time", "ms", ".2f"),
     Metric("step_time_ms_iqr", "step time IQR", "ms", ".2f"),
-    Metric("gpu_util_pct", "GPU utilisation (NVML)", "%", ".1f"),
-    Metric("gpu_mem_util_pct", "GPU memory-controller utilisation", "%", ".1f"),
+    _sampler("gpu_util_pct"),
+    _sampler("gpu_mem_util_pct"),
     Metric("framework_peak_mib", "framework allocator peak", "MiB", ".0f"),
-    Metric("proc_gpu_mem_mib", "worker-tree GPU memory", "MiB", ".0f"),
-    Metric("gpu_mem_used_mib", "device memory used", "MiB", ".0f"),
-    Metric("rss_peak_mib", "host RSS peak", "MiB", ".0f"),
-    Metric("cpu_util_pct", "CPU utilisation", "%", ".0f"),
-    Metric("power_w", "GPU power", "W", ".0f"),
+    _sampler("proc_gpu_mem_mib"),
+    _sampler("gpu_mem_used_mib"),
+    _sampler("rss_peak_mib"),
+    _sampler("cpu_util_pct"),
+    _sampler("power_w"),
     Metric("j_per_sample", "energy per sample", "J", ".3g"),
     Metric("accuracy", "accuracy", "%", ".1f", scale=100.0),
 )}

@@ -44,7 +44,7 @@ def load_reference() -> list[dict[str, Any]]:
         Rows with keys framework, batch_size (int), metric (``gpu_util_pct`` | ``gpu_mem_mib`` |
         ``accuracy_pct``), value (float), unit and source (the citation).
     """
-    text = resources.files("report").joinpath("reference", REFERENCE_FILE).read_text(encoding="utf-8")
+    text = resources.files("report").joinpath("reference").joinpath(REFERENCE_FILE).read_text(encoding="utf-8")
     out = []
     for raw in csv.DictReader(io.StringIO(text)):
         metric, unit = _METRIC_MAP[raw["metric"]]

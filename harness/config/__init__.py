@@ -1,1 +1,2 @@
-"""Configuration: experiment files parsed into frozen specs (:mod:`.experiment`), and the per-trial spec (:mod:`.trial`)."""
+"""Configuration: experiment files parsed into frozen specs (:mod:`.experiment`) and the per-trial spec
+(:mod:`.trial`). The bottom layer: it imports nothing above it."""

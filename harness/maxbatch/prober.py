@@ -56,7 +56,7 @@ def probe_peak_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
     """
     m = outcome.metrics
     if budget_kind.startswith("gpu"):
-        mon = outcome.monitor.get("aggregates", {})
+        mon = outcome.monitor.aggregates
         for value in (m.get("framework_reserved_mib"), m.get("framework_peak_mib"),
                       mon.get("proc_gpu_mem_peak_mib"), mon.get("proc_gpu_mem_mib")):
             if value is not None:

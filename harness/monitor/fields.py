@@ -6,4 +6,58 @@ and anything may import it (the report too) without loading a probe, NVML or a t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 NO_GPU_NOTICE = "no GPU: running on CPU — GPU columns will be empty"
+
+
+Source = Literal["nvml", "host"]
+#: how the trial row summarises a field: the mean over the timed phase, the peak over the training phases
+#: (warm-up, timed, rest of the epochs), the timed phase's energy from the cumulative counter, or not at all
+Statistic = Literal["timed-mean", "training-peak", "timed-counter", "none"]
+
+
+@dataclass(frozen=True)
+class Field:
+    """One quantity the sampler reads, with its unit in the name (``gpu_mem_used_mib``)."""
+
+    name: str  # the sample's column (``samples`` table) and the probe's reading
+    unit: str
+    source: Source
+    label: str  # how the report names it
+    statistic: Statistic
+    trial_column: str | None = None  # the trial row's column that summarises it (None: samples only)
+    fmt: str = ".1f"  # how the report prints it
+
+
+FIELDS: tuple[Field, ...] = (
+    Field("gpu_util_pct", "%", "nvml", "GPU utilisation (NVML)", "timed-mean", "gpu_util_pct"),
+    Field("gpu_mem_util_pct", "%", "nvml", "GPU memory-controller utilisation", "timed-mean", "gpu_mem_util_pct"),
+    Field("gpu_mem_used_mib", "MiB", "nvml", "device memory used", "training-peak", "gpu_mem_used_mib", ".0f"),
+    Field("gpu_mem_total_mib", "MiB", "nvml", "device memory total", "none"),
+    Field("proc_gpu_mem_mib", "MiB", "nvml", "worker-tree GPU memory", "training-peak", "proc_gpu_mem_mib", ".0f"),
+    Field("power_w", "W", "nvml", "GPU power", "timed-mean", "power_w", ".0f"),
+    Field("energy_mj", "mJ", "nvml", "GPU energy counter", "timed-counter", "energy_j"),
+    Field("sm_clock_mhz", "MHz", "nvml", "SM clock", "none"),
+    Field("temperature_c", "°C", "nvml", "GPU temperature", "none"),
+    Field("cpu_util_pct", "%", "host", "CPU utilisation", "timed-mean", "cpu_util_pct", ".0f"),
+    Field("rss_mib", "MiB", "host", "host RSS", "training-peak", "rss_peak_mib", ".0f"),
+    Field("sys_mem_used_mib", "MiB", "host", "host memory used", "none"),
+)
+BY_NAME = {f.name: f for f in FIELDS}
+NVML_FIELDS = tuple(f.name for f in FIELDS if f.source == "nvml")
+HOST_FIELDS = tuple(f.name for f in FIELDS if f.source == "host")
+#: the energy counter is cumulative: windows difference it instead of averaging it
+COUNTER_FIELDS = tuple(f.name for f in FIELDS if f.statistic == "timed-counter")
+#: series the windows summarise (mean, min, max, p95): every reading but the counters
+SERIES = tuple(f.name for f in FIELDS if f.statistic != "timed-counter")
+#: columns of a stored sample that are not readings (skipped when replaying a stored stream)
+NOT_READINGS = ("trial_hash", "t_s", "phase", "gap_reason")
+#: the ``samples`` table: identity, every reading, and why a sample is missing
+SAMPLE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("trial_hash", "TEXT NOT NULL"), ("t_s", "REAL"), ("phase", "TEXT"),
+    *((f.name, "REAL") for f in FIELDS), ("gap_reason", "TEXT"),
+)
+#: the trial row's sampler columns, beside the worker's own figures
+TRIAL_COLUMNS: tuple[tuple[str, str], ...] = tuple((f.trial_column, "REAL") for f in FIELDS if f.trial_column)

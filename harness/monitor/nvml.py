@@ -27,13 +27,12 @@ from typing import Any, TypeVar
 import pynvml  # from nvidia-ml-py: a driver binding, not a framework
 
 from harness.errors import PartialReadingError, ProbeError, ProbeUnsupportedError
+from harness.monitor.fields import NVML_FIELDS
 
 MIB = 1024.0 * 1024.0
 NAN = math.nan
 
 #: The sample fields the NVML probe fills (units in the names).
-NVML_FIELDS = ("gpu_util_pct", "gpu_mem_util_pct", "gpu_mem_used_mib", "gpu_mem_total_mib",
-               "proc_gpu_mem_mib", "power_w", "energy_mj", "sm_clock_mhz", "temperature_c")
 
 #: NVML answers that will not change during a run: the reading is switched off with this reason.
 _UNSUPPORTED_NAMES = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_NO_PERMISSION")

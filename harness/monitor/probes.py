@@ -25,16 +25,13 @@ from typing import Protocol
 import psutil
 
 from harness.errors import DataError, PartialReadingError, WorkerGoneError
-from harness.monitor.fields import NO_GPU_NOTICE
+from harness.monitor.fields import HOST_FIELDS, NO_GPU_NOTICE, NOT_READINGS
 
 MIB = 1024.0 * 1024.0
 NAN = math.nan
 
 #: The sample fields the host probe fills.
-HOST_FIELDS = ("cpu_util_pct", "rss_mib", "sys_mem_used_mib")
 
-#: Columns of a stored sample that are not readings (skipped when replaying a stored stream).
-NOT_READINGS = ("trial_hash", "t_s", "phase", "gap_reason")
 
 
 class Probe(Protocol):

@@ -32,7 +32,7 @@ from harness.errors import ConfigError, PartialReadingError, ProbeError, WorkerG
 from harness.monitor import nvml
 from harness.monitor.probes import HostProbe, NullGpuProbe, Probe, ProcessTree, Tree
 from harness.monitor.windows import BEFORE_FIRST_PHASE, Aggregator, trial_aggregates
-from harness.records import Monitor, TrialUnit
+from harness.records import Monitor, MonitorResult, TrialUnit
 
 DEFAULT_INTERVAL_S = 0.1
 MIN_INTERVAL_MS = 10.0  # below this the thread's polling (~0.1-0.5 ms a tick) takes a real share of a core
@@ -100,7 +100,7 @@ class Sampler:
         with self._lock:
             self._phases.append((name, float(t_monotonic)))
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> MonitorResult:
         """Stop the thread (waiting at most ``join_timeout_s``) and return what was measured."""
         self._stop.set()
         if self._thread is not None:
@@ -170,7 +170,7 @@ class Sampler:
 
     # -------------------------------------------------------------- results
     def result(self, samples: list[tuple[float, dict[str, Any]]],
-               phases: list[tuple[str, float]]) -> dict[str, Any]:
+               phases: list[tuple[str, float]]) -> MonitorResult:
         """Tag, aggregate and package ``samples`` (what ``stop()`` returns)."""
         t0 = self._t0 if self._t0 is not None else (samples[0][0] if samples else 0.0)
         agg = Aggregator(self.interval_s)
@@ -188,18 +188,13 @@ class Sampler:
         gap_n = sum(1 for _, v in samples if v.get("gap_reason"))
         unsupported = {f"{p.name}.{k}": v for p in self.probes
                        for k, v in getattr(p, "unsupported", {}).items()}
-        return {
-            "aggregates": aggregates,
-            "phases": {name: _json_window(w.to_dict(), t0) for name, w in windows.items()},
-            "samples": rows,
-            "probes": [p.name for p in self.probes],
-            "notes": self._notes,
-            "unsupported": unsupported,
-            "gaps_n": gap_n,
-            "missed_ticks": self.missed_ticks,
-            "end_reason": self.end_reason,
-            "interval_ms_median": _median_gap_ms([t for t, _ in samples]),
-        }
+        return MonitorResult(
+            aggregates=aggregates,
+            phases={name: _json_window(w.to_dict(), t0) for name, w in windows.items()},
+            samples=rows, probes=tuple(p.name for p in self.probes), notes=tuple(self._notes),
+            unsupported=unsupported, gaps_n=gap_n, missed_ticks=self.missed_ticks, end_reason=self.end_reason,
+            interval_ms_median=_median_gap_ms([t for t, _ in samples]),
+        )
 
 
 def _json_window(d: dict[str, Any], t0: float) -> dict[str, Any]:

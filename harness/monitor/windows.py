@@ -25,10 +25,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeGuard
 
-#: Series summarised per window (units in the names). The energy counter is handled apart.
-SERIES = ("gpu_util_pct", "gpu_mem_util_pct", "gpu_mem_used_mib", "gpu_mem_total_mib", "proc_gpu_mem_mib",
-          "power_w", "sm_clock_mhz", "temperature_c", "cpu_util_pct", "rss_mib", "sys_mem_used_mib")
-ENERGY_FIELD = "energy_mj"
+from harness.monitor.fields import COUNTER_FIELDS, FIELDS, SERIES
+
+ENERGY_FIELD = COUNTER_FIELDS[0]  # the cumulative energy counter, differenced rather than averaged
 COUNTER_MODULUS = 2**64  # nvmlDeviceGetTotalEnergyConsumption is an unsigned 64-bit count of mJ
 MAX_POWER_W = 5000.0  # above any single GPU's draw: a bigger counter step is a reset, not energy
 BEFORE_FIRST_PHASE = "spawn"  # samples before the worker announced its first phase (interpreter start)
@@ -245,11 +244,15 @@ def trial_aggregates(windows: Mapping[str, WindowSummary]) -> dict[str, Any]:
                 return max(values)
         return None
 
-    return {
-        "gpu_util_pct": mean("gpu_util_pct"), "gpu_mem_util_pct": mean("gpu_mem_util_pct"),
-        "power_w": mean("power_w"), "cpu_util_pct": mean("cpu_util_pct"),
-        "gpu_mem_used_mib": peak("gpu_mem_used_mib"), "proc_gpu_mem_mib": peak("proc_gpu_mem_mib"),
-        "rss_peak_mib": peak("rss_mib"),
-        "energy_j": timed.energy_j if timed else None,
-        "timed_samples_n": timed.samples_n if timed else None,
-    }
+    out: dict[str, Any] = {}
+    for f in FIELDS:  # the statistic of each field comes from the one field table
+        if f.trial_column is None:
+            continue
+        if f.statistic == "timed-mean":
+            out[f.trial_column] = mean(f.name)
+        elif f.statistic == "training-peak":
+            out[f.trial_column] = peak(f.name)
+        elif f.statistic == "timed-counter":
+            out[f.trial_column] = timed.energy_j if timed else None
+    out["timed_samples_n"] = timed.samples_n if timed else None
+    return out

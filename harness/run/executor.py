@@ -22,7 +22,7 @@ from typing import Any
 
 from harness.errors import WorkerProtocolError
 from harness.models import build_description, is_native_model
-from harness.records import Monitor, NullMonitor, TrialOutcome, TrialUnit
+from harness.records import Monitor, NullMonitor, Status, TrialOutcome, TrialUnit
 from harness.run.protocol import PROTOCOL_VERSION, WorkerReport, decode
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +34,7 @@ STDERR_TAIL_LINES = 40
 
 
 def classify(report: WorkerReport, returncode: int | None, timed_out: bool, timeout_s: float,
-             stderr_tail: str, oom_patterns: tuple[str, ...]) -> tuple[str, str]:
+             stderr_tail: str, oom_patterns: tuple[str, ...]) -> tuple[Status, str]:
     """(status, reason) of a finished worker. Pure: tested on its own."""
     phase = report.current_phase or "start-up"
     if timed_out:

@@ -1,5 +1,8 @@
 """Expand an experiment into trials, in the order they run.
 
+``memory_limit_mib`` is the max-batch search's budget only: sweep trials run on the whole device (on a
+GPU a cap would change the very memory figures the sweep measures, and MXNet cannot apply one).
+
 Per framework, batch sizes run from small to large, so that once a size runs out of memory the
 larger ones can be recorded as skipped instead of being run into the same wall.
 """
@@ -35,7 +38,7 @@ def plan(exp: Experiment, data: PreparedData) -> list[TrialSpec]:
                     optimizer=OptimizerSpec(name=exp.optimizer, lr=exp.lr_for(batch_size),  # type: ignore[arg-type]
                                             momentum=exp.momentum),
                     device=exp.device, threads=exp.threads, timeout_s=exp.timeout_s,  # type: ignore[arg-type]
-                    precision=exp.precision, adapter_options=options, memory_limit_mib=exp.memory_limit_mib,
+                    precision=exp.precision, adapter_options=options,
                     eval=exp.eval, eval_batch_size=exp.eval_batch_size, train_samples=exp.train_samples,
                     data_key=data.key,
                 ))

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import StoreError
+from harness.monitor.fields import SAMPLE_COLUMNS
+from harness.monitor.fields import TRIAL_COLUMNS as SAMPLER_TRIAL_COLUMNS
 from harness.records import TrialOutcome
 
 STORE_NAME = "results.sqlite"
@@ -41,10 +43,9 @@ TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("warmup_steps_n", "INTEGER"), ("timed_steps_n", "INTEGER"), ("train_steps_n", "INTEGER"),
     ("setup_s", "REAL"), ("train_s", "REAL"), ("eval_s", "REAL"), ("data_s", "REAL"), ("elapsed_s", "REAL"),
     ("param_count", "INTEGER"), ("device", "TEXT"), ("precision", "TEXT"),
-    # sampler aggregates (timed phase unless the name says otherwise); NULL where not measured
-    ("gpu_util_pct", "REAL"), ("gpu_mem_util_pct", "REAL"), ("gpu_mem_used_mib", "REAL"),
-    ("proc_gpu_mem_mib", "REAL"), ("power_w", "REAL"), ("energy_j", "REAL"), ("j_per_sample", "REAL"),
-    ("cpu_util_pct", "REAL"), ("sample_interval_ms", "REAL"), ("samples_n", "INTEGER"),
+    # sampler aggregates, from the field table (harness/monitor/fields.py); NULL where not measured
+    *(c for c in SAMPLER_TRIAL_COLUMNS if c[0] != "rss_peak_mib"), ("j_per_sample", "REAL"),
+    ("sample_interval_ms", "REAL"), ("samples_n", "INTEGER"),
     ("timed_samples_n", "INTEGER"),
     ("exit_code", "INTEGER"), ("stderr_tail", "TEXT"), ("traceback", "TEXT"),
     ("versions_json", "TEXT"), ("env_json", "TEXT"), ("device_json", "TEXT"), ("spec_json", "TEXT"),
@@ -52,13 +53,6 @@ TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 TRIAL_COLUMN_NAMES = tuple(name for name, _ in TRIAL_COLUMNS)
 
-SAMPLE_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("trial_hash", "TEXT NOT NULL"), ("t_s", "REAL"), ("phase", "TEXT"),
-    ("gpu_util_pct", "REAL"), ("gpu_mem_util_pct", "REAL"), ("gpu_mem_used_mib", "REAL"),
-    ("gpu_mem_total_mib", "REAL"), ("proc_gpu_mem_mib", "REAL"), ("power_w", "REAL"), ("energy_mj", "REAL"),
-    ("sm_clock_mhz", "REAL"), ("temperature_c", "REAL"), ("cpu_util_pct", "REAL"), ("rss_mib", "REAL"),
-    ("sys_mem_used_mib", "REAL"), ("gap_reason", "TEXT"),
-)
 
 #: maxbatch columns: one row per max-batch search (``batchscope maxbatch`` or ``max_batch = true`` in a sweep).
 #: The report codes against these names; add columns, never rename.
@@ -186,7 +180,7 @@ class Store:
                     return name
             return "train"
 
-        samples = list(outcome.monitor.get("samples", []))
+        samples = list(outcome.monitor.samples)
         sample_names = [n for n, _ in SAMPLE_COLUMNS]
         with self.conn:
             self.conn.execute("DELETE FROM step_times WHERE trial_hash=?", (h,))
@@ -237,7 +231,7 @@ def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> d
     """The trials row for one outcome (metrics the worker or the monitor gave, or NULL)."""
     t = outcome.trial
     m = outcome.metrics
-    mon = outcome.monitor.get("aggregates", {})
+    mon = outcome.monitor.aggregates
     rss = [v for v in (m.get("maxrss_mib"), mon.get("rss_peak_mib")) if v is not None]
     row: dict[str, Any] = {
         "trial_hash": t.trial_hash, "run_id": run_id, "experiment": t.experiment, "purpose": t.purpose,
@@ -251,7 +245,7 @@ def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> d
         "exit_code": outcome.exit_code, "stderr_tail": outcome.stderr_tail, "traceback": outcome.traceback,
         "versions_json": json.dumps(outcome.versions), "env_json": json.dumps(dict(env), default=str),
         "device_json": json.dumps(outcome.device, default=str), "spec_json": json.dumps(t.to_dict(), default=str),
-        "monitor_json": json.dumps({k: v for k, v in outcome.monitor.items() if k != "samples"}, default=str),
+        "monitor_json": json.dumps(outcome.monitor.summary(), default=str),
         "started_at": outcome.started_at, "finished_at": outcome.finished_at,
     }
     for name in TRIAL_COLUMN_NAMES:

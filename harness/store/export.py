@@ -8,7 +8,8 @@ from pathlib import Path
 from harness.errors import ConfigError
 from harness.store import Store
 
-TABLES = ("runs", "trials", "step_times", "samples")
+#: every table a store holds (the schema version in ``meta`` is not data)
+TABLES = ("runs", "trials", "step_times", "samples", "maxbatch")
 
 
 def export(out_dir: Path, fmt: str, target: Path | None = None) -> list[Path]:

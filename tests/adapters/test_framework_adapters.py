@@ -23,10 +23,12 @@ from harness.run.executor import LocalExecutor
 from harness.run.sweep import run_sweep
 from harness.store import Store
 from tests import ROOT
-from tests.conftest import _gpu_reason, make_trial
+from tests.conftest import make_trial
 
 PROJECT_ROOT = ROOT
 BASE = {"name": "t", "frameworks": ["tensorflow"], "batch_sizes": [4]}
+
+pytestmark = pytest.mark.slow  # every test here starts a real framework
 
 
 def run_snippet(code: str, timeout_s: float = 300) -> dict:
@@ -114,7 +116,8 @@ def test_tensorflow_step_is_traced_once_for_every_batch_size():
     assert out["peak"] is None and out["source"].startswith("none:")
 
 
-@pytest.mark.skipif(_gpu_reason() is None, reason="this machine has a GPU: the no-GPU refusal cannot be seen")
+@pytest.mark.no_gpu
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", ["tensorflow", "mxnet"])
 def test_gpu_asked_without_a_gpu_is_a_clear_error_not_a_cpu_run(framework, tiny_data, tmp_path):
     trial = make_trial(framework, device="gpu")

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from tests import ROOT
 
@@ -70,6 +71,7 @@ def test_export_of_a_missing_store_exits_2(tmp_path):
     assert r.returncode == 2 and "no results store" in r.stderr
 
 
+@pytest.mark.slow
 def test_real_pytorch_run_then_export(tmp_path):
     exp = write(tmp_path, """
 name = "clismoke"

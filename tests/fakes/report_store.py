@@ -24,7 +24,7 @@ from harness.maxbatch.search import ProbeResult, SearchSettings, search
 from harness.models import build_description
 from harness.monitor.probes import ReplayProbe, synthetic_gpu_stream
 from harness.monitor.sampler import Sampler, monitor_factory_for
-from harness.records import TrialOutcome
+from harness.records import MonitorResult, TrialOutcome
 from harness.run.sweep import run_sweep
 from harness.store import Store
 
@@ -73,7 +73,7 @@ class _FixedTree:
         return self.pids
 
 
-def _replayed_monitor(framework: str, batch: int, repeat: int) -> dict[str, Any]:
+def _replayed_monitor(framework: str, batch: int, repeat: int) -> MonitorResult:
     """What the sampler returns for a made-up stream that grows with the batch size."""
     watts_per_sample = 0.8 if framework == "pytorch" else 1.1
     rows = synthetic_gpu_stream(30, interval_s=0.1, busy_from=0.3, busy_w=120.0 + batch * watts_per_sample + repeat)

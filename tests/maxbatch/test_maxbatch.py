@@ -15,7 +15,7 @@ import pytest
 
 from harness.cli import main
 from harness.data import DataRequest, prepare
-from harness.errors import ConfigError, DoesNotFitError
+from harness.errors import ConfigError
 from harness.maxbatch.advice import (
     CPU_PEAK_JITTER_MIB,
     Formula,
@@ -194,6 +194,7 @@ def _request(**kw: object) -> MaxBatchRequest:
     return MaxBatchRequest(**base)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_real_boundary_on_cpu_agrees_with_an_exhaustive_scan(wide_data, tmp_path):
     req = _request()
     with Store.open(tmp_path) as store:
@@ -234,6 +235,7 @@ def test_real_boundary_on_cpu_agrees_with_an_exhaustive_scan(wide_data, tmp_path
     assert scan[best - j] == "ok" and scan[best + 1 + j] == "oom", (j, scan)
 
 
+@pytest.mark.slow
 def test_budget_below_the_frameworks_overhead_exits_3(tmp_path, capsys):
     out = tmp_path / "out"
     code = main(["maxbatch", "--framework", "pytorch", "--model", "tiny_cnn", "--device", "cpu",
@@ -248,6 +250,7 @@ def test_budget_below_the_frameworks_overhead_exits_3(tmp_path, capsys):
     assert row["max_batch"] == 0 and row["first_fail_batch"] == 1 and row["probes_n"] in (1, 2)
 
 
+@pytest.mark.slow
 def test_model_and_double_bisect_agree_on_the_real_boundary(wide_data, tmp_path):
     req = _request(memory_limit_mib=400.0)
     answers = {}
@@ -267,10 +270,7 @@ def test_model_and_double_bisect_agree_on_the_real_boundary(wide_data, tmp_path)
     assert answers["model"][1] < answers["double-bisect"][1]
 
 
-def test_does_not_fit_error_type():
-    assert DoesNotFitError.exit_code == 3
-
-
+@pytest.mark.slow
 def test_sweep_with_max_batch_stores_the_search_per_framework(tmp_path, capsys):
     exp = tmp_path / "mb.toml"
     exp.write_text('name = "mbsweep"\nframeworks = ["pytorch"]\nmodel = "tiny_cnn"\nbatch_sizes = [8]\n'

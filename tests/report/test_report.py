@@ -66,6 +66,7 @@ def gpu_report(gpu_dir: Path) -> tuple[Path, str]:
     return result.pdf, _text(result.pdf)
 
 
+@pytest.mark.slow
 def test_cpu_report_opens_has_every_section_and_the_no_gpu_banner(cpu_report: tuple[Path, str]) -> None:
     pdf, text = cpu_report
     assert len(PdfReader(pdf).pages) >= 3
@@ -88,6 +89,7 @@ def test_gpu_replay_report_has_no_banner_and_says_it_is_made_up(gpu_report: tupl
     assert "Largest batch that fits" in flat
 
 
+@pytest.mark.slow
 def test_every_drawn_figure_has_data(cpu_dir: Path, gpu_dir: Path) -> None:
     drawn: dict[str, set[str]] = {}
     for directory in (cpu_dir, gpu_dir):
@@ -137,6 +139,7 @@ def test_reference_memory_is_taken_as_given_in_mib() -> None:
     assert report_figures._reference_for(ref, "samples_per_s") == []
 
 
+@pytest.mark.slow
 def test_headline_csv_matches_the_store(cpu_dir: Path, gpu_dir: Path, cpu_report: tuple[Path, str],
                                         gpu_report: tuple[Path, str]) -> None:
     for directory, (pdf, _) in ((cpu_dir, cpu_report), (gpu_dir, gpu_report)):
@@ -163,6 +166,7 @@ def test_headline_csv_matches_the_store(cpu_dir: Path, gpu_dir: Path, cpu_report
                     assert float(row[column]) == pytest.approx(value, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_the_printed_table_shows_the_store_mean(cpu_dir: Path, cpu_report: tuple[Path, str]) -> None:
     conn = sqlite3.connect(cpu_dir / "results.sqlite")
     stored = conn.execute("SELECT batch_size, AVG(samples_per_s) FROM trials GROUP BY batch_size").fetchall()
@@ -188,6 +192,7 @@ def test_maxbatch_table_shows_the_stored_row(gpu_dir: Path, gpu_report: tuple[Pa
     assert int(stored["max_batch"]) == row["max_batch"] and stored["strategy"] == row["strategy"]
 
 
+@pytest.mark.slow
 def test_thesis_verdicts_end_with_one_full_stop(cpu_report: tuple[Path, str], gpu_report: tuple[Path, str]) -> None:
     from report.findings import thesis_verdicts
 

@@ -8,6 +8,8 @@ from harness.config.experiment import parse_experiment
 from harness.run.sweep import run_sweep
 from harness.store import Store
 
+pytestmark = pytest.mark.slow  # every test here starts a real framework
+
 
 def test_real_pytorch_sweep_stores_a_row_per_batch_size(tmp_path, cache_dir):
     exp = parse_experiment({

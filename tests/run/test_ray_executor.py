@@ -19,6 +19,7 @@ def ray_executor(tmp_path_factory):
     executor.shutdown()
 
 
+@pytest.mark.slow
 def test_sweep_on_ray_stores_ok_and_failed_trials(tmp_path, monkeypatch, cache_dir, ray_executor):
     register_fake(monkeypatch)
     exp = parse_experiment({"name": "onray", "frameworks": ["fake", "pytorch"], "batch_sizes": [2, 4],

@@ -98,6 +98,15 @@ def test_lr_policy_reaches_every_trial(policy: str, expected: list[float], tiny_
     assert len({t.trial_hash for t in trials}) == 3
 
 
+def test_the_max_batch_budget_does_not_cap_sweep_trials(tiny_data: object) -> None:
+    """memory_limit_mib is the max-batch search's budget: a sweep trial must run on the whole device (on a GPU
+    the cap would change the memory figures the sweep measures; MXNet would refuse the trial)."""
+    exp = parse_experiment({"name": "cap", "frameworks": ["pytorch"], "batch_sizes": [8], "max_batch": True,
+                            "memory_limit_mib": 6144})
+    (trial,) = plan(exp, tiny_data)  # type: ignore[arg-type]
+    assert trial.memory_limit_mib == 0 and trial.purpose == "sweep"
+
+
 def test_lr_and_epochs_are_stored_per_trial(fake_registered: None, tmp_path: Path, cache_dir: Path) -> None:
     toml = _fake_toml(tmp_path / "e.toml", "ok", epochs=2, lr_policy="linear", lr_base_batch=16,
                       learning_rate=0.01)

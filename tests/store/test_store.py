@@ -8,7 +8,7 @@ import pytest
 
 from harness.config.experiment import parse_experiment
 from harness.errors import StoreError
-from harness.records import TrialOutcome
+from harness.records import MonitorResult, TrialOutcome
 from harness.run.sweep import run_sweep
 from harness.store import SCHEMA_VERSION, TRIAL_COLUMN_NAMES, Store
 from tests.conftest import make_trial
@@ -19,8 +19,8 @@ def outcome(batch_size: int = 4, status: str = "ok") -> TrialOutcome:
     return TrialOutcome(trial=make_trial(batch_size=batch_size), status=status,
                         metrics={"samples_per_s": 100.0, "step_time_ms_median": 40.0, "maxrss_mib": 300.0},
                         step_times_ms=[50.0, 41.0, 40.0, 39.0], phase_steps={"warmup": 1, "timed": 3, "train": 0},
-                        monitor={"aggregates": {"cpu_util_pct": 180.0},
-                                 "samples": [{"t_s": 0.1, "phase": "timed", "cpu_util_pct": 170.0}]})
+                        monitor=MonitorResult(aggregates={"cpu_util_pct": 180.0},
+                                              samples=[{"t_s": 0.1, "phase": "timed", "cpu_util_pct": 170.0}]))
 
 
 def test_trial_row_step_times_and_samples_are_written(tmp_path):

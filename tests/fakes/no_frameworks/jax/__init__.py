@@ -1,0 +1,3 @@
+"""Stands in for jax under `make test-fast`: a test that imports a framework must be marked slow."""
+
+raise ImportError("jax is blocked by make test-fast: a test that starts a framework must be marked slow")
