@@ -114,7 +114,7 @@ def test_experiment_refuses_a_missing_file_and_a_bad_layout(tmp_path: Path) -> N
     assert parse_experiment(base | {"dataset": f"npz:{f}", "data_layout": "nchw"}).data_layout == "nchw"
 
 
-def test_run_with_a_bad_file_exits_2_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+def test_run_and_maxbatch_with_a_bad_file_exit_2_and_write_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BATCHSCOPE_CACHE", str(tmp_path / "cache"))
     f = write_npz(tmp_path / "bad.npz", y_train=np.arange(12) % 3 - 1)
@@ -122,6 +122,8 @@ def test_run_with_a_bad_file_exits_2_and_writes_nothing(tmp_path: Path, capsys: 
     toml.write_text(f'name = "e"\nframeworks = ["pytorch"]\nbatch_sizes = [2]\ndataset = "npz:{f}"\n')
     out = tmp_path / "out"
     assert main(["run", str(toml), "--out", str(out)]) == 2
+    assert main(["maxbatch", "--framework", "pytorch", "--model", "tiny_cnn", "--dataset", f"npz:{f}",
+                 "--device", "cpu", "--memory-limit-mib", "2000", "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "label -1" in err and "Traceback" not in err
+    assert err.count("label -1") == 2 and "Traceback" not in err
     assert not out.exists()

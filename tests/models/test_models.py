@@ -73,3 +73,18 @@ def test_residual_paths_must_agree_and_strides_shrink_like_pytorch():
     # PyTorch's Conv2d(k, stride=s, padding=k // 2): floor((H + 2*(k//2) - k) / s) + 1
     assert [conv_output_side(h, 3, 2, "same") for h in (7, 8, 32)] == [4, 4, 16]
     assert conv_output_side(224, 7, 2, "same") == 112 and conv_output_side(32, 1, 2, "valid") == 16
+
+
+def test_the_forecast_is_the_seeds_formula_from_the_description_alone(capsys):
+    from harness.cli.maxbatch import print_forecast
+    from harness.maxbatch.request import MaxBatchRequest
+
+    desc = build_description("resnet20", (3, 32, 32), 10)
+    req = MaxBatchRequest(framework="pytorch", model="resnet20", optimizer="sgd", momentum=0.9)
+    print_forecast(desc, req, 1000.0)
+    text = capsys.readouterr().out
+    state_mib = 272_474 * 4 * 3 / 2**20  # weights, gradients, momentum
+    per_sample_mib = desc.activation_floats_per_sample() * 4 * 2 / 2**20  # outputs and their gradients
+    expected = int((1000 - state_mib) / per_sample_mib)
+    assert "272,474 parameters" in text and f"model state {state_mib:.1f} MiB" in text
+    assert f"about {expected:,} samples fit in 1000 MiB (power of two: {1 << (expected.bit_length() - 1)})" in text
