@@ -116,6 +116,9 @@ def test_run_with_a_bad_user_model_exits_2_and_writes_nothing(user_dir: Path, ca
     assert main(["run", str(toml), "--out", str(out)]) == 2
     assert main(["maxbatch", "--framework", "pytorch", "--model", f"{module}:net", "--device", "cpu",
                  "--memory-limit-mib", "2000", "--out", str(out)]) == 2
+    good = user_dir / "good.toml"  # --model overrides the file's model, and is checked the same way
+    good.write_text('name = "e"\nframeworks = ["pytorch"]\nbatch_sizes = [2]\nmodel = "tiny_cnn"\n')
+    assert main(["run", str(good), "--model", f"{module}:net", "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.count("imports the framework module 'torch'") == 2 and "Traceback" not in err
+    assert err.count("imports the framework module 'torch'") == 3 and "Traceback" not in err
     assert not out.exists()
