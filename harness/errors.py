@@ -76,3 +76,23 @@ class SearchAborted(BatchscopeError):
     def __init__(self, message: str, probes: tuple[object, ...] = ()) -> None:
         super().__init__(message)
         self.probes = probes
+
+
+class OutputError(BatchscopeError):
+    """An output path cannot be written (an existing file where a directory goes, a read-only or full
+    file system, a directory deleted mid-run). Trials stored before it are kept."""
+
+    exit_code = 2
+
+
+class Terminated(BaseException):
+    """The process got SIGTERM or SIGHUP. A BaseException, like KeyboardInterrupt, so that no ``except
+    Exception`` swallows it on the way out: every ``finally`` on the way kills the worker in flight.
+    Exit code 128 + the signal number, as a shell reports a process killed by it (143, 129)."""
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        super().__init__(f"got {signal.Signals(signum).name}")
+        self.signum = signum
+        self.exit_code = 128 + signum

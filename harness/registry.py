@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from adapters.base import Adapter
 
 GROUP = "batchscope.adapters"
+#: what the parent reads from an adapter class (duck-typed: the registry must not import adapters.base,
+#: whose import chain a broken plugin environment could break too)
+_ADAPTER_ATTRIBUTES = ("name", "distributions", "import_name", "oom_stderr_patterns", "validate_options")
 
 
 @dataclass(frozen=True)
@@ -59,9 +62,17 @@ def adapter_class(name: str) -> type[Adapter]:
     target = adapter_target(name)
     module_name, _, attr = target.partition(":")
     try:
-        return getattr(importlib.import_module(module_name), attr)  # type: ignore[no-any-return]
-    except (ImportError, AttributeError) as e:
-        raise AdapterError(f"adapter {name!r} ({target}) cannot be loaded: {e}") from e
+        cls = getattr(importlib.import_module(module_name), attr)
+    # a third party's module may raise anything on import; it is that adapter's problem, never a crash
+    except Exception as e:  # noqa: BLE001
+        raise AdapterError(f"adapter {name!r} ({target}) cannot be loaded: {type(e).__name__}: {e}; fix or "
+                           "uninstall the package that registers it") from e
+    missing = [a for a in _ADAPTER_ATTRIBUTES if not hasattr(cls, a)]
+    if not isinstance(cls, type) or missing:
+        raise AdapterError(f"adapter {name!r} ({target}) is not an Adapter (a subclass of adapters.base.Adapter; "
+                           f"it lacks {', '.join(missing) or 'a class'}); fix or uninstall the package that "
+                           "registers it")
+    return cls  # type: ignore[no-any-return]
 
 
 def _dist_version(dist: str) -> str | None:
@@ -82,13 +93,18 @@ def list_adapters() -> list[AdapterInfo]:
             warnings.warn(str(e), RuntimeWarning, stacklevel=2)
             out.append(AdapterInfo(name, target, "?", False, None, problem=str(e)))
             continue
-        version = None
-        dist_used = cls.distributions[0]
-        for dist in cls.distributions:
-            version = _dist_version(dist)
-            if version:
-                dist_used = dist
-                break
-        installed = version is not None or importlib.util.find_spec(cls.import_name) is not None
+        try:
+            version = None
+            dist_used = cls.distributions[0]
+            for dist in cls.distributions:
+                version = _dist_version(dist)
+                if version:
+                    dist_used = dist
+                    break
+            installed = version is not None or importlib.util.find_spec(cls.import_name) is not None
+        except Exception as e:  # noqa: BLE001 - a plugin's bad metadata is listed as its problem
+            problem = f"adapter {name!r} ({target}) has unusable metadata: {type(e).__name__}: {e}"
+            out.append(AdapterInfo(name, target, "?", False, None, problem=problem))
+            continue
         out.append(AdapterInfo(name, target, dist_used, installed, version))
     return out

@@ -1,19 +1,24 @@
 """The ``batchscope`` command line.
 
 Exit codes: 0 the command did its job (a sweep with oom trials included); 2 usage, configuration or
-data errors (nothing written); 3 the model does not fit at batch 1; 1 internal errors; 130 Ctrl-C.
+data errors (nothing written), or an output path that cannot be written; 3 the model does not fit at
+batch 1; 1 internal errors; 130 Ctrl-C (SIGINT); 143 SIGTERM; 129 SIGHUP. However the command ends, the
+worker in flight is killed (its whole process group) and every finished trial stays stored.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from harness import __version__
 from harness.cli import compare, doctor, export, maxbatch, report, run
-from harness.errors import BatchscopeError, ConfigError
+from harness.errors import BatchscopeError, ConfigError, Terminated
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -33,23 +38,55 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: what to do after an interruption, per command (only ``run`` has --resume)
+_AFTER_INTERRUPT = {
+    "run": "every finished trial is stored; run the same command with --resume to finish",
+    "maxbatch": "the probes that finished are stored; run the same command again to search anew",
+}
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated(signum)
+
+
+def install_signal_handlers() -> dict[int, Any]:
+    """SIGTERM and SIGHUP unwind like Ctrl-C (raising :class:`Terminated`), so the executor's ``finally``
+    kills the worker's process group and the store is closed cleanly; by default Python would die at
+    once and leave the worker running with no parent (issue 13, item 2). Returns the previous handlers."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set them
+        return {}
+    return {sig: signal.signal(sig, _raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``batchscope`` and ``python -m harness``."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    previous = install_signal_handlers()
+    after = _AFTER_INTERRUPT.get(args.command, "nothing was left half-written; run the command again")
     try:
         return int(args.func(args))
     except BatchscopeError as e:
         print(f"batchscope: error: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
-        print("\nbatchscope: interrupted. Every finished trial is stored; run the same command with "
-              "--resume to finish.", file=sys.stderr)
+        print(f"\nbatchscope: interrupted (SIGINT); the worker in flight was stopped; {after}.", file=sys.stderr)
         return 130
+    except Terminated as e:
+        print(f"\nbatchscope: stopped: {e}; the worker in flight was stopped; {after}.", file=sys.stderr)
+        return e.exit_code
+    except OSError as e:  # a path the user gave cannot be read or written (full disk, read-only, removed)
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"batchscope: error: {where}{e.strerror or e}; check that the path exists, is writable and has "
+              "space (finished trials are kept in the store)", file=sys.stderr)
+        return 2
     except Exception:  # noqa: BLE001 - last resort: an internal error, reported with its traceback
         traceback.print_exc()
         print("batchscope: internal error (exit 1); please report it with the traceback above", file=sys.stderr)
         return 1
+    finally:  # called in-process (tests, notebooks): give the caller its own handlers back
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 __all__ = ["main", "build_parser", "ConfigError"]

@@ -33,6 +33,10 @@ def render(trials: list[dict[str, Any]], file: Any = None) -> None:
     sweep = _sweep_rows(trials)
     by_key = {(r["framework"], r["batch_size"], r["metric"]): r for r in rows}
     gpu_measured = any(r["ours"] is not None for r in rows if r["metric"] != "accuracy_pct")
+    if not sweep:  # e.g. a store that holds only `batchscope maxbatch` results
+        print("Ours: no sweep trials in this store (only max-batch probes, or nothing finished yet): nothing to "
+              "set beside the thesis; run `batchscope run EXPERIMENT --out DIR` first.", file=file)
+        return
     datasets = sorted({str(t.get("dataset")) for t in sweep})
     epochs = sorted({int(t["epochs"]) for t in sweep if t.get("epochs") is not None})
     print(f"Ours: {len(sweep)} trial(s), data set {', '.join(datasets)}, "

@@ -62,19 +62,55 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_maxbatch)
 
 
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Numbers the probes cannot use (inf, nan, an OS limit beyond what setrlimit takes, negatives), refused
+    with the flag before anything starts."""
+    import math
+
+    from harness.config.experiment import MAX_MEMORY_LIMIT_MIB, MAX_TIMEOUT_S, SQLITE_INT_MAX
+
+    for flag, value, low, high in (("--memory-limit-mib", args.memory_limit_mib, 0.0, MAX_MEMORY_LIMIT_MIB),
+                                   ("--margin-mib", args.margin_mib, 0.0, MAX_MEMORY_LIMIT_MIB),
+                                   ("--timeout-s", args.timeout_s, 1e-3, MAX_TIMEOUT_S),
+                                   ("--momentum", args.momentum, 0.0, 1.0)):
+        if not math.isfinite(value):
+            raise ConfigError(f"{flag} {value!r} must be a finite number")
+        if value < low:
+            raise ConfigError(f"{flag} {value!r} must be >= {low:g}")
+        if value > high:
+            raise ConfigError(f"{flag} {value:g} is more than the largest usable value ({high:g})")
+    for flag, number in (("--threads", args.threads), ("--max-batch-cap", args.max_batch_cap)):
+        if number < 0:
+            raise ConfigError(f"{flag} {number!r} must be >= 0")
+        if number > SQLITE_INT_MAX:
+            raise ConfigError(f"{flag} {number} is larger than the store can hold ({SQLITE_INT_MAX})")
+    from harness.data import DATASETS
+
+    if args.dataset.startswith("npz:"):  # a user's file: its contents are checked when it is prepared
+        from harness.data.npzfile import check_path
+
+        check_path(args.dataset)
+    elif args.dataset not in DATASETS:
+        raise ConfigError(f"--dataset {args.dataset!r} is not a known data set; known: {', '.join(sorted(DATASETS))}, "
+                          "or npz:FILE")
+
+
 def _fmt_int(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
 def cmd_maxbatch(args: argparse.Namespace) -> int:
     """Run the search and print the answer beside the formula."""
+    from harness.cli.table import shorten
     from harness.data import DataRequest, default_cache_dir, prepare
     from harness.maxbatch.prober import run_maxbatch
     from harness.maxbatch.request import MaxBatchRequest
     from harness.models import build_description, is_native_model
     from harness.monitor import environment
-    from harness.registry import known_adapter_names
+    from harness.registry import adapter_class, known_adapter_names
     from harness.store import Store
+    from harness.store.db import make_out_dir
+    from harness.store.lock import locked_out_dir
 
     if args.framework not in known_adapter_names():
         raise ConfigError(f"--framework {args.framework!r} is not a registered adapter; known: "
@@ -82,8 +118,7 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     from harness.models import check_model_name
 
     check_model_name(args.model)  # a user's "module:function" is imported here, framework imports refused
-    if args.threads < 0:
-        raise ConfigError(f"--threads {args.threads!r} must be >= 0")
+    _check_numbers(args)
     req = MaxBatchRequest(framework=args.framework, model=args.model, dataset=args.dataset,
                           precision=args.precision, device=args.device, strategy=args.strategy,
                           memory_limit_mib=args.memory_limit_mib, margin_mib=args.margin_mib,
@@ -96,6 +131,7 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     from harness.maxbatch.request import resolve_budget
 
     budget = resolve_budget(req, list(env.get("gpus") or []))  # refuse bad options before writing anything
+    adapter_class(req.framework)
     # data and model before the store: a bad file or a model that does not fit the input leaves nothing written
     data = prepare(DataRequest(name=req.dataset, seed=req.seed, train_samples=req.train_samples,
                                synthetic_shape=req.synthetic_shape, synthetic_classes=req.synthetic_classes,
@@ -112,16 +148,17 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
 
     def on_probe(o: Any) -> None:
         peak = probe_peak_mib(o, budget.kind) if o.status == "ok" else None
-        extra = (f"peak {peak:.0f} MiB" if peak is not None else "") if o.status == "ok" else o.reason[:110]
+        extra = (f"peak {peak:.0f} MiB" if peak is not None else "") if o.status == "ok" else shorten(o.reason, 110)
         kind = "confirm" if o.trial.timed_steps == req.confirm_steps else "probe"
         print(f"  {kind:<7} bs={o.trial.batch_size:<6} {o.status:<8} {o.elapsed_s:5.1f} s  {extra}",
               flush=True)
 
     command = "batchscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    with Store.open(out) as store:
+    # the adapter, the data and the model's fit to it were checked above, before the store is created
+    make_out_dir(out)
+    with locked_out_dir(out), Store.open(out) as store:
         run_id = store.begin_run(req.experiment, {"maxbatch": vars(args) | {"func": None}}, command, env)
-        outcome = run_maxbatch(req, store, run_id, data=data, log_dir=out / "logs",
-                               on_probe=on_probe, env=env)
+        outcome = run_maxbatch(req, store, run_id, data=data, log_dir=out / "logs", on_probe=on_probe, env=env)
     print_result(outcome.row)
     print(f"\nstored in {out / 'results.sqlite'} (table maxbatch, probes in trials with purpose 'probe')")
     return 0

@@ -9,13 +9,16 @@ from typing import Any
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Build the report and say where its files are."""
-    from harness.errors import StoreError
+    from harness.errors import OutputError, StoreError
     from report.load import load
 
     # bad input is refused before matplotlib/seaborn/pandas/reportlab are imported (seconds of start-up)
     load(Path(args.dir))
     if args.output and Path(args.output).suffix.lower() != ".pdf":
         raise StoreError(f"{args.output}: the report is a PDF; give -o a path ending in .pdf")
+    if args.output and Path(args.output).exists() and not Path(args.output).is_file():
+        # checked before figures are drawn beside it, so nothing is left half-written
+        raise OutputError(f"{args.output}: exists and is not a file (a directory?); give -o the path of a PDF file")
     from report.build import build_report
 
     result = build_report(Path(args.dir), Path(args.output) if args.output else None)

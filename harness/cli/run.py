@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli.table import _csv_ints, _csv_names, _fmt, print_table
+from harness.cli.table import _csv_ints, _csv_names, _fmt, print_table, shorten
 
 
 # ---------------------------------------------------------------- run
@@ -38,7 +38,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     def progress(i: int, n: int, o: Any) -> None:
         m = o.metrics
-        extra = f"{_fmt(m.get('samples_per_s'))} samples/s" if o.status == "ok" else o.reason[:90]
+        extra = f"{_fmt(m.get('samples_per_s'))} samples/s" if o.status == "ok" else shorten(o.reason, 90)
         acc = f"  acc {m['accuracy']:.3f}" if m.get("accuracy") is not None else ""
         print(f"[{i:>3}/{n}] {o.trial.framework:<11} bs={o.trial.batch_size:<5} rep {o.trial.repeat} "
               f"{o.status:<8} {extra}{acc}  ({o.elapsed_s:.1f} s)", flush=True)

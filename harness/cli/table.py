@@ -33,3 +33,10 @@ def print_table(rows: list[dict[str, Any]], columns: Sequence[tuple[str, str, st
     for n, row in enumerate(cells):
         padded = (c.rjust(w) if n and i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
         print("  ".join(padded).rstrip(), file=file)
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, cut at a word boundary with an ellipsis (never mid-word)."""
+    import textwrap
+
+    return textwrap.shorten(text, width, placeholder=" …") if len(text) > width else text

@@ -39,6 +39,18 @@ LR_POLICIES = ("fixed", "linear", "sqrt")
 PRECISIONS = ("fp32", "amp")
 DATA_LAYOUTS = ("auto", "nchw", "nhwc")  # of an npz file's images (harness.data.npzfile)
 
+#: the store keeps whole numbers in SQLite INTEGER columns (signed 64-bit): larger ones would fail the
+#: write *after* the trial ran, so they are refused up front
+SQLITE_INT_MAX = 2**63 - 1
+#: frameworks x batch sizes x repeats: the plan is held in memory, and 10^5 trials is weeks of running
+MAX_TRIALS = 100_000
+#: an OS memory limit is set in bytes (RLIMIT_DATA takes < 2^63); 2^30 MiB = 1 PiB is beyond any machine
+MAX_MEMORY_LIMIT_MIB = float(2**30)
+MAX_TIMEOUT_S = 30 * 24 * 3600.0
+MAX_SAMPLE_INTERVAL_MS = 3_600_000.0
+#: CLI flags by field, so a refused override names the flag the user typed, not the experiment file
+_FLAGS = {"skip_larger_after_oom": "--no-skip-larger"}
+
 
 @dataclass(frozen=True)
 class AdapterSettings:
@@ -90,8 +102,21 @@ class Experiment:
         _validate(self)
 
     def with_overrides(self, **changes: Any) -> Experiment:
-        """A copy with some fields replaced (and validated again), e.g. from CLI flags."""
-        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+        """A copy with some fields replaced (and validated again), e.g. from CLI flags.
+
+        A refused value that came from a flag is reported as that flag, not as the experiment file's key.
+        """
+        given = {k: v for k, v in changes.items() if v is not None}
+        try:
+            return dataclasses.replace(self, **given)
+        except ConfigError as e:
+            text = str(e)
+            for key in given:
+                prefix = f"{_where(self, key)}: "
+                if text.startswith(prefix):
+                    flag = _FLAGS.get(key, "--" + key.replace("_", "-"))
+                    raise ConfigError(f"command line: {flag}: {text[len(prefix):]}") from None
+            raise
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved experiment as plain JSON-able data (saved with the results)."""
@@ -187,6 +212,7 @@ def _validate(exp: Experiment) -> None:
     for key in ("learning_rate", "timeout_s", "sample_interval_ms"):
         if not getattr(exp, key) > 0:
             raise bad(key, f"{getattr(exp, key)!r} must be > 0")
+    _validate_ranges(exp, bad)
     if not 0 <= exp.momentum < 1:
         raise bad("momentum", f"{exp.momentum!r} must be in [0, 1)")
     if exp.memory_limit_mib < 0:
@@ -200,6 +226,33 @@ def _validate(exp: Experiment) -> None:
     for name in exp.adapters:
         if name not in known:
             raise bad("adapters", f"settings for unknown adapter {name!r}; registered: {', '.join(sorted(known))}")
+
+
+def _validate_ranges(exp: Experiment, bad: Any) -> None:
+    """Values that would crash later (SQLite's integer range, inf/nan, a negative seed, an OS limit that
+    cannot be set) or need unbounded memory (the plan): refused before anything runs."""
+    ints = [(k, getattr(exp, k)) for k, t in _SCALARS.items() if t is int]
+    ints += [("batch_sizes", b) for b in exp.batch_sizes] + [("synthetic_shape", d) for d in exp.synthetic_shape]
+    for key, value in ints:
+        if isinstance(value, int) and value > SQLITE_INT_MAX:
+            raise bad(key, f"{value} is larger than the store can hold ({SQLITE_INT_MAX})")
+    if exp.seed < 0:
+        raise bad("seed", f"{exp.seed!r} must be >= 0 (NumPy's generators take non-negative seeds)")
+    if exp.seed + exp.repeats - 1 > SQLITE_INT_MAX:
+        raise bad("seed", f"{exp.seed} + {exp.repeats} repeats passes the store's largest integer "
+                          f"({SQLITE_INT_MAX}): repeat r uses seed + r; lower the seed")
+    for key in ("learning_rate", "momentum", "timeout_s", "sample_interval_ms", "memory_limit_mib"):
+        if not math.isfinite(getattr(exp, key)):
+            raise bad(key, f"{getattr(exp, key)!r} must be a finite number")
+    for key, high, unit in (("memory_limit_mib", MAX_MEMORY_LIMIT_MIB, "MiB"), ("timeout_s", MAX_TIMEOUT_S, "s"),
+                            ("sample_interval_ms", MAX_SAMPLE_INTERVAL_MS, "ms")):
+        if getattr(exp, key) > high:
+            raise bad(key, f"{getattr(exp, key):g} is more than the largest usable value ({high:g} {unit})")
+    n = len(exp.frameworks) * len(exp.batch_sizes) * exp.repeats
+    if n > MAX_TRIALS:
+        raise bad("repeats", f"{len(exp.frameworks)} framework(s) x {len(exp.batch_sizes)} batch size(s) x "
+                             f"{exp.repeats} repeat(s) = {n} trials, more than {MAX_TRIALS}; lower repeats or "
+                             "the batch sizes")
 
 
 def _check_type(source: str, key: str, value: Any, typ: type | tuple[type, ...]) -> None:
@@ -274,6 +327,9 @@ def load_experiment(path: str | os.PathLike[str]) -> Experiment:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{p}: not valid TOML: {e}") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {e.start}: {e.reason}); save it as UTF-8 "
+                          "(TOML files are UTF-8)") from e
     return parse_experiment(data, source=str(p))
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.data import cifar10, embedded, npzfile
+from harness.data.footprint import require_disk, require_memory
 from harness.data.known import DATASETS
 from harness.data.prepared import (
     DataRequest,
@@ -76,6 +77,14 @@ def prepare(req: DataRequest, cache_dir: Path | None = None) -> PreparedData:
     target = cache / "prepared" / req.slug()
     if (target / "meta.json").exists():
         return load_prepared(target)
+    if req.name == "synthetic":  # the only data set whose size the user chooses: check it fits first
+        n = req.synthetic_samples + max(req.synthetic_samples // 8, 1)
+        x_bytes = 4.0 * n * float(np.prod([float(d) for d in req.synthetic_shape]))
+        # peak of the preparation: the generated images, our normalised copy, and std's temporary
+        require_memory(3 * x_bytes, f"synthetic data of {n} samples of shape "
+                       f"{'x'.join(map(str, req.synthetic_shape))}",
+                       "lower synthetic_samples or synthetic_shape (--synthetic-shape)")
+        require_disk(x_bytes, cache, "the prepared synthetic data", "free disk space or lower synthetic_samples")
     arrays, classes = loader(req, cache)
     if req.train_samples:
         available = len(arrays["x_train"])

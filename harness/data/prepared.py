@@ -46,13 +46,36 @@ class PreparedData:
         """Where the index order for ``seed`` lives (see :meth:`write_order`)."""
         return Path(self.directory) / f"order-seed{seed}-epochs{max(epochs, 1)}.npy"
 
+    def order_bytes(self, epochs: int) -> int:
+        """The size on disk of one seed's order file (see :meth:`write_order`)."""
+        return max(epochs, 1) * self.n_train * 4
+
     def write_order(self, seed: int, epochs: int) -> Path:
-        """Write (once) the shuffled training order for ``seed``: shape (max(epochs, 1), n_train), int32."""
+        """Write (once) the shuffled training order for ``seed``: shape (max(epochs, 1), n_train), int32.
+
+        Streamed one epoch at a time into a memory-mapped file, so the parent holds one permutation
+        however many epochs there are; refused up front when the disk has no room for it.
+        """
+        from harness.data.footprint import require_disk
+
         path = self.order_path(seed, epochs)
         if not path.exists():
+            rows = max(epochs, 1)
+            require_disk(self.order_bytes(epochs), path.parent, f"the shuffle order of {rows} epoch(s)",
+                         "lower epochs")
             rng = np.random.default_rng(np.random.SeedSequence([seed, 0x0BA7C4]))
-            order = np.stack([rng.permutation(self.n_train) for _ in range(max(epochs, 1))]).astype(np.int32)
-            _atomic_save(path, order)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npy.tmp")
+            os.close(fd)
+            try:
+                order = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int32, shape=(rows, self.n_train))
+                for e in range(rows):  # the same draws, in the same sequence, as one np.stack of them
+                    order[e] = rng.permutation(self.n_train)
+                order.flush()
+                del order
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
         return path
 
     def to_dict(self) -> dict:
@@ -78,20 +101,29 @@ def _atomic_save(path: Path, array: np.ndarray) -> None:
 
 def _write_prepared(target: Path, name: str, arrays: dict[str, np.ndarray], classes: int,
                     accuracy_meaningful: bool) -> PreparedData:
-    """Normalise, hash and write arrays into ``target`` atomically (a temp dir renamed into place)."""
-    x_train = arrays["x_train"].astype(np.float32)
-    x_test = arrays["x_test"].astype(np.float32)
+    """Normalise, hash and write arrays into ``target`` atomically (a temp dir renamed into place).
+
+    The footprint stays near one copy of the images (issue 13, item 1): the loader's arrays are dropped as
+    soon as they are converted, normalisation is in place, and the
+    hash reads the arrays' buffers instead of copying them with ``tobytes``.
+    """
+    x_train = np.array(arrays.pop("x_train"), dtype=np.float32, order="C")  # a copy of our own to modify
+    x_test = np.array(arrays.pop("x_test"), dtype=np.float32, order="C")
+    # the same formulas as ever (the data key hashes the result bit for bit); std makes one temporary copy
     mean = x_train.mean(axis=(0, 2, 3), keepdims=True)
     std = x_train.std(axis=(0, 2, 3), keepdims=True) + 1e-7
+    for x in (x_train, x_test):
+        x -= mean
+        x /= std
     final: dict[str, np.ndarray] = {
-        "x_train": np.ascontiguousarray((x_train - mean) / std, dtype=np.float32),
-        "y_train": arrays["y_train"].astype(np.int64),
-        "x_test": np.ascontiguousarray((x_test - mean) / std, dtype=np.float32),
-        "y_test": arrays["y_test"].astype(np.int64),
+        "x_train": x_train,
+        "y_train": np.ascontiguousarray(arrays["y_train"], dtype=np.int64),
+        "x_test": x_test,
+        "y_test": np.ascontiguousarray(arrays["y_test"], dtype=np.int64),
     }
     h = hashlib.sha256(name.encode())
     for a in ARRAYS:
-        h.update(final[a].tobytes())
+        h.update(memoryview(final[a]).cast("B"))  # type: ignore[arg-type]  # ndarray is a buffer
     key = h.hexdigest()[:16]
     prepared = PreparedData(
         directory=str(target), name=name, input_shape=tuple(final["x_train"].shape[1:]),  # type: ignore[arg-type]

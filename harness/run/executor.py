@@ -97,7 +97,8 @@ class LocalExecutor:
         # the parent's current directory last: a native model's factory module is found there, as in the parent
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", ""), os.getcwd())
                                             if p)
-        env.update({"PYTHONUNBUFFERED": "1", "BATCHSCOPE_WORKER": "1", "TF_CPP_MIN_LOG_LEVEL": "1"})
+        env.update({"PYTHONUNBUFFERED": "1", "BATCHSCOPE_WORKER": "1", "TF_CPP_MIN_LOG_LEVEL": "1",
+                    "BATCHSCOPE_PARENT_PID": str(os.getpid())})  # the worker exits when we are gone
         env.update(unit.env)
         log_dir = self.log_dir or Path(tempfile.gettempdir())
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -113,6 +114,9 @@ class LocalExecutor:
                     stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
                     start_new_session=True, env=env, cwd=str(PROJECT_ROOT),
                 )
+            except OSError as e:  # a bad interpreter (not executable, wrong format): this trial crashed
+                os.close(read_fd)
+                return _not_started(unit, e, started_at, t_start)
             finally:
                 os.close(write_fd)
             messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
@@ -182,6 +186,15 @@ class LocalExecutor:
         if status == "ok":
             log_path.unlink(missing_ok=True)
         return outcome
+
+
+def _not_started(unit: TrialUnit, error: OSError, started_at: str, t_start: float) -> TrialOutcome:
+    """The outcome of a trial whose worker could not even be started: a ``crashed`` row with the reason,
+    like any other failed trial, so the rest of the sweep still runs."""
+    reason = (f"the worker could not be started with {unit.python!r}: {error.strerror or error}; check the "
+              f"interpreter ([adapters.{unit.trial.framework}] python in the experiment file)")
+    return TrialOutcome(trial=unit.trial, status="crashed", reason=reason, elapsed_s=time.monotonic() - t_start,
+                        started_at=started_at, finished_at=_now(), stderr_tail=str(error))
 
 
 def _read_messages(fd: int, out: queue.Queue[dict[str, Any] | None], report: WorkerReport) -> None:

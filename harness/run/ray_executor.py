@@ -22,6 +22,27 @@ from harness.errors import ConfigError
 from harness.records import Monitor, TrialOutcome, TrialUnit
 from harness.run.executor import LocalExecutor
 
+#: how long a cluster address may take to answer before the run is refused (ray.init itself retries for
+#: minutes: an unreachable --ray-address hung for 10 minutes, and Ctrl-C took ~35 s to get through)
+RAY_CONNECT_TIMEOUT_S = 10.0
+
+
+def check_reachable(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """Refuse (ConfigError, exit 2) a ``HOST:PORT`` or ``ray://HOST:PORT`` address that does not accept a TCP
+    connection within ``timeout_s``. Other forms (``auto``, ``local``) are left to Ray."""
+    import socket
+
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise ConfigError(f"--ray-address {address}: nothing answers there within {timeout_s:g} s ({e}); check "
+                          f"the address with `ray status --address {hostport}` on a cluster node, start a cluster "
+                          "with `ray start --head`, or leave --ray-address out for a local one") from e
+
 
 def _run_unit(unit: TrialUnit, monitor_factory: Callable[[TrialUnit], Monitor] | None,
               log_dir: str | None) -> TrialOutcome:
@@ -41,6 +62,8 @@ class RayExecutor:
             raise ConfigError("--executor ray needs Ray: pip install 'batchscope[cluster]' "
                               "(or use the default local executor)") from None
         self.ray = ray
+        if address and not ray.is_initialized():
+            check_reachable(address)
         if not ray.is_initialized():
             kwargs = {"include_dashboard": False, "log_to_driver": False, **(init_kwargs or {})}
             try:

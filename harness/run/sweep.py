@@ -12,7 +12,8 @@ from typing import Any
 from harness.config.experiment import Experiment
 from harness.config.trial import TrialSpec
 from harness.data import PreparedData, default_cache_dir, prepare
-from harness.errors import StoreError
+from harness.data.footprint import require_disk
+from harness.errors import ConfigError, StoreError
 from harness.models import build_description, is_native_model
 from harness.monitor import environment
 from harness.records import Executor, Monitor, TrialOutcome, TrialUnit
@@ -20,6 +21,8 @@ from harness.registry import adapter_class, adapter_target
 from harness.run.executor import LocalExecutor
 from harness.run.planner import data_request, plan
 from harness.store import Store, store_path
+from harness.store.db import make_out_dir
+from harness.store.lock import locked_out_dir
 
 ProgressFn = Callable[[int, int, TrialOutcome], None]
 
@@ -90,23 +93,38 @@ def run_sweep(
     of :func:`harness.pipeline.run_experiment`).
     """
     out_dir = Path(out_dir)
-    if store_path(out_dir).exists():
-        with Store.open(out_dir) as store:
+    if store_path(out_dir).exists() or store_path(out_dir).is_dir():
+        with Store.open(out_dir, create=False) as store:  # an unreadable store is refused here, clearly
             existing = store.trials("experiment = ?", (exp.name,))
         if existing and not resume:
             raise StoreError(f"{out_dir} already holds {len(existing)} trial(s) of experiment {exp.name!r}; "
                              "add --resume to finish that sweep, or give another --out directory")
+    # everything that can be known before a trial runs is checked before anything is written
+    for framework in exp.frameworks:
+        adapter_class(framework)  # an adapter that cannot be loaded: AdapterError (exit 2)
     env = environment.capture()
+    if exp.device == "gpu" and not env.get("gpus"):
+        raise ConfigError(f"{exp.source}: device = \"gpu\" was asked for, but NVML sees no GPU here "
+                          f"({env.get('gpu_note') or 'no GPU'}); use device = \"cpu\" or \"auto\", or run "
+                          "where a GPU is visible")
     if preflight is not None:  # e.g. refuse a budget that cannot be enforced, before anything is written
         preflight(env)
     # data before the store: a data error (no network, corrupt archive) must leave nothing written
     data = prepare(data_request(exp, data_dir), cache_dir or default_cache_dir())
-    if not is_native_model(exp.model):
-        build_description(exp.model, data.input_shape, data.classes)  # a model that does not fit the data: now
-    with Store.open(out_dir) as store:
+    if not is_native_model(exp.model):  # a native model has no description: its adapter checks it in the worker
+        build_description(exp.model, data.input_shape, data.classes)  # a model that does not fit the input
+    require_disk(data.order_bytes(exp.epochs) * exp.repeats, Path(data.directory),
+                 f"the shuffle orders of {exp.repeats} repeat(s) x {max(exp.epochs, 1)} epoch(s)", "lower epochs")
+    spec = exp.to_dict() | {"data": {k: v for k, v in data.to_dict().items() if k != "directory"}}
+    make_out_dir(out_dir)
+    with locked_out_dir(out_dir), Store.open(out_dir) as store:
         existing = store.trials("experiment = ?", (exp.name,))
+        if existing and not resume:  # another run filled it between our first look and the lock
+            raise StoreError(f"{out_dir} already holds {len(existing)} trial(s) of experiment {exp.name!r}; "
+                             "add --resume to finish that sweep, or give another --out directory")
+        if existing:
+            _refuse_changed_experiment(store, exp, spec, out_dir)
         trials = plan(exp, data)
-        spec = exp.to_dict() | {"data": {k: v for k, v in data.to_dict().items() if k != "directory"}}
         (out_dir / f"{exp.name}.resolved.json").write_text(json.dumps(spec, indent=2, default=str))
         run_id = store.begin_run(exp.name, spec, command, env)
         done = store.finished_hashes()
@@ -137,6 +155,37 @@ def run_sweep(
         if after_trials is not None:
             after_trials(SweepContext(store, run_id, data, env, out_dir, monitor_factory), result)
         return result
+
+
+#: settings that may differ on --resume: they choose which trials run, not how one runs or is measured
+RESUMABLE_CHANGES = frozenset({"frameworks", "batch_sizes", "repeats", "timeout_s", "description", "source",
+                               "skip_larger_after_oom", "max_batch"})
+
+
+def changed_settings(stored: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """The settings (other than :data:`RESUMABLE_CHANGES`) whose value differs, as "key: stored -> now"."""
+    out = []
+    for key in sorted(set(stored) | set(now)):
+        if key in RESUMABLE_CHANGES:
+            continue
+        before, after = stored.get(key), now.get(key)
+        if json.dumps(before, sort_keys=True, default=str) != json.dumps(after, sort_keys=True, default=str):
+            out.append(f"{key}: {before!r} stored, {after!r} now")
+    return out
+
+
+def _refuse_changed_experiment(store: Store, exp: Experiment, spec: dict[str, Any], out_dir: Path) -> None:
+    """--resume of a store made with other settings would mix two experiments under one name (two rows per
+    cell, and medians over both): refuse, naming what changed (issue 13, item 3)."""
+    runs = [r for r in store.runs() if r["experiment"] == exp.name and r["spec_json"]]
+    if not runs:
+        return
+    stored = json.loads(runs[-1]["spec_json"])
+    changes = changed_settings(stored, json.loads(json.dumps(spec, default=str)))
+    if changes:
+        raise ConfigError(f"--resume: {out_dir} holds experiment {exp.name!r} run with other settings "
+                          f"({'; '.join(changes)}); resume with the same settings, or run into another --out "
+                          "directory so the two are kept apart")
 
 
 def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import resource
+import signal
 import sys
 import threading
 import time
@@ -268,11 +269,48 @@ def limit_memory(limit_mib: float | None) -> None:
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
 
+PARENT_CHECK_S = 0.2
+
+
+def die_with_parent(parent_pid: int | None, interval_s: float = PARENT_CHECK_S) -> None:
+    """Exit (with this worker's whole process group) as soon as the parent that started us is gone.
+
+    The parent kills our group on every way out it can catch; this covers the ones it cannot (SIGKILL,
+    the kernel's OOM killer, a crash of the interpreter). When a parent dies its children are re-parented
+    (to init or a subreaper), so ``getppid()`` changes: a daemon thread polls it. Not PR_SET_PDEATHSIG:
+    that fires when the *thread* that forked us ends, which in a thread pool (Ray) is not the parent's end.
+    """
+    if not parent_pid:
+        return
+    if os.getppid() != parent_pid:  # the parent died before we got here
+        os._exit(70)
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval_s)
+            if os.getppid() != parent_pid:
+                sys.stderr.write("batchscope worker: the parent process is gone; exiting\n")
+                sys.stderr.flush()
+                try:
+                    os.killpg(os.getpgid(0), signal.SIGKILL)  # our group: ourselves and anything we started
+                finally:
+                    os._exit(70)
+
+    # a small stack: under a max-batch probe's RLIMIT_DATA the default 8 MiB thread stack would count
+    old = threading.stack_size(256 * 1024)
+    try:
+        threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+    finally:
+        threading.stack_size(old)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m harness.run.worker``."""
     parser = argparse.ArgumentParser(prog="python -m harness.run.worker")
     parser.add_argument("--fd", type=int, required=True, help="file descriptor for protocol messages")
     args = parser.parse_args(argv)
+    parent = os.environ.get("BATCHSCOPE_PARENT_PID", "")
+    die_with_parent(int(parent) if parent.isdigit() else None)
     chan = Channel(args.fd)
     request = json.loads(sys.stdin.read())
     limit_memory(request.get("os_memory_limit_mib"))

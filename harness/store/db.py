@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from harness.errors import StoreError
+from harness.errors import OutputError, StoreError
 from harness.monitor.fields import SAMPLE_COLUMNS
 from harness.monitor.fields import TRIAL_COLUMNS as SAMPLER_TRIAL_COLUMNS
 from harness.records import TrialOutcome
@@ -92,6 +92,17 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def make_out_dir(out_dir: Path) -> None:
+    """Create the output directory, or refuse (exit 2) with the path and the reason."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OutputError(f"{out_dir}: exists and is not a directory; give the output option a directory")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"{out_dir}: cannot create the output directory ({e.strerror or e}); give a "
+                          "writable path") from e
+
+
 def store_path(out_dir: str | Path) -> Path:
     """Where the store of an output directory lives."""
     return Path(out_dir) / STORE_NAME
@@ -106,18 +117,45 @@ class Store:
 
     @classmethod
     def open(cls, out_dir: str | Path, create: bool = True) -> Store:
-        """Open (and with ``create``, make) the store in ``out_dir``."""
+        """Open (and with ``create``, make) the store in ``out_dir``.
+
+        Anything that is not a readable store (a text file, a truncated file, a directory in its place, an
+        output path that is a file or cannot be created) is refused with the path and what to do.
+        """
         path = store_path(out_dir)
+        if path.is_dir():
+            raise StoreError(f"{path} is a directory, not a results store; move it away or give another "
+                             "output directory")
         if not path.exists() and not create:
             raise StoreError(f"{out_dir}: no results store ({STORE_NAME}) here; "
                              "run `batchscope run EXPERIMENT --out DIR` first")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(path, timeout=30)
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA synchronous=FULL")
-        store = cls(path, conn)
-        store._init_schema(create)
+        make_out_dir(Path(out_dir))
+        try:
+            conn = sqlite3.connect(path, timeout=30)
+        except sqlite3.Error as e:
+            raise StoreError(f"{path}: cannot be opened ({e}); check the path and its permissions") from e
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA synchronous=FULL")
+            store = cls(path, conn)
+            store._init_schema(create)
+            store._check_integrity()
+        except sqlite3.Error as e:
+            conn.close()
+            raise StoreError(f"{path}: cannot be read as a results store ({e}); it is truncated, damaged or not "
+                             "a batchscope store: move it away and re-run into this directory, or give "
+                             "another one") from e
+        except BaseException:
+            conn.close()
+            raise
         return store
+
+    def _check_integrity(self) -> None:
+        """``PRAGMA quick_check`` (reads every page once, milliseconds for a sweep's store): a truncated store
+        is refused when opened, not half-way through a command that already printed results."""
+        problems = [r[0] for r in self.conn.execute("PRAGMA quick_check(5)")]
+        if problems != ["ok"]:
+            raise sqlite3.DatabaseError("; ".join(problems))
 
     def _init_schema(self, create: bool) -> None:
         tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -147,6 +185,18 @@ class Store:
         """Close the connection."""
         self.conn.close()
 
+    @contextmanager
+    def _writing(self, what: str) -> Iterator[None]:
+        """A failed write (a full disk, the directory removed or made read-only mid-run) is an OutputError
+        with the path and the reason (exit 2); every transaction committed before it stays in the file."""
+        try:
+            yield
+        # OperationalError is what the file system's refusals become (disk I/O error, database or disk is
+        # full, readonly database, unable to open); a ProgrammingError is a bug and stays one
+        except sqlite3.OperationalError as e:
+            raise OutputError(f"{self.path}: cannot write {what} ({e}); check that the directory still exists, "
+                              "is writable and has space; the trials stored before are kept") from e
+
     def __enter__(self) -> Store:
         return self
 
@@ -155,7 +205,7 @@ class Store:
 
     def begin_run(self, experiment: str, spec: Mapping[str, Any], command: str, env: Mapping[str, Any]) -> int:
         """Record one invocation; returns its run id."""
-        with self.conn:
+        with self._writing("the run's record"), self.conn:
             cur = self.conn.execute(
                 "INSERT INTO runs (experiment, spec_json, command, env_json, started_at) VALUES (?,?,?,?,?)",
                 (experiment, json.dumps(spec, default=str), command, json.dumps(env, default=str), _now()))
@@ -182,7 +232,7 @@ class Store:
 
         samples = list(outcome.monitor.samples)
         sample_names = [n for n, _ in SAMPLE_COLUMNS]
-        with self.conn:
+        with self._writing(f"trial {h}"), self.conn:
             self.conn.execute("DELETE FROM step_times WHERE trial_hash=?", (h,))
             self.conn.execute("DELETE FROM samples WHERE trial_hash=?", (h,))
             cols = ", ".join(row)
@@ -210,7 +260,7 @@ class Store:
         if unknown:
             raise StoreError(f"maxbatch row has unknown column(s) {unknown}; known: {MAXBATCH_COLUMN_NAMES}")
         cols = [c for c in MAXBATCH_COLUMN_NAMES if c in row and c != "result_id"]
-        with self.conn:
+        with self._writing("the max-batch result"), self.conn:
             cur = self.conn.execute(f"INSERT INTO maxbatch ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                                     tuple(row[c] for c in cols))
         return int(cur.lastrowid or 0)

@@ -19,7 +19,9 @@ from adapters.base import Adapter, MemoryStats, OptimizerSpec, RuntimeConfig
 from harness.models import ModelDescription
 
 BEHAVIOURS = ("ok", "hang", "sigkill", "oom", "error", "segfault", "exit0", "noisy", "oom_stderr",
-              "hang_setup", "oom_large")
+              "hang_setup", "oom_large", "hang_large")
+#: the behaviour when the experiment sets none: lets a test steer workers that a CLI command starts
+BEHAVIOUR_ENV = "BATCHSCOPE_FAKE_BEHAVIOUR"
 #: with behaviour "oom_large", batches of at least this many samples "run out of memory" (doomed sizes)
 OOM_LARGE_BATCH = 64
 
@@ -46,6 +48,8 @@ class FakeAdapter(Adapter):
 
     def setup(self, runtime: RuntimeConfig) -> dict[str, Any]:
         self.behaviour = runtime.options.get("behaviour", "ok")
+        if self.behaviour == "ok":  # the default: a test may steer it from the environment
+            self.behaviour = os.environ.get(BEHAVIOUR_ENV, "ok")
         if self.behaviour == "hang_setup":
             time.sleep(3600)
         return {"device": "cpu"}
@@ -68,6 +72,8 @@ class FakeAdapter(Adapter):
         b = self.behaviour
         if b == "oom_large" and len(batch[0]) >= OOM_LARGE_BATCH:
             raise MemoryError(f"fake: batch {len(batch[0])} does not fit")
+        if b == "hang_large" and len(batch[0]) >= OOM_LARGE_BATCH:  # small sizes finish, a large one hangs
+            time.sleep(3600)
         if b == "noisy":
             print("framework chatter on stdout {not json}", flush=True)
         if b == "transient":  # a 64 MiB scratch buffer mapped and unmapped within the step

@@ -27,7 +27,7 @@ from harness.maxbatch.advice import (
 from harness.maxbatch.prober import WorkerProber, control_limit_mib, probe_peak_mib, run_maxbatch
 from harness.maxbatch.request import MaxBatchRequest, resolve_budget
 from harness.maxbatch.search import LinearFit, SearchSettings
-from harness.records import TrialOutcome
+from harness.records import MonitorResult, TrialOutcome
 from harness.run.executor import LocalExecutor
 from harness.store import MAXBATCH_COLUMN_NAMES, Store
 from tests.conftest import make_trial
@@ -126,7 +126,7 @@ def test_probe_peak_in_the_units_of_the_budget():
     assert probe_peak_mib(o, "cpu-rlimit-data") == 900.0
     o.metrics = {"framework_peak_mib": 300.0, "framework_reserved_mib": 320.0}
     assert probe_peak_mib(o, "gpu-emulated") == 320.0
-    o.metrics, o.monitor = {}, {"aggregates": {"proc_gpu_mem_mib": 1000.0}}
+    o.metrics, o.monitor = {}, MonitorResult(aggregates={"proc_gpu_mem_mib": 1000.0})
     assert probe_peak_mib(o, "gpu-card") == 1000.0
 
 

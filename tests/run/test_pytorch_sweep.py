@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.config.experiment import parse_experiment
+from harness.errors import ConfigError
 from harness.run.sweep import run_sweep
 from harness.store import Store
 
@@ -41,6 +42,7 @@ def test_asking_for_a_gpu_where_there_is_none_is_an_error(tmp_path, cache_dir):
     exp = parse_experiment({"name": "gpuask", "frameworks": ["pytorch"], "dataset": "synthetic",
                             "synthetic_shape": [1, 8, 8], "synthetic_samples": 16, "batch_sizes": [4],
                             "device": "gpu"}, source="inline")
-    (outcome,) = run_sweep(exp, tmp_path, cache_dir=cache_dir).outcomes
-    assert outcome.status == "error"
-    assert "device = 'gpu'" in outcome.reason and "no CUDA GPU" in outcome.reason
+    # refused in the parent, before anything is written (issue 13, item 8), not an error row per trial
+    with pytest.raises(ConfigError, match='device = "gpu".*NVML sees no GPU'):
+        run_sweep(exp, tmp_path / "out", cache_dir=cache_dir)
+    assert not (tmp_path / "out").exists()

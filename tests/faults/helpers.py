@@ -1,0 +1,161 @@
+"""What the fault tests share: start ``batchscope`` as a user would (its own process, the fake adapter
+registered), look at its worker processes through ``/proc``, and read a store without creating one."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests import ROOT
+from tests.faults.launch import ADAPTERS_ENV, RLIMIT_ENV
+
+#: two names for the framework-free fake adapter, so a test can show one framework failing beside another
+FAKE_ADAPTERS = "fake=tests.fakes.adapter:FakeAdapter,fake2=tests.fakes.adapter:FakeAdapter"
+#: how long a worker may outlive its parent (issue 13: "no more than a second or two")
+ORPHAN_GRACE_S = 2.0
+
+
+def env_for(tmp_path: Path, behaviour: str | None = None, rlimit_data_mib: int | None = None,
+            adapters: str = FAKE_ADAPTERS) -> dict[str, str]:
+    """The environment of a ``batchscope`` started by a test."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), BATCHSCOPE_CACHE=str(tmp_path / "cache"))
+    env[ADAPTERS_ENV] = adapters
+    if behaviour:
+        env["BATCHSCOPE_FAKE_BEHAVIOUR"] = behaviour
+    if rlimit_data_mib:
+        env[RLIMIT_ENV] = str(rlimit_data_mib)
+    return env
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tests.faults.launch", *args]
+
+
+def bs(tmp_path: Path, *args: str, timeout: float = 300, **env_kw: Any) -> subprocess.CompletedProcess[str]:
+    """Run ``batchscope ARGS`` to completion."""
+    return subprocess.run(command(*args), cwd=ROOT, env=env_for(tmp_path, **env_kw), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def start(tmp_path: Path, *args: str, **env_kw: Any) -> subprocess.Popen[str]:
+    """Start ``batchscope ARGS`` and return at once."""
+    return subprocess.Popen(command(*args), cwd=ROOT, env=env_for(tmp_path, **env_kw), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def fake_experiment(tmp_path: Path, name: str = "faults", **keys: Any) -> Path:
+    """A tiny experiment on the fake adapter (no framework starts); ``keys`` override or add TOML keys."""
+    base: dict[str, Any] = {"name": name, "frameworks": ["fake"], "model": "tiny_cnn", "dataset": "synthetic",
+                            "synthetic_shape": [1, 8, 8], "synthetic_samples": 64, "synthetic_classes": 3,
+                            "batch_sizes": [4], "warmup_steps": 1, "timed_steps": 2, "threads": 1,
+                            "device": "cpu", "timeout_s": 120, "eval": False}
+    base.update(keys)
+    lines = []
+    for key, value in base.items():
+        if isinstance(value, bool):
+            lines.append(f"{key} = {'true' if value else 'false'}")
+        elif isinstance(value, str) and value.startswith("RAW:"):
+            lines.append(f"{key} = {value[4:]}")
+        elif isinstance(value, (str, list)):
+            lines.append(f"{key} = {value!r}".replace("'", '"'))
+        else:
+            lines.append(f"{key} = {value}")
+    path = tmp_path / f"{name}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def assert_refused(done: subprocess.CompletedProcess[str], *words: str, code: int = 2) -> None:
+    """Exit ``code`` with a message holding ``words`` and no traceback."""
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
+    for word in words:
+        assert word in done.stderr, (word, done.stderr)
+
+
+def rows(out: Path) -> list[dict[str, Any]]:
+    """The trials rows of ``out``'s store, read-only ([] where there is none yet)."""
+    path = out / "results.sqlite"
+    if not path.is_file():
+        return []
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute("SELECT * FROM trials ORDER BY rowid")]
+    except sqlite3.OperationalError:  # the table does not exist yet
+        return []
+    finally:
+        conn.close()
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def workers_of(parent: int) -> list[int]:
+    """PIDs of the ``harness.run.worker`` processes whose parent is ``parent``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == parent and b"harness.run.worker" in cmdline:
+            found.append(int(entry))
+    return found
+
+
+def wait_for(condition: Any, timeout_s: float, what: str) -> Any:
+    """Poll ``condition()`` until it is truthy; fail the test with ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+
+
+def gone_within(pids: list[int], grace_s: float = ORPHAN_GRACE_S) -> list[int]:
+    """The PIDs of ``pids`` still alive after ``grace_s`` (polled: returns as soon as all are gone)."""
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+def _cpu_ticks_and_state(pid: int) -> tuple[int, str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[11]) + int(fields[12]), fields[0]  # utime + stime; state
+
+
+def hanging(pid: int, quiet_s: float = 1.0, max_ticks: int = 3) -> bool:
+    """Whether ``pid`` sleeps, using at most ``max_ticks`` clock ticks (~3% of a core) over ``quiet_s``: past
+    its set-up, in the fake adapter's hang (a probe's VmData watcher still wakes every millisecond). A worker
+    killed while still starting dies anyway, at its next write to the parent's closed pipe; only one that is
+    quietly hanging shows whether it notices its parent is gone."""
+    before = _cpu_ticks_and_state(pid)
+    time.sleep(quiet_s)
+    after = _cpu_ticks_and_state(pid)
+    return (before is not None and after is not None and after[0] - before[0] <= max_ticks
+            and before[1] == after[1] == "S")

@@ -1,0 +1,65 @@
+"""Issue 13, items 6 and 14: values that would crash after a trial ran (SQLite's integer range), that the
+probes cannot use (inf, 1e30 MiB), or that NumPy refuses (a negative seed) are refused before anything
+starts, with the key (or the flag that set it) and the value; so is an experiment file that is not UTF-8.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.faults.helpers import assert_refused, bs, fake_experiment
+
+BIG = "99999999999999999999"  # > 2**63 - 1, the largest SQLite INTEGER
+
+FILE_CASES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
+    ("seed-at-int64-max-with-repeats", {"seed": 2**63 - 1, "repeats": 2}, ("seed", "largest integer")),
+    ("epochs-beyond-sqlite", {"epochs": f"RAW:{BIG}"}, ("epochs", "larger than the store can hold")),
+    ("learning-rate-inf", {"learning_rate": "RAW:inf"}, ("learning_rate", "finite")),
+    ("sample-interval-inf", {"sample_interval_ms": "RAW:inf"}, ("sample_interval_ms", "finite")),
+    ("memory-limit-inf", {"memory_limit_mib": "RAW:inf"}, ("memory_limit_mib", "finite")),
+    ("memory-limit-1e30", {"memory_limit_mib": 1e30}, ("memory_limit_mib", "largest usable value")),
+    ("negative-seed", {"seed": -1}, ("seed", "must be >= 0")),
+]
+
+
+@pytest.mark.parametrize(("keys", "words"), [(k, w) for _, k, w in FILE_CASES], ids=[c[0] for c in FILE_CASES])
+def test_unusable_value_in_the_file_is_refused_up_front(tmp_path: Path, keys: dict[str, Any],
+                                                        words: tuple[str, ...]) -> None:
+    exp = fake_experiment(tmp_path, **keys)
+    done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
+    assert_refused(done, str(exp), *words)
+    assert not (tmp_path / "out").exists()
+
+
+def test_batch_size_beyond_sqlite_on_the_command_line_is_refused_as_the_flag(tmp_path: Path) -> None:
+    exp = fake_experiment(tmp_path)
+    done = bs(tmp_path, "run", str(exp), "--batch-sizes", BIG, "--out", str(tmp_path / "out"))
+    assert_refused(done, "command line: --batch-sizes", "larger than the store can hold")
+    assert f"{exp}: batch_sizes" not in done.stderr  # the file did not say it (item 14)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_override_is_attributed_to_the_flag_not_the_file(tmp_path: Path) -> None:
+    exp = fake_experiment(tmp_path)
+    done = bs(tmp_path, "run", str(exp), "--epochs", "-1", "--out", str(tmp_path / "out"))
+    assert_refused(done, "command line: --epochs", "-1 must be >= 0")
+    assert str(exp) not in done.stderr
+
+
+@pytest.mark.parametrize("value", ["inf", "1e30"])
+def test_maxbatch_memory_limit_the_os_cannot_set_is_refused(tmp_path: Path, value: str) -> None:
+    done = bs(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
+              "--memory-limit-mib", value, "--out", str(tmp_path / "mb"))
+    assert_refused(done, "--memory-limit-mib")
+    assert not (tmp_path / "mb").exists()
+
+
+def test_an_experiment_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    exp = tmp_path / "latin1.toml"
+    exp.write_bytes('name = "caf\u00e9"\nframeworks = ["fake"]\nbatch_sizes = [4]\n'.encode("latin-1"))
+    done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
+    assert_refused(done, str(exp), "not UTF-8")
+    assert not (tmp_path / "out").exists()
