@@ -36,6 +36,10 @@ class RuntimeConfig:
     options: Mapping[str, Any] = field(default_factory=dict)
     memory_limit_mib: float | None = None  # emulate a smaller GPU (max-batch search)
     precision: Literal["fp32", "amp"] = "fp32"
+    #: "flush": denormal floats are flushed to zero on the CPU (the adapter must make it so, or raise
+    #: ConfigError); "framework-default": the framework's own behaviour. Either way setup() reports what
+    #: the CPU does in its info under ``cpu_denormals`` (flush | keep | unknown).
+    denormals: Literal["flush", "framework-default"] = "framework-default"
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,10 @@ class Adapter(ABC):
     #: Adapter settings accepted under ``[adapters.<name>]`` (besides ``python``), with their allowed values.
     #: A type among the values (``(None, str)``) accepts any value of that type; a default of None is left out.
     options: ClassVar[Mapping[str, tuple[Any, ...]]] = {}
+    #: Precisions the adapter really runs; the parent refuses any other before a trial starts.
+    precisions: ClassVar[tuple[str, ...]] = ("fp32",)
+    #: Why the other precisions are not run (shown when one is refused).
+    precision_note: ClassVar[str] = "mixed precision is not implemented in this adapter"
     #: Substrings of stderr that mean "out of memory" when the process died without a Python exception.
     oom_stderr_patterns: ClassVar[tuple[str, ...]] = ()
 

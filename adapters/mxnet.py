@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from adapters import fpenv
 from adapters.base import Adapter, MemoryStats, OptimizerSpec, RuntimeConfig, is_generic_oom
 from harness.errors import ConfigError
 from harness.models import (
@@ -76,6 +77,25 @@ def _residual_block() -> Any:
     return ResidualBlock
 
 
+def _single_omp_thread_here() -> bool:
+    """One OpenMP thread for this (the Python) thread; True when libgomp was found and told.
+
+    Why: a large NDArray <-> NumPy copy on the Python thread (``set_data(mx.nd.array(w))`` in build, any
+    big ``asnumpy()``) makes libgomp start a second OpenMP team for this thread, beside the engine's.
+    With more OpenMP threads than cores, libgomp's spin-waiting ones steal the cores the training needs
+    and training runs as if OMP_WAIT_POLICY=PASSIVE (measured by the lead: make bench 0.75 -> 0.93 at
+    bs 64 and 0.98 at bs 8 of a bare Gluon loop). The setting is per thread: the engine's threads keep theirs.
+    """
+    import ctypes
+
+    try:
+        libgomp = ctypes.CDLL("libgomp.so.1")
+    except OSError:
+        return False  # an MXNet built with another OpenMP (or none): nothing to tell
+    libgomp.omp_set_num_threads(1)
+    return True
+
+
 class MXNetAdapter(Adapter):
     """MXNet 1.x Gluon, hybridised with static allocation, NCHW."""
 
@@ -115,8 +135,18 @@ class MXNetAdapter(Adapter):
             # MXNet sizes its OpenMP pool and CPU worker threads when it is imported, from these variables.
             os.environ["OMP_NUM_THREADS"] = str(runtime.threads)
             os.environ["MXNET_CPU_WORKER_NTHREADS"] = "1"
+        if runtime.denormals == "flush" and "mxnet" not in sys.modules:
+            # MXNet has no API for denormals: FTZ/DAZ set on this thread before the import are inherited by
+            # the engine's and OpenMP's threads, which it creates at import (measured: 27 -> 3.7 ms per step)
+            fpenv.set_cpu_flush(True)
+        cpu_denormals = fpenv.cpu_denormals_state()
+        if runtime.denormals == "flush" and cpu_denormals != "flush":
+            raise ConfigError("MXNet has no API to flush denormals, and FTZ/DAZ could not be set on the CPU "
+                              "before MXNet was imported (needs x86-64 Linux, and a process that has not "
+                              "imported mxnet yet); use denormals = 'framework-default'")
         mx = import_mxnet()
         self.mx = mx
+        omp_told = _single_omp_thread_here()
         if runtime.precision != "fp32":
             raise ConfigError(
                 f"the mxnet adapter runs fp32 only; precision = {runtime.precision!r} "
@@ -146,6 +176,8 @@ class MXNetAdapter(Adapter):
             "cuda": features.is_enabled("CUDA"),
             "cudnn": features.is_enabled("CUDNN"),
             "mkldnn": features.is_enabled("MKLDNN"),
+            "cpu_denormals": cpu_denormals,
+            "python_thread_omp_threads": 1 if omp_told else None,
         }
         if want_gpu:
             free, total = mx.context.gpu_memory_info(0)

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from adapters import fpenv
 from adapters.base import Adapter, MemoryStats, OptimizerSpec, RuntimeConfig, is_generic_oom
 from harness.errors import ConfigError
 from harness.models import (
@@ -74,15 +75,27 @@ class PyTorchAdapter(Adapter):
         import torch
 
         self.torch = torch
+        if runtime.precision != "fp32":  # the parent refuses it first (precisions); this guards direct callers
+            raise ConfigError(f"the pytorch adapter runs fp32 only; precision = {runtime.precision!r} is not "
+                              "implemented (use precision = 'fp32')")
         if runtime.threads:
             torch.set_num_threads(runtime.threads)
+        cpu_denormals = fpenv.cpu_denormals_state()
+        if runtime.denormals == "flush":
+            # torch's own switch sets FTZ/DAZ on this thread and is what its docs name; the worker has also
+            # set them before torch was imported, so the intra-op pool's threads inherit them
+            if not torch.set_flush_denormal(True):
+                raise ConfigError("PyTorch cannot flush denormals on this CPU (torch.set_flush_denormal(True) "
+                                  "returned False: no SSE3/DAZ); use denormals = 'framework-default'")
+            cpu_denormals = "flush"
         want_gpu = runtime.device == "gpu" or (runtime.device == "auto" and torch.cuda.is_available())
         if want_gpu and not torch.cuda.is_available():
             raise ConfigError("device = 'gpu' was asked for, but PyTorch sees no CUDA GPU "
                               "(torch.cuda.is_available() is False); use device = 'cpu' or 'auto'")
         self.cuda = want_gpu
         self.device = torch.device("cuda:0" if want_gpu else "cpu")
-        info: dict[str, Any] = {"device": str(self.device), "threads": torch.get_num_threads()}
+        info: dict[str, Any] = {"device": str(self.device), "threads": torch.get_num_threads(),
+                                "cpu_denormals": cpu_denormals}
         if self.cuda:
             props = torch.cuda.get_device_properties(0)
             info["gpu_name"] = props.name

@@ -173,6 +173,9 @@ class TensorFlowAdapter(Adapter):
                 mode = "preallocate (no effect on CPU)"
         self.gpu = want_gpu
         info.update(
+            # TensorFlow's CPU kernels run under port::ScopedFlushDenormal (tensorflow/core/platform/denormal.h):
+            # it flushes whatever is asked, and has no Python API to stop it, so "framework-default" flushes too
+            cpu_denormals="flush",
             device=self.device_name,
             memory_mode=mode,
             intra_op_threads=tf.config.threading.get_intra_op_parallelism_threads(),

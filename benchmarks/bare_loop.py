@@ -155,8 +155,24 @@ def main(argv: list[str] | None = None) -> int:
         help="synchronise after every step and report batch / median step time, the way the "
         "harness measures (to tell the cost of per-step timing from the harness' own)",
     )
+    parser.add_argument(
+        "--denormals",
+        choices=("flush", "framework-default"),
+        default="flush",
+        help="as the harness trial's setting (default flush, like batchscope's): FTZ/DAZ set before the "
+        "framework is imported, so both sides stand on the same side of the denormal cliff",
+    )
     args = parser.parse_args(argv)
+    if args.denormals == "flush":
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from adapters.fpenv import set_cpu_flush
+
+        set_cpu_flush(True)  # before the import below starts the framework's threads: they inherit it
     step, sync = LOOPS[args.framework](args)
+    if args.denormals == "flush" and args.framework == "pytorch":
+        import torch
+
+        torch.set_flush_denormal(True)
     for i in range(args.warmup):
         step(i)
     sync()

@@ -56,11 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.runs):
             result = prober(args.batch, True)
             metrics = prober.outcomes[-1].metrics
-            if result.status != "ok" or metrics.get("vmdata_peak_mib") is None:
+            if result.status != "ok" or metrics is None or metrics.vmdata_peak_mib is None:
                 print(f"run {i}: {result.status} {result.reason[:200]}", file=sys.stderr)
                 return 1
-            peaks[round(metrics["vmdata_peak_mib"], 1)] += 1
-            ends[round(metrics["vmdata_end_mib"], 1)] += 1
+            peaks[round(metrics.vmdata_peak_mib, 1)] += 1
+            ends[round(metrics.vmdata_end_mib or 0.0, 1)] += 1
     print(f"{args.framework} tiny_cnn 3x64x64, batch {args.batch}, {args.runs} fresh workers, "
           f"env {prober.env}")
     for title, counts in (("VmData peak (MiB)", peaks), ("VmData at the end (MiB)", ends)):

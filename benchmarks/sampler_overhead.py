@@ -66,7 +66,7 @@ def main() -> int:
                 if outcome.status != "ok":
                     print(f"trial failed ({outcome.status}): {outcome.reason}", file=sys.stderr)
                     return 1
-                sps = float(outcome.metrics["samples_per_s"])
+                sps = float(outcome.metrics.step_samples_per_s or 0.0) if outcome.metrics else 0.0
                 runs[mode].append(sps)
                 if mode == "on":
                     samples_n.append(int(outcome.monitor.aggregates["samples_n"]))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, Protocol
 
 from harness.config.trial import TrialSpec
@@ -95,6 +95,64 @@ class TrialUnit:
     env: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class WorkerMetrics:
+    """What the worker measured in one trial, as it sends it to the parent (one field per ``trials`` column).
+
+    Throughput: ``step_samples_per_s`` is the batch over the median time of every post-warm-up step's
+    forward, backward and update; ``e2e_samples_per_s`` is every post-warm-up sample over the wall time
+    of those steps, batch preparation included (see :mod:`harness.run.timing`). Drift compares the first
+    and last tenth of the post-warm-up steps. Memory figures whose name says ``peak`` are highest values;
+    the ``*_ready_mib`` and ``*_end_mib`` ones are readings before the first and after the last step.
+    Every field has a default so that a test can build the few it needs; a real worker fills them all.
+    """
+
+    step_samples_per_s: float | None = None
+    e2e_samples_per_s: float | None = None
+    step_time_ms_median: float | None = None
+    step_time_ms_iqr: float | None = None
+    measured_steps_n: int = 0  # post-warm-up steps: what both throughput figures are taken over
+    drift_change_pct: float | None = None  # late vs early median step time; None: too few steps to tell
+    drift_threshold_pct: float | None = None
+    drift_flagged: bool | None = None
+    warmup_steps_n: int = 0
+    timed_steps_n: int = 0
+    train_steps_n: int = 0
+    epochs_done: float = 0.0
+    data_s: float | None = None
+    setup_s: float | None = None
+    train_s: float | None = None
+    cpu_denormals: str = "unknown"  # what the CPU did with denormal floats: flush | keep | unknown
+    train_flop_per_sample: float | None = None  # forward + backward, counted from the model description
+    achieved_gflop_per_s: float | None = None  # train_flop_per_sample x step_samples_per_s
+    framework_peak_mib: float | None = None
+    framework_peak_source: str | None = None
+    framework_reserved_mib: float | None = None
+    maxrss_mib: float | None = None
+    vmdata_ready_mib: float | None = None
+    rss_ready_mib: float | None = None
+    rss_file_ready_mib: float | None = None
+    rss_anon_ready_mib: float | None = None
+    rss_file_end_mib: float | None = None
+    rss_anon_end_mib: float | None = None
+    vmdata_end_mib: float | None = None
+    vmdata_peak_mib: float | None = None
+    accuracy: float | None = None
+    eval_loss: float | None = None
+    eval_samples: int | None = None
+    eval_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for the protocol message."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WorkerMetrics:
+        """From a protocol message; keys this version does not know (a newer worker) are dropped."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
 @dataclass
 class TrialOutcome:
     """What happened in one trial."""
@@ -102,7 +160,7 @@ class TrialOutcome:
     trial: TrialSpec
     status: Status
     reason: str = ""
-    metrics: dict[str, Any] = field(default_factory=dict)
+    metrics: WorkerMetrics | None = None  # None when the worker sent no result (failures)
     step_times_ms: list[float] = field(default_factory=list)
     phase_steps: dict[str, int] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)

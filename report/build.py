@@ -20,6 +20,7 @@ from typing import Any
 from harness.errors import StoreError
 from report import aggregate, context, figures, findings, tables
 from report import thesis as compare
+from report.drift import drift_figure
 from report.load import Experiment, ReportInput, load
 from report.pdf import PdfWriter, esc
 
@@ -113,7 +114,7 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
         pdf.bullets([f.text for f in verdicts])
 
     pdf.heading("Figures", 1)
-    for i, fig in enumerate(figures.build_figures(exp, cell_list, reference), 1):
+    for i, fig in enumerate([*figures.build_figures(exp, cell_list, reference), drift_figure(exp, cell_list)], 1):
         stem = f"{slug}-{i:02d}-{fig.key}"
         if fig.figure is None:
             pdf.absent(fig.title, fig.absent_reason or "no data")

@@ -84,21 +84,44 @@ def _distinct(exp: Experiment, column: str) -> list[Any]:
     return sorted({t[column] for t in exp.trials if t.get(column) is not None})
 
 
+def _denormals_paragraph(exp: Experiment) -> str:
+    """What the CPU did with denormal floats, per framework, as the trials recorded it."""
+    asked = _distinct(exp, "denormals") or ["?"]
+    per_fw = []
+    for fw in exp.frameworks:
+        seen = sorted({str(t.get("cpu_denormals")) for t in exp.ok_trials
+                       if t.get("framework") == fw and t.get("cpu_denormals")})
+        per_fw.append(f"{fw}: {'/'.join(seen) or 'not recorded'}")
+    return ("<b>Denormal floats.</b> Asked for: denormals = " + "/".join(map(str, asked)) + ". What the "
+            "CPU did in each framework's trials: " + "; ".join(per_fw) + ". 'flush' means denormal results "
+            "and inputs are treated as zero (FTZ/DAZ); 'keep' means they are computed exactly, at the cost of "
+            "a microcode assist per operation on x86, which can slow a trial down many times once weights "
+            "become tiny (docs/denormals.md). TensorFlow's CPU kernels always flush.")
+
+
 def method_paragraphs(exp: Experiment, cell_list: list[Cell]) -> list[str]:
     """The method section, worded from the experiment's resolved spec and its trials."""
     spec = exp.spec
     data = spec.get("data") or {}
     paras = []
     warm = _distinct(exp, "warmup_steps_n") or [spec.get("warmup_steps", "?")]
-    timed = _distinct(exp, "timed_steps_n") or [spec.get("timed_steps", "?")]
+    measured = _distinct(exp, "measured_steps_n")
+    measured_text = (f"{min(measured)}-{max(measured)}" if len(measured) > 1 else str(measured[0])) if measured else "?"
     paras.append(
         "<b>Timing.</b> Every trial runs in a fresh worker process. The first "
-        f"{'/'.join(map(str, warm))} training step(s) are warm-up and are not timed; the next "
-        f"{'/'.join(map(str, timed))} step(s) are timed, each clock read taken after the device has "
-        "finished its work (the train step returns only when the device is idle). Throughput "
-        "(samples/s) is the batch size divided by the <i>median</i> timed step; the spread within a trial "
-        "is the inter-quartile range (IQR) of its timed steps. Across repeats the report shows the "
-        "mean ± sample standard deviation of the trials that finished.")
+        f"{'/'.join(map(str, warm))} training step(s) are warm-up and are not counted; every step after "
+        f"them counts ({measured_text} per trial here), each clock read taken after the device has finished "
+        "its work (the train step returns only when the device is idle). Two throughput figures per trial: "
+        "<i>step throughput</i> (step_samples_per_s) is the batch size divided by the <i>median</i> time of "
+        "the forward, backward and update over all those steps, with their inter-quartile range (IQR) as "
+        "the spread: the framework's device work. <i>End-to-end throughput</i> (e2e_samples_per_s) is the "
+        "samples of all those steps divided by their wall time, batch preparation included: what the user "
+        "waits for. <b>Drift:</b> the median step time of the last tenth of those steps is compared with "
+        "the first tenth's; a change larger than both 10% and the steps' own spread (mean IQR of the two "
+        "windows) flags the trial, and the tables give its size. Across repeats the report shows the "
+        "mean ± sample standard deviation of the trials that finished (harness/cells.py: the same "
+        "statistic the command line and <i>compare</i> print).")
+    paras.append(_denormals_paragraph(exp))
     intervals = _distinct(exp, "sample_interval_ms")
     interval = (f"every {'/'.join(f'{v:.0f}' for v in intervals)} ms" if intervals
                 else f"every {spec.get('sample_interval_ms', '?')} ms (configured; no samples are stored)")
@@ -111,9 +134,9 @@ def method_paragraphs(exp: Experiment, cell_list: list[Cell]) -> list[str]:
     paras.append(
         "<b>Memory, in three views.</b> <i>framework allocator peak</i> (framework_peak_mib): the peak "
         "of memory handed out by the framework's own allocator, as the framework reports it (not every "
-        "framework can on every device); <i>worker-tree GPU memory</i> (proc_gpu_mem_mib): what NVML "
+        "framework can on every device); <i>worker-tree GPU memory</i> (proc_gpu_mem_peak_mib): what NVML "
         "charges to the worker process and its children, which includes the framework's cache and the "
-        "CUDA context; <i>device memory used</i> (gpu_mem_used_mib): the whole card's used memory, "
+        "CUDA context; <i>device memory used</i> (gpu_mem_used_peak_mib): the whole card's used memory, "
         "including other processes. Host memory is the peak resident set size of the worker "
         "(rss_peak_mib).")
     shape = data.get("input_shape")

@@ -132,7 +132,8 @@ def _reference_for(reference: Sequence[dict[str, Any]], metric: str) -> list[dic
     (GPU memory in MiB, accuracy in %), so the points are drawn as given: converting here again would
     make two sources of truth for the same unit question.
     """
-    wanted = {"gpu_util_pct": "gpu_util_pct", "proc_gpu_mem_mib": "gpu_mem_mib", "gpu_mem_used_mib": "gpu_mem_mib",
+    wanted = {"gpu_util_pct": "gpu_util_pct", "proc_gpu_mem_peak_mib": "gpu_mem_mib",
+              "gpu_mem_used_peak_mib": "gpu_mem_mib",
               ACCURACY: "accuracy_pct"}.get(metric)
     return [r for r in reference if wanted and r.get("metric") == wanted and r.get("value") is not None]
 
@@ -187,9 +188,12 @@ def build_figures(exp: Experiment, cell_list: Sequence[Cell], reference: Sequenc
 
     figures = [
         metric_figure(exp, frame, cell_list, key="throughput", title="Throughput vs batch size",
-                      caption="Training throughput from the median timed step (log scale).",
-                      metrics=["samples_per_s"], absent={"samples_per_s": "No trial finished, so there is no "
-                                                         "throughput to plot."}, log_y=True),
+                      caption="Left: step throughput (batch / median time of forward, backward and update over "
+                              "every post-warm-up step). Right: end-to-end throughput (those steps' samples / "
+                              "their wall time, batch preparation included). Log scale.",
+                      metrics=["step_samples_per_s", "e2e_samples_per_s"],
+                      absent={"step_samples_per_s": "No trial finished, so there is no throughput to plot.",
+                              "e2e_samples_per_s": "No end-to-end throughput was recorded."}, log_y=True),
         metric_figure(exp, frame, cell_list, key="gpu_util", title="GPU utilisation vs batch size",
                       caption="NVML utilisation, mean over the timed phase: the share of time any kernel ran, "
                               "not SM occupancy.",
@@ -199,11 +203,11 @@ def build_figures(exp: Experiment, cell_list: Sequence[Cell], reference: Sequenc
                       caption="Left to right where measured: the framework allocator's peak, the worker "
                               "tree's GPU memory (NVML, includes the cache and CUDA context), the whole "
                               "device's used memory. Published points are the thesis's GPU memory.",
-                      metrics=["framework_peak_mib", "proc_gpu_mem_mib", "gpu_mem_used_mib"],
+                      metrics=["framework_peak_mib", "proc_gpu_mem_peak_mib", "gpu_mem_used_peak_mib"],
                       absent={"framework_peak_mib": "The framework allocator reported no peak (e.g. PyTorch "
                                                     "keeps no CPU allocator statistics).",
-                              "proc_gpu_mem_mib": gpu_absent("worker-tree GPU memory"),
-                              "gpu_mem_used_mib": gpu_absent("device memory figure")},
+                              "proc_gpu_mem_peak_mib": gpu_absent("worker-tree GPU memory"),
+                              "gpu_mem_used_peak_mib": gpu_absent("device memory figure")},
                       reference=reference if gpu else ()),
     ]
     if not spec.get("epochs"):

@@ -17,7 +17,7 @@ from typing import Any
 from report.aggregate import ACCURACY, METRICS, Cell, Stat, linear_fit
 from report.load import Experiment
 
-MEMORY_VIEWS = ("framework_peak_mib", "proc_gpu_mem_mib", "gpu_mem_used_mib", "rss_peak_mib")
+MEMORY_VIEWS = ("framework_peak_mib", "proc_gpu_mem_peak_mib", "gpu_mem_used_peak_mib", "rss_peak_mib")
 
 
 @dataclass(frozen=True)
@@ -50,14 +50,16 @@ def best_throughput(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> lis
     """Per framework: the batch size with the highest mean throughput, and how clear its lead is."""
     out = []
     for fw, group in _by_framework(cell_list, frameworks).items():
-        ranked = sorted(((c, c.get("samples_per_s")) for c in group if c.get("samples_per_s")),
+        ranked = sorted(((c, c.get("step_samples_per_s")) for c in group if c.get("step_samples_per_s")),
                         key=lambda cs: -cs[1].mean)  # type: ignore[union-attr]
         if not ranked:
             continue
         (best, s), rest = ranked[0], ranked[1:]
         assert s is not None
-        text = (f"{fw} trained fastest at batch {best.batch_size}: {_num(s.mean, '.0f')} samples/s "
-                f"(mean of {s.n} repeat{'s' if s.n != 1 else ''})")
+        e2e = best.get("e2e_samples_per_s")
+        text = (f"{fw}'s step throughput was highest at batch {best.batch_size}: {_num(s.mean, '.0f')} samples/s "
+                f"(mean of {s.n} repeat{'s' if s.n != 1 else ''}"
+                + (f"; end-to-end {_num(e2e.mean, '.0f')} samples/s" if e2e is not None else "") + ")")
         if rest:
             runner, rs = rest[0]
             assert rs is not None
@@ -71,11 +73,40 @@ def best_throughput(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> lis
             else:
                 text += "; the lead is larger than the spread of the repeats"
         smallest = min(group, key=lambda c: c.batch_size)
-        ss = smallest.get("samples_per_s")
+        ss = smallest.get("step_samples_per_s")
         if ss is not None and smallest is not best:
             text += f". Against the smallest batch ({smallest.batch_size}) that is ×{s.mean / ss.mean:.1f}"
         out.append(Finding("throughput", text + "."))
     return out
+
+
+def drift(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Finding]:
+    """Per framework: the cells whose step time drifted beyond its noise, with the size of the change."""
+    out = []
+    for fw, group in _by_framework(cell_list, frameworks).items():
+        flagged = [c for c in group if c.drift_flagged_n]
+        if not flagged:
+            continue
+        parts = [f"batch {c.batch_size} {c.drift_text()} ({c.drift_flagged_n} of {c.n_ok} trial(s))" for c in flagged]
+        out.append(Finding("drift", f"{fw}'s step time drifted during training (median of the last tenth of the "
+                                    f"steps against the first tenth, beyond the steps' own spread): "
+                                    + "; ".join(parts) + ". Its figures are over the whole training, so they "
+                                    "include the change; a short early window would have missed it."))
+    return out
+
+
+def denormals(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Finding]:
+    """Whether the frameworks ran under different denormal behaviour (which makes their speeds incomparable)."""
+    by_fw = {fw: sorted({d for c in group for d in c.cpu_denormals})
+             for fw, group in _by_framework(cell_list, frameworks).items()}
+    by_fw = {fw: ds for fw, ds in by_fw.items() if ds}
+    if len({tuple(ds) for ds in by_fw.values()}) < 2:
+        return []
+    said = "; ".join(f"{fw}: {'/'.join(ds)}" for fw, ds in by_fw.items())
+    return [Finding("denormals", f"The frameworks ran under different denormal-float behaviour ({said}). On a "
+                                 "CPU, 'keep' can make steps many times slower once weights become tiny, so "
+                                 "their speeds are not comparable; run with denormals = 'flush' for a fair "
+                                 "comparison (docs/denormals.md).")]
 
 
 def accuracy_peak(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Finding]:
@@ -154,7 +185,8 @@ def failures(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Findi
 def compute(exp: Experiment, cell_list: Sequence[Cell]) -> list[Finding]:
     """Every finding computed from one experiment's cells, in reading order."""
     fws = exp.frameworks
-    return [*best_throughput(cell_list, fws), *accuracy_peak(cell_list, fws), *memory_growth(cell_list, fws),
+    return [*denormals(cell_list, fws), *drift(cell_list, fws),
+            *best_throughput(cell_list, fws), *accuracy_peak(cell_list, fws), *memory_growth(cell_list, fws),
             *energy_best(cell_list, fws), *failures(cell_list, fws)]
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,8 @@ class Experiment:
     runs: tuple[dict[str, Any], ...]
     trials: tuple[dict[str, Any], ...]
     maxbatch: tuple[dict[str, Any], ...] = ()
+    #: post-warm-up step times (ms, in order) of each ok sweep trial, by trial hash: the drift figure's data
+    step_times: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -138,6 +141,12 @@ def load(source_dir: str | Path) -> ReportInput:
             tables = {r[0] for r in store.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             maxbatch = (_rows(store.conn, f"SELECT * FROM {MAXBATCH_TABLE} ORDER BY rowid")
                         if MAXBATCH_TABLE in tables else [])
+            step_times: dict[str, list[float]] = {}
+            for h, ms in store.conn.execute(
+                    "SELECT s.trial_hash, s.time_ms FROM step_times s JOIN trials t USING (trial_hash) "
+                    "WHERE t.status = 'ok' AND t.purpose = 'sweep' AND s.phase != 'warmup' "
+                    "ORDER BY s.trial_hash, s.step"):
+                step_times.setdefault(h, []).append(float(ms))
         except sqlite3.Error as e:
             raise StoreError(f"{path}: damaged results store ({e}); re-run the experiment into a new "
                              "--out directory") from e
@@ -157,6 +166,8 @@ def load(source_dir: str | Path) -> ReportInput:
             runs=tuple(r for r in runs if (r.get("experiment") or "") == name),
             trials=tuple(t for t in trials if (t.get("experiment") or "") == name),
             maxbatch=tuple(m for m in maxbatch if (m.get("experiment") or "") == name),
+            step_times={t["trial_hash"]: tuple(step_times[t["trial_hash"]]) for t in trials
+                        if (t.get("experiment") or "") == name and t["trial_hash"] in step_times},
         )
         if exp.trials or exp.maxbatch:
             experiments.append(exp)

@@ -16,9 +16,11 @@ from report.aggregate import METRICS, Cell, has_metric
 from report.load import Experiment
 
 #: the headline table is printed in two parts so it fits a portrait page
-SPEED_COLUMNS = ("samples_per_s", "step_time_ms_median", "step_time_ms_iqr", "gpu_util_pct", "cpu_util_pct",
-                 "power_w", "j_per_sample")
-MEMORY_COLUMNS = ("framework_peak_mib", "proc_gpu_mem_mib", "gpu_mem_used_mib", "rss_peak_mib", "accuracy_pct")
+SPEED_COLUMNS = ("step_samples_per_s", "e2e_samples_per_s", "step_time_ms_median", "step_time_ms_iqr",
+                 "drift_change_pct", "achieved_gflop_per_s", "mfu_pct", "gpu_util_pct", "cpu_util_pct", "power_w",
+                 "j_per_sample")
+MEMORY_COLUMNS = ("framework_peak_mib", "proc_gpu_mem_peak_mib", "gpu_mem_used_peak_mib", "rss_peak_mib",
+                  "accuracy_pct")
 
 
 @dataclass(frozen=True)
@@ -48,12 +50,13 @@ def _header(key: str) -> str:
 
 def headline_csv(cell_list: Sequence[Cell]) -> tuple[tuple[str, ...], tuple[tuple[Any, ...], ...]]:
     """Every metric of every cell: mean, sd and count, plus the status counts."""
-    headers = ["framework", "batch_size", "status", "trials_n", "ok_n"]
+    headers = ["framework", "variant", "batch_size", "status", "trials_n", "ok_n", "drift_flagged_n", "cpu_denormals"]
     for key in METRICS:
         headers += [f"{key}_mean", f"{key}_sd", f"{key}_n"]
     rows = []
     for c in cell_list:
-        row: list[Any] = [c.framework, c.batch_size, c.status_text(), c.n, c.n_ok]
+        row: list[Any] = [c.framework, c.variant, c.batch_size, c.status_text(), c.n, c.n_ok, c.drift_flagged_n,
+                          "/".join(c.cpu_denormals)]
         for key in METRICS:
             s = c.get(key)
             row += [s.mean, s.sd, s.n] if s else [None, None, 0]
@@ -69,11 +72,16 @@ def headline(cell_list: Sequence[Cell], columns: Sequence[str], key: str, title:
     rows = []
     for c in cell_list:
         values = [c.get(k).text(METRICS[k].fmt) if c.get(k) else "-" for k in present]  # type: ignore[union-attr]
-        rows.append((c.framework, str(c.batch_size), c.status_text(), *values))
+        name = c.framework + (f" [{c.variant}]" if c.variant else "")
+        rows.append((name, str(c.batch_size), c.status_text(), *values))
     csv_headers, csv_rows = headline_csv(cell_list)
     return Table(key=key, title=title, headers=("framework", "batch", "status", *map(_header, present)),
                  rows=tuple(rows), csv_headers=csv_headers, csv_rows=csv_rows,
-                 note="mean ± sd over the repeats that finished; a single value where only one did")
+                 note="mean ± sd over the repeats that finished; a single value where only one did. Step "
+                      "throughput: batch / median step (forward, backward, update) over every post-warm-up step; "
+                      "end-to-end: their samples / their wall time incl. batch preparation. Drift: late vs early "
+                      "median step time, shown where a trial measured it (flagged trials are named in the "
+                      "findings).")
 
 
 MAXBATCH_COLUMNS = (

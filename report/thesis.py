@@ -21,6 +21,8 @@ from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any
 
+from harness.cells import Stat
+
 REFERENCE_FILE = "osu_yin2020.csv"
 #: the data set the thesis's accuracy was measured on; accuracy on any other is shown, not differenced
 REFERENCE_DATASET = "cifar10"
@@ -67,8 +69,8 @@ def _our_value(trial: dict[str, Any], metric: str) -> float | None:
     if metric == "gpu_mem_mib":
         # the process's own GPU memory is what the framework costs; the device total is the fallback
         # (the thesis read the device total, on a card with nothing else running)
-        own = _num(trial.get("proc_gpu_mem_mib"))
-        return own if own is not None else _num(trial.get("gpu_mem_used_mib"))
+        own = _num(trial.get("proc_gpu_mem_peak_mib"))
+        return own if own is not None else _num(trial.get("gpu_mem_used_peak_mib"))
     acc = _num(trial.get("accuracy"))
     if acc is None or not accuracy_meaningful(trial.get("dataset")):
         return None
@@ -88,9 +90,9 @@ def accuracy_meaningful(dataset: str | None) -> bool:
 
 
 def _mean_sd(values: Sequence[float]) -> tuple[float | None, float | None]:
-    if not values:
-        return None, None
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+    """Mean and sd over repeats, by the one implementation every consumer uses (:class:`harness.cells.Stat`)."""
+    stat = Stat.of(values)
+    return (None, None) if stat is None else (stat.mean, stat.sd)
 
 
 def side_by_side(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:

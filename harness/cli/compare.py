@@ -74,6 +74,11 @@ def render(trials: list[dict[str, Any]], file: Any = None) -> None:
     if table and len(columns) > 2:
         print(file=file)
         print_table(table, columns, file=file)
+    from harness.cells import SUMMARY_COLUMNS, SUMMARY_NOTE, summary_rows
+
+    print("\nThis run's cells (the statistic `batchscope run` and the report print):", file=file)
+    print_table(summary_rows(sweep), SUMMARY_COLUMNS, file=file)
+    print(SUMMARY_NOTE, file=file)
     print("\nThe thesis's findings, checked on this run:", file=file)
     for f in thesis_findings(trials):
         verdict = {True: "holds", False: "does not hold", None: "not measurable"}[f["holds"]]

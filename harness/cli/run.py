@@ -13,6 +13,7 @@ from harness.cli.table import _csv_ints, _csv_names, _fmt, print_table, shorten
 
 # ---------------------------------------------------------------- run
 def cmd_run(args: argparse.Namespace) -> int:
+    from harness.cells import SUMMARY_COLUMNS, SUMMARY_NOTE
     from harness.config.experiment import load_experiment
     from harness.maxbatch.advice import jitter_advice
     from harness.monitor.sampler import monitor_factory_for
@@ -38,8 +39,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     def progress(i: int, n: int, o: Any) -> None:
         m = o.metrics
-        extra = f"{_fmt(m.get('samples_per_s'))} samples/s" if o.status == "ok" else shorten(o.reason, 90)
-        acc = f"  acc {m['accuracy']:.3f}" if m.get("accuracy") is not None else ""
+        if o.status == "ok" and m is not None:
+            extra = f"step {_fmt(m.step_samples_per_s)} / e2e {_fmt(m.e2e_samples_per_s)} samples/s"
+            if m.drift_flagged:
+                extra += f"  DRIFT {m.drift_change_pct:+.0f}% (noise {m.drift_threshold_pct:.0f}%)"
+        else:
+            extra = shorten(o.reason, 90)
+        acc = f"  acc {m.accuracy:.3f}" if m is not None and m.accuracy is not None else ""
         print(f"[{i:>3}/{n}] {o.trial.framework:<11} bs={o.trial.batch_size:<5} rep {o.trial.repeat} "
               f"{o.status:<8} {extra}{acc}  ({o.elapsed_s:.1f} s)", flush=True)
 
@@ -66,10 +72,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     with Store.open(out, create=False) as store:
         rows = summarise(store.trials("experiment = ?", (exp.name,)))
     print()
-    print_table(rows, [("framework", "framework", ""), ("batch_size", "batch", "d"), ("status", "status", ""),
-                       ("samples_per_s", "samples/s", ".1f"), ("step_time_ms_median", "step ms", ".2f"),
-                       ("framework_peak_mib", "fw peak MiB", ".0f"), ("rss_peak_mib", "RSS MiB", ".0f"),
-                       ("gpu_util_pct", "GPU %", ".1f"), ("accuracy", "accuracy", ".3f")])
+    print_table(rows, SUMMARY_COLUMNS)
+    print("\n" + SUMMARY_NOTE)
     print(f"\nstored in {out / 'results.sqlite'}")
     return 0
 

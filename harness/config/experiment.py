@@ -21,7 +21,7 @@ import dataclasses
 import math
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,8 @@ OPTIMIZERS = ("sgd", "adam")
 LR_POLICIES = ("fixed", "linear", "sqrt")
 PRECISIONS = ("fp32", "amp")
 DATA_LAYOUTS = ("auto", "nchw", "nhwc")  # of an npz file's images (harness.data.npzfile)
+#: what the worker's CPU does with denormal floats: flush them to zero, or leave the framework's default
+DENORMALS = ("flush", "framework-default")
 
 #: the store keeps whole numbers in SQLite INTEGER columns (signed 64-bit): larger ones would fail the
 #: write *after* the trial ran, so they are refused up front
@@ -83,6 +85,7 @@ class Experiment:
     lr_base_batch: int = 32
     device: str = "auto"
     precision: str = "fp32"
+    denormals: str = "flush"  # see docs/denormals.md for why flushing is the default
     threads: int = 0
     timeout_s: float = 900.0
     eval: bool = True
@@ -144,8 +147,8 @@ class Experiment:
 
 _SCALARS: dict[str, type | tuple[type, ...]] = {
     "name": str, "description": str, "model": str, "dataset": str, "data_layout": str, "optimizer": str,
-    "lr_policy": str,
-    "device": str, "precision": str, "epochs": int, "warmup_steps": int, "timed_steps": int, "repeats": int,
+    "lr_policy": str, "device": str, "precision": str, "denormals": str, "epochs": int, "warmup_steps": int,
+    "timed_steps": int, "repeats": int,
     "seed": int, "lr_base_batch": int, "threads": int, "eval_batch_size": int, "train_samples": int,
     "synthetic_classes": int, "synthetic_samples": int, "learning_rate": (int, float), "momentum": (int, float),
     "timeout_s": (int, float), "sample_interval_ms": (int, float), "memory_limit_mib": (int, float),
@@ -218,14 +221,27 @@ def _validate(exp: Experiment) -> None:
     if exp.memory_limit_mib < 0:
         raise bad("memory_limit_mib", f"{exp.memory_limit_mib!r} must be >= 0 (0: no limit)")
     for key, allowed in (("device", DEVICES), ("data_layout", DATA_LAYOUTS), ("optimizer", OPTIMIZERS),
-                         ("lr_policy", LR_POLICIES), ("precision", PRECISIONS)):
+                         ("lr_policy", LR_POLICIES), ("precision", PRECISIONS), ("denormals", DENORMALS)):
         if getattr(exp, key) not in allowed:
             raise bad(key, f"{getattr(exp, key)!r} is not one of {', '.join(allowed)}")
+    _check_precision(exp, bad)
     if len(exp.synthetic_shape) != 3 or min(exp.synthetic_shape) <= 0:
         raise bad("synthetic_shape", f"{list(exp.synthetic_shape)!r} must be [channels, height, width], all > 0")
     for name in exp.adapters:
         if name not in known:
             raise bad("adapters", f"settings for unknown adapter {name!r}; registered: {', '.join(sorted(known))}")
+
+
+def _check_precision(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:
+    """Refuse a precision an adapter would not run: a stored trial must never claim a precision it did not use."""
+    from harness.registry import adapter_class
+
+    for fw in exp.frameworks:
+        supported = adapter_class(fw).precisions
+        if exp.precision not in supported:
+            raise bad("precision", f"{exp.precision!r} is not run by the {fw} adapter, which runs only "
+                                   f"{', '.join(supported)} ({adapter_class(fw).precision_note}); "
+                                   "set precision = 'fp32', or leave this framework out")
 
 
 def _validate_ranges(exp: Experiment, bad: Any) -> None:

@@ -40,6 +40,7 @@ class TrialSpec:
     threads: int
     timeout_s: float
     precision: str = "fp32"
+    denormals: str = "flush"  # "flush" | "framework-default": what the CPU does with denormal floats
     adapter_options: Mapping[str, Any] = field(default_factory=dict)
     memory_limit_mib: float = 0.0
     eval: bool = True

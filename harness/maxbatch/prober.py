@@ -31,7 +31,7 @@ from harness.maxbatch.request import Budget, MaxBatchRequest, resolve_budget
 from harness.maxbatch.search import ProbeResult, SearchResult, SearchSettings, search
 from harness.models import build_description, is_native_model
 from harness.monitor import environment
-from harness.records import Monitor, TrialOutcome, TrialUnit
+from harness.records import Monitor, TrialOutcome, TrialUnit, WorkerMetrics
 from harness.registry import adapter_class, adapter_target
 from harness.run.executor import LocalExecutor
 from harness.store import Store
@@ -54,35 +54,35 @@ def probe_peak_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
     (RLIMIT_DATA counts private writable memory, not the shared libraries inside RSS); just the peak RSS
     when the worker did not report those.
     """
-    m = outcome.metrics
+    m = outcome.metrics or WorkerMetrics()
     if budget_kind.startswith("gpu"):
         mon = outcome.monitor.aggregates
-        for value in (m.get("framework_reserved_mib"), m.get("framework_peak_mib"),
+        for value in (m.framework_reserved_mib, m.framework_peak_mib,
                       mon.get("proc_gpu_mem_peak_mib"), mon.get("proc_gpu_mem_mib")):
             if value is not None:
                 return float(value)
         return None
-    sampled = m.get("vmdata_peak_mib")
+    sampled = m.vmdata_peak_mib
     if sampled is not None:
         # VmData itself, sampled every millisecond while training (harness/run/worker.py VmDataWatcher): the very
         # figure the limit counts, including mappings that come and go within a step. It replaces the RSS
         # estimate below rather than topping it up: maxrss is the whole process's high-water mark, so a
         # start-up spike can lift the estimate of every small probe alike (a flat line, no fit: seen in CI)
         return float(sampled)
-    rss, ready_data, ready_rss = m.get("maxrss_mib"), m.get("vmdata_ready_mib"), m.get("rss_ready_mib")
+    rss, ready_data, ready_rss = m.maxrss_mib, m.vmdata_ready_mib, m.rss_ready_mib
     if rss is None:
         return None
     if ready_data is None or ready_rss is None:
         return float(rss)
     growth = float(rss) - float(ready_rss)
-    file_ready, file_end = m.get("rss_file_ready_mib"), m.get("rss_file_end_mib")
+    file_ready, file_end = m.rss_file_ready_mib, m.rss_file_end_mib
     if file_ready is not None and file_end is not None:
         # pages of the memory-mapped data set and of lazily loaded libraries that training touched are
         # in RSS but not in RLIMIT_DATA; they stay resident, so the end-of-trial figure counts them
         growth -= max(0.0, float(file_end) - float(file_ready))
     peak = float(ready_data) + max(0.0, growth)
-    data_end, anon_ready = m.get("vmdata_end_mib"), m.get("rss_anon_ready_mib")
-    anon_end = m.get("rss_anon_end_mib")
+    data_end, anon_ready = m.vmdata_end_mib, m.rss_anon_ready_mib
+    anon_end = m.rss_anon_end_mib
     if data_end is not None and anon_ready is not None and anon_end is not None:
         # private memory mapped during training but never touched (new threads' stacks, allocator arenas)
         # counts against RLIMIT_DATA and not in RSS; what is still mapped at the end is a lower bound of it

@@ -60,6 +60,17 @@ class MaxBatchRequest:
     python: str | None = None
     adapter_options: dict[str, Any] = field(default_factory=dict)
 
+    def _check_precision_runs(self) -> None:
+        """Refuse a precision the adapter would not run (a probe must never be recorded under one it did not use)."""
+        from harness.registry import adapter_class, known_adapter_names
+
+        if self.framework not in known_adapter_names():
+            return  # the command line names the unknown framework itself, with the known ones
+        cls = adapter_class(self.framework)
+        if self.precision not in cls.precisions:
+            raise ConfigError(f"--precision {self.precision!r} is not run by the {self.framework} adapter, which runs "
+                              f"only {', '.join(cls.precisions)} ({cls.precision_note}); use --precision fp32")
+
     def __post_init__(self) -> None:
         checks = (
             (self.strategy in STRATEGIES, f"--strategy {self.strategy!r} is not one of {STRATEGIES}"),
@@ -76,6 +87,7 @@ class MaxBatchRequest:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+        self._check_precision_runs()
         if self.memory_limit_mib and self.margin_mib >= self.memory_limit_mib:
             raise ConfigError(f"--margin-mib {self.margin_mib:g} leaves nothing of the "
                               f"{self.memory_limit_mib:g} MiB budget; give a smaller margin")

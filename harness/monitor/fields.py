@@ -34,9 +34,11 @@ class Field:
 FIELDS: tuple[Field, ...] = (
     Field("gpu_util_pct", "%", "nvml", "GPU utilisation (NVML)", "timed-mean", "gpu_util_pct"),
     Field("gpu_mem_util_pct", "%", "nvml", "GPU memory-controller utilisation", "timed-mean", "gpu_mem_util_pct"),
-    Field("gpu_mem_used_mib", "MiB", "nvml", "device memory used", "training-peak", "gpu_mem_used_mib", ".0f"),
+    Field("gpu_mem_used_mib", "MiB", "nvml", "device memory used", "training-peak", "gpu_mem_used_peak_mib",
+          ".0f"),
     Field("gpu_mem_total_mib", "MiB", "nvml", "device memory total", "none"),
-    Field("proc_gpu_mem_mib", "MiB", "nvml", "worker-tree GPU memory", "training-peak", "proc_gpu_mem_mib", ".0f"),
+    Field("proc_gpu_mem_mib", "MiB", "nvml", "worker-tree GPU memory", "training-peak", "proc_gpu_mem_peak_mib",
+          ".0f"),
     Field("power_w", "W", "nvml", "GPU power", "timed-mean", "power_w", ".0f"),
     Field("energy_mj", "mJ", "nvml", "GPU energy counter", "timed-counter", "energy_j"),
     Field("sm_clock_mhz", "MHz", "nvml", "SM clock", "none"),

@@ -22,7 +22,7 @@ from typing import Any
 
 from harness.errors import WorkerProtocolError
 from harness.models import build_description, is_native_model
-from harness.records import Monitor, NullMonitor, Status, TrialOutcome, TrialUnit
+from harness.records import Monitor, NullMonitor, Status, TrialOutcome, TrialUnit, WorkerMetrics
 from harness.run.protocol import PROTOCOL_VERSION, WorkerReport, decode
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -174,8 +174,9 @@ class LocalExecutor:
             reason = (reason + f"; {len(report.bad_lines)} unreadable protocol line(s)").lstrip("; ")
         result = report.result or {}
         failure = report.failure or {}
+        metrics = WorkerMetrics.from_dict(result["metrics"]) if result.get("metrics") else None
         outcome = TrialOutcome(
-            trial=trial, status=status, reason=reason, metrics=dict(result.get("metrics", {})),
+            trial=trial, status=status, reason=reason, metrics=metrics,
             step_times_ms=list(result.get("step_times_ms", [])), phase_steps=dict(result.get("phase_steps", {})),
             versions=dict(report.hello.get("versions", {})), device=dict(report.ready.get("device", {})),
             param_count=report.ready.get("param_count"), phases=list(report.phases),

@@ -38,7 +38,7 @@ def plan(exp: Experiment, data: PreparedData) -> list[TrialSpec]:
                     optimizer=OptimizerSpec(name=exp.optimizer, lr=exp.lr_for(batch_size),  # type: ignore[arg-type]
                                             momentum=exp.momentum),
                     device=exp.device, threads=exp.threads, timeout_s=exp.timeout_s,  # type: ignore[arg-type]
-                    precision=exp.precision, adapter_options=options,
+                    precision=exp.precision, denormals=exp.denormals, adapter_options=options,
                     eval=exp.eval, eval_batch_size=exp.eval_batch_size, train_samples=exp.train_samples,
                     data_key=data.key,
                 ))

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.cells import summary_rows
 from harness.config.experiment import Experiment
 from harness.config.trial import TrialSpec
 from harness.data import PreparedData, default_cache_dir, prepare
@@ -189,23 +190,5 @@ def _refuse_changed_experiment(store: Store, exp: Experiment, spec: dict[str, An
 
 
 def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per framework and batch size: median over repeats of the headline figures (for the CLI table)."""
-    import statistics
-
-    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault((r["framework"], r["batch_size"]), []).append(r)
-    out = []
-    for (fw, bs), group in sorted(groups.items()):
-        ok = [r for r in group if r["status"] == "ok"]
-
-        def med(key: str, ok: list[dict[str, Any]] = ok) -> float | None:
-            values = [r[key] for r in ok if r.get(key) is not None]
-            return statistics.median(values) if values else None
-
-        statuses = sorted({r["status"] for r in group})
-        out.append({"framework": fw, "batch_size": bs, "status": "/".join(statuses), "n": len(group),
-                    "samples_per_s": med("samples_per_s"), "step_time_ms_median": med("step_time_ms_median"),
-                    "framework_peak_mib": med("framework_peak_mib"), "rss_peak_mib": med("rss_peak_mib"),
-                    "gpu_util_pct": med("gpu_util_pct"), "accuracy": med("accuracy")})
-    return out
+    """The CLI table's rows: one per cell, from :func:`harness.cells.summary_rows` (the report's statistics)."""
+    return summary_rows(rows)

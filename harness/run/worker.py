@@ -4,8 +4,10 @@ Started by the parent as ``python -m harness.run.worker --fd N`` with the reques
 answers on file descriptor N with the messages of :mod:`harness.run.protocol`. This is the only module
 under ``harness`` that ends up importing a framework, and it does so through the adapter.
 
-A trial's steps draw batches from the parent-written index order: warm-up steps first (not timed
-for the figures), then timed steps, then (when ``epochs`` > 0) the rest of the epochs. Warm-up and
+A trial's steps draw batches from the parent-written index order: warm-up steps first (not counted
+in the figures), then timed steps, then (when ``epochs`` > 0) the rest of the epochs. Both throughput
+figures count every post-warm-up step, timed and rest alike (:mod:`harness.run.timing`); the "timed"
+phase is the window the sampler's GPU aggregates describe. Warm-up and
 timed steps are real training steps, so an epoch is still every training sample seen exactly once.
 """
 
@@ -27,12 +29,17 @@ from typing import Any
 
 import numpy as np
 
+from adapters import fpenv
 from adapters.base import Adapter, RuntimeConfig
 from harness.config.trial import TrialSpec
 from harness.data import PreparedData
+from harness.errors import ConfigError
+from harness.flops import train_flop_per_sample
 from harness.models import ModelDescription, build_description, init_weights, is_native_model
 from harness.models.native import PREFIX as NATIVE_PREFIX
+from harness.records import WorkerMetrics
 from harness.run.protocol import Channel
+from harness.run.timing import drift, step_figures
 
 MIB = 1024.0 * 1024.0
 
@@ -147,6 +154,33 @@ class VmDataWatcher:
         return None if self.peak_kib is None else self.peak_kib / 1024.0
 
 
+def _cpu_denormals(trial: TrialSpec, device_info: dict[str, Any]) -> str:
+    """What the CPU does with denormals in this trial; refuses a ``flush`` that did not happen."""
+    state = str(device_info.get("cpu_denormals") or fpenv.cpu_denormals_state())
+    if trial.denormals == "flush" and state != "flush":
+        raise ConfigError(f"denormals = 'flush' was asked for, but the {trial.framework} adapter left the CPU at "
+                          f"{state!r}; use denormals = 'framework-default' for this framework")
+    return state
+
+
+def _train_metrics(trial: TrialSpec, step_ms: list[float], warmup_n: int, post_warmup_s: float,
+                   post_warmup_samples: int, flop_per_sample: float | None) -> dict[str, Any]:
+    """Throughput and drift of the post-warm-up steps (every one of them: see :mod:`harness.run.timing`)."""
+    measured = step_ms[warmup_n:]
+    fig = step_figures(measured, trial.batch_size, post_warmup_samples, post_warmup_s)
+    d = drift(measured)
+    return dict(
+        step_samples_per_s=fig.step_samples_per_s, e2e_samples_per_s=fig.e2e_samples_per_s,
+        step_time_ms_median=fig.step_time_ms_median, step_time_ms_iqr=fig.step_time_ms_iqr,
+        measured_steps_n=fig.steps_n,
+        drift_change_pct=d.change_pct if d else None, drift_threshold_pct=d.threshold_pct if d else None,
+        drift_flagged=d.flagged if d else None,
+        train_flop_per_sample=flop_per_sample,
+        # None for a native model: no description to count its FLOPs from
+        achieved_gflop_per_s=None if flop_per_sample is None else flop_per_sample * fig.step_samples_per_s / 1e9,
+    )
+
+
 def run_trial(request: dict[str, Any], chan: Channel) -> int:
     """Run the trial in ``request``, reporting on ``chan``. Returns the process exit code."""
     trial = TrialSpec.from_dict(request["trial"])
@@ -155,14 +189,21 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
     adapter: Adapter | None = None
     phase = "setup"
     try:
+        if trial.denormals == "flush":
+            # before the adapter imports its framework, so that every thread the framework starts inherits
+            # FTZ/DAZ (adapters/fpenv.py); the adapter then applies its framework's own switch where one exists
+            fpenv.set_cpu_flush(True)
         adapter = _load_adapter(request["adapter_target"])
         chan.send("hello", pid=os.getpid(), adapter=trial.framework, versions=adapter.versions(),
                   python=sys.version.split()[0], executable=sys.executable)
         t_setup = time.perf_counter()
         device_info = adapter.setup(RuntimeConfig(
             device=trial.device, threads=trial.threads or None, options=dict(trial.adapter_options),
-            memory_limit_mib=trial.memory_limit_mib or None, precision=trial.precision))  # type: ignore[arg-type]
+            memory_limit_mib=trial.memory_limit_mib or None, precision=trial.precision,  # type: ignore[arg-type]
+            denormals=trial.denormals))  # type: ignore[arg-type]
+        cpu_denormals = _cpu_denormals(trial, device_info)
         x_train, y_train, x_test, y_test = data.load()
+        desc: ModelDescription | None = None
         if is_native_model(trial.model):  # the framework's own model: no description, no shared weights
             adapter.build_native(trial.model[len(NATIVE_PREFIX):], data.input_shape, data.classes, trial.optimizer)
             model_info: dict[str, Any] = {"name": trial.model, "native": True, "input_shape": list(data.input_shape),
@@ -189,13 +230,17 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
         step_ms: list[float] = []
         data_s = 0.0
         samples_seen = 0
+        post_warmup_samples = 0
         t_train = time.perf_counter()
+        t_post_warmup = t_train  # moved to the first post-warm-up step's start below
         batches = batch_indices(order, trial.batch_size, trial.epochs, warmup_n + timed_n)
         for step, idx in enumerate(batches):
             while boundaries and boundaries[0][0] == step:
                 phase = boundaries.pop(0)[1]
                 chan.send("phase", phase=phase)
             t0 = time.perf_counter()
+            if step == warmup_n:
+                t_post_warmup = t0
             idx = np.sort(idx)  # in-batch order does not change a mean loss; sorted reads are faster
             batch = adapter.prepare_batch(x_train[idx], y_train[idx])
             t1 = time.perf_counter()
@@ -204,37 +249,36 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
             data_s += t1 - t0
             step_ms.append((t2 - t1) * 1e3)
             samples_seen += len(idx)
-        train_s = time.perf_counter() - t_train
+            if step >= warmup_n:
+                post_warmup_samples += len(idx)
+        t_end = time.perf_counter()
+        train_s = t_end - t_train
         mem = adapter.memory_stats()
 
-        metrics: dict[str, Any] = {}
+        evaluated: dict[str, Any] = {}
         if trial.eval:
             phase = "eval"
             chan.send("phase", phase="eval")
             t_eval = time.perf_counter()
             ev = adapter.evaluate(np.asarray(x_test), np.asarray(y_test), trial.eval_batch_size)
-            metrics.update(accuracy=ev.accuracy, eval_loss=ev.loss, eval_samples=ev.samples,
-                           eval_s=time.perf_counter() - t_eval)
+            evaluated = dict(accuracy=ev.accuracy, eval_loss=ev.loss, eval_samples=ev.samples,
+                             eval_s=time.perf_counter() - t_eval)
         end_mem = _proc_status_mib("VmData", "RssFile", "RssAnon")
         vmdata_peak = watcher.stop() if watcher is not None else None
-        timed = np.asarray(step_ms[warmup_n : warmup_n + timed_n])
-        median = float(np.median(timed))
-        metrics.update(
-            samples_per_s=trial.batch_size / (median / 1e3),
-            step_time_ms_median=median,
-            step_time_ms_iqr=float(np.percentile(timed, 75) - np.percentile(timed, 25)),
+        metrics = WorkerMetrics(
+            **_train_metrics(trial, step_ms, warmup_n, t_end - t_post_warmup, post_warmup_samples,
+                             None if desc is None else train_flop_per_sample(desc)),
             warmup_steps_n=warmup_n, timed_steps_n=timed_n, train_steps_n=len(step_ms),
             epochs_done=samples_seen / data.n_train if trial.epochs else 0.0,
-            train_samples_per_s=samples_seen / train_s if train_s > 0 else None,
-            data_s=data_s, setup_s=setup_s, train_s=train_s,
+            data_s=data_s, setup_s=setup_s, train_s=train_s, cpu_denormals=cpu_denormals,
             framework_peak_mib=mem.peak_mib, framework_peak_source=mem.source,
             framework_reserved_mib=mem.reserved_mib, maxrss_mib=_maxrss_mib(),
             vmdata_ready_mib=ready_mem["VmData"], rss_ready_mib=ready_mem["VmRSS"],
             rss_file_ready_mib=ready_mem["RssFile"], rss_anon_ready_mib=ready_mem["RssAnon"],
             rss_file_end_mib=end_mem["RssFile"], rss_anon_end_mib=end_mem["RssAnon"],
-            vmdata_end_mib=end_mem["VmData"], vmdata_peak_mib=vmdata_peak,
+            vmdata_end_mib=end_mem["VmData"], vmdata_peak_mib=vmdata_peak, **evaluated,
         )
-        chan.send("result", metrics=metrics, step_times_ms=step_ms,
+        chan.send("result", metrics=metrics.to_dict(), step_times_ms=step_ms,
                   phase_steps={"warmup": warmup_n, "timed": timed_n, "train": rest_n})
         return 0
     except Exception as exc:  # noqa: BLE001 - every failure is reported to the parent, then we exit

@@ -24,26 +24,36 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import OutputError, StoreError
+from harness.flops import mfu_pct
 from harness.monitor.fields import SAMPLE_COLUMNS
 from harness.monitor.fields import TRIAL_COLUMNS as SAMPLER_TRIAL_COLUMNS
 from harness.records import TrialOutcome
 
 STORE_NAME = "results.sqlite"
-SCHEMA_VERSION = 1
+#: 2: whole-training throughput (step_samples_per_s, e2e_samples_per_s replace samples_per_s and
+#: train_samples_per_s, whose meaning changed), drift, denormals, FLOPs; peak GPU memory columns say peak
+SCHEMA_VERSION = 2
 
 #: trials columns: (name, SQL type). Units are in the names; *_json columns hold JSON text.
 TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("trial_hash", "TEXT PRIMARY KEY"), ("run_id", "INTEGER"), ("experiment", "TEXT"), ("purpose", "TEXT"),
     ("framework", "TEXT"), ("model", "TEXT"), ("dataset", "TEXT"), ("batch_size", "INTEGER"),
     ("repeat", "INTEGER"), ("seed", "INTEGER"), ("status", "TEXT"), ("reason", "TEXT"),
-    ("samples_per_s", "REAL"), ("step_time_ms_median", "REAL"), ("step_time_ms_iqr", "REAL"),
-    ("train_samples_per_s", "REAL"), ("framework_peak_mib", "REAL"), ("framework_peak_source", "TEXT"),
+    # throughput over every post-warm-up step (harness/run/timing.py): step = batch / median step time
+    # (forward, backward, update); e2e = samples / wall time of those steps, batch preparation included
+    ("step_samples_per_s", "REAL"), ("e2e_samples_per_s", "REAL"), ("step_time_ms_median", "REAL"),
+    ("step_time_ms_iqr", "REAL"), ("measured_steps_n", "INTEGER"),
+    ("drift_change_pct", "REAL"), ("drift_threshold_pct", "REAL"), ("drift_flagged", "INTEGER"),
+    ("denormals", "TEXT"), ("cpu_denormals", "TEXT"),  # asked for; what the CPU did (flush | keep | unknown)
+    ("train_flop_per_sample", "REAL"), ("achieved_gflop_per_s", "REAL"), ("mfu_pct", "REAL"),
+    ("framework_peak_mib", "REAL"), ("framework_peak_source", "TEXT"),
     ("framework_reserved_mib", "REAL"), ("rss_peak_mib", "REAL"), ("accuracy", "REAL"), ("eval_loss", "REAL"),
     ("epochs", "INTEGER"), ("epochs_done", "REAL"), ("lr", "REAL"), ("optimizer", "TEXT"),
     ("warmup_steps_n", "INTEGER"), ("timed_steps_n", "INTEGER"), ("train_steps_n", "INTEGER"),
     ("setup_s", "REAL"), ("train_s", "REAL"), ("eval_s", "REAL"), ("data_s", "REAL"), ("elapsed_s", "REAL"),
     ("param_count", "INTEGER"), ("device", "TEXT"), ("precision", "TEXT"),
-    # sampler aggregates, from the field table (harness/monitor/fields.py); NULL where not measured
+    # sampler aggregates, from the field table (harness/monitor/fields.py): means over the timed phase, except
+    # where the name says peak; NULL where not measured
     *(c for c in SAMPLER_TRIAL_COLUMNS if c[0] != "rss_peak_mib"), ("j_per_sample", "REAL"),
     ("sample_interval_ms", "REAL"), ("samples_n", "INTEGER"),
     ("timed_samples_n", "INTEGER"),
@@ -280,7 +290,7 @@ class Store:
 def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> dict[str, Any]:
     """The trials row for one outcome (metrics the worker or the monitor gave, or NULL)."""
     t = outcome.trial
-    m = outcome.metrics
+    m = outcome.metrics.to_dict() if outcome.metrics is not None else {}
     mon = outcome.monitor.aggregates
     rss = [v for v in (m.get("maxrss_mib"), mon.get("rss_peak_mib")) if v is not None]
     row: dict[str, Any] = {
@@ -289,7 +299,9 @@ def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> d
         "repeat": t.repeat, "seed": t.seed, "status": outcome.status, "reason": outcome.reason,
         "epochs": t.epochs, "lr": t.optimizer.lr, "optimizer": t.optimizer.name,
         "elapsed_s": outcome.elapsed_s, "param_count": outcome.param_count,
-        "device": outcome.device.get("device"), "precision": t.precision,
+        "device": outcome.device.get("device"), "precision": t.precision, "denormals": t.denormals,
+        "mfu_pct": mfu_pct(m.get("achieved_gflop_per_s"), outcome.device.get("gpu_name"), t.precision)
+        if outcome.device.get("gpu_name") else None,
         "rss_peak_mib": max(rss) if rss else None,
         "j_per_sample": _j_per_sample(mon.get("energy_j"), t.batch_size, outcome.phase_steps.get("timed")),
         "exit_code": outcome.exit_code, "stderr_tail": outcome.stderr_tail, "traceback": outcome.traceback,

@@ -224,7 +224,7 @@ def test_sweep_stores_comparable_rows_for_all_three_frameworks(tmp_path, cache_d
         assert len({r["param_count"] for r in same}) == 1
         assert all(r["epochs_done"] == 1.0 for r in same)
         assert len({r["train_steps_n"] for r in same}) == 1  # the same batches, short last one included
-        assert all(0 <= r["accuracy"] <= 1 and r["samples_per_s"] > 0 for r in same)
+        assert all(0 <= r["accuracy"] <= 1 and r["step_samples_per_s"] > 0 for r in same)
         losses = [r["eval_loss"] for r in same]
         # Same data, order, init and optimizer: after one epoch the frameworks end up close (BN running
         # variance is biased in Keras/MXNet, unbiased in PyTorch: measured within 0.01 %, asked within 1 %).

@@ -101,4 +101,4 @@ threads = 1
         path = out / "export" / f"trials.{fmt}"
         trials = pd.read_csv(path) if fmt == "csv" else pd.read_parquet(path)
         assert sorted(trials["batch_size"]) == [4, 16]
-        assert (trials["status"] == "ok").all() and (trials["samples_per_s"] > 0).all()
+        assert (trials["status"] == "ok").all() and (trials["step_samples_per_s"] > 0).all()

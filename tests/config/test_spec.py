@@ -105,3 +105,36 @@ def test_trial_hash_is_stable_and_ignores_timeout():
     from harness.config.trial import TrialSpec
 
     assert TrialSpec.from_dict(a.to_dict()) == a
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow", "mxnet"])
+def test_amp_is_refused_in_the_parent_for_every_adapter_that_runs_only_fp32(framework):
+    # a stored row must never claim a precision that did not run: refused before anything is written
+    with pytest.raises(ConfigError) as e:
+        parse(frameworks=[framework], precision="amp")
+    msg = str(e.value)
+    assert "exp.toml: precision" in msg and f"'amp' is not run by the {framework} adapter" in msg
+    assert "precision = 'fp32'" in msg
+
+
+def test_denormals_key_defaults_to_flush_reaches_the_trial_and_is_validated():
+    from harness.run.planner import plan
+
+    assert parse().denormals == "flush"
+    assert parse(denormals="framework-default").denormals == "framework-default"
+    with pytest.raises(ConfigError, match=r"denormals: 'ftz' is not one of flush, framework-default"):
+        parse(denormals="ftz")
+
+    class _Data:
+        key = "k"
+
+    trials = plan(parse(denormals="framework-default"), _Data())  # type: ignore[arg-type]
+    assert {t.denormals for t in trials} == {"framework-default"}
+    assert trials[0].trial_hash != plan(parse(), _Data())[0].trial_hash  # type: ignore[arg-type]
+
+
+def test_amp_is_refused_for_a_max_batch_search_too():
+    from harness.maxbatch.request import MaxBatchRequest
+
+    with pytest.raises(ConfigError, match=r"--precision 'amp' is not run by the pytorch adapter.*--precision fp32"):
+        MaxBatchRequest(framework="pytorch", model="deep_cnn", precision="amp")

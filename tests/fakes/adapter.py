@@ -19,7 +19,7 @@ from adapters.base import Adapter, MemoryStats, OptimizerSpec, RuntimeConfig
 from harness.models import ModelDescription
 
 BEHAVIOURS = ("ok", "hang", "sigkill", "oom", "error", "segfault", "exit0", "noisy", "oom_stderr",
-              "hang_setup", "oom_large", "hang_large")
+              "hang_setup", "oom_large", "hang_large", "keeps_denormals")
 #: the behaviour when the experiment sets none: lets a test steer workers that a CLI command starts
 BEHAVIOUR_ENV = "BATCHSCOPE_FAKE_BEHAVIOUR"
 #: with behaviour "oom_large", batches of at least this many samples "run out of memory" (doomed sizes)
@@ -52,6 +52,8 @@ class FakeAdapter(Adapter):
             self.behaviour = os.environ.get(BEHAVIOUR_ENV, "ok")
         if self.behaviour == "hang_setup":
             time.sleep(3600)
+        if self.behaviour == "keeps_denormals":  # an adapter that undoes the worker's FTZ/DAZ, as some might
+            return {"device": "cpu", "cpu_denormals": "keep"}
         return {"device": "cpu"}
 
     def build(self, model: ModelDescription, weights: Sequence[np.ndarray], optimizer: OptimizerSpec) -> None:

@@ -24,7 +24,7 @@ from harness.maxbatch.search import ProbeResult, SearchSettings, search
 from harness.models import build_description
 from harness.monitor.probes import ReplayProbe, synthetic_gpu_stream
 from harness.monitor.sampler import Sampler, monitor_factory_for
-from harness.records import MonitorResult, TrialOutcome
+from harness.records import MonitorResult, TrialOutcome, WorkerMetrics
 from harness.run.sweep import run_sweep
 from harness.store import Store
 
@@ -123,10 +123,12 @@ def make_gpu_replay_store(out: Path) -> Path:
                     steps = [step_ms] * 7
                     store.write_trial(TrialOutcome(
                         trial=_gpu_trial(fw, batch, repeat), status="ok", param_count=1000,
-                        metrics={"samples_per_s": batch / step_ms * 1000.0, "step_time_ms_median": step_ms,
-                                 "step_time_ms_iqr": 0.01,
-                                 "framework_peak_mib": 400.0 + (5.0 if fw == "pytorch" else 6.5) * batch,
-                                 "warmup_steps_n": 2, "timed_steps_n": 5},
+                        metrics=WorkerMetrics(
+                            step_samples_per_s=batch / step_ms * 1000.0,
+                            e2e_samples_per_s=batch / (step_ms * 1.2) * 1000.0, step_time_ms_median=step_ms,
+                            step_time_ms_iqr=0.01, measured_steps_n=5, cpu_denormals="flush",
+                            framework_peak_mib=400.0 + (5.0 if fw == "pytorch" else 6.5) * batch,
+                            warmup_steps_n=2, timed_steps_n=5),
                         step_times_ms=steps, phase_steps={"warmup": 2, "timed": 5},
                         versions={fw: "made-up"}, device={"device": "cuda:0"}, monitor=monitor), run_id, env)
         fw, batch = GPU_OOM

@@ -7,6 +7,7 @@ and each probe costs a worker start-up plus a few cheap steps.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -27,7 +28,7 @@ from harness.maxbatch.advice import (
 from harness.maxbatch.prober import WorkerProber, control_limit_mib, probe_peak_mib, run_maxbatch
 from harness.maxbatch.request import MaxBatchRequest, resolve_budget
 from harness.maxbatch.search import LinearFit, SearchSettings
-from harness.records import MonitorResult, TrialOutcome
+from harness.records import MonitorResult, TrialOutcome, WorkerMetrics
 from harness.run.executor import LocalExecutor
 from harness.store import MAXBATCH_COLUMN_NAMES, Store
 from tests.conftest import make_trial
@@ -116,17 +117,19 @@ def test_headroom_and_the_jitter_warning():
 
 def test_probe_peak_in_the_units_of_the_budget():
     o = TrialOutcome(trial=make_trial(), status="ok",
-                     metrics={"maxrss_mib": 900.0, "vmdata_ready_mib": 500.0, "rss_ready_mib": 600.0})
+                     metrics=WorkerMetrics(maxrss_mib=900.0, vmdata_ready_mib=500.0, rss_ready_mib=600.0))
     assert probe_peak_mib(o, "cpu-rlimit-data") == 800.0  # VmData at start + growth of RSS
-    o.metrics = {"maxrss_mib": 900.0, "vmdata_ready_mib": 500.0, "rss_ready_mib": 600.0, "vmdata_peak_mib": 890.0}
+    o.metrics = WorkerMetrics(maxrss_mib=900.0, vmdata_ready_mib=500.0, rss_ready_mib=600.0,
+                              vmdata_peak_mib=890.0)
     assert probe_peak_mib(o, "cpu-rlimit-data") == 890.0  # mappings seen only while the step ran
-    o.metrics["vmdata_peak_mib"] = 700.0  # the sampled figure wins over the estimate: the RSS high-water mark
+    # the sampled figure wins over the estimate: the RSS high-water mark
+    o.metrics = dataclasses.replace(o.metrics, vmdata_peak_mib=700.0)
     assert probe_peak_mib(o, "cpu-rlimit-data") == 700.0  # may come from the start-up, before training
-    o.metrics = {"maxrss_mib": 900.0}
+    o.metrics = WorkerMetrics(maxrss_mib=900.0)
     assert probe_peak_mib(o, "cpu-rlimit-data") == 900.0
-    o.metrics = {"framework_peak_mib": 300.0, "framework_reserved_mib": 320.0}
+    o.metrics = WorkerMetrics(framework_peak_mib=300.0, framework_reserved_mib=320.0)
     assert probe_peak_mib(o, "gpu-emulated") == 320.0
-    o.metrics, o.monitor = {}, MonitorResult(aggregates={"proc_gpu_mem_mib": 1000.0})
+    o.metrics, o.monitor = None, MonitorResult(aggregates={"proc_gpu_mem_peak_mib": 1000.0})
     assert probe_peak_mib(o, "gpu-card") == 1000.0
 
 
@@ -140,7 +143,7 @@ class _StartsAbove:
         self.limits.append(unit.os_memory_limit_mib)
         if unit.os_memory_limit_mib < self.needs_mib:
             return TrialOutcome(trial=unit.trial, status="crashed", reason="killed by SIGSEGV in phase setup")
-        return TrialOutcome(trial=unit.trial, status="ok", metrics={"maxrss_mib": 300.0})
+        return TrialOutcome(trial=unit.trial, status="ok", metrics=WorkerMetrics(maxrss_mib=300.0))
 
 
 def test_a_crash_under_a_small_budget_is_the_budgets_only_if_a_control_run_passes(wide_data):

@@ -213,7 +213,7 @@ def test_gpu_trial_through_sampler_and_store_with_a_lost_gpu_mid_run(fake_nvml, 
     assert row["power_w"] == pytest.approx(212.5)
     assert row["energy_j"] == pytest.approx(200.0 * 0.8)  # counter over the 0.8 s timed phase
     assert row["j_per_sample"] == pytest.approx(160.0 / (32 * 8))
-    assert row["proc_gpu_mem_mib"] == 1500.0 and row["gpu_mem_used_mib"] == 3000.0
+    assert row["proc_gpu_mem_peak_mib"] == 1500.0 and row["gpu_mem_used_peak_mib"] == 3000.0
     assert row["samples_n"] == 20 and row["timed_samples_n"] == 8
     lost = [s for s in samples if s["gap_reason"]]
     assert len(lost) == 1 and lost[0]["phase"] == "timed"

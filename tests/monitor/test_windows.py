@@ -121,7 +121,7 @@ def test_summarise_splits_phases_and_trial_aggregates_pick_timed_means_and_train
     assert 90.0 <= agg_row["gpu_util_pct"] <= 94.0
     assert agg_row["power_w"] == pytest.approx(250.0)
     assert agg_row["energy_j"] == pytest.approx(250.0 * 1.55)
-    assert agg_row["gpu_mem_used_mib"] == 4000.0  # training peak, not eval's 9000
+    assert agg_row["gpu_mem_used_peak_mib"] == 4000.0  # training peak, not eval's 9000
     assert agg_row["rss_peak_mib"] == pytest.approx(100.0 + 36)  # last sample whose interval overlaps timed
     assert agg_row["timed_samples_n"] == windows["timed"].samples_n == 16
 

@@ -25,8 +25,8 @@ def _thesis_trials(repeats: int = 1, jitter: float = 0.0) -> list[dict[str, Any]
                                "repeat": rep, "status": "ok", "dataset": "cifar10", "epochs": 10,
                                "device": "gpu",
                                "gpu_util_pct": ref[(fw, bs, "gpu_util_pct")] + delta,
-                               "gpu_mem_used_mib": ref[(fw, bs, "gpu_mem_mib")] + delta,
-                               "proc_gpu_mem_mib": None, "accuracy": (acc + delta) / 100})
+                               "gpu_mem_used_peak_mib": ref[(fw, bs, "gpu_mem_mib")] + delta,
+                               "proc_gpu_mem_peak_mib": None, "accuracy": (acc + delta) / 100})
     return trials
 
 
@@ -38,7 +38,7 @@ def _cpu_trials(dataset: str = "mnist5k") -> list[dict[str, Any]]:
     accs = {4: 0.80, 16: 0.91, 64: 0.93, 256: 0.85}
     return [{"experiment": "quick", "purpose": "sweep", "framework": fw, "batch_size": bs, "repeat": 0,
              "status": "ok", "dataset": dataset, "epochs": 2, "device": "cpu", "gpu_util_pct": None,
-             "gpu_mem_used_mib": None, "proc_gpu_mem_mib": None, "accuracy": a}
+             "gpu_mem_used_peak_mib": None, "proc_gpu_mem_peak_mib": None, "accuracy": a}
             for fw in ("pytorch", "mxnet") for bs, a in accs.items()]
 
 
@@ -97,7 +97,7 @@ def test_findings_are_computed_not_canned() -> None:
     trials = _thesis_trials()
     for t in trials:
         if t["framework"] == "tensorflow":
-            t["gpu_mem_used_mib"] = 9000.0  # TensorFlow now the memory hog
+            t["gpu_mem_used_peak_mib"] = 9000.0  # TensorFlow now the memory hog
         if t["framework"] == "mxnet":
             t["gpu_util_pct"] = 80.0 - t["batch_size"] / 20  # falls with batch size
         t["accuracy"] = 0.3 + t["batch_size"] / 4000  # rises monotonically: no middle peak

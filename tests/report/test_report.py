@@ -75,7 +75,7 @@ def test_cpu_report_opens_has_every_section_and_the_no_gpu_banner(cpu_report: tu
     flat = _flat(text)
     assert "This run had no GPU" in flat
     assert "pytest tests/test_report.py (real CPU sweep)" in flat  # the exact command line is printed
-    assert "pytorch trained fastest at batch" in flat  # a finding worded from the data
+    assert "pytorch's step throughput was highest at batch" in flat  # a finding worded from the data
     assert "accuracy peaks at batch" in flat
     assert "no complete resolved specification" not in flat  # a real run stores its resolved spec
 
@@ -131,12 +131,12 @@ def test_reference_memory_is_taken_as_given_in_mib() -> None:
     from report.thesis import load_reference
 
     ref = load_reference()
-    mem = report_figures._reference_for(ref, "proc_gpu_mem_mib")
+    mem = report_figures._reference_for(ref, "proc_gpu_mem_peak_mib")
     expected = [r for r in ref if r["metric"] == "gpu_mem_mib"]
     assert mem and [r["value"] for r in mem] == [r["value"] for r in expected]
     acc = report_figures._reference_for(ref, "accuracy_pct")
     assert [r["value"] for r in acc] == [r["value"] for r in ref if r["metric"] == "accuracy_pct"]
-    assert report_figures._reference_for(ref, "samples_per_s") == []
+    assert report_figures._reference_for(ref, "step_samples_per_s") == []
 
 
 @pytest.mark.slow
@@ -148,7 +148,7 @@ def test_headline_csv_matches_the_store(cpu_dir: Path, gpu_dir: Path, cpu_report
             rows = {(r["framework"], int(r["batch_size"])): r for r in csv.DictReader(f)}
         conn = sqlite3.connect(directory / "results.sqlite")
         sql = ("SELECT framework, batch_size, COUNT(*), SUM(status = 'ok'), "
-               "AVG(CASE WHEN status = 'ok' THEN samples_per_s END), "
+               "AVG(CASE WHEN status = 'ok' THEN step_samples_per_s END), "
                "AVG(CASE WHEN status = 'ok' THEN rss_peak_mib END), "
                "AVG(CASE WHEN status = 'ok' THEN gpu_util_pct END) "
                "FROM trials WHERE purpose = 'sweep' GROUP BY framework, batch_size")
@@ -158,7 +158,7 @@ def test_headline_csv_matches_the_store(cpu_dir: Path, gpu_dir: Path, cpu_report
         for fw, bs, n, n_ok, speed, rss, util in stored:
             row = rows[(fw, bs)]
             assert int(row["trials_n"]) == n and int(row["ok_n"]) == n_ok
-            for value, column in ((speed, "samples_per_s_mean"), (rss, "rss_peak_mib_mean"),
+            for value, column in ((speed, "step_samples_per_s_mean"), (rss, "rss_peak_mib_mean"),
                                   (util, "gpu_util_pct_mean")):
                 if value is None:
                     assert row[column] == ""
@@ -169,7 +169,7 @@ def test_headline_csv_matches_the_store(cpu_dir: Path, gpu_dir: Path, cpu_report
 @pytest.mark.slow
 def test_the_printed_table_shows_the_store_mean(cpu_dir: Path, cpu_report: tuple[Path, str]) -> None:
     conn = sqlite3.connect(cpu_dir / "results.sqlite")
-    stored = conn.execute("SELECT batch_size, AVG(samples_per_s) FROM trials GROUP BY batch_size").fetchall()
+    stored = conn.execute("SELECT batch_size, AVG(step_samples_per_s) FROM trials GROUP BY batch_size").fetchall()
     conn.close()
     flat = _flat(cpu_report[1])
     for _, speed in stored:

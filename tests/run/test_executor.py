@@ -33,9 +33,9 @@ def test_ok_trial_reports_phases_and_metrics(tiny_data, tmp_path):
     times = [e["t"] for e in events]
     assert times == sorted(times)  # monotonic timestamps
     assert len(outcome.step_times_ms) == 4  # 1 warm-up + 3 timed
-    assert outcome.metrics["timed_steps_n"] == 3
-    assert outcome.metrics["samples_per_s"] > 0
-    assert outcome.metrics["accuracy"] is not None and 0 <= outcome.metrics["accuracy"] <= 1
+    assert outcome.metrics.timed_steps_n == 3
+    assert outcome.metrics.step_samples_per_s > 0
+    assert outcome.metrics.accuracy is not None and 0 <= outcome.metrics.accuracy <= 1
     assert outcome.versions["numpy"]
 
 
@@ -50,9 +50,10 @@ def test_a_trial_under_an_os_limit_reports_the_vmdata_it_mapped_only_while_a_ste
     assert limited.status == "ok", limited.reason
     m = limited.metrics
     # the buffer is gone at the end, but the watcher saw it while the steps ran
-    assert m["vmdata_peak_mib"] >= m["vmdata_end_mib"] + 0.9 * TRANSIENT_MIB, m
+    assert m is not None and m.vmdata_peak_mib is not None and m.vmdata_end_mib is not None
+    assert m.vmdata_peak_mib >= m.vmdata_end_mib + 0.9 * TRANSIENT_MIB, m
     free = run(None)  # a sweep trial (no OS limit) runs no watcher thread beside its timed steps
-    assert free.status == "ok" and free.metrics["vmdata_peak_mib"] is None
+    assert free.status == "ok" and free.metrics.vmdata_peak_mib is None
 
 
 def test_noisy_stdout_does_not_break_the_protocol(tiny_data, tmp_path):

@@ -23,7 +23,7 @@ def test_real_pytorch_sweep_stores_a_row_per_batch_size(tmp_path, cache_dir):
     with Store.open(tmp_path) as store:
         rows = store.trials()
     for r in rows:
-        assert r["samples_per_s"] > 0 and r["step_time_ms_median"] > 0 and r["step_time_ms_iqr"] >= 0
+        assert r["step_samples_per_s"] > 0 and r["step_time_ms_median"] > 0 and r["step_time_ms_iqr"] >= 0
         assert r["rss_peak_mib"] > 50  # a real torch process
         assert 0 <= r["accuracy"] <= 1
         assert r["epochs_done"] == pytest.approx(1.0)

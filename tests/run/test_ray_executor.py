@@ -29,7 +29,7 @@ def test_sweep_on_ray_stores_ok_and_failed_trials(tmp_path, monkeypatch, cache_d
     result = run_sweep(exp, tmp_path, cache_dir=cache_dir, executor=ray_executor)
     by = {(o.trial.framework, o.trial.batch_size): o for o in result.outcomes}
     assert by[("pytorch", 2)].status == "ok" and by[("pytorch", 4)].status == "ok"
-    assert by[("pytorch", 4)].metrics["samples_per_s"] > 0
+    assert by[("pytorch", 4)].metrics.step_samples_per_s > 0
     assert by[("fake", 2)].status == "error" and "ValueError" in by[("fake", 2)].reason
     with Store.open(tmp_path) as store:
         assert len(store.trials()) == 4

@@ -8,7 +8,7 @@ import pytest
 
 from harness.config.experiment import parse_experiment
 from harness.errors import StoreError
-from harness.records import MonitorResult, TrialOutcome
+from harness.records import MonitorResult, TrialOutcome, WorkerMetrics
 from harness.run.sweep import run_sweep
 from harness.store import SCHEMA_VERSION, TRIAL_COLUMN_NAMES, Store
 from tests.conftest import make_trial
@@ -17,7 +17,8 @@ from tests.fakes.registry import register_fake
 
 def outcome(batch_size: int = 4, status: str = "ok") -> TrialOutcome:
     return TrialOutcome(trial=make_trial(batch_size=batch_size), status=status,
-                        metrics={"samples_per_s": 100.0, "step_time_ms_median": 40.0, "maxrss_mib": 300.0},
+                        metrics=WorkerMetrics(step_samples_per_s=100.0, e2e_samples_per_s=80.0,
+                                              step_time_ms_median=40.0, maxrss_mib=300.0),
                         step_times_ms=[50.0, 41.0, 40.0, 39.0], phase_steps={"warmup": 1, "timed": 3, "train": 0},
                         monitor=MonitorResult(aggregates={"cpu_util_pct": 180.0},
                                               samples=[{"t_s": 0.1, "phase": "timed", "cpu_util_pct": 170.0}]))
@@ -28,7 +29,7 @@ def test_trial_row_step_times_and_samples_are_written(tmp_path):
         run = store.begin_run("test", {"name": "test"}, "batchscope run x", {"cpu_model": "x"})
         store.write_trial(outcome(), run, {"cpu_model": "x"})
         (row,) = store.trials()
-        assert row["status"] == "ok" and row["samples_per_s"] == 100.0 and row["rss_peak_mib"] == 300.0
+        assert row["status"] == "ok" and row["step_samples_per_s"] == 100.0 and row["rss_peak_mib"] == 300.0
         assert row["cpu_util_pct"] == 180.0 and row["batch_size"] == 4
         steps = store.conn.execute("SELECT phase, time_ms FROM step_times ORDER BY step").fetchall()
         assert [tuple(s) for s in steps] == [("warmup", 50.0), ("timed", 41.0), ("timed", 40.0), ("timed", 39.0)]
@@ -37,7 +38,8 @@ def test_trial_row_step_times_and_samples_are_written(tmp_path):
 
 
 def test_units_are_in_column_names():
-    for col in ("samples_per_s", "step_time_ms_median", "step_time_ms_iqr", "framework_peak_mib", "rss_peak_mib",
+    for col in ("step_samples_per_s", "e2e_samples_per_s", "gpu_mem_used_peak_mib", "proc_gpu_mem_peak_mib",
+                "step_time_ms_median", "step_time_ms_iqr", "framework_peak_mib", "rss_peak_mib",
                 "accuracy", "epochs", "elapsed_s", "framework", "batch_size", "repeat", "status"):
         assert col in TRIAL_COLUMN_NAMES
 

@@ -1,0 +1,122 @@
+"""Prove the GPU path in a few minutes and write a short Markdown summary (for docs/gpu_check.md).
+
+    python benchmarks/gpu_check.py [--out docs/gpu_check.md] [--work DIR]
+
+What it runs, each step in its own subprocess so one failure does not hide the rest:
+
+1. a PyTorch sweep on the GPU (osu_cnn, synthetic 3x32x32, batches 64 and 256, 300 timed steps): step and
+   end-to-end throughput, drift, achieved GFLOP/s, MFU, energy per sample, from the results store;
+2. the sampler against ``nvidia-smi`` (``benchmarks/compare_nvidia_smi.py``);
+3. ``maxbatch`` on ``deep_cnn`` with PyTorch on the whole card, and under ``--memory-limit-mib 6144``.
+
+Without a GPU (no ``nvidia-smi``, or it lists no GPU) it says so and exits 0: nothing to prove here.
+Exit 1 when a step fails on a machine that has a GPU (the summary says which and why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STEP_TIMEOUT_S = 600
+SWEEP_TOML = """name = "gpu_check"
+frameworks = ["pytorch"]
+model = "osu_cnn"
+dataset = "synthetic"
+synthetic_shape = [3, 32, 32]
+synthetic_samples = 4096
+batch_sizes = [64, 256]
+epochs = 0
+warmup_steps = 20
+timed_steps = 300
+device = "gpu"
+sample_interval_ms = 50
+"""
+
+
+def gpu_names(smi: str | None = None) -> list[str]:
+    """The GPUs ``nvidia-smi -L`` lists; empty when there is no nvidia-smi or it fails (no driver, no GPU)."""
+    smi = smi or shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        done = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if done.returncode != 0:
+        return []
+    return [line.split(":", 1)[1].split("(")[0].strip() for line in done.stdout.splitlines()
+            if line.startswith("GPU ") and ":" in line]
+
+
+def _run(title: str, cmd: Sequence[str], log: list[str]) -> bool:
+    """Run one step, append its outcome and output tail to ``log``; True when it exited 0."""
+    t0 = time.monotonic()
+    try:
+        done = subprocess.run(list(cmd), capture_output=True, text=True, timeout=STEP_TIMEOUT_S, cwd=ROOT)
+        code, out = done.returncode, (done.stdout + done.stderr)
+    except subprocess.TimeoutExpired as e:
+        code, out = -1, f"timed out after {STEP_TIMEOUT_S} s\n{e.stdout or ''}"
+    verdict = "ok" if code == 0 else f"FAILED (exit {code})"
+    log += [f"### {title}: {verdict} ({time.monotonic() - t0:.0f} s)", "", "```", f"$ {' '.join(cmd)}",
+            *out.strip().splitlines()[-40:], "```", ""]
+    return code == 0
+
+
+def sweep_table(store: Path) -> list[str]:
+    """The GPU sweep's figures per trial, as Markdown rows (read straight from the store)."""
+    cols = ("batch_size", "step_samples_per_s", "e2e_samples_per_s", "drift_change_pct", "drift_flagged",
+            "achieved_gflop_per_s", "mfu_pct", "gpu_util_pct", "proc_gpu_mem_peak_mib", "j_per_sample", "status")
+    conn = sqlite3.connect(store)
+    try:
+        rows = conn.execute(f"SELECT {', '.join(cols)} FROM trials ORDER BY batch_size").fetchall()
+    finally:
+        conn.close()
+    fmt = [lambda v: str(v)] + [lambda v: "-" if v is None else f"{v:.4g}" for _ in cols[1:-1]] + [str]
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    out += ["| " + " | ".join(f(v) for f, v in zip(fmt, row, strict=True)) + " |" for row in rows]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every step (or say there is no GPU) and write the summary."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "docs" / "gpu_check.md"), help="where to write the summary")
+    ap.add_argument("--work", help="directory for the stores (default: a temporary one)")
+    args = ap.parse_args(argv)
+    gpus = gpu_names()
+    if not gpus:
+        print("gpu_check: no GPU here (no nvidia-smi, or it lists no GPU): nothing to check; exit 0")
+        return 0
+    work = Path(args.work or tempfile.mkdtemp(prefix="gpu_check_"))
+    work.mkdir(parents=True, exist_ok=True)
+    py = sys.executable
+    log = [f"# GPU check, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
+           f"GPU(s): {', '.join(gpus)}. Written by `python benchmarks/gpu_check.py`.", ""]
+    toml = work / "gpu_check.toml"
+    toml.write_text(SWEEP_TOML)
+    ok = _run("PyTorch sweep on the GPU", [py, "-m", "harness", "run", str(toml), "--out", str(work / "sweep")], log)
+    if ok:
+        log += ["Figures per trial (step: batch / median step; e2e: incl. batch preparation):", "",
+                *sweep_table(work / "sweep" / "results.sqlite"), ""]
+    ok &= _run("Sampler against nvidia-smi", [py, "benchmarks/compare_nvidia_smi.py"], log)
+    for limit in (0, 6144):
+        title = "maxbatch deep_cnn, whole card" if not limit else f"maxbatch deep_cnn, --memory-limit-mib {limit}"
+        cmd = [py, "-m", "harness", "maxbatch", "--framework", "pytorch", "--model", "deep_cnn", "--device", "gpu",
+               "--out", str(work / f"maxbatch_{limit}")]
+        ok &= _run(title, cmd + (["--memory-limit-mib", str(limit)] if limit else []), log)
+    Path(args.out).write_text("\n".join(log) + "\n", encoding="utf-8")
+    print(f"gpu_check: {'every step passed' if ok else 'a step FAILED'}; summary in {args.out}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""The statistics of a cell: one framework at one batch size (and one variant), over its repeats.
+
+One implementation, used by every consumer: the CLI's table after ``batchscope run``, ``batchscope
+compare`` and every table, figure and finding of the report. So the same cell shows the same number
+everywhere. The choice: a cell's value is the **mean over its ok trials**, its spread the sample
+standard deviation (None with one trial), with the median and the range kept beside them. The mean,
+not the median, because a cell has few repeats (often 1-3) and the mean of 2 is the median of 2; the
+sd says how far the repeats disagree, which a reader needs to judge a difference between frameworks.
+Each trial's own figure is already robust: its step throughput is over the median step (see
+:mod:`harness.run.timing`). Trials that did not finish are counted in the cell's status, never averaged.
+
+A *variant* separates trials of one framework and batch size that ran under different settings
+(precision, denormals): it is empty when the trials given all share them, so a plain sweep
+keeps one cell per framework and batch size.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.monitor.fields import FIELDS
+
+#: trial columns whose combination makes a variant: settings as asked for, never as measured (the stored
+#: ``device`` is the framework's own name for it, "cpu" / "/CPU:0" / "cpu(0)", and would split every sweep)
+VARIANT_COLUMNS = ("precision", "denormals")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A trial column shown per cell, with its label and how to print it."""
+
+    column: str
+    label: str
+    unit: str
+    fmt: str = ".1f"
+    scale: float = 1.0  # e.g. accuracy is stored as a fraction and shown in %
+
+    def value(self, trial: dict[str, Any]) -> float | None:
+        """This metric of one trial (scaled), or None where it was not measured."""
+        v = trial.get(self.column)
+        if v is None or isinstance(v, str) or (isinstance(v, float) and math.isnan(v)):
+            return None
+        return float(v) * self.scale
+
+
+def _sampler(column: str) -> Metric:
+    """A sampler column of the trial row, labelled from the one field table (harness/monitor/fields.py)."""
+    f = next(f for f in FIELDS if f.trial_column == column)
+    label = f"{f.label} peak" if f.statistic == "training-peak" else f.label
+    return Metric(column, label, f.unit, f.fmt)
+
+
+#: every per-cell figure, keyed by the name consumers use (the stored column, or a derived name); the
+#: sampler's columns take their labels, units and formats from the field table
+METRICS: dict[str, Metric] = {m.column if m.scale == 1.0 else f"{m.column}_pct": m for m in (
+    Metric("step_samples_per_s", "step throughput", "samples/s", ".0f"),
+    Metric("e2e_samples_per_s", "end-to-end throughput", "samples/s", ".0f"),
+    Metric("step_time_ms_median", "median step time", "ms", ".2f"),
+    Metric("step_time_ms_iqr", "step time IQR", "ms", ".2f"),
+    Metric("drift_change_pct", "step-time drift (late vs early)", "%", "+.0f"),
+    Metric("achieved_gflop_per_s", "achieved compute", "GFLOP/s", ".1f"),
+    Metric("mfu_pct", "model FLOPs utilisation", "%", ".1f"),
+    _sampler("gpu_util_pct"),
+    _sampler("gpu_mem_util_pct"),
+    Metric("framework_peak_mib", "framework allocator peak", "MiB", ".0f"),
+    _sampler("proc_gpu_mem_peak_mib"),
+    _sampler("gpu_mem_used_peak_mib"),
+    _sampler("rss_peak_mib"),
+    _sampler("cpu_util_pct"),
+    _sampler("power_w"),
+    Metric("j_per_sample", "energy per sample", "J", ".3g"),
+    Metric("accuracy", "accuracy", "%", ".1f", scale=100.0),
+)}
+ACCURACY = "accuracy_pct"
+
+
+@dataclass(frozen=True)
+class Stat:
+    """Summary of one metric over a cell's ok trials."""
+
+    n: int
+    mean: float
+    sd: float | None  # None with fewer than two values
+    median: float
+    lo: float
+    hi: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Stat | None:
+        """The summary of ``values``, or None when there are none."""
+        if not values:
+            return None
+        return cls(n=len(values), mean=statistics.fmean(values),
+                   sd=statistics.stdev(values) if len(values) > 1 else None,
+                   median=statistics.median(values), lo=min(values), hi=max(values))
+
+    def text(self, fmt: str) -> str:
+        """``mean ± sd`` (or the single value) formatted with ``fmt``."""
+        if self.sd is None:
+            return format(self.mean, fmt)
+        return f"{format(self.mean, fmt)} ± {format(self.sd, fmt.lstrip('+'))}"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One framework at one batch size (one variant): its trials' outcome and every metric's statistic."""
+
+    framework: str
+    batch_size: int
+    statuses: dict[str, int]
+    stats: dict[str, Stat] = field(default_factory=dict)
+    reasons: tuple[str, ...] = ()
+    variant: str = ""  # e.g. "fp32, flush" where trials of several settings are given together
+    drift_flagged_n: int = 0  # ok trials whose step time drifted beyond its noise
+    cpu_denormals: tuple[str, ...] = ()  # what the CPU did with denormals, over the cell's ok trials
+
+    @property
+    def n(self) -> int:
+        """Trials recorded for the cell (any status)."""
+        return sum(self.statuses.values())
+
+    @property
+    def n_ok(self) -> int:
+        """Trials that finished."""
+        return self.statuses.get("ok", 0)
+
+    @property
+    def failed_status(self) -> str | None:
+        """The most frequent non-ok status when *no* trial of the cell finished, else None."""
+        if self.n_ok:
+            return None
+        bad = Counter({s: c for s, c in self.statuses.items() if s != "ok"})
+        return bad.most_common(1)[0][0] if bad else None
+
+    def status_text(self) -> str:
+        """E.g. ``ok`` or ``1 ok, 1 oom``."""
+        if set(self.statuses) == {"ok"}:
+            return "ok"
+        return ", ".join(f"{c} {s}" for s, c in sorted(self.statuses.items()))
+
+    def get(self, metric: str) -> Stat | None:
+        """The statistic of ``metric`` (a key of :data:`METRICS`), or None."""
+        return self.stats.get(metric)
+
+    def drift_text(self) -> str:
+        """E.g. ``+85%`` (mean change) when a trial drifted, else empty."""
+        if not self.drift_flagged_n:
+            return ""
+        stat = self.get("drift_change_pct")
+        return format(stat.mean, "+.0f") + "%" if stat is not None else "yes"
+
+
+def _variant_key(trial: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(str(trial.get(c) or "") for c in VARIANT_COLUMNS)
+
+
+def cells(trials: Iterable[dict[str, Any]], frameworks: Sequence[str] = ()) -> list[Cell]:
+    """One :class:`Cell` per (framework, batch size, variant), ordered by framework (as given), batch, variant."""
+    trials = list(trials)
+    labelled = len({_variant_key(t) for t in trials}) > 1
+    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    for t in trials:
+        variant = ", ".join(v for v in _variant_key(t) if v) if labelled else ""
+        groups.setdefault((t["framework"], int(t["batch_size"]), variant), []).append(t)
+    order = {fw: i for i, fw in enumerate(frameworks)}
+    out = []
+    for (fw, bs, variant), group in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], len(order)), kv[0])):
+        ok = [t for t in group if t.get("status") == "ok"]
+        stats = {}
+        for key, metric in METRICS.items():
+            stat = Stat.of([v for v in (metric.value(t) for t in ok) if v is not None])
+            if stat is not None:
+                stats[key] = stat
+        reasons = tuple(dict.fromkeys(str(t.get("reason") or "") for t in group if t.get("status") != "ok"))
+        out.append(Cell(framework=fw, batch_size=bs, statuses=dict(Counter(t.get("status") or "?" for t in group)),
+                        stats=stats, reasons=tuple(r for r in reasons if r), variant=variant,
+                        drift_flagged_n=sum(1 for t in ok if t.get("drift_flagged")),
+                        cpu_denormals=tuple(sorted({str(t.get("cpu_denormals")) for t in ok
+                                                    if t.get("cpu_denormals")}))))
+    return out
+
+
+def has_metric(cell_list: Iterable[Cell], metric: str) -> bool:
+    """Whether any cell has a measured value of ``metric``."""
+    return any(c.get(metric) is not None for c in cell_list)
+
+
+#: the cell figures the command line shows (``batchscope run``'s table and ``batchscope compare``), in order
+SUMMARY_METRICS = ("step_samples_per_s", "e2e_samples_per_s", "step_time_ms_median", "framework_peak_mib",
+                   "rss_peak_mib", "gpu_util_pct", "accuracy_pct")
+#: (key, header, format) of :func:`summary_rows`' columns, for :func:`harness.cli.table.print_table`
+SUMMARY_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("framework", "framework", ""), ("batch_size", "batch", "d"), ("status", "status", ""),
+    ("step_samples_per_s", "step samples/s", ""), ("e2e_samples_per_s", "e2e samples/s", ""),
+    ("step_time_ms_median", "step ms", ""), ("drift", "drift", ""), ("denormals", "denormals", ""),
+    ("framework_peak_mib", "fw peak MiB", ""), ("rss_peak_mib", "RSS MiB", ""), ("gpu_util_pct", "GPU %", ""),
+    ("accuracy_pct", "accuracy %", ""))
+SUMMARY_NOTE = ("mean ± sd over ok repeats. step: batch / median time of forward+backward+update over every "
+                "post-warm-up step; e2e: those steps' samples / their wall time incl. batch preparation; drift: "
+                "late vs early median step time where it exceeds the noise (README, 'What the numbers mean').")
+
+
+def summary_rows(trials: Iterable[dict[str, Any]], frameworks: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """One printable row per cell: each figure as its statistic's text (``mean ± sd``, or the single value).
+
+    ``drift`` is the mean change of a cell whose trials drifted (empty otherwise); ``denormals`` what the
+    CPU did with denormal floats in its ok trials.
+    """
+    out = []
+    for cell in cells(trials, frameworks):
+        line: dict[str, Any] = {"framework": cell.framework + (f" [{cell.variant}]" if cell.variant else ""),
+                                "batch_size": cell.batch_size, "status": cell.status_text(), "n": cell.n,
+                                "drift": cell.drift_text(), "denormals": "/".join(cell.cpu_denormals)}
+        for key in SUMMARY_METRICS:
+            stat = cell.get(key)
+            line[key] = stat.text(METRICS[key].fmt) if stat is not None else None
+        out.append(line)
+    return out

@@ -1,0 +1,66 @@
+"""One statistic per cell: the CLI table, ``compare`` and the report print the same figure (harness/cells.py)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from harness.cells import METRICS, cells, summary_rows
+from harness.cli.compare import render
+from report.tables import SPEED_COLUMNS, headline
+from report.thesis import side_by_side
+
+
+def trial(fw: str, bs: int, rep: int, step: float, *, status: str = "ok", drifted: bool = False,
+          denormals: str = "flush", precision: str = "fp32") -> dict:
+    return {"framework": fw, "batch_size": bs, "repeat": rep, "status": status, "purpose": "sweep",
+            "dataset": "digits", "epochs": 1, "device": "cpu", "precision": precision, "denormals": "flush",
+            "cpu_denormals": denormals, "reason": "" if status == "ok" else "boom",
+            "step_samples_per_s": step if status == "ok" else None,
+            "e2e_samples_per_s": step * 0.8 if status == "ok" else None,
+            "step_time_ms_median": 1000 * bs / step if step else None,
+            "drift_change_pct": 120.0 if drifted else 2.0, "drift_flagged": 1 if drifted else 0,
+            "accuracy": 0.9 + rep / 100, "gpu_util_pct": None}
+
+
+TRIALS = [trial("pytorch", 4, 0, 400.0), trial("pytorch", 4, 1, 500.0), trial("pytorch", 4, 2, 0.0, status="error"),
+          trial("mxnet", 4, 0, 300.0, drifted=True, denormals="keep")]
+
+
+def test_a_cell_is_the_mean_and_sd_of_its_ok_trials_only():
+    (mx, pt) = cells(TRIALS, ["mxnet", "pytorch"])
+    step = pt.get("step_samples_per_s")
+    assert step is not None and step.n == 2 and step.mean == 450.0 and step.sd == pytest.approx(70.71, abs=0.01)
+    assert pt.status_text() == "1 error, 2 ok" and pt.drift_flagged_n == 0
+    assert mx.drift_flagged_n == 1 and mx.drift_text() == "+120%" and mx.cpu_denormals == ("keep",)
+
+
+def test_cli_compare_and_report_print_the_same_text_for_the_same_cell():
+    fmt = METRICS["step_samples_per_s"].fmt
+    expected = cells(TRIALS)[1].get("step_samples_per_s").text(fmt)  # type: ignore[union-attr]
+    assert expected == "450 ± 71"
+    cli = {r["framework"]: r for r in summary_rows(TRIALS)}
+    assert cli["pytorch"]["step_samples_per_s"] == expected
+    table = headline(cells(TRIALS), SPEED_COLUMNS, "speed", "Speed")
+    assert table is not None
+    col = table.headers.index("step throughput (samples/s)")
+    assert [r[col] for r in table.rows if r[0] == "pytorch"] == [expected]
+    out = io.StringIO()
+    render(TRIALS, file=out)
+    assert any(line.startswith("pytorch") and expected in line for line in out.getvalue().splitlines())
+    # the thesis comparison's mean ± sd comes from the same implementation
+    acc = {(r["framework"], r["metric"]): r for r in side_by_side(TRIALS)}[("pytorch", "accuracy_pct")]
+    assert acc["ours"] == pytest.approx(cells(TRIALS)[1].get("accuracy_pct").mean)  # type: ignore[union-attr]
+    assert acc["ours_sd"] == pytest.approx(cells(TRIALS)[1].get("accuracy_pct").sd)  # type: ignore[union-attr]
+
+
+def test_trials_of_different_settings_are_separate_cells_with_a_variant_label():
+    mixed = [trial("pytorch", 4, 0, 400.0), trial("pytorch", 4, 0, 100.0, precision="amp")]
+    got = cells(mixed)
+    assert sorted(c.variant for c in got) == ["amp, flush", "fp32, flush"]
+    assert all(c.n == 1 for c in got)
+    assert all(c.variant == "" for c in cells(TRIALS))  # one setting: no label
+    # the device each framework names its own way ("cpu", "/CPU:0", "cpu(0)") is not a variant
+    named = [trial("pytorch", 4, 0, 400.0), {**trial("mxnet", 4, 0, 300.0), "device": "cpu(0)"}]
+    assert [c.variant for c in cells(named)] == ["", ""]

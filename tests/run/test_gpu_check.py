@@ -1,0 +1,36 @@
+"""benchmarks/gpu_check.py on a machine without a GPU: it says so and exits 0, writing nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests import ROOT
+from tests.conftest import _gpu_reason
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import gpu_check  # noqa: E402
+
+
+@pytest.mark.skipif(_gpu_reason() is None, reason="this machine has a GPU: the no-GPU path cannot be seen")
+def test_without_a_gpu_it_says_so_exits_0_and_writes_no_summary(tmp_path):
+    out = tmp_path / "summary.md"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "no GPU here" in done.stdout and "nothing to check" in done.stdout
+    assert not out.exists()
+
+
+def test_gpu_names_reads_nvidia_smi_and_is_empty_when_it_fails(tmp_path):
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1234)'\n")
+    fake.chmod(0o755)
+    assert gpu_check.gpu_names(str(fake)) == ["NVIDIA H100 80GB HBM3"]
+    broken = tmp_path / "broken-smi"
+    broken.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
+    broken.chmod(0o755)
+    assert gpu_check.gpu_names(str(broken)) == []
+    assert gpu_check.gpu_names(str(tmp_path / "absent")) == []
