@@ -1,4 +1,5 @@
 # Two commands do all the set-up on a fresh machine (README): `make quick` and `make test`.
+# `make quick` ends with the answer: the recommended batch size per framework (also page 1 of the PDF).
 # The virtual environment lives in .venv and is rebuilt only when pyproject.toml or constraints.txt change.
 PY ?= python3
 VENV := .venv
@@ -18,6 +19,7 @@ quick: $(STAMP)
 	$(BIN)/batchscope run experiments/quick.toml --out $(OUT) --resume
 	$(BIN)/batchscope compare $(OUT)
 	$(BIN)/batchscope report $(OUT) -o $(OUT)/report.pdf
+	$(BIN)/batchscope recommend $(OUT)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -5,6 +5,11 @@ The worker calls, in order: :meth:`Adapter.versions`, :meth:`Adapter.setup`, :me
 then :meth:`Adapter.prepare_batch` / :meth:`Adapter.train_step` many times, :meth:`Adapter.evaluate`,
 and :meth:`Adapter.memory_stats`. Exceptions escape to the worker, which asks :meth:`Adapter.is_oom`.
 
+:meth:`Adapter.build` is a template (the default, not a requirement): it checks the weights against the
+description, calls :meth:`Adapter.begin_model`, then one hook per layer (``layer_conv2d``, ``layer_dense``...,
+see :mod:`adapters.building`), builds the optimizer through :meth:`Adapter.make_optimizer` and hands both to
+:meth:`Adapter.end_model`. An adapter may override ``build`` entirely instead.
+
 Adapter modules import their framework inside methods only: importing ``adapters.<name>`` must stay
 cheap, because the parent imports it to list adapters and to validate their options.
 
@@ -22,9 +27,26 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from adapters.building import (
+    OPTIMIZER_HOOKS,
+    LayerSite,
+    WeightFeed,
+    check_fits,
+    check_weights,
+    layer_hook_name,
+    resolve_gpu,
+    unknown_layer_error,
+    unknown_optimizer_error,
+    walk_sequence,
+)
 from harness.config.trial import OptimizerSpec  # re-exported: plugins import it from here
-from harness.errors import ConfigError
-from harness.models import ModelDescription
+from harness.errors import AdapterError, ConfigError
+from harness.models import Layer, ModelDescription
+
+__all__ = [
+    "Adapter", "EvalResult", "LayerSite", "MemoryStats", "OptimizerSpec", "RuntimeConfig", "WeightFeed",
+    "check_fits", "is_generic_oom", "layer_hook_name", "resolve_gpu", "softmax_cross_entropy",
+]
 
 
 @dataclass(frozen=True)
@@ -89,6 +111,26 @@ class Adapter(ABC):
     precision_note: ClassVar[str] = "mixed precision is not implemented in this adapter"
     #: Substrings of stderr that mean "out of memory" when the process died without a Python exception.
     oom_stderr_patterns: ClassVar[tuple[str, ...]] = ()
+    #: Whether :meth:`accumulate_gradients` / :meth:`apply_accumulated` are implemented (``accumulate_steps``
+    #: > 1 is refused in the parent for an adapter without them, never run as plain steps).
+    supports_accumulation: ClassVar[bool] = False
+    #: The framework's name in messages ("PyTorch"); the registry name when empty.
+    label: ClassVar[str] = ""
+    #: How BatchNorm's running variance is updated: with the unbiased batch variance (PyTorch, the contract
+    #: suite's reference) or the biased one (Keras, MXNet). The suite compares the running statistics with
+    #: the reference converted to this, so a declaration that does not match what the adapter does fails.
+    bn_running_variance: ClassVar[Literal["unbiased", "biased"]] = "unbiased"
+
+    @classmethod
+    def validate_precision(cls, precision: str) -> str:
+        """Refuse (in the parent, and again in :meth:`setup`) a precision the adapter would not apply."""
+        if precision not in cls.precisions:
+            raise ConfigError(
+                f"{precision!r} is not run by the {cls.name} adapter: the {cls.name} adapter runs "
+                f"{', '.join(cls.precisions)} only ({cls.precision_note}), so {precision!r} would not be applied; "
+                f"set precision = {cls.precisions[0]!r}, or leave this framework out"
+            )
+        return precision
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -114,9 +156,44 @@ class Adapter(ABC):
     def setup(self, runtime: RuntimeConfig) -> dict[str, Any]:
         """Initialise the framework on the device; return facts about it (device name, memory mode...)."""
 
-    @abstractmethod
     def build(self, model: ModelDescription, weights: Sequence[np.ndarray], optimizer: OptimizerSpec) -> None:
-        """Build ``model`` with exactly ``weights`` (layouts of :mod:`harness.models`) and the optimizer."""
+        """Build ``model`` with exactly ``weights`` (layouts of :mod:`harness.models`) and the optimizer.
+
+        The default walks the layers and calls one hook per layer type; override it to build otherwise.
+        """
+        check_weights(model, weights)
+        self.begin_model(model)
+        feed = WeightFeed(weights)
+        self.build_layers(model.layers, tuple(model.input_shape), feed)
+        feed.finish()
+        self.end_model(model, self.make_optimizer(optimizer))
+
+    def build_layers(self, layers: Sequence[Layer], in_shape: tuple[int, ...], weights: WeightFeed) -> None:
+        """Call each layer's hook in order: the template's walk, and how ``layer_residual`` builds its paths."""
+        for layer, site in walk_sequence(layers, in_shape):
+            hook = getattr(self, layer_hook_name(layer), None)
+            if hook is None:
+                raise unknown_layer_error(self.name, layer, site)
+            hook(layer, site, weights)
+
+    def begin_model(self, model: ModelDescription) -> None:  # noqa: B027 - optional hook with a do-nothing default
+        """Start a new model (reset the layer list the hooks append to)."""
+
+    def end_model(self, model: ModelDescription, optimizer: Any) -> None:
+        """Assemble the layers the hooks made, place weights, attach ``optimizer`` (from :meth:`make_optimizer`)."""
+        raise AdapterError(f"the {self.name} adapter uses the build template but has no end_model(); "
+                           "write end_model() or override build() (docs/adapters.md)")
+
+    def make_optimizer(self, spec: OptimizerSpec) -> Any:
+        """The framework's optimizer for ``spec``: ``make_sgd`` or ``make_adam``; any other name is refused."""
+        hook = OPTIMIZER_HOOKS.get(spec.name)
+        if hook is None or not hasattr(self, hook):
+            raise unknown_optimizer_error(self.name, spec.name)
+        return getattr(self, hook)(spec)
+
+    def resolve_gpu(self, runtime: RuntimeConfig, available: bool, evidence: str, remedy: str = "") -> bool:
+        """Whether this trial runs on the GPU; refuses ``device = 'gpu'`` when the framework sees none."""
+        return resolve_gpu(runtime.device, available, self.label or self.name, evidence, remedy)
 
     def build_native(self, factory: str, input_shape: tuple[int, int, int], classes: int,
                      optimizer: OptimizerSpec) -> None:
@@ -156,6 +233,20 @@ class Adapter(ABC):
     def is_oom(self, exc: BaseException) -> bool:
         """Whether ``exc`` is this framework's out-of-memory error."""
 
+    def batchnorm_state(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each BatchNorm's (running mean, running variance), in layer order (checked by the contract suite)."""
+        raise AdapterError(f"the {self.name} adapter does not implement batchnorm_state(); return each "
+                           "BatchNorm's (running_mean, running_var) as NumPy arrays, in layer order")
+
+    @classmethod
+    def oom_examples(cls) -> tuple[list[BaseException], list[BaseException]]:
+        """(out-of-memory, other) exceptions as the framework really raises them, for the contract suite.
+
+        Override it: the suite fails an adapter that gives none (docs/adapters.md, "Out of memory").
+        Import the framework inside; the suite calls this in a worker-like subprocess only.
+        """
+        return [MemoryError("cannot allocate")], [ValueError("shapes (3,) and (4,) not aligned")]
+
     def evaluate(self, x: np.ndarray, y: np.ndarray, batch_size: int) -> EvalResult:
         """Mean loss and accuracy over (x, y); loss and accuracy are computed the same way for all."""
         loss_sum, correct = 0.0, 0
@@ -168,6 +259,15 @@ class Adapter(ABC):
         n = len(x)
         loss = loss_sum / n if n else math.nan
         return EvalResult(loss=loss, accuracy=correct / n if n else math.nan, samples=n)
+
+    def accumulate_gradients(self, batch: Any, weight: float) -> None:
+        """Forward and backward on ``batch``; add ``weight`` x the gradient of its mean loss to the accumulated
+        gradients, without updating the weights. Returns once the device is idle."""
+        raise NotImplementedError(f"adapter {self.name!r} does not implement gradient accumulation")
+
+    def apply_accumulated(self) -> None:
+        """One optimizer update with the accumulated gradients, then clear them. Returns once the device is idle."""
+        raise NotImplementedError(f"adapter {self.name!r} does not implement gradient accumulation")
 
     def close(self) -> None:  # noqa: B027 - optional hook with a do-nothing default
         """Release what the framework holds (optional)."""

@@ -10,14 +10,22 @@ from __future__ import annotations
 import importlib.metadata as md
 import os
 import sys
-from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
 import numpy as np
 
 from adapters import fpenv
-from adapters.base import Adapter, MemoryStats, OptimizerSpec, RuntimeConfig, is_generic_oom
+from adapters.base import (
+    Adapter,
+    LayerSite,
+    MemoryStats,
+    OptimizerSpec,
+    RuntimeConfig,
+    WeightFeed,
+    check_fits,
+    is_generic_oom,
+)
 from harness.errors import ConfigError
 from harness.models import (
     BatchNorm,
@@ -25,12 +33,10 @@ from harness.models import (
     Dense,
     Flatten,
     GlobalAvgPool,
-    Layer,
     MaxPool2D,
     ModelDescription,
     ReLU,
     Residual,
-    layer_output_shape,
 )
 
 MIB = 1024.0 * 1024.0
@@ -100,9 +106,12 @@ class MXNetAdapter(Adapter):
     """MXNet 1.x Gluon, hybridised with static allocation, NCHW."""
 
     name = "mxnet"
+    label = "MXNet"
     distributions = ("mxnet", "mxnet-cu112", "mxnet-cu117", "mxnet-cu110", "mxnet-cu102", "mxnet-mkl")
     import_name = "mxnet"
     oom_stderr_patterns = OOM_TEXTS
+    supports_accumulation = True
+    bn_running_variance = "biased"  # MXNet's BatchNorm updates running_var with the biased batch variance
 
     def __init__(self) -> None:
         self.mx: Any = None
@@ -113,6 +122,7 @@ class MXNetAdapter(Adapter):
         self.loss_fn: Any = None
         self._params: list[tuple[Any, bool]] = []  # (gluon Parameter, stored transposed?) in canonical order
         self._used_at_reset_mib: float | None = None
+        self._accumulated: list[Any] | None = None  # summed gradients of an unfinished accumulated update
 
     def versions(self) -> dict[str, str]:
         # Read from the installed metadata, not by importing: MXNet fixes its thread pools at import,
@@ -147,20 +157,14 @@ class MXNetAdapter(Adapter):
         mx = import_mxnet()
         self.mx = mx
         omp_told = _single_omp_thread_here()
-        if runtime.precision != "fp32":
-            raise ConfigError(
-                f"the mxnet adapter runs fp32 only; precision = {runtime.precision!r} "
-                "is not supported yet (use precision = 'fp32')"
-            )
-        n_gpus = mx.context.num_gpus()
-        want_gpu = runtime.device == "gpu" or (runtime.device == "auto" and n_gpus > 0)
-        if want_gpu and n_gpus == 0:
-            raise ConfigError(
-                "device = 'gpu' was asked for, but MXNet sees no GPU (mx.context.num_gpus() is 0: "
-                "the CPU build 'mxnet', or no CUDA driver). Install a CUDA build such as "
-                "mxnet-cu112 in its own environment and point [adapters.mxnet] python at it, "
-                "or use device = 'cpu'"
-            )
+        self.validate_precision(runtime.precision)
+        want_gpu = self.resolve_gpu(
+            runtime,
+            mx.context.num_gpus() > 0,
+            "mx.context.num_gpus() is 0: the CPU build 'mxnet', or no CUDA driver",
+            remedy="install a CUDA build such as mxnet-cu112 in its own environment and point "
+            "[adapters.mxnet] python at it",
+        )
         if want_gpu and runtime.memory_limit_mib:
             raise ConfigError(
                 "MXNet cannot emulate a smaller GPU: it has no per-process memory cap "
@@ -184,84 +188,85 @@ class MXNetAdapter(Adapter):
             info["gpu_total_mib"] = total / MIB
         return info
 
-    def _add_blocks(self, net: Any, layers: Sequence[Layer], in_shape: tuple[int, ...],
-                    params: list[tuple[Any, bool]]) -> None:
-        """Add Gluon blocks for ``layers`` to ``net`` (recursing into residual blocks), params in weight order."""
+    # ---- the build template's hooks (Adapter.build walks the layers and calls these) ----------------
+
+    def begin_model(self, model: ModelDescription) -> None:
         from mxnet.gluon import nn
 
-        for layer in layers:
-            if isinstance(layer, Conv2D):
-                pad = layer.kernel // 2 if layer.padding == "same" else 0
-                block = nn.Conv2D(layer.filters, layer.kernel, strides=layer.stride, padding=pad,
-                                  use_bias=layer.use_bias, in_channels=in_shape[0], layout="NCHW")
-                params.append((block.weight, False))
-                if layer.use_bias:
-                    params.append((block.bias, False))
-                net.add(block)
-            elif isinstance(layer, BatchNorm):
-                # Gluon's momentum is the weight of the running statistic, like the description's.
-                block = nn.BatchNorm(axis=1, momentum=layer.momentum, epsilon=layer.eps, in_channels=in_shape[0])
-                params += [(block.gamma, False), (block.beta, False)]
-                net.add(block)
-            elif isinstance(layer, ReLU):
-                net.add(nn.Activation("relu"))
-            elif isinstance(layer, MaxPool2D):
-                net.add(nn.MaxPool2D(layer.size, layer.stride or layer.size, layer.padding))
-            elif isinstance(layer, GlobalAvgPool):
-                net.add(nn.GlobalAvgPool2D(), nn.Flatten())
-            elif isinstance(layer, Flatten):
-                net.add(nn.Flatten())  # C-major, like the description: no permutation needed
-            elif isinstance(layer, Dense):
-                block = nn.Dense(layer.units, in_units=int(np.prod(in_shape)), flatten=True)
-                params += [(block.weight, True), (block.bias, False)]  # Gluon stores (units, in)
-                net.add(block)
-            elif isinstance(layer, Residual):
-                block = _residual_block()()
-                with block.name_scope():
-                    self._add_blocks(block.body, layer.body, in_shape, params)
-                    self._add_blocks(block.shortcut, layer.shortcut, in_shape, params)
-                net.add(block)
-            else:
-                raise ConfigError(f"the mxnet adapter cannot build layer {layer!r}")
-            in_shape = layer_output_shape(layer, in_shape)
+        self.nn = nn
+        self._net = nn.HybridSequential()
+        # (gluon Parameter, stored transposed?, canonical array) in canonical order
+        self._pending: list[tuple[Any, bool, np.ndarray]] = []
+        self._bn: list[Any] = []
 
-    def build(self, model: ModelDescription, weights: Sequence[np.ndarray], optimizer: OptimizerSpec) -> None:
+    def layer_conv2d(self, layer: Conv2D, site: LayerSite, weights: WeightFeed) -> None:
+        pad = layer.kernel // 2 if layer.padding == "same" else 0
+        block = self.nn.Conv2D(layer.filters, layer.kernel, strides=layer.stride, padding=pad,
+                               use_bias=layer.use_bias, in_channels=site.in_shape[0], layout="NCHW")
+        self._add(block, [(block.weight, False)] + [(block.bias, False)] * layer.use_bias, weights)
+
+    def layer_batchnorm(self, layer: BatchNorm, site: LayerSite, weights: WeightFeed) -> None:
+        # Gluon's momentum is the weight of the running statistic, like the description's.
+        block = self.nn.BatchNorm(axis=1, momentum=layer.momentum, epsilon=layer.eps, in_channels=site.in_shape[0])
+        self._add(block, [(block.gamma, False), (block.beta, False)], weights)
+        self._bn.append(block)
+
+    def layer_relu(self, layer: ReLU, site: LayerSite, weights: WeightFeed) -> None:
+        self._net.add(self.nn.Activation("relu"))
+
+    def layer_maxpool2d(self, layer: MaxPool2D, site: LayerSite, weights: WeightFeed) -> None:
+        self._net.add(self.nn.MaxPool2D(layer.size, layer.stride or layer.size, layer.padding))
+
+    def layer_globalavgpool(self, layer: GlobalAvgPool, site: LayerSite, weights: WeightFeed) -> None:
+        self._net.add(self.nn.GlobalAvgPool2D(), self.nn.Flatten())
+
+    def layer_flatten(self, layer: Flatten, site: LayerSite, weights: WeightFeed) -> None:
+        self._net.add(self.nn.Flatten())  # C-major, like the description: no permutation needed
+
+    def layer_dense(self, layer: Dense, site: LayerSite, weights: WeightFeed) -> None:
+        block = self.nn.Dense(layer.units, in_units=int(np.prod(site.in_shape)), flatten=True)
+        self._add(block, [(block.weight, True), (block.bias, False)], weights)  # Gluon stores (units, in)
+
+    def layer_residual(self, layer: Residual, site: LayerSite, weights: WeightFeed) -> None:
+        block = _residual_block()()
+        outer = self._net
+        for target, path in ((block.body, layer.body), (block.shortcut, layer.shortcut)):  # body's weights first
+            self._net = target
+            self.build_layers(path, site.in_shape, weights)
+        self._net = outer
+        self._net.add(block)
+
+    def _add(self, block: Any, params: list[tuple[Any, bool]], weights: WeightFeed) -> None:
+        self._net.add(block)
+        self._pending += [(p, transposed, a) for (p, transposed), a in zip(params, weights.take(len(params)),
+                                                                             strict=True)]
+
+    def make_sgd(self, spec: OptimizerSpec) -> tuple[str, dict[str, Any]]:
+        # MXNet SGD: state = m*state - lr*(rescale_grad*g + wd*w); w += state. That is Keras' form,
+        # equal to PyTorch's for a constant lr. wd is 0 by default; rescale_grad is set by
+        # Trainer.step(batch_size) to 1/batch_size, turning the summed per-sample gradients into a mean.
+        return "sgd", {"learning_rate": spec.lr, "momentum": spec.momentum, "wd": 0.0}
+
+    def make_adam(self, spec: OptimizerSpec) -> tuple[str, dict[str, Any]]:
+        return "adam", {"learning_rate": spec.lr, "beta1": spec.adam_betas[0], "beta2": spec.adam_betas[1],
+                        "epsilon": spec.adam_eps, "wd": 0.0}
+
+    def end_model(self, model: ModelDescription, optimizer: Any) -> None:
         mx = self.mx
         from mxnet import gluon
-        from mxnet.gluon import nn
 
-        net = nn.HybridSequential()
-        params: list[tuple[Any, bool]] = []
-        with net.name_scope():
-            self._add_blocks(net, model.layers, model.input_shape, params)
+        net = self._net
         # Any initializer would do: every trainable array is overwritten below; BN's running mean and
         # variance keep Gluon's zeros/ones, the description's convention too.
         net.initialize(mx.init.Zero(), ctx=self.ctx)
-        if len(params) != len(weights):
-            raise ValueError(f"{len(weights)} weight arrays given, the model has {len(params)}")
-        for (param, transposed), array in zip(params, weights, strict=True):
+        for param, transposed, array in self._pending:
             value = np.ascontiguousarray(array.T if transposed else array, dtype=np.float32)
-            if tuple(param.shape) != value.shape:
-                raise ValueError(
-                    f"weight shape {value.shape} does not fit {tuple(param.shape)} ({param.name})"
-                )
+            check_fits(value.shape, param.shape, param.name)
             param.set_data(mx.nd.array(value, ctx=self.ctx))
         net.hybridize(static_alloc=True, static_shape=True)
-        self.net, self._params = net, params
-        if optimizer.name == "sgd":
-            # MXNet SGD: state = m*state - lr*(rescale_grad*g + wd*w); w += state. That is Keras' form,
-            # equal to PyTorch's for a constant lr. wd is 0 by default; rescale_grad is set by
-            # Trainer.step(batch_size) to 1/batch_size, turning the summed per-sample gradients into a mean.
-            opt_args = {"learning_rate": optimizer.lr, "momentum": optimizer.momentum, "wd": 0.0}
-        else:
-            opt_args = {
-                "learning_rate": optimizer.lr,
-                "beta1": optimizer.adam_betas[0],
-                "beta2": optimizer.adam_betas[1],
-                "epsilon": optimizer.adam_eps,
-                "wd": 0.0,
-            }
-        self.trainer = gluon.Trainer(net.collect_params(), optimizer.name, opt_args, kvstore=None)
+        self.net, self._params = net, [(p, t) for p, t, _ in self._pending]
+        opt_name, opt_args = optimizer
+        self.trainer = gluon.Trainer(net.collect_params(), opt_name, opt_args, kvstore=None)
         self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=True, from_logits=False)
 
     def param_count(self) -> int:
@@ -275,6 +280,9 @@ class MXNetAdapter(Adapter):
             array = param.data(self.ctx).asnumpy()
             out.append(np.ascontiguousarray(array.T) if transposed else array.copy())
         return out
+
+    def batchnorm_state(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [(b.running_mean.data(self.ctx).asnumpy(), b.running_var.data(self.ctx).asnumpy()) for b in self._bn]
 
     def prepare_batch(self, x: np.ndarray, y: np.ndarray) -> Any:
         mx = self.mx
@@ -291,6 +299,29 @@ class MXNetAdapter(Adapter):
         loss.backward()  # of the per-sample losses: gradients of their sum
         self.trainer.step(x.shape[0])  # divides by the batch size: gradients of the mean loss
         mx.nd.waitall()  # the engine is asynchronous: the update must be done before the clock is read
+
+    def accumulate_gradients(self, batch: Any, weight: float) -> None:
+        mx = self.mx
+        x, y = batch
+        with mx.autograd.record():
+            loss = self.loss_fn(self.net(x), y)
+        loss.backward()  # grad_req "write": each backward overwrites, so the sum is kept beside the parameters
+        scale = weight / x.shape[0]  # gradients of the summed losses -> weight x gradients of their mean
+        params = [p for p in self.net.collect_params().values() if p.grad_req != "null"]
+        if self._accumulated is None:
+            self._accumulated = [p.grad(self.ctx) * scale for p in params]
+        else:
+            for acc, p in zip(self._accumulated, params, strict=True):
+                acc += p.grad(self.ctx) * scale
+        mx.nd.waitall()
+
+    def apply_accumulated(self) -> None:
+        params = [p for p in self.net.collect_params().values() if p.grad_req != "null"]
+        for acc, p in zip(self._accumulated or [], params, strict=True):
+            p.grad(self.ctx)[:] = acc
+        self.trainer.step(1)  # the gradients already are the mean over the update: no rescaling
+        self._accumulated = None
+        self.mx.nd.waitall()
 
     def predict(self, batch: Any) -> np.ndarray:
         x, _ = batch
@@ -330,6 +361,25 @@ class MXNetAdapter(Adapter):
             text = str(exc)
             return "out of memory" in text.lower() or any(t in text for t in OOM_TEXTS)
         return is_generic_oom(exc)
+
+    @classmethod
+    def oom_examples(cls) -> tuple[list[BaseException], list[BaseException]]:
+        # Copied from real failures (CPU storage under RLIMIT_AS; the pooled GPU storage manager).
+        import_mxnet()
+        from mxnet.base import MXNetError
+
+        return (
+            [
+                MXNetError(
+                    'Traceback (most recent call last):\n  File "../src/storage/./cpu_device_storage.h", '
+                    "line 74\nMXNetError: Failed to allocate CPU Memory"
+                ),
+                MXNetError("[18:53:03] src/storage/./pooled_storage_manager.h:157: cudaMalloc failed: out of memory"),
+                MXNetError("cudaMalloc retry failed: out of memory"),
+            ],
+            [ValueError("shapes (3,) and (4,) not aligned"),
+             MXNetError("Check failed: shape mismatch: (8,5) vs (8,3)")],
+        )
 
     def close(self) -> None:
         if self.mx is not None:

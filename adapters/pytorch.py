@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
 from functools import cache
 from typing import Any
 
 import numpy as np
 
 from adapters import fpenv
-from adapters.base import Adapter, MemoryStats, OptimizerSpec, RuntimeConfig, is_generic_oom
+from adapters.base import (
+    Adapter,
+    LayerSite,
+    MemoryStats,
+    OptimizerSpec,
+    RuntimeConfig,
+    WeightFeed,
+    check_fits,
+    is_generic_oom,
+)
 from harness.errors import ConfigError
 from harness.models import (
     BatchNorm,
@@ -17,12 +25,10 @@ from harness.models import (
     Dense,
     Flatten,
     GlobalAvgPool,
-    Layer,
     MaxPool2D,
     ModelDescription,
     ReLU,
     Residual,
-    layer_output_shape,
 )
 
 MIB = 1024.0 * 1024.0
@@ -47,11 +53,13 @@ class PyTorchAdapter(Adapter):
     """PyTorch, eager mode, NCHW."""
 
     name = "pytorch"
+    label = "PyTorch"
     distributions = ("torch",)
     import_name = "torch"
     oom_stderr_patterns = ("CUDA out of memory", "DefaultCPUAllocator: can't allocate memory")
     #: native_model: "package.module:function" returning a torch.nn.Module (harness.models.native)
     options = {"native_model": (None, str)}
+    supports_accumulation = True
 
     def __init__(self) -> None:
         self.torch: Any = None
@@ -60,6 +68,7 @@ class PyTorchAdapter(Adapter):
         self.optimizer: Any = None
         self.loss_fn: Any = None
         self.cuda = False
+        self._accumulating = False  # gradients of an unfinished accumulated update are held in .grad
 
     def versions(self) -> dict[str, str]:
         import torch
@@ -75,9 +84,7 @@ class PyTorchAdapter(Adapter):
         import torch
 
         self.torch = torch
-        if runtime.precision != "fp32":  # the parent refuses it first (precisions); this guards direct callers
-            raise ConfigError(f"the pytorch adapter runs fp32 only; precision = {runtime.precision!r} is not "
-                              "implemented (use precision = 'fp32')")
+        self.validate_precision(runtime.precision)  # the parent refuses it first; this guards direct callers
         if runtime.threads:
             torch.set_num_threads(runtime.threads)
         cpu_denormals = fpenv.cpu_denormals_state()
@@ -88,12 +95,8 @@ class PyTorchAdapter(Adapter):
                 raise ConfigError("PyTorch cannot flush denormals on this CPU (torch.set_flush_denormal(True) "
                                   "returned False: no SSE3/DAZ); use denormals = 'framework-default'")
             cpu_denormals = "flush"
-        want_gpu = runtime.device == "gpu" or (runtime.device == "auto" and torch.cuda.is_available())
-        if want_gpu and not torch.cuda.is_available():
-            raise ConfigError("device = 'gpu' was asked for, but PyTorch sees no CUDA GPU "
-                              "(torch.cuda.is_available() is False); use device = 'cpu' or 'auto'")
-        self.cuda = want_gpu
-        self.device = torch.device("cuda:0" if want_gpu else "cpu")
+        self.cuda = self.resolve_gpu(runtime, torch.cuda.is_available(), "torch.cuda.is_available() is False")
+        self.device = torch.device("cuda:0" if self.cuda else "cpu")
         info: dict[str, Any] = {"device": str(self.device), "threads": torch.get_num_threads(),
                                 "cpu_denormals": cpu_denormals}
         if self.cuda:
@@ -106,58 +109,72 @@ class PyTorchAdapter(Adapter):
                 info["memory_fraction"] = fraction
         return info
 
-    def _modules(self, layers: Sequence[Layer], in_shape: tuple[int, ...], it: Iterator[np.ndarray],
-                 params: list[tuple[Any, np.ndarray]]) -> list[Any]:
-        """Modules for ``layers`` (recursing into residual blocks); (tensor, array) pairs appended in weight order."""
-        nn = self.torch.nn
-        modules: list[Any] = []
-        for layer in layers:
-            if isinstance(layer, Conv2D):
-                pad = layer.kernel // 2 if layer.padding == "same" else 0
-                conv = nn.Conv2d(in_shape[0], layer.filters, layer.kernel, stride=layer.stride, padding=pad,
-                                 bias=layer.use_bias)
-                params.append((conv.weight, next(it)))
-                if layer.use_bias:
-                    params.append((conv.bias, next(it)))
-                modules.append(conv)
-            elif isinstance(layer, BatchNorm):
-                # PyTorch's momentum is the weight of the new batch statistic: 1 - the description's
-                bn = nn.BatchNorm2d(in_shape[0], eps=layer.eps, momentum=1.0 - layer.momentum)
-                params += [(bn.weight, next(it)), (bn.bias, next(it))]
-                modules.append(bn)
-            elif isinstance(layer, ReLU):
-                modules.append(nn.ReLU())
-            elif isinstance(layer, MaxPool2D):
-                modules.append(nn.MaxPool2d(layer.size, layer.stride or layer.size, layer.padding))
-            elif isinstance(layer, GlobalAvgPool):
-                modules += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
-            elif isinstance(layer, Flatten):
-                modules.append(nn.Flatten())
-            elif isinstance(layer, Dense):
-                dense = nn.Linear(in_shape[0], layer.units)
-                params += [(dense.weight, next(it).T), (dense.bias, next(it))]  # torch stores (out, in)
-                modules.append(dense)
-            elif isinstance(layer, Residual):
-                body = nn.Sequential(*self._modules(layer.body, in_shape, it, params))
-                shortcut = nn.Sequential(*self._modules(layer.shortcut, in_shape, it, params))
-                modules.append(_residual_module(self.torch)(body, shortcut))  # empty shortcut: identity
-            else:
-                raise ConfigError(f"the pytorch adapter cannot build layer {layer!r}")
-            in_shape = layer_output_shape(layer, in_shape)
-        return modules
+    # ---- the build template's hooks (Adapter.build walks the layers and calls these) ----------------
 
-    def build(self, model: ModelDescription, weights: Sequence[np.ndarray], optimizer: OptimizerSpec) -> None:
-        torch, nn = self.torch, self.torch.nn
-        params: list[Any] = []  # (tensor, canonical array), in weight order
-        it = iter(weights)
-        modules = self._modules(model.layers, model.input_shape, it, params)
-        net = nn.Sequential(*modules)
+    def begin_model(self, model: ModelDescription) -> None:
+        self._modules: list[Any] = []
+        self._params: list[tuple[Any, np.ndarray]] = []  # (tensor, canonical array), in weight order
+        self._bn: list[Any] = []
+
+    def layer_conv2d(self, layer: Conv2D, site: LayerSite, weights: WeightFeed) -> None:
+        pad = layer.kernel // 2 if layer.padding == "same" else 0
+        conv = self.torch.nn.Conv2d(site.in_shape[0], layer.filters, layer.kernel, stride=layer.stride, padding=pad,
+                                    bias=layer.use_bias)
+        self._params.append((conv.weight, weights.one()))
+        if layer.use_bias:
+            self._params.append((conv.bias, weights.one()))
+        self._modules.append(conv)
+
+    def layer_batchnorm(self, layer: BatchNorm, site: LayerSite, weights: WeightFeed) -> None:
+        # PyTorch's momentum is the weight of the new batch statistic: 1 - the description's
+        bn = self.torch.nn.BatchNorm2d(site.in_shape[0], eps=layer.eps, momentum=1.0 - layer.momentum)
+        gamma, beta = weights.take(2)
+        self._params += [(bn.weight, gamma), (bn.bias, beta)]
+        self._modules.append(bn)
+        self._bn.append(bn)
+
+    def layer_relu(self, layer: ReLU, site: LayerSite, weights: WeightFeed) -> None:
+        self._modules.append(self.torch.nn.ReLU())
+
+    def layer_maxpool2d(self, layer: MaxPool2D, site: LayerSite, weights: WeightFeed) -> None:
+        self._modules.append(self.torch.nn.MaxPool2d(layer.size, layer.stride or layer.size, layer.padding))
+
+    def layer_globalavgpool(self, layer: GlobalAvgPool, site: LayerSite, weights: WeightFeed) -> None:
+        self._modules += [self.torch.nn.AdaptiveAvgPool2d(1), self.torch.nn.Flatten()]
+
+    def layer_flatten(self, layer: Flatten, site: LayerSite, weights: WeightFeed) -> None:
+        self._modules.append(self.torch.nn.Flatten())  # C-major, like the description
+
+    def layer_dense(self, layer: Dense, site: LayerSite, weights: WeightFeed) -> None:
+        dense = self.torch.nn.Linear(site.in_shape[0], layer.units)
+        kernel, bias = weights.take(2)
+        self._params += [(dense.weight, kernel.T), (dense.bias, bias)]  # torch stores (out, in)
+        self._modules.append(dense)
+
+    def layer_residual(self, layer: Residual, site: LayerSite, weights: WeightFeed) -> None:
+        outer = self._modules
+        paths = []
+        for path in (layer.body, layer.shortcut):  # weights: the body's, then the shortcut's
+            self._modules = []
+            self.build_layers(path, site.in_shape, weights)
+            paths.append(self.torch.nn.Sequential(*self._modules))  # an empty shortcut returns its input
+        self._modules = outer
+        self._modules.append(_residual_module(self.torch)(*paths))
+
+    def make_sgd(self, spec: OptimizerSpec) -> Any:
+        return lambda params: self.torch.optim.SGD(params, lr=spec.lr, momentum=spec.momentum)
+
+    def make_adam(self, spec: OptimizerSpec) -> Any:
+        return lambda params: self.torch.optim.Adam(params, lr=spec.lr, betas=spec.adam_betas, eps=spec.adam_eps)
+
+    def end_model(self, model: ModelDescription, optimizer: Any) -> None:
+        torch = self.torch
+        net = torch.nn.Sequential(*self._modules)
         with torch.no_grad():
-            for tensor, array in params:
-                if tuple(tensor.shape) != array.shape:
-                    raise ValueError(f"weight shape {array.shape} does not fit {tuple(tensor.shape)}")
+            for i, (tensor, array) in enumerate(self._params):
+                check_fits(array.shape, tensor.shape, f"weight {i}")
                 tensor.copy_(torch.from_numpy(np.ascontiguousarray(array)))
-        self._order = [t for t, _ in params]
+        self._order = [t for t, _ in self._params]
         self._finish(net, optimizer)
 
     def build_native(self, factory: str, input_shape: tuple[int, int, int], classes: int,
@@ -172,20 +189,15 @@ class PyTorchAdapter(Adapter):
         if tuple(out.shape) != (2, classes):
             raise ConfigError(f"native model {factory!r} gives logits of shape {tuple(out.shape)} for a batch of 2 "
                               f"inputs {tuple(input_shape)}; it must give (2, {classes})")
-        self._order = []  # no canonical weight layout: get_weights() has nothing to compare
-        self._finish(net, optimizer)
+        self._order, self._bn = [], []  # no canonical weight layout: get_weights() has nothing to compare
+        self._finish(net, self.make_optimizer(optimizer))
 
-    def _finish(self, net: Any, optimizer: OptimizerSpec) -> None:
-        """Move ``net`` to the device and attach the experiment's optimizer and loss."""
-        torch, nn = self.torch, self.torch.nn
+    def _finish(self, net: Any, optimizer: Any) -> None:
+        """Move ``net`` to the device, attach ``optimizer`` (from :meth:`make_optimizer`) and the loss."""
         self.model = net.to(self.device)
         self.model.train()
-        if optimizer.name == "sgd":
-            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=optimizer.lr, momentum=optimizer.momentum)
-        else:
-            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=optimizer.lr,
-                                              betas=optimizer.adam_betas, eps=optimizer.adam_eps)
-        self.loss_fn = nn.CrossEntropyLoss()
+        self.optimizer = optimizer(self.model.parameters())  # torch optimizers bind to the parameters
+        self.loss_fn = self.torch.nn.CrossEntropyLoss()
 
     def param_count(self) -> int:
         return int(sum(p.numel() for p in self.model.parameters() if p.requires_grad))
@@ -196,6 +208,10 @@ class PyTorchAdapter(Adapter):
             array = tensor.detach().cpu().numpy()
             out.append(array.T.copy() if array.ndim == 2 else array.copy())
         return out
+
+    def batchnorm_state(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [(bn.running_mean.detach().cpu().numpy().copy(), bn.running_var.detach().cpu().numpy().copy())
+                for bn in self._bn]
 
     def prepare_batch(self, x: np.ndarray, y: np.ndarray) -> Any:
         torch = self.torch
@@ -214,6 +230,22 @@ class PyTorchAdapter(Adapter):
         self.optimizer.step()
         if self.cuda:
             self.torch.cuda.synchronize()  # the clock is read after this: the GPU must be idle
+
+    def accumulate_gradients(self, batch: Any, weight: float) -> None:
+        x, y = batch
+        if not self._accumulating:
+            self.optimizer.zero_grad(set_to_none=True)
+            self._accumulating = True
+        # backward() adds into .grad: the weighted mean losses sum to the mean over the whole update
+        (self.loss_fn(self.model(x), y) * weight).backward()
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def apply_accumulated(self) -> None:
+        self.optimizer.step()
+        self._accumulating = False
+        if self.cuda:
+            self.torch.cuda.synchronize()
 
     def predict(self, batch: Any) -> np.ndarray:
         x, _ = batch
@@ -245,6 +277,27 @@ class PyTorchAdapter(Adapter):
         if torch is not None and isinstance(exc, torch.cuda.OutOfMemoryError):
             return True
         return is_generic_oom(exc)
+
+    @classmethod
+    def oom_examples(cls) -> tuple[list[BaseException], list[BaseException]]:
+        # Copied from real failures: the CPU one provoked on this project's machine under RLIMIT_AS, the
+        # CUDA one from PyTorch's issue tracker.
+        import torch
+
+        return (
+            [
+                torch.cuda.OutOfMemoryError(
+                    "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB "
+                    "total capacity; 77.10 GiB already allocated)"
+                ),
+                RuntimeError(
+                    "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+                    "memory: you tried to allocate 3010560000 bytes. Error code 12 (Cannot allocate memory)"
+                ),
+            ],
+            [ValueError("shapes (3,) and (4,) not aligned"),
+             RuntimeError("mat1 and mat2 shapes cannot be multiplied (8x10 and 12x5)")],
+        )
 
     def close(self) -> None:
         self.model = self.optimizer = None

@@ -11,12 +11,21 @@ weights compare one for one with the NCHW frameworks. ``tensorflow`` is imported
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from adapters.base import Adapter, MemoryStats, OptimizerSpec, RuntimeConfig, is_generic_oom
+from adapters.base import (
+    Adapter,
+    LayerSite,
+    MemoryStats,
+    OptimizerSpec,
+    RuntimeConfig,
+    WeightFeed,
+    check_fits,
+    is_generic_oom,
+)
 from harness.errors import ConfigError
 from harness.models import (
     BatchNorm,
@@ -24,12 +33,10 @@ from harness.models import (
     Dense,
     Flatten,
     GlobalAvgPool,
-    Layer,
     MaxPool2D,
     ModelDescription,
     ReLU,
     Residual,
-    layer_output_shape,
 )
 
 MIB = 1024.0 * 1024.0
@@ -88,14 +95,17 @@ class TensorFlowAdapter(Adapter):
     """TensorFlow 2 with Keras 3 layers, NHWC, a traced ``tf.function`` step."""
 
     name = "tensorflow"
+    label = "TensorFlow"
     distributions = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu")
     import_name = "tensorflow"
     options = {"memory_mode": MEMORY_MODES}
+    bn_running_variance = "biased"  # Keras updates moving_variance with the biased batch variance
     oom_stderr_patterns = (
         "OOM when allocating tensor",
         "ResourceExhaustedError",
         "failed to allocate memory",
     )
+    supports_accumulation = True
 
     def __init__(self) -> None:
         self.tf: Any = None
@@ -107,6 +117,7 @@ class TensorFlowAdapter(Adapter):
         self._predict_fn: Any = None
         self._variables: list[Any] = []  # trainable variables, in canonical weight order
         self._from_keras: list[Converter] = []
+        self._accumulate_fns: tuple[Any, Any] | None = None  # (add a micro-batch's gradients, apply), made on first use
 
     def versions(self) -> dict[str, str]:
         import tensorflow as tf
@@ -129,11 +140,7 @@ class TensorFlowAdapter(Adapter):
         import tensorflow as tf
 
         self.tf = tf
-        if runtime.precision != "fp32":
-            raise ConfigError(
-                f"the tensorflow adapter runs fp32 only; precision = {runtime.precision!r} "
-                "is not supported yet (use precision = 'fp32')"
-            )
+        self.validate_precision(runtime.precision)
         mode = runtime.options.get("memory_mode", MEMORY_MODES[0])
         if mode not in MEMORY_MODES:
             raise ConfigError(f"tensorflow: memory_mode = {mode!r} is not one of {', '.join(MEMORY_MODES)}")
@@ -142,13 +149,12 @@ class TensorFlowAdapter(Adapter):
             tf.config.threading.set_intra_op_parallelism_threads(runtime.threads)
             tf.config.threading.set_inter_op_parallelism_threads(runtime.threads)
         gpus = tf.config.list_physical_devices("GPU")
-        want_gpu = runtime.device == "gpu" or (runtime.device == "auto" and bool(gpus))
-        if want_gpu and not gpus:
-            raise ConfigError(
-                "device = 'gpu' was asked for, but TensorFlow sees no GPU "
-                "(tf.config.list_physical_devices('GPU') is empty: a CPU-only build such as "
-                "tensorflow-cpu, or no CUDA driver); use device = 'cpu' or 'auto'"
-            )
+        want_gpu = self.resolve_gpu(
+            runtime,
+            bool(gpus),
+            "tf.config.list_physical_devices('GPU') is empty: a CPU-only build such as tensorflow-cpu, "
+            "or no CUDA driver",
+        )
         info: dict[str, Any] = {}
         if want_gpu:
             gpu = gpus[0]
@@ -183,94 +189,105 @@ class TensorFlowAdapter(Adapter):
         )
         return info
 
-    def _apply(self, keras: Any, layers: Sequence[Layer], x: Any, in_shape: tuple[int, ...],
-               pending: list[tuple[Any, tuple[str, ...], list[ConverterPair]]]) -> Any:
-        """Apply ``layers`` to the Keras tensor ``x`` (recursing into residual blocks); record weights to load."""
-        prev: Layer | None = None
-        prev_in: tuple[int, ...] = in_shape
-        for layer in layers:
-            if isinstance(layer, Conv2D):
-                padding = layer.padding
-                if layer.stride > 1 and padding == "same":
-                    # Keras' "same" pads asymmetrically (more at the bottom/right) at stride 2; the description
-                    # pads kernel // 2 on every side, like PyTorch and MXNet: pad explicitly, then convolve.
-                    x = keras.layers.ZeroPadding2D(layer.kernel // 2, data_format="channels_last")(x)
-                    padding = "valid"
-                k = keras.layers.Conv2D(layer.filters, layer.kernel, strides=layer.stride, padding=padding,
-                                        use_bias=layer.use_bias, data_format="channels_last")
-                names: tuple[str, ...] = ("kernel", "bias") if layer.use_bias else ("kernel",)
-                convs: list[ConverterPair] = [(_conv_to_keras, _conv_from_keras)]
-                pending.append((k, names, convs + [IDENTITY] * layer.use_bias))
-            elif isinstance(layer, BatchNorm):
-                k = keras.layers.BatchNormalization(axis=-1, momentum=layer.momentum, epsilon=layer.eps)
-                pending.append((k, ("gamma", "beta"), [IDENTITY, IDENTITY]))
-            elif isinstance(layer, ReLU):
-                k = keras.layers.ReLU()
-            elif isinstance(layer, MaxPool2D):
-                if layer.padding:
-                    x = _max_padding(keras, layer.padding)(x)
-                k = keras.layers.MaxPooling2D(layer.size, strides=layer.stride or layer.size,
-                                              data_format="channels_last")
-            elif isinstance(layer, GlobalAvgPool):
-                k = keras.layers.GlobalAveragePooling2D(data_format="channels_last")
-            elif isinstance(layer, Flatten):
-                k = keras.layers.Flatten()
-            elif isinstance(layer, Dense):
-                k = keras.layers.Dense(layer.units)
-                kernel_conv = IDENTITY
-                if isinstance(prev, Flatten) and len(prev_in) == 3:
-                    kernel_conv = _flatten_dense_converters(prev_in)  # reads a (C, H, W) flatten
-                pending.append((k, ("kernel", "bias"), [kernel_conv, IDENTITY]))
-            elif isinstance(layer, Residual):
-                body = self._apply(keras, layer.body, x, in_shape, pending)
-                shortcut = self._apply(keras, layer.shortcut, x, in_shape, pending) if layer.shortcut else x
-                k = None
-                x = keras.layers.Add()([body, shortcut])
-            else:
-                raise ConfigError(f"the tensorflow adapter cannot build layer {layer!r} (input {in_shape})")
-            if k is not None:
-                x = k(x)
-            prev, prev_in = layer, in_shape
-            in_shape = layer_output_shape(layer, in_shape)
-        return x
+    # ---- the build template's hooks (Adapter.build walks the layers and calls these) ----------------
 
-    def build(self, model: ModelDescription, weights: Sequence[np.ndarray], optimizer: OptimizerSpec) -> None:
-        tf = self.tf
+    def begin_model(self, model: ModelDescription) -> None:
         import keras
 
-        inputs = keras.Input(shape=(model.input_shape[1], model.input_shape[2], model.input_shape[0]))
-        # (Keras layer, names of its trainable weights in canonical order, one converter pair per weight)
-        pending: list[tuple[Any, tuple[str, ...], list[ConverterPair]]] = []
-        with tf.device(self.device_name):  # the layers' variables are made as they are applied
-            outputs = self._apply(keras, model.layers, inputs, model.input_shape, pending)
-            # the functional API, not Sequential: a residual block has two paths that meet in an Add
-            self.model = keras.Model(inputs, outputs, name=model.name)
-        it = iter(weights)
+        self.keras = keras
+        c, h, w = model.input_shape
+        # the functional API, not Sequential: a residual block has two paths that meet in an Add. Each hook
+        # applies its layer to the current tensor ``self._x``.
+        self._inputs = self._x = keras.Input(shape=(h, w, c))
+        # (Keras layer, names of its trainable weights in canonical order, weights, one converter pair each)
+        self._pending: list[tuple[Any, tuple[str, ...], list[np.ndarray], list[ConverterPair]]] = []
+        self._bn: list[Any] = []
+
+    def layer_conv2d(self, layer: Conv2D, site: LayerSite, weights: WeightFeed) -> None:
+        padding = layer.padding
+        if layer.stride > 1 and padding == "same":
+            # Keras' "same" pads asymmetrically (more at the bottom/right) at stride 2; the description pads
+            # kernel // 2 on every side, like PyTorch and MXNet: pad explicitly, then convolve.
+            self._add(self.keras.layers.ZeroPadding2D(layer.kernel // 2, data_format="channels_last"))
+            padding = "valid"
+        k = self.keras.layers.Conv2D(layer.filters, layer.kernel, strides=layer.stride, padding=padding,
+                                     use_bias=layer.use_bias, data_format="channels_last")
+        names: tuple[str, ...] = ("kernel", "bias") if layer.use_bias else ("kernel",)
+        convs: list[ConverterPair] = [(_conv_to_keras, _conv_from_keras)]
+        self._add(k, names, weights.take(len(names)), convs + [IDENTITY] * layer.use_bias)
+
+    def layer_batchnorm(self, layer: BatchNorm, site: LayerSite, weights: WeightFeed) -> None:
+        k = self.keras.layers.BatchNormalization(axis=-1, momentum=layer.momentum, epsilon=layer.eps)
+        self._bn.append(k)
+        self._add(k, ("gamma", "beta"), weights.take(2), [IDENTITY, IDENTITY])
+
+    def layer_relu(self, layer: ReLU, site: LayerSite, weights: WeightFeed) -> None:
+        self._add(self.keras.layers.ReLU())
+
+    def layer_maxpool2d(self, layer: MaxPool2D, site: LayerSite, weights: WeightFeed) -> None:
+        if layer.padding:
+            self._add(_max_padding(self.keras, layer.padding))
+        self._add(self.keras.layers.MaxPooling2D(layer.size, strides=layer.stride or layer.size,
+                                                 data_format="channels_last"))
+
+    def layer_globalavgpool(self, layer: GlobalAvgPool, site: LayerSite, weights: WeightFeed) -> None:
+        self._add(self.keras.layers.GlobalAveragePooling2D(data_format="channels_last"))
+
+    def layer_flatten(self, layer: Flatten, site: LayerSite, weights: WeightFeed) -> None:
+        self._add(self.keras.layers.Flatten())
+
+    def layer_dense(self, layer: Dense, site: LayerSite, weights: WeightFeed) -> None:
+        kernel_conv = IDENTITY
+        if isinstance(site.previous, Flatten) and site.previous_in_shape and len(site.previous_in_shape) == 3:
+            kernel_conv = _flatten_dense_converters(site.previous_in_shape)  # reads a (C, H, W) flatten
+        self._add(self.keras.layers.Dense(layer.units), ("kernel", "bias"), weights.take(2), [kernel_conv, IDENTITY])
+
+    def layer_residual(self, layer: Residual, site: LayerSite, weights: WeightFeed) -> None:
+        block_input = self._x
+        outputs = []
+        for path in (layer.body, layer.shortcut):  # weights: the body's, then the shortcut's
+            self._x = block_input
+            self.build_layers(path, site.in_shape, weights)
+            outputs.append(self._x)  # an empty shortcut leaves the block's input: the identity
+        self._add(self.keras.layers.Add(), inputs=outputs)
+
+    def _add(self, k: Any, names: tuple[str, ...] = (), arrays: list[np.ndarray] | None = None,
+             converters: list[ConverterPair] | None = None, inputs: Any = None) -> None:
+        with self.tf.device(self.device_name):  # the layer's variables are made as it is applied
+            self._x = k(self._x if inputs is None else inputs)
+        if names:
+            self._pending.append((k, names, arrays or [], converters or []))
+
+    def make_sgd(self, spec: OptimizerSpec) -> Any:
+        # Keras' momentum (v = m*v - lr*g; w += v) equals PyTorch's (b = m*b + g; w -= lr*b)
+        # for a constant learning rate.
+        return self.keras.optimizers.SGD(learning_rate=spec.lr, momentum=spec.momentum)
+
+    def make_adam(self, spec: OptimizerSpec) -> Any:
+        return self.keras.optimizers.Adam(
+            learning_rate=spec.lr, beta_1=spec.adam_betas[0], beta_2=spec.adam_betas[1], epsilon=spec.adam_eps
+        )
+
+    def end_model(self, model: ModelDescription, optimizer: Any) -> None:
+        tf = self.tf
+        with tf.device(self.device_name):
+            self.model = self.keras.Model(self._inputs, self._x, name=model.name)
         assignments: list[tuple[Any, Converter]] = []  # (variable, converter back to canonical)
-        for klayer, names, converters in pending:
-            for attr, (to_keras, from_keras) in zip(names, converters, strict=True):
+        for klayer, names, arrays, converters in self._pending:
+            for attr, array, (to_keras, from_keras) in zip(names, arrays, converters, strict=True):
                 var = getattr(klayer, attr)
-                value = to_keras(np.asarray(next(it), dtype=np.float32))
-                if tuple(var.shape) != value.shape:
-                    raise ValueError(
-                        f"weight shape {value.shape} does not fit {tuple(var.shape)} ({klayer.name})"
-                    )
+                value = to_keras(array)
+                check_fits(value.shape, var.shape, klayer.name)
                 var.assign(value)
                 assignments.append((var, from_keras))
         self._variables = [a[0] for a in assignments]
         self._from_keras = [a[1] for a in assignments]
+        self.optimizer = optimizer
+        self._compile_steps(model)
 
-        if optimizer.name == "sgd":
-            # Keras' momentum (v = m*v - lr*g; w += v) equals PyTorch's (b = m*b + g; w -= lr*b)
-            # for a constant learning rate.
-            self.optimizer = keras.optimizers.SGD(learning_rate=optimizer.lr, momentum=optimizer.momentum)
-        else:
-            self.optimizer = keras.optimizers.Adam(
-                learning_rate=optimizer.lr,
-                beta_1=optimizer.adam_betas[0],
-                beta_2=optimizer.adam_betas[1],
-                epsilon=optimizer.adam_eps,
-            )
+    def _compile_steps(self, model: ModelDescription) -> None:
+        """The traced train and inference functions (one trace for every batch size)."""
+        tf = self.tf
         self.optimizer.build(self.model.trainable_variables)
         self._trace_count = 0
         net, opt = self.model, self.optimizer
@@ -294,6 +311,7 @@ class TensorFlowAdapter(Adapter):
             return net(x, training=False)
 
         self._step_fn, self._predict_fn = step, infer
+        self._signature = signature
 
     @property
     def trace_count(self) -> int:
@@ -308,6 +326,9 @@ class TensorFlowAdapter(Adapter):
             np.ascontiguousarray(conv(np.asarray(v.numpy())))
             for v, conv in zip(self._variables, self._from_keras, strict=True)
         ]
+
+    def batchnorm_state(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [(np.array(k.moving_mean.numpy()), np.array(k.moving_variance.numpy())) for k in self._bn]
 
     def prepare_batch(self, x: np.ndarray, y: np.ndarray) -> Any:
         tf = self.tf
@@ -331,6 +352,51 @@ class TensorFlowAdapter(Adapter):
             # On CPU the function returns after its ops ran; reading the scalar loss costs microseconds
             # and makes "the update is finished" explicit rather than an executor detail.
             loss.numpy()
+
+    def _make_accumulate_fns(self) -> tuple[Any, Any]:
+        """Gradient sums in non-trainable variables beside the weights, and the two traced functions."""
+        tf, net, opt = self.tf, self.model, self.optimizer
+        with tf.device(self.device_name):
+            sums = [tf.Variable(tf.zeros_like(v), trainable=False) for v in net.trainable_variables]
+
+        @tf.function(input_signature=[*self._signature, tf.TensorSpec((), tf.float32)])
+        def add(x: Any, y: Any, weight: Any) -> Any:
+            with tf.GradientTape() as tape:
+                logits = net(x, training=True)
+                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+            for total, grad in zip(sums, tape.gradient(loss, net.trainable_variables), strict=True):
+                total.assign_add(weight * grad)
+            return loss
+
+        @tf.function
+        def apply() -> Any:
+            opt.apply_gradients(zip([tf.identity(s) for s in sums], net.trainable_variables, strict=True))
+            for total in sums:
+                total.assign(tf.zeros_like(total))
+            return opt.iterations
+
+        return add, apply
+
+    def accumulate_gradients(self, batch: Any, weight: float) -> None:
+        x, y = batch
+        if self._accumulate_fns is None:
+            self._accumulate_fns = self._make_accumulate_fns()
+        with self.tf.device(self.device_name):
+            loss = self._accumulate_fns[0](x, y, self.tf.constant(weight, self.tf.float32))
+        if self.gpu:
+            self.tf.test.experimental.sync_devices()
+        else:
+            loss.numpy()  # as in train_step: the ops have run once the scalar is read
+
+    def apply_accumulated(self) -> None:
+        if self._accumulate_fns is None:
+            raise RuntimeError("apply_accumulated() before any accumulate_gradients()")
+        with self.tf.device(self.device_name):
+            iterations = self._accumulate_fns[1]()
+        if self.gpu:
+            self.tf.test.experimental.sync_devices()
+        else:
+            iterations.numpy()
 
     def predict(self, batch: Any) -> np.ndarray:
         x, _ = batch
@@ -372,6 +438,31 @@ class TensorFlowAdapter(Adapter):
                 return True
             current = current.__cause__ or current.__context__
         return is_generic_oom(exc)
+
+    @classmethod
+    def oom_examples(cls) -> tuple[list[BaseException], list[BaseException]]:
+        # Copied from real failures (the BFC allocator's text; a graph-execution error that wraps it).
+        import tensorflow as tf
+
+        text = (
+            "OOM when allocating tensor with shape[30000,28,28,32] and type float on "
+            "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc"
+        )
+        wrapped = RuntimeError("train step failed")
+        wrapped.__cause__ = tf.errors.ResourceExhaustedError(None, None, text)
+        return (
+            [
+                tf.errors.ResourceExhaustedError(None, None, text),
+                tf.errors.ResourceExhaustedError(
+                    None,
+                    None,
+                    "Graph execution error:\n\nDetected at node gradient_tape/conv2d/Conv2DBackpropInput\n" + text,
+                ),
+                wrapped,
+            ],
+            [ValueError("shapes (3,) and (4,) not aligned"),
+             tf.errors.InvalidArgumentError(None, None, "Incompatible shapes: [8,5] vs. [8,3]")],
+        )
 
     def close(self) -> None:
         self._step_fn = self._predict_fn = None

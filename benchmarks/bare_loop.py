@@ -5,8 +5,8 @@ JSON line with samples/s. It is the baseline of ``harness_overhead.py``: the sam
 Conv 32@3x3 same, ReLU, MaxPool 2, Flatten, Dense 128, ReLU, Dense classes), batch, thread count,
 SGD with momentum and number of steps as a harness trial, written the way each framework's own
 tutorials write it: a PyTorch eager loop, a Keras model with a ``tf.function`` step, a hybridised
-Gluon network with a Trainer. Throughput is measured like a user would: wall time of the timed steps
-with one synchronisation at the end (none per step), batches converted to tensors beforehand.
+Gluon network with a Trainer, a jitted JAX step. Throughput is measured like a user would: wall time of
+the timed steps with one synchronisation at the end (none per step), batches converted to tensors beforehand.
 """
 
 from __future__ import annotations
@@ -137,7 +137,48 @@ def mxnet_loop(args: argparse.Namespace) -> tuple[Callable[[int], None], Callabl
     return step, mx.nd.waitall
 
 
-LOOPS = {"pytorch": torch_loop, "tensorflow": tensorflow_loop, "mxnet": mxnet_loop}
+def jax_loop(args: argparse.Namespace) -> tuple[Callable[[int], None], Callable[[], None]]:
+    # XLA sizes its CPU thread pools from the CPUs the process may run on: the same knob the adapter uses.
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[: args.threads])
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_platforms", "cpu")
+    c, h, w = args.shape
+    rng = np.random.default_rng(1)
+
+    def uniform(shape: tuple[int, ...], fan_in: int) -> Any:
+        limit = np.sqrt(6.0 / fan_in)
+        return jnp.asarray(rng.uniform(-limit, limit, size=shape).astype(np.float32))
+
+    flat = 32 * (h // 2) * (w // 2)
+    params = [uniform((32, c, 3, 3), c * 9), jnp.zeros(32), uniform((flat, 128), flat), jnp.zeros(128),
+              uniform((128, args.classes), 128), jnp.zeros(args.classes)]
+    momentum = [jnp.zeros_like(p) for p in params]
+
+    def loss_fn(p: list[Any], x: Any, y: Any) -> Any:
+        z = jax.lax.conv_general_dilated(x, p[0], (1, 1), "SAME", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        z = jax.nn.relu(z + p[1][None, :, None, None])
+        z = jax.lax.reduce_window(z, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+        z = jax.nn.relu(z.reshape(z.shape[0], -1) @ p[2] + p[3]) @ p[4] + p[5]
+        return -jnp.take_along_axis(jax.nn.log_softmax(z), y[:, None], axis=1).mean()
+
+    @jax.jit
+    def train(p: list[Any], m: list[Any], x: Any, y: Any) -> tuple[list[Any], list[Any]]:
+        grads = jax.grad(loss_fn)(p, x, y)
+        m = [0.9 * b + g for b, g in zip(m, grads, strict=True)]
+        return [w - 0.01 * b for w, b in zip(p, m, strict=True)], m
+
+    data = [(jnp.asarray(x), jnp.asarray(y.astype(np.int32))) for x, y in batches(args)]
+    state = [params, momentum]
+
+    def step(i: int) -> None:
+        state[0], state[1] = train(state[0], state[1], *data[i % len(data)])
+
+    return step, lambda: jax.block_until_ready(state)
+
+
+LOOPS = {"pytorch": torch_loop, "tensorflow": tensorflow_loop, "mxnet": mxnet_loop, "jax": jax_loop}
 
 
 def main(argv: list[str] | None = None) -> int:

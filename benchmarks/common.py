@@ -25,11 +25,11 @@ from adapters.base import OptimizerSpec  # noqa: E402
 from harness.config.trial import TrialSpec  # noqa: E402
 from harness.data import DataRequest, PreparedData, prepare  # noqa: E402
 from harness.monitor import environment  # noqa: E402
-from harness.records import TrialOutcome, TrialUnit  # noqa: E402
+from harness.records import PROGRESS_INTERVAL_S, TrialOutcome, TrialUnit  # noqa: E402
 from harness.registry import adapter_class, adapter_target  # noqa: E402
 from harness.run.executor import LocalExecutor  # noqa: E402
 
-FRAMEWORKS = ("pytorch", "tensorflow", "mxnet")
+FRAMEWORKS = ("pytorch", "tensorflow", "mxnet", "jax")
 SHAPE = (1, 28, 28)  # MNIST-sized, the seed study's input
 CLASSES = 10
 OPTIMIZER = OptimizerSpec(name="sgd", lr=0.01, momentum=0.9)
@@ -81,6 +81,7 @@ def synthetic_data(samples: int = 2048) -> PreparedData:
 def harness_trial(
     framework: str, data: PreparedData, batch_size: int, threads: int, warmup: int, steps: int,
     on_event: Callable[[dict[str, Any]], None] | None = None,
+    progress_interval_s: float | None = PROGRESS_INTERVAL_S,
 ) -> TrialOutcome:
     """One real harness trial (fresh worker), as a sweep would run it; raises if it did not end ok."""
     trial = TrialSpec(
@@ -107,6 +108,7 @@ def harness_trial(
         order_path=str(data.write_order(0, 0)),
         adapter_target=adapter_target(framework),
         oom_patterns=adapter_class(framework).oom_stderr_patterns,
+        progress_interval_s=progress_interval_s,  # None: the worker sends no progress (the bare-harness figure)
     )
     outcome = LocalExecutor(log_dir=Path(tempfile.gettempdir()) / "batchscope-bench-logs").run(unit, on_event)
     if outcome.status != "ok":

@@ -16,18 +16,33 @@ must (a step's time can only be read once the device is idle): harness / bare+sy
 own overhead, bare+sync / bare the price of per-step timing (large only for asynchronous engines).
 
     python benchmarks/harness_overhead.py --frameworks pytorch,tensorflow,mxnet --repeats 5
+
+``--progress-compare`` measures what live progress costs (issue 17): each repeat runs, in an order that
+rotates every repeat, a harness trial with progress as ``batchscope run`` shows it in a terminal (the
+worker's progress messages every 0.5 s, or ``--progress-interval-s``, drawn by the rich display into a
+terminal-less console), a harness trial with no progress messages at all, and the bare loop. Printed:
+both ratios to bare per repeat, and the median of progress / no-progress.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import sys
+from types import SimpleNamespace
+from typing import Any
 
 from common import FRAMEWORKS, bare_loop, frameworks_option, harness_trial, machine_facts, median, synthetic_data
 
 TARGET_RATIO = 0.99
 SHAPE_TEXT = "1x28x28, 10 classes"
 
+
+
+def _step_rate(out: Any) -> float:
+    """A harness trial's step throughput (batch / median post-warm-up step), what the bare loop's figure is."""
+    assert out.metrics is not None and out.metrics.step_samples_per_s is not None
+    return float(out.metrics.step_samples_per_s)
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -44,8 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--record-batches", default="8,256", help="batch sizes printed for the record ('' for none)"
     )
+    parser.add_argument("--progress-compare", action="store_true",
+                        help="harness with vs without live progress, against bare (issue 17)")
+    parser.add_argument("--progress-interval-s", type=float, default=0.5,
+                        help="the worker's progress bound for --progress-compare (0: every step)")
     args = parser.parse_args(argv)
     frameworks = frameworks_option(parser, args.frameworks)
+    if args.progress_compare:
+        return progress_compare(args, frameworks)
 
     print(machine_facts())
     print(
@@ -116,6 +137,65 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.batch}: " + ", ".join(f"{fw} step {ratio:.3f} e2e {e2e_summary[fw]:.3f}"
                                       for fw, ratio in summary.items())
     )
+    return 0
+
+
+def progress_compare(args: argparse.Namespace, frameworks: list[str]) -> int:
+    """Harness with progress (worker messages + the live display) vs without, each against bare."""
+    from rich.console import Console
+
+    from harness.cli.progress import RichProgress
+
+    print(machine_facts())
+    print(f"model osu_cnn {SHAPE_TEXT}, CPU, {args.threads} thread(s), {args.warmup} warm-up + {args.steps} "
+          f"timed steps per run, batch {args.batch}; progress every {args.progress_interval_s:g} s\n")
+    data = synthetic_data()
+    sides = ("progress", "no-progress", "bare")
+    summary = {}
+    for fw in frameworks:
+        rows: list[dict[str, float]] = []
+        print(f"{fw}, batch {args.batch}:")
+        for r in range(args.repeats):
+            order = sides[r % 3:] + sides[: r % 3]  # rotate: each side runs first, second and last equally
+            res: dict[str, float] = {}
+            for side in order:
+                if side == "bare":
+                    res[side] = bare_loop(fw, args.batch, args.threads, args.warmup, args.steps)["samples_per_s"]
+                    continue
+                if side == "no-progress":
+                    out = harness_trial(fw, data, args.batch, args.threads, args.warmup, args.steps,
+                                        progress_interval_s=None)
+                    res[side] = _step_rate(out)
+                    continue
+                # the display `batchscope run` shows in a terminal, drawing into memory instead of a tty
+                display = RichProgress(console=Console(file=io.StringIO(), force_terminal=True, width=120))
+                label: Any = SimpleNamespace(trial_hash="bench", framework=fw, batch_size=args.batch, repeat=0)
+                planned = args.warmup + args.steps
+                messages: list[dict[str, Any]] = []
+                with display:
+                    display.plan([label], {"bench": (planned, planned * args.batch)})
+                    display.start(1, 1, label)
+
+                    def on_event(msg: dict[str, Any], display: RichProgress = display, label: Any = label,
+                                 messages: list[dict[str, Any]] = messages) -> None:
+                        messages.append(msg)
+                        display.event(label, msg)
+
+                    out = harness_trial(fw, data, args.batch, args.threads, args.warmup, args.steps,
+                                        on_event=on_event, progress_interval_s=args.progress_interval_s)
+                res[side] = _step_rate(out)
+                res["messages"] = sum(m["event"] == "progress" for m in messages)
+            rows.append(res)
+            print(f"  repeat {r + 1} ({'/'.join(order)}): progress {res['progress']:8.1f}  no-progress "
+                  f"{res['no-progress']:8.1f}  bare {res['bare']:8.1f} samples/s;  progress/bare "
+                  f"{res['progress'] / res['bare']:.3f}  no-progress/bare {res['no-progress'] / res['bare']:.3f}  "
+                  f"progress/no-progress {res['progress'] / res['no-progress']:.3f}  "
+                  f"({res['messages']:.0f} progress messages)", flush=True)
+        summary[fw] = (median([x["progress"] / x["bare"] for x in rows]),
+                       median([x["no-progress"] / x["bare"] for x in rows]),
+                       median([x["progress"] / x["no-progress"] for x in rows]))
+        print(f"  medians: progress/bare {summary[fw][0]:.3f}, no-progress/bare {summary[fw][1]:.3f}, "
+              f"progress/no-progress {summary[fw][2]:.3f}\n", flush=True)
     return 0
 
 

@@ -40,8 +40,12 @@ def rows(store_dir: Path) -> list[str]:
 
 def main(argv: list[str]) -> int:
     """Print the table for the stores named in ``argv``."""
-    if not argv:
+    if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        return 0 if argv else 2
+    missing = [d for d in argv if not (Path(d) / "results.sqlite").is_file()]
+    if missing:
+        print(f"no results store (results.sqlite) in: {', '.join(missing)}", file=sys.stderr)
         return 2
     print("| framework | batch | denormals asked | CPU did | old headline: first 20 steps (samples/s) | "
           "step (samples/s) | end-to-end (samples/s) | old / e2e | drift | steps |")

@@ -25,9 +25,10 @@ from typing import Any
 
 from harness.monitor.fields import FIELDS
 
-#: trial columns whose combination makes a variant: settings as asked for, never as measured (the stored
-#: ``device`` is the framework's own name for it, "cpu" / "/CPU:0" / "cpu(0)", and would split every sweep)
-VARIANT_COLUMNS = ("precision", "denormals")
+#: trial columns whose combination makes a variant: the experiment's named variant ([variants.<name>]), then
+#: settings as asked for, never as measured (the stored ``device`` is the framework's own name for it, "cpu" /
+#: "/CPU:0" / "cpu(0)", and would split every sweep)
+VARIANT_COLUMNS = ("variant", "precision", "denormals")
 
 
 @dataclass(frozen=True)
@@ -214,6 +215,7 @@ def summary_rows(trials: Iterable[dict[str, Any]], frameworks: Sequence[str] = (
     out = []
     for cell in cells(trials, frameworks):
         line: dict[str, Any] = {"framework": cell.framework + (f" [{cell.variant}]" if cell.variant else ""),
+                                "framework_name": cell.framework,  # the label above is for printing
                                 "batch_size": cell.batch_size, "status": cell.status_text(), "n": cell.n,
                                 "drift": cell.drift_text(), "denormals": "/".join(cell.cpu_denormals)}
         for key in SUMMARY_METRICS:

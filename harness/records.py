@@ -19,6 +19,9 @@ from harness.data import PreparedData
 #: (signal, exit code, or it could not start); not run (larger than a size that ran out of memory)
 Status = Literal["ok", "oom", "error", "timeout", "crashed", "skipped"]
 STATUSES: tuple[Status, ...] = ("ok", "oom", "error", "timeout", "crashed", "skipped")
+#: the worker's default bound on progress messages: a few a second is live enough for a person, and the
+#: check between steps is one comparison (docs/benchmarks.md: no measurable effect on the timing)
+PROGRESS_INTERVAL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,7 @@ class TrialUnit:
     oom_patterns: tuple[str, ...] = ()
     os_memory_limit_mib: float | None = None  # CPU budget: RLIMIT_DATA on the worker, enforced by the kernel
     env: dict[str, str] = field(default_factory=dict)
+    progress_interval_s: float | None = PROGRESS_INTERVAL_S  # progress messages at most this often; None: none
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,8 @@ class WorkerMetrics:
     warmup_steps_n: int = 0
     timed_steps_n: int = 0
     train_steps_n: int = 0
+    optimizer_updates_n: int | None = None  # one per step; with accumulate_steps = k, k micro-batches each
+    micro_batches_n: int | None = None  # forward/backward passes run
     epochs_done: float = 0.0
     data_s: float | None = None
     setup_s: float | None = None

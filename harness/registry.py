@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 GROUP = "batchscope.adapters"
 #: what the parent reads from an adapter class (duck-typed: the registry must not import adapters.base,
 #: whose import chain a broken plugin environment could break too)
-_ADAPTER_ATTRIBUTES = ("name", "distributions", "import_name", "oom_stderr_patterns", "validate_options")
+_ADAPTER_ATTRIBUTES = ("name", "distributions", "import_name", "oom_stderr_patterns", "validate_options",
+                       "validate_precision")
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,30 @@ class AdapterInfo:
 
 @cache
 def _entry_points() -> dict[str, md.EntryPoint]:
-    return {ep.name: ep for ep in md.entry_points(group=GROUP)}
+    """The group's entry points by name; a name registered twice warns and the last one found is used."""
+    found: dict[str, md.EntryPoint] = {}
+    for ep in md.entry_points(group=GROUP):
+        earlier = found.get(ep.name)
+        if earlier is not None and earlier.value != ep.value:
+            warnings.warn(
+                f"adapter {ep.name!r} is registered twice: {earlier.value} ({_dist_name(earlier)}) and "
+                f"{ep.value} ({_dist_name(ep)}); using {ep.value}. Uninstall one of them, or rename its "
+                f"entry point in the [project.entry-points.\"{GROUP}\"] table of its pyproject.toml",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        found[ep.name] = ep
+    return found
+
+
+def _dist_name(ep: md.EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return f"from {dist.name} {dist.version}" if dist is not None else "from an unknown distribution"
+
+
+def refresh() -> None:
+    """Forget the entry points read so far (after installing a plugin, or in tests that register one)."""
+    _entry_points.cache_clear()
 
 
 def known_adapter_names() -> frozenset[str]:
@@ -72,6 +96,16 @@ def adapter_class(name: str) -> type[Adapter]:
         raise AdapterError(f"adapter {name!r} ({target}) is not an Adapter (a subclass of adapters.base.Adapter; "
                            f"it lacks {', '.join(missing) or 'a class'}); fix or uninstall the package that "
                            "registers it")
+    declared = getattr(cls, "name", None)
+    if declared != name:
+        # The worker, the store and the report use the entry-point name; a class that calls itself
+        # something else would write results under one name and look up its own settings under another.
+        warnings.warn(
+            f"adapter {name!r} ({target}) declares name = {declared!r}; set the class's name to {name!r} "
+            "(it must equal the entry-point name)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return cls  # type: ignore[no-any-return]
 
 

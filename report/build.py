@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import StoreError
-from report import aggregate, context, figures, findings, tables
+from report import aggregate, context, figures, findings, recommend, studies, tables
 from report import thesis as compare
 from report.drift import drift_figure
 from report.load import Experiment, ReportInput, load
@@ -51,19 +51,57 @@ def default_output(source_dir: Path) -> Path:
 
 def _accuracy_unusable(spec: dict[str, Any]) -> str | None:
     """Why this experiment's accuracy must not be shown (None when it means something)."""
-    data = spec.get("data") or {}
-    if not spec.get("epochs"):
-        return "it trained no full epochs (epochs = 0)"
-    if data and not data.get("accuracy_meaningful", True):
-        return f"its data set ({data.get('name')}) is synthetic with random labels"
-    return None
+    return recommend.accuracy_unusable(spec)
+
+
+def _answer_page(pdf: PdfWriter, data: ReportInput, tmp: Path, result: BuildResult) -> None:
+    """Page 1: the answer to the user's question, per experiment, before the measurements behind it."""
+    answered = [(exp, recommend.recommend(exp)) for exp in data.experiments if exp.trials]
+    if not answered:
+        return
+    pdf.heading("The answer: which batch size to train with", 0)
+    pdf.para(esc(recommend.RULE_TEXT) + " Rule and caveats: docs/recommend.md; "
+             "the same answer in a terminal: <i>batchscope recommend DIR</i>.")
+    for exp, recs in answered:
+        slug = _slug(exp.name or "unnamed")
+        if len(answered) > 1:
+            pdf.heading(f"Experiment “{exp.name}”", 1)
+        table = tables.recommendation(recs)
+        if table is None:
+            continue
+        pdf.table(table, col_widths=[2.0 * 28.35, 2.3 * 28.35, 5.0 * 28.35, 2.0 * 28.35, 3.2 * 28.35,
+                                     None])  # type: ignore[list-item]
+        path = tmp / "tables" / f"{slug}-recommendation.csv"
+        table.write_csv(path)
+        result.tables.append(path)
+        fig = figures.recommendation_figure(exp, recs)
+        if fig.figure is None:
+            pdf.absent(fig.title, fig.absent_reason or "no data")
+            result.absent.append(f"{exp.name}/{fig.key}: {fig.absent_reason}")
+        else:
+            paths = figures.save(fig, tmp / "figures", f"{slug}-00-{fig.key}")
+            result.figures += paths
+            pdf.figure(paths[0], fig.title, fig.caption)
+        notes = [f"{r.framework}: {c}" for r in recs for c in r.caveats]
+        notes += [f"{r.framework}, to be sure: {w}" for r in recs for w in r.to_run]
+        if notes:
+            pdf.bullets(notes)
+    pdf.page_break()
 
 
 def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: BuildResult,
                         reference: list[dict[str, Any]]) -> None:
-    """One experiment: runs, environment, method, findings, figures, tables."""
+    """One experiment: runs, environment, method, findings, figures, tables.
+
+    Long on purpose: the section's flowables in reading order (a document template); each block is one call.
+    """
     slug = _slug(exp.name or "unnamed")
     spec = exp.spec
+    variants = studies.variant_names(exp.trials, spec)
+    study = studies.study_findings(spec, exp.trials)
+    thesis_trials = exp.trials
+    if variants:  # one line, row and finding per framework x variant: the views below group by "framework"
+        exp = dataclasses.replace(exp, trials=tuple(studies.by_series(exp.trials)))
     cell_list = aggregate.cells(exp.trials, exp.frameworks)
     acc_why = _accuracy_unusable(spec)
     if acc_why:  # e.g. synthetic labels: an accuracy column or finding would invite a wrong reading
@@ -100,13 +138,24 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
     for para in context.method_paragraphs(exp, cell_list):
         pdf.para(para)
 
+    if variants or study:
+        pdf.heading("The study's question", 1)
+        if variants:
+            pdf.para(f"Variants (a line each, labelled framework · variant): {esc(', '.join(variants))}. "
+                     "Batch sizes are micro-batches; with gradient accumulation an update sees "
+                     "micro-batch x accumulate_steps samples, and the study's verdicts compare effective batches.")
+        if study:
+            pdf.bullets([f.text for f in study])
+        elif spec.get("study"):
+            pdf.para("No verdict can be computed: no trial of this study finished.")
     pdf.heading("Findings", 1)
     computed = findings.compute(exp, cell_list)
     if computed:
         pdf.bullets([f.text for f in computed])
     else:
         pdf.para("No finding can be computed: no trial finished.")
-    sweep = [t for t in exp.trials if t.get("purpose") in (None, "sweep")]
+    # the thesis compared one setting per framework: with variants its side-by-side would mix them
+    sweep = [] if variants else [t for t in thesis_trials if t.get("purpose") in (None, "sweep")]
     # with nothing finished every verdict would read "cannot be judged": the banner already says why
     verdicts = findings.thesis_verdicts(compare.thesis_findings(sweep)) if sweep and exp.ok_trials else []
     if verdicts:
@@ -130,7 +179,7 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
              tables.headline(cell_list, tables.MEMORY_COLUMNS, "headline_memory",
                              "Per framework and batch size: memory and accuracy"),
              tables.maxbatch(exp.maxbatch),
-             tables.comparison(compare.side_by_side(sweep) if sweep else [])]
+             None if variants else tables.comparison(compare.side_by_side(sweep) if sweep else [])]
     if parts[1] is not None and acc_why:
         parts[1] = dataclasses.replace(parts[1], note=parts[1].note + f"; no accuracy column: {acc_why}")
     wrote_headline = False
@@ -233,6 +282,7 @@ def build_report(source_dir: str | Path, output: str | Path | None = None) -> Bu
             f"Built {now}, from the results store alone (no framework imported).",
         ])
         result = BuildResult(pdf=target)
+        _answer_page(pdf, data, tmp, result)
         for exp in data.experiments:
             if exp.trials:
                 _experiment_section(pdf, exp, tmp, result, reference)

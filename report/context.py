@@ -7,6 +7,7 @@ not say.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from harness.monitor.fields import NO_GPU_NOTICE
@@ -100,7 +101,10 @@ def _denormals_paragraph(exp: Experiment) -> str:
 
 
 def method_paragraphs(exp: Experiment, cell_list: list[Cell]) -> list[str]:
-    """The method section, worded from the experiment's resolved spec and its trials."""
+    """The method section, worded from the experiment's resolved spec and its trials.
+
+    Long on purpose: the Method section's sentences in reading order, each worded from one field of the spec.
+    """
     spec = exp.spec
     data = spec.get("data") or {}
     paras = []
@@ -161,12 +165,21 @@ def method_paragraphs(exp: Experiment, cell_list: list[Cell]) -> list[str]:
                   f"at batch {spec.get('lr_base_batch')}, scaled "
                   f"{'linearly' if policy == 'linear' else 'by the square root'} "
                   "with the batch size"))
+    variants = [v for v in spec.get("variants") or [] if isinstance(v, dict)]
+    if variants:  # the top-level settings are only the defaults the variants start from
+        lr_text += " (the experiment's default, which the variants below override)"
     repeats = spec.get("repeats", len(_distinct(exp, "repeat")) or 1)
     paras.append(
         f"<b>Workload.</b> Data set {dataset}. Model {model}. Training: {epochs_text}. Optimizer {lr_text}. "
         f"Repeats: {repeats} per framework and batch size "
         f"(seeds {', '.join(map(str, _distinct(exp, 'seed'))) or '?'}). "
         f"Device: {spec.get('device', '?')}, precision {spec.get('precision', '?')}.")
+    if variants:
+        paras.append("<b>Variants.</b> " + "; ".join(
+            f"<i>{v.get('name')}</i>: " + (", ".join(f"{k} = {json.dumps(val, default=str)}"
+                                                   for k, val in (v.get("settings") or {}).items()) or "the defaults")
+            for v in variants) + ". Each variant x framework x batch size x repeat is one trial; with "
+            "accumulate_steps = k an update sees k micro-batches (effective batch = batch x k).")
     if any(k not in spec for k in ("warmup_steps", "timed_steps", "model", "dataset", "optimizer", "device")):
         # hand-made or partial stores: say what "?" means rather than leave the reader guessing
         paras.insert(0, "<i>This store holds no complete resolved specification for the experiment (its run "

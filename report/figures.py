@@ -32,10 +32,14 @@ from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
 from report.aggregate import ACCURACY, METRICS, Cell, has_metric  # noqa: E402
 from report.context import had_gpu  # noqa: E402
 from report.load import Experiment  # noqa: E402
+from report.recommend import Recommendation  # noqa: E402
 
 #: fixed framework colours (colour-blind safe), so a framework looks the same in every figure
-FRAMEWORK_COLOURS = {"pytorch": "#D55E00", "tensorflow": "#E69F00", "mxnet": "#0072B2"}
-_EXTRA_COLOURS = ["#009E73", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
+FRAMEWORK_COLOURS = {"pytorch": "#D55E00", "tensorflow": "#E69F00", "mxnet": "#0072B2", "jax": "#009E73"}
+_EXTRA_COLOURS = ["#CC79A7", "#56B4E9", "#F0E442", "#000000",
+                  # a study draws one line per framework x variant: matplotlib's tab20 after the safe ones
+                  "#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a", "#d62728", "#ff9896",
+                  "#9467bd", "#c5b0d5", "#8c564b", "#c49c94", "#e377c2", "#f7b6d2", "#7f7f7f", "#bcbd22"]
 REFERENCE_LABEL = "Yin 2020 (GTX 1060), published"
 PANEL_W_IN, PANEL_H_IN = 3.6, 3.0
 
@@ -52,10 +56,28 @@ class FigureResult:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
+def _shade(colour: str, i: int, n: int) -> str:
+    """``colour`` darker (i = 0) to lighter (i = n - 1): one framework's variants in one hue family."""
+    from matplotlib.colors import to_hex, to_rgb
+
+    t = -0.45 + 0.9 * i / (n - 1) if n > 1 else 0.0  # < 0 towards black, > 0 towards white
+    r, g, b = (c * (1 + t) if t < 0 else c + (1 - c) * t for c in to_rgb(colour))
+    return to_hex((r, g, b))
+
+
 def palette(frameworks: Sequence[str]) -> dict[str, str]:
-    """Colour per framework (known ones fixed, others from a colour-blind-safe list)."""
+    """Colour per framework (known ones fixed, others from a colour-blind-safe list); a study's
+    ``framework · variant`` lines take their framework's hue, one shade per variant."""
     extra = iter(_EXTRA_COLOURS)
-    return {fw: FRAMEWORK_COLOURS.get(fw) or next(extra, "#777777") for fw in frameworks}
+    variants = list(dict.fromkeys(fw.partition(" · ")[2] for fw in frameworks if " · " in fw))
+    out = {}
+    for fw in frameworks:
+        base, _, variant = fw.partition(" · ")
+        if variant and base in FRAMEWORK_COLOURS:
+            out[fw] = _shade(FRAMEWORK_COLOURS[base], variants.index(variant), len(variants))
+        else:
+            out[fw] = FRAMEWORK_COLOURS.get(fw) or next(extra, "#777777")
+    return out
 
 
 def trial_frame(exp: Experiment) -> pd.DataFrame:
@@ -173,7 +195,10 @@ def metric_figure(exp: Experiment, frame: pd.DataFrame, cell_list: Sequence[Cell
 
 def build_figures(exp: Experiment, cell_list: Sequence[Cell], reference: Sequence[dict[str, Any]] = (),
                   ) -> list[FigureResult]:
-    """Every figure of one experiment, in report order (open matplotlib figures: close them when saved)."""
+    """Every figure of one experiment, in report order (open matplotlib figures: close them when saved).
+
+    Long on purpose: every figure in report order; each block draws one figure or says why it is absent.
+    """
     sns.set_theme(style="whitegrid", context="paper")
     frame = trial_frame(exp)
     gpu = had_gpu(exp)
@@ -243,6 +268,71 @@ def build_figures(exp: Experiment, cell_list: Sequence[Cell], reference: Sequenc
                               "rss_peak_mib": "No host memory figure: no trial recorded its resident memory."}),
     ]
     return figures
+
+
+def _ring(ax: Any, x: float, y: float, colour: str) -> None:
+    ax.plot([x], [y], marker="o", markersize=15, markerfacecolor="none", markeredgecolor=colour,
+            markeredgewidth=2.0, linestyle="none", zorder=6)
+
+
+def recommendation_figure(exp: Experiment, recs: Sequence[Recommendation]) -> FigureResult:
+    """The first page's trade-off: throughput as a share of each framework's best against the batch size,
+    with the rule's bar and the recommendation ringed; and, where accuracy was measured, accuracy against
+    that share (each point labelled with its batch size), so the cost of a faster size is seen at once."""
+    title = "The trade-off behind the recommendation"
+    usable = [r for r in recs if r.batch_size is not None and r.best_batch is not None]
+    if not usable:
+        return FigureResult(key="recommendation", title=title, caption="",
+                            absent_reason="No recommendation: no sweep trial finished.")
+    sns.set_theme(style="whitegrid", context="paper")
+    share = usable[0].share_of_best
+    accuracy = any(s.accuracy_mean is not None for r in usable for s in r.sizes)
+    colours = palette([r.framework for r in usable])
+    fig, axes = plt.subplots(1, 2 if accuracy else 1, figsize=(7.2 if accuracy else 5.0, 2.9), squeeze=False)
+    left = axes[0][0]
+    for r in usable:
+        best = r.at(r.best_batch)
+        assert best is not None
+        xs = [s.batch_size for s in r.sizes]
+        ys = [100 * s.samples_per_s_mean / best.samples_per_s_mean for s in r.sizes]
+        err = [100 * (s.samples_per_s_sd or 0.0) / best.samples_per_s_mean for s in r.sizes]
+        left.errorbar(xs, ys, yerr=err, color=colours[r.framework], marker="o", markersize=4, capsize=2, lw=1.2)
+        _ring(left, r.batch_size, ys[xs.index(r.batch_size)], colours[r.framework])  # type: ignore[arg-type]
+    left.axhline(100 * share, color="grey", ls="--", lw=1)
+    left.annotate(f"{share:.0%} of the best", (0.02, 100 * share), xycoords=("axes fraction", "data"),
+                  xytext=(0, 3), textcoords="offset points", fontsize=7, color="grey")
+    left.set_ylabel("throughput, % of the framework's best")
+    tops = [100 * s.samples_per_s_hi / r.at(r.best_batch).samples_per_s_mean  # type: ignore[union-attr]
+            for r in usable for s in r.sizes]
+    left.set_ylim(0, max(110.0, *tops) * 1.05)  # never clip a spread or the ring at the best
+    _log2_axis(left, sorted({s.batch_size for r in usable for s in r.sizes}))
+    if accuracy:
+        right = axes[0][1]
+        for r in usable:
+            best = r.at(r.best_batch)
+            assert best is not None
+            pts = [(100 * s.samples_per_s_mean / best.samples_per_s_mean, 100 * s.accuracy_mean, s.batch_size)
+                   for s in r.sizes if s.accuracy_mean is not None]
+            right.plot([p[0] for p in pts], [p[1] for p in pts], color=colours[r.framework], marker="o",
+                       markersize=4, lw=1.0)
+            for x, y, bs in pts:
+                right.annotate(str(bs), (x, y), xytext=(3, 3), textcoords="offset points", fontsize=6.5,
+                               color=colours[r.framework])
+                if bs == r.batch_size:
+                    _ring(right, x, y, colours[r.framework])
+        right.set_xlabel("throughput, % of the framework's best")
+        right.set_ylabel("held-out accuracy (%)")
+        right.grid(True, alpha=0.3)
+    handles = [Line2D([], [], color=c, marker="o", label=fw) for fw, c in colours.items()]
+    handles.append(Line2D([], [], color="grey", marker="o", markersize=10, markerfacecolor="none",
+                          linestyle="none", label="recommended"))
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 5), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    caption = (f"Left: mean throughput over the repeats (± 1 sd) as a share of each framework's fastest size; "
+               f"the recommended size (ringed) is the smallest at or above the dashed {share:.0%} line."
+               + (" Right: accuracy against the same share, points labelled with the batch size: up and right "
+                  "is better." if accuracy else " No accuracy was measured, so no accuracy panel."))
+    return FigureResult(key="recommendation", title=title, caption=caption, figure=fig)
 
 
 def save(result: FigureResult, directory: str | Path, stem: str) -> list[Path]:

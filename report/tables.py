@@ -14,6 +14,8 @@ from typing import Any
 
 from report.aggregate import METRICS, Cell, has_metric
 from report.load import Experiment
+from report.recommend import TABLE_COLUMNS as RECOMMEND_COLUMNS
+from report.recommend import Recommendation, show_variants, table_rows
 
 #: the headline table is printed in two parts so it fits a portrait page
 SPEED_COLUMNS = ("step_samples_per_s", "e2e_samples_per_s", "step_time_ms_median", "step_time_ms_iqr",
@@ -88,7 +90,9 @@ MAXBATCH_COLUMNS = (
     "framework", "model", "device", "precision", "strategy", "budget_mib", "budget_kind", "margin_mib",
     "max_batch", "first_fail_batch", "first_fail_status", "recommended_batch", "recommended_pow2",
     "recommended_mult8", "formula_batch", "formula_error_pct", "probes_n", "wall_s", "param_count",
-    "per_sample_activation_mib", "fit_a_mib", "fit_b_mib_per_sample", "first_fail_reason", "finished_at")
+    "per_sample_activation_mib", "fit_a_mib", "fit_b_mib_per_sample", "first_fail_reason", "finished_at",
+    "confirm_steps", "margin_jitter_mib", "margin_growth_mib", "margin_total_mib", "train_env_json",
+    "verify_steps", "verify_status", "verify_reason")
 
 
 def _g(value: Any, fmt: str = "") -> str:
@@ -104,12 +108,14 @@ def maxbatch(rows: Sequence[dict[str, Any]]) -> Table | None:
     """The max-batch finder's results with the seed formula's estimate beside them."""
     if not rows:
         return None
-    from harness.maxbatch.advice import answer_headroom_mib, jitter_advice  # framework-free, like the rest of harness
+    from harness.maxbatch.advice import answer_headroom_mib, jitter_advice, train_advice  # framework-free
 
     text_rows, advice = [], []
     for r in rows:
         spare = answer_headroom_mib(r)
         if (line := jitter_advice(r)) is not None:
+            advice.append(f"{r.get('framework', '-')}: {line}.")
+        if (line := train_advice(r)) is not None:
             advice.append(f"{r.get('framework', '-')}: {line}.")
         fail = (f"{_g(r.get('first_fail_batch'))} ({r.get('first_fail_status') or '-'})"
                 if r.get("first_fail_batch") is not None else "-")
@@ -171,3 +177,27 @@ def runs(exp: Experiment) -> Table:
                  csv_headers=("run_id", "experiment", "started_at", "command", "spec_json"),
                  csv_rows=tuple((r.get("run_id"), r.get("experiment"), r.get("started_at"), r.get("command"),
                                  r.get("spec_json")) for r in exp.runs))
+
+
+def recommendation(recs: Sequence[Recommendation]) -> Table | None:
+    """The report's first table: per framework, the recommended batch size, why, the largest that fits,
+    and throughput and accuracy at the recommendation vs at the fastest size (text shared with the CLI)."""
+    if not recs:
+        return None
+    text = table_rows(recs, show_variants(recs))
+    csv_headers = ("framework", "variant", "recommended_batch", "range_lo", "range_hi", "supported",
+                   "best_throughput_batch", "samples_per_s_at_recommended", "samples_per_s_at_best",
+                   "accuracy_at_recommended", "accuracy_at_best", "max_batch_fits", "why")
+    csv_rows = []
+    for r in recs:
+        rec, best = r.at(r.batch_size), r.at(r.best_batch)
+        csv_rows.append((r.framework, r.variant, r.batch_size, r.range_lo, r.range_hi, r.supported, r.best_batch,
+                         rec and rec.samples_per_s_mean, best and best.samples_per_s_mean,
+                         rec and rec.accuracy_mean, best and best.accuracy_mean,
+                         r.max_fit.max_batch if r.max_fit else None, r.why))
+    return Table(key="recommendation", title="Which batch size to train with",
+                 headers=tuple(h for _, h in RECOMMEND_COLUMNS),
+                 rows=tuple(tuple(row[k] for k, _ in RECOMMEND_COLUMNS) for row in text),
+                 csv_headers=csv_headers, csv_rows=tuple(csv_rows),
+                 note="samples/s and accuracy: mean ± sd over the repeats; 'best' is the fastest batch size; "
+                      "tentative: the data cannot support one size (see the caveats)")

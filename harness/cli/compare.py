@@ -85,12 +85,58 @@ def render(trials: list[dict[str, Any]], file: Any = None) -> None:
         print(f"  [{verdict}] {f['finding']}\n      {f['evidence']}", file=file)
 
 
+def render_study(trials: list[dict[str, Any]], spec: dict[str, Any], file: Any = None) -> None:
+    """A study (variants and/or ``study = ...``): per framework x variant x batch, then the study's verdicts."""
+    from harness.cli.table import print_table
+    from harness.run.sweep import summarise
+    from report.studies import STUDY_CLAIMS, study_findings, variant_names
+
+    sweep = [t for t in trials if t.get("purpose") in (None, "sweep")]
+    variants = variant_names(sweep, spec)
+    study = spec.get("study") or ""
+    print(f"Study {study or '(none named)'} of experiment {spec.get('name', '?')!r}: {len(sweep)} trial(s)"
+          + (f", variants {', '.join(variants)}" if variants else "") + ".", file=file)
+    if study:
+        print(f"Claim tested: {STUDY_CLAIMS[study]}.", file=file)
+    rows = []
+    for name in sorted({t.get("variant") or "" for t in sweep}):  # the one cell statistic, per variant
+        mine = [t for t in sweep if (t.get("variant") or "") == name]
+        effective = {(t["framework"], t["batch_size"]): t.get("effective_batch_size") for t in mine}
+        rows += [r | {"variant": name, "effective": effective.get((r["framework_name"], r["batch_size"]))}
+                 for r in summarise(mine)]
+    print(file=file)
+    print_table(rows, [("framework", "framework", ""), ("variant", "variant", ""), ("batch_size", "batch", "d"),
+                       ("effective", "effective", "d"), ("status", "status", ""), ("n", "n", "d"),
+                       ("step_samples_per_s", "step samples/s", ""), ("e2e_samples_per_s", "e2e samples/s", ""),
+                       ("rss_peak_mib", "RSS MiB", ""), ("framework_peak_mib", "fw peak MiB", ""),
+                       ("accuracy_pct", "accuracy %", "")], file=file)
+    verdicts = study_findings(spec, sweep)
+    if verdicts:
+        print("\nThe study's findings, computed from these trials:", file=file)
+        for f in verdicts:
+            print(f"  [{f.verdict}] {f.framework}: {f.claim}\n      {f.evidence}", file=file)
+
+
+def _spec(runs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """The resolved experiment of the latest run of ``name`` ({} when none was recorded)."""
+    import json
+
+    for run in reversed(runs):
+        if run.get("experiment") == name and run.get("spec_json"):
+            try:
+                return dict(json.loads(run["spec_json"]))
+            except ValueError:
+                continue
+    return {}
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     """``batchscope compare DIR``."""
     from harness.store import Store
 
     with Store.open(args.dir, create=False) as store:
         trials = store.trials()
+        runs = store.runs()
     experiments = sorted({t["experiment"] for t in trials})
     if args.experiment:
         if args.experiment not in experiments:
@@ -102,7 +148,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
                           "choose one with --experiment NAME")
     if not experiments:
         raise ConfigError(f"{args.dir}: the store holds no trials yet; run `batchscope run` into it first")
-    render([t for t in trials if t["experiment"] == experiments[0]])
+    chosen = [t for t in trials if t["experiment"] == experiments[0]]
+    spec = _spec(runs, experiments[0])
+    if spec.get("study") or any(t.get("variant") for t in chosen):
+        render_study(chosen, spec)  # the thesis compared one setting per framework: variants would be mixed
+    else:
+        render(chosen)
     return 0
 
 

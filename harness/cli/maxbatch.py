@@ -1,7 +1,8 @@
 """``batchscope maxbatch``: the largest batch that fits, found by probing in fresh workers.
 
-Exit codes: 0 found, 2 bad options, 3 the
-model does not fit at batch size 1, 1 a probe kept failing for a reason other than memory.
+Exit codes: 0 found (and, with --verify, the recommended size trained), 2 bad options, 3 the model does not
+fit at batch size 1, 1 a probe kept failing for a reason other than memory or the --verify run failed, 130
+interrupted.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.cli.progress import make_progress
 from harness.errors import ConfigError
 
 
@@ -55,10 +57,17 @@ def register(sub: Any) -> None:
     p.add_argument("--threads", type=int, default=0, help="framework threads per probe (0: its default)")
     p.add_argument("--timeout-s", type=float, default=300.0, help="per probe (default 300)")
     p.add_argument("--max-batch-cap", type=int, default=1 << 16, help="stop searching above this size")
+    p.add_argument("--verify", action="store_true",
+                   help="after the search, train the recommended size in a fresh worker under the same budget "
+                        "and allocator settings for --verify-steps steps, and say whether it passed")
+    p.add_argument("--verify-steps", type=int, default=None,
+                   help="timed steps of the --verify run (default: the confirm run's length)")
     p.add_argument("--out", help="output directory for the store (default results/maxbatch)")
     p.add_argument("--data-dir", help="local copy of a downloadable data set")
     p.add_argument("--data-layout", choices=DATA_LAYOUTS, default="auto",
                    help="image layout of an npz:FILE data set (default: detected from the channel axis)")
+    p.add_argument("--quiet", action="store_true",
+                   help="plain lines instead of live progress (the default when stdout is not a terminal)")
     p.set_defaults(func=cmd_maxbatch)
 
 
@@ -100,7 +109,11 @@ def _fmt_int(value: int | None) -> str:
 
 
 def cmd_maxbatch(args: argparse.Namespace) -> int:
-    """Run the search and print the answer beside the formula."""
+    """Run the search and print the answer beside the formula.
+
+    Long on purpose: one command's script, in the order the user sees it (validate, forecast, search, answer,
+    advice, verify); each step prints, and splitting it would pass the same dozen locals around.
+    """
     from harness.cli.table import shorten
     from harness.data import DataRequest, default_cache_dir, prepare
     from harness.maxbatch.prober import run_maxbatch
@@ -115,16 +128,24 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     if args.framework not in known_adapter_names():
         raise ConfigError(f"--framework {args.framework!r} is not a registered adapter; known: "
                           f"{', '.join(sorted(known_adapter_names()))}")
+    adapter_class(args.framework).validate_precision(args.precision)  # refused before anything is written
     from harness.models import check_model_name
 
     check_model_name(args.model)  # a user's "module:function" is imported here, framework imports refused
     _check_numbers(args)
+    if args.verify_steps is not None and not args.verify:
+        raise ConfigError("--verify-steps applies only with --verify; add --verify or leave it out")
+    from harness.maxbatch.request import CONFIRM_STEPS
+
+    verify_steps = (CONFIRM_STEPS if args.verify_steps is None else args.verify_steps) if args.verify else 0
+    if args.verify and verify_steps < 1:
+        raise ConfigError(f"--verify-steps {verify_steps!r} must be >= 1")
     req = MaxBatchRequest(framework=args.framework, model=args.model, dataset=args.dataset,
                           precision=args.precision, device=args.device, strategy=args.strategy,
                           memory_limit_mib=args.memory_limit_mib, margin_mib=args.margin_mib,
                           timeout_s=args.timeout_s, optimizer=args.optimizer, momentum=args.momentum,
                           threads=args.threads, max_batch_cap=args.max_batch_cap,
-                          synthetic_shape=args.synthetic_shape)
+                          synthetic_shape=args.synthetic_shape, verify_steps=verify_steps)
     out = Path(args.out or Path("results") / "maxbatch")
     env = environment.capture()
     from harness.maxbatch.prober import probe_peak_mib
@@ -146,22 +167,79 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
         print("native model (the framework's own): no forecast, since there is no description to size; the "
               "parameter count is the framework's, and no comparison across frameworks is made", flush=True)
 
+    display = make_progress(quiet=args.quiet)  # each probe live, as a sweep's trials are
+    probes: list[str] = []  # trial hashes in the order the probes started
+
+    def on_event(trial: Any, msg: dict[str, Any]) -> None:
+        if not probes or probes[-1] != trial.trial_hash:  # a control run repeats a probe's hash: still new
+            probes.append(trial.trial_hash)
+            display.start(len(probes), 0, trial)
+        display.event(trial, msg)
+
     def on_probe(o: Any) -> None:
         peak = probe_peak_mib(o, budget.kind) if o.status == "ok" else None
         extra = (f"peak {peak:.0f} MiB" if peak is not None else "") if o.status == "ok" else shorten(o.reason, 110)
-        kind = "confirm" if o.trial.timed_steps == req.confirm_steps else "probe"
-        print(f"  {kind:<7} bs={o.trial.batch_size:<6} {o.status:<8} {o.elapsed_s:5.1f} s  {extra}",
-              flush=True)
+        kind = ("verify" if o.trial.purpose == "verify"
+                else "confirm" if o.trial.timed_steps == req.confirm_steps else "probe")
+        display.done(len(probes), 0, o, text=f"{kind:<7} {o.status:<8} {o.elapsed_s:5.1f} s  {extra}")
 
     command = "batchscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     # the adapter, the data and the model's fit to it were checked above, before the store is created
     make_out_dir(out)
-    with locked_out_dir(out), Store.open(out) as store:
-        run_id = store.begin_run(req.experiment, {"maxbatch": vars(args) | {"func": None}}, command, env)
-        outcome = run_maxbatch(req, store, run_id, data=data, log_dir=out / "logs", on_probe=on_probe, env=env)
+    try:
+        with display, locked_out_dir(out), Store.open(out) as store:
+            run_id = store.begin_run(req.experiment, {"maxbatch": vars(args) | {"func": None}}, command, env)
+            outcome = run_maxbatch(req, store, run_id, data=data, log_dir=out / "logs", on_probe=on_probe,
+                                   on_event=on_event, env=env)
+    except KeyboardInterrupt:
+        # Here, not in the CLI's generic handler: that one suggests --resume, which maxbatch does not have (a
+        # search's probes depend on each other, so there is nothing to resume from; issue 13, item 14).
+        print(f"\nbatchscope: interrupted. The probes that finished are stored in {out / 'results.sqlite'} "
+              "(trials with purpose 'probe'); maxbatch has no --resume: run the same command again to search "
+              "from the start.", file=sys.stderr)
+        return 130
     print_result(outcome.row)
     print(f"\nstored in {out / 'results.sqlite'} (table maxbatch, probes in trials with purpose 'probe')")
-    return 0
+    return 1 if outcome.row.get("verify_status") == "fail" else 0
+
+
+def print_recommendation(row: dict[str, Any], file: Any) -> None:
+    """The recommended size, the margin it leaves and what that is made of, and how to train to keep it."""
+    import json
+
+    from harness.maxbatch.advice import env_words
+
+    total = row.get("margin_total_mib")
+    if total is None:  # a row from before issue 18: the user's margin only
+        total = row["margin_mib"]
+        parts = f"--margin-mib {row['margin_mib']:g}" if row["margin_mib"] else ""
+    else:
+        parts = ", ".join(f"{what} {mib:.1f}" for what, mib in (
+            ("run-to-run jitter", row.get("margin_jitter_mib") or 0.0),
+            ("growth over the confirm run", row.get("margin_growth_mib") or 0.0),
+            ("--margin-mib", row.get("margin_mib") or 0.0)) if mib)
+    margin = f" leaving {total:.1f} MiB unused at the boundary ({parts})" if total else ""
+    if not row["recommended_batch"]:
+        print(f"recommended{margin}: none: no batch size leaves that margin under this budget; give a larger "
+              f"--memory-limit-mib (at least {total:.0f} MiB more)", file=file)
+    else:
+        print(f"recommended{margin}: {row['recommended_batch']}  (power of two: "
+              f"{_fmt_int(row['recommended_pow2'] or None)}, multiple of 8: {_fmt_int(row['recommended_mult8'])})",
+              file=file)
+    if row.get("train_env_json") is not None:
+        train_env = json.loads(row["train_env_json"] or "{}")
+        if train_env:
+            print(f"the probes ran with: {env_words(train_env)}; the answer holds only under the same settings, "
+                  f"so train with them too (e.g. `{env_words(train_env)} python train.py`)", file=file)
+        else:
+            print("the probes ran with no allocator settings (none set by batchscope or in your environment); "
+                  "setting one in training (e.g. PYTORCH_CUDA_ALLOC_CONF) changes the answer", file=file)
+    if row.get("confirm_steps"):
+        print(f"confirm run: {row['confirm_steps']} steps + eval at {row['max_batch']}", file=file)
+    if row.get("verify_status"):
+        how = f": {row['verify_reason']}" if row.get("verify_reason") else ""
+        print(f"verify: {row['recommended_batch']} trained {row['verify_steps']} steps + eval in a fresh worker "
+              f"under the same budget and settings: {row['verify_status'].upper()}{how}", file=file)
 
 
 def print_forecast(desc: Any, req: Any, budget_mib: float, file: Any = None) -> None:
@@ -199,11 +277,7 @@ def print_result(row: dict[str, Any], file: Any = None) -> None:
     if fail is not None:
         print(f"first size that fails: {fail}: {row['first_fail_status']}: {row['first_fail_reason']}",
               file=file)
-    margin = f" with a {row['margin_mib']:g} MiB margin" if row["margin_mib"] else ""
-    print(f"recommended{margin}: {row['recommended_batch']}  (power of two: "
-          f"{_fmt_int(row['recommended_pow2'] or None)}, "
-          f"multiple of 8: {_fmt_int(row['recommended_mult8'])})",
-          file=file)
+    print_recommendation(row, file)
     spare = answer_headroom_mib(row)
     if spare is not None:
         print(f"memory left unused at {row['max_batch']}: {spare:.1f} MiB of {row['budget_mib']:.0f} MiB "

@@ -8,14 +8,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli.table import _csv_ints, _csv_names, _fmt, print_table, shorten
+from harness.cli.progress import make_progress, planned_work
+from harness.cli.table import _csv_ints, _csv_names, print_table
 
 
 # ---------------------------------------------------------------- run
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.cells import SUMMARY_COLUMNS, SUMMARY_NOTE
     from harness.config.experiment import load_experiment
-    from harness.maxbatch.advice import jitter_advice
+    from harness.maxbatch.advice import jitter_advice, train_advice
     from harness.monitor.sampler import monitor_factory_for
     from harness.pipeline import run_experiment
     from harness.run.sweep import summarise
@@ -33,40 +34,31 @@ def cmd_run(args: argparse.Namespace) -> int:
     if notice:
         print(notice)
 
-    def on_start(i: int, n: int, trial: Any) -> None:
-        print(f"[{i:>3}/{n}] {trial.framework:<11} bs={trial.batch_size:<5} rep {trial.repeat} running...",
-              end="\r" if sys.stdout.isatty() else "\n", flush=True)
-
-    def progress(i: int, n: int, o: Any) -> None:
-        m = o.metrics
-        if o.status == "ok" and m is not None:
-            extra = f"step {_fmt(m.step_samples_per_s)} / e2e {_fmt(m.e2e_samples_per_s)} samples/s"
-            if m.drift_flagged:
-                extra += f"  DRIFT {m.drift_change_pct:+.0f}% (noise {m.drift_threshold_pct:.0f}%)"
-        else:
-            extra = shorten(o.reason, 90)
-        acc = f"  acc {m.accuracy:.3f}" if m is not None and m.accuracy is not None else ""
-        print(f"[{i:>3}/{n}] {o.trial.framework:<11} bs={o.trial.batch_size:<5} rep {o.trial.repeat} "
-              f"{o.status:<8} {extra}{acc}  ({o.elapsed_s:.1f} s)", flush=True)
-
-    print(f"experiment {exp.name!r} from {exp.source}: {len(exp.frameworks)} framework(s) x "
+    variants = f"{len(exp.variants)} variant(s) x " if exp.variants else ""
+    print(f"experiment {exp.name!r} from {exp.source}: {len(exp.frameworks)} framework(s) x {variants}"
           f"{len(exp.batch_sizes)} batch size(s) x {exp.repeats} repeat(s) -> {out}")
     executor = None
     if args.executor == "ray":
         from harness.run.ray_executor import RayExecutor
 
         executor = RayExecutor(address=args.ray_address, monitor_factory=factory, log_dir=out.resolve() / "logs")
-    result = run_experiment(exp, out, resume=args.resume, data_dir=args.data_dir, command=command,
-                       monitor_factory=factory, progress=progress, on_start=on_start, executor=executor)
+    with make_progress(quiet=args.quiet) as display:  # rich bars on a terminal, plain lines otherwise
+
+        def on_plan(todo: list[Any], data: Any) -> None:
+            display.plan(todo, planned_work(todo, data.n_train))
+
+        result = run_experiment(exp, out, resume=args.resume, data_dir=args.data_dir, command=command,
+                                monitor_factory=factory, progress=display.done, on_start=display.start,
+                                on_event=display.event, on_plan=on_plan, executor=executor)
     if result.already_done:
         print(f"{result.already_done} trial(s) already stored: skipped (--resume)")
     for row in result.maxbatch:  # max_batch = true: one search per framework after the sweep
         print(f"max batch {row['framework']}: {row['max_batch']} fits, {row['first_fail_batch']} fails "
               f"({row['budget_mib']:.0f} MiB {row['budget_kind']}; {row['probes_n']} probes, "
               f"{row['wall_s']:.0f} s; formula {row['formula_batch']})")
-        advice = jitter_advice(row)
-        if advice is not None:
-            print(f"max batch {row['framework']}: note: {advice}")
+        for advice in (jitter_advice(row), train_advice(row)):
+            if advice is not None:
+                print(f"max batch {row['framework']}: note: {advice}")
     for note in result.maxbatch_notes:
         print(f"max batch {note}")
     with Store.open(out, create=False) as store:
@@ -97,4 +89,6 @@ def register(sub: Any) -> None:
     p.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="where trials run: here (default) or as tasks on a Ray cluster")
     p.add_argument("--ray-address", help="Ray cluster address (default: start a local one); implies --executor ray")
+    p.add_argument("--quiet", action="store_true",
+                   help="plain lines instead of live progress bars (the default when stdout is not a terminal)")
     p.set_defaults(func=cmd_run)

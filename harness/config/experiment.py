@@ -12,6 +12,18 @@ An experiment file is flat TOML plus optional ``[adapters.<name>]`` tables::
     [adapters.tensorflow]
     memory_mode = "growth"
 
+A study compares settings within one experiment with named variants, each a table of the keys in
+:data:`VARIANT_KEYS` (``[variants.<name>.adapters.<framework>]`` overrides adapter settings); every
+variant x framework x batch size x repeat is one trial::
+
+    [variants.sgd]
+    optimizer = "sgd"
+    learning_rate = 0.01
+
+    [variants.adam]
+    optimizer = "adam"
+    learning_rate = 0.001
+
 Every refusal names the file and the key and quotes the bad value; unknown keys list the valid ones.
 """
 
@@ -40,6 +52,13 @@ PRECISIONS = ("fp32", "amp")
 DATA_LAYOUTS = ("auto", "nchw", "nhwc")  # of an npz file's images (harness.data.npzfile)
 #: what the worker's CPU does with denormal floats: flush them to zero, or leave the framework's default
 DENORMALS = ("flush", "framework-default")
+AUGMENTS = ("none", "crop", "flip", "crop_flip")
+#: what a study's file says it tests (the report computes that study's findings)
+STUDIES = ("", "optimizer_batch", "augmentation", "lr_scaling", "batch_shapes", "oom_mitigations")
+#: keys a variant may set: the settings that define a study (the rest is shared by every variant)
+VARIANT_KEYS = ("optimizer", "learning_rate", "momentum", "lr_policy", "lr_base_batch", "augment",
+                "augment_pad_px", "precision", "denormals", "accumulate_steps", "adapters",
+                "batch_sizes")  # e.g. smaller micro-batches where a variant accumulates to the same effective batch
 
 #: the store keeps whole numbers in SQLite INTEGER columns (signed 64-bit): larger ones would fail the
 #: write *after* the trial ran, so they are refused up front
@@ -60,6 +79,14 @@ class AdapterSettings:
 
     python: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One named variant: the settings it changes from the experiment's own (keys of :data:`VARIANT_KEYS`)."""
+
+    name: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -98,18 +125,55 @@ class Experiment:
     skip_larger_after_oom: bool = True
     max_batch: bool = False
     memory_limit_mib: float = 0.0
+    augment: str = "none"
+    augment_pad_px: int = 4
+    accumulate_steps: int = 1
+    study: str = ""
     adapters: Mapping[str, AdapterSettings] = field(default_factory=dict)
+    variants: tuple[Variant, ...] = ()
     source: str = "<inline>"
 
     def __post_init__(self) -> None:
         _validate(self)
+        variants = self.resolved_variants()  # each variant must be a valid experiment on its own
+        n = sum(len(v.frameworks) * len(v.batch_sizes) * v.repeats for _, v in variants)
+        if len(variants) > 1 and n > MAX_TRIALS:
+            raise ConfigError(f"{_where(self, 'variants')}: {len(variants)} variant(s) plan {n} trials, more than "
+                              f"{MAX_TRIALS}; lower repeats, the batch sizes or the variants")
+
+    def resolved_variants(self) -> list[tuple[str, Experiment]]:
+        """(variant name, the experiment with that variant's settings applied); ``[("", self)]`` without variants."""
+        if not self.variants:
+            return [("", self)]
+        out = []
+        for v in self.variants:
+            changes = dict(v.settings)
+            adapters = dict(self.adapters)
+            for fw, settings in changes.pop("adapters", {}).items():
+                base = adapters.get(fw, AdapterSettings())
+                adapters[fw] = AdapterSettings(python=settings.python or base.python,
+                                               options={**base.options, **settings.options})
+            try:
+                out.append((v.name, dataclasses.replace(self, variants=(), adapters=adapters, **changes)))
+            except ConfigError as e:
+                raise ConfigError(f"{self.source}: variants.{v.name}: {e}") from None
+        return out
 
     def with_overrides(self, **changes: Any) -> Experiment:
         """A copy with some fields replaced (and validated again), e.g. from CLI flags.
 
         A refused value that came from a flag is reported as that flag, not as the experiment file's key.
+
+        Raises:
+            ConfigError: a bad value, or a change some variant would not see (it sets that key itself).
         """
         given = {k: v for k, v in changes.items() if v is not None}
+        for v in self.variants:
+            shadowed = sorted(set(given) & set(v.settings))
+            if shadowed:  # the variant's own value would win: the override would be asked for and not applied
+                flag = _FLAGS.get(shadowed[0], "--" + shadowed[0].replace("_", "-"))
+                raise ConfigError(f"command line: {flag}: variants.{v.name} in {self.source} sets {shadowed[0]} "
+                                  "itself, so the override would not apply there; edit the file instead")
         try:
             return dataclasses.replace(self, **given)
         except ConfigError as e:
@@ -125,6 +189,7 @@ class Experiment:
         """The resolved experiment as plain JSON-able data (saved with the results)."""
         out = dataclasses.asdict(self)
         out["adapters"] = {k: {"python": v.python, "options": dict(v.options)} for k, v in self.adapters.items()}
+        out["variants"] = [{"name": v.name, "settings": _plain(v.settings)} for v in self.variants]
         return out
 
     def model_for(self, framework: str) -> str:
@@ -136,7 +201,7 @@ class Experiment:
         return native_name(factory) if factory else self.model
 
     def lr_for(self, batch_size: int) -> float:
-        """The learning rate for ``batch_size`` under the experiment's policy."""
+        """The learning rate for ``batch_size`` (the effective batch: samples per update) under the policy."""
         ratio = batch_size / self.lr_base_batch
         if self.lr_policy == "linear":
             return self.learning_rate * ratio
@@ -153,9 +218,18 @@ _SCALARS: dict[str, type | tuple[type, ...]] = {
     "synthetic_classes": int, "synthetic_samples": int, "learning_rate": (int, float), "momentum": (int, float),
     "timeout_s": (int, float), "sample_interval_ms": (int, float), "memory_limit_mib": (int, float),
     "eval": bool, "skip_larger_after_oom": bool, "max_batch": bool,
+    "augment": str, "augment_pad_px": int, "accumulate_steps": int, "study": str,
 }
 _LISTS = {"frameworks": str, "batch_sizes": int, "synthetic_shape": int}
-VALID_KEYS = tuple(sorted([*_SCALARS, *_LISTS, "adapters"]))
+VALID_KEYS = tuple(sorted([*_SCALARS, *_LISTS, "adapters", "variants"]))
+
+
+def _plain(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A variant's settings as JSON-able data (adapter settings as tables)."""
+    out = dict(settings)
+    if "adapters" in out:
+        out["adapters"] = {k: {"python": v.python, "options": dict(v.options)} for k, v in out["adapters"].items()}
+    return out
 
 
 def _where(exp: Experiment, key: str) -> str:
@@ -208,6 +282,7 @@ def _validate(exp: Experiment) -> None:
                              "or npz:path/to/data.npz (your own arrays)")
     for key, low in (("epochs", 0), ("warmup_steps", 0), ("timed_steps", 1), ("repeats", 1), ("threads", 0),
                      ("lr_base_batch", 1), ("eval_batch_size", 1), ("train_samples", 0),
+                     ("augment_pad_px", 1), ("accumulate_steps", 1),
                      ("synthetic_classes", 2), ("synthetic_samples", 1)):
         value = getattr(exp, key)
         if value < low:
@@ -221,7 +296,9 @@ def _validate(exp: Experiment) -> None:
     if exp.memory_limit_mib < 0:
         raise bad("memory_limit_mib", f"{exp.memory_limit_mib!r} must be >= 0 (0: no limit)")
     for key, allowed in (("device", DEVICES), ("data_layout", DATA_LAYOUTS), ("optimizer", OPTIMIZERS),
-                         ("lr_policy", LR_POLICIES), ("precision", PRECISIONS), ("denormals", DENORMALS)):
+                         ("lr_policy", LR_POLICIES),
+                         ("precision", PRECISIONS), ("denormals", DENORMALS), ("augment", AUGMENTS),
+                         ("study", STUDIES)):
         if getattr(exp, key) not in allowed:
             raise bad(key, f"{getattr(exp, key)!r} is not one of {', '.join(allowed)}")
     _check_precision(exp, bad)
@@ -236,12 +313,11 @@ def _check_precision(exp: Experiment, bad: Callable[[str, str], ConfigError]) ->
     """Refuse a precision an adapter would not run: a stored trial must never claim a precision it did not use."""
     from harness.registry import adapter_class
 
-    for fw in exp.frameworks:
-        supported = adapter_class(fw).precisions
-        if exp.precision not in supported:
-            raise bad("precision", f"{exp.precision!r} is not run by the {fw} adapter, which runs only "
-                                   f"{', '.join(supported)} ({adapter_class(fw).precision_note}); "
-                                   "set precision = 'fp32', or leave this framework out")
+    for fw in exp.frameworks:  # one message, the adapter's own (adapters.base.Adapter.validate_precision)
+        try:
+            adapter_class(fw).validate_precision(exp.precision)
+        except ConfigError as e:
+            raise bad("precision", str(e)) from None
 
 
 def _validate_ranges(exp: Experiment, bad: Any) -> None:
@@ -310,6 +386,43 @@ def _parse_adapters(source: str, raw: Any) -> dict[str, AdapterSettings]:
     return out
 
 
+def _parse_variants(source: str, raw: Any) -> tuple[Variant, ...]:
+    """``[variants.<name>]`` tables, in file order (TOML keeps it)."""
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError(f"{source}: variants: should be one or more tables like [variants.adam] "
+                          f"with keys among {', '.join(VARIANT_KEYS)}")
+    out = []
+    for name, table in raw.items():
+        where = f"{source}: variants.{name}"
+        if not name.replace("-", "_").replace(".", "_").isidentifier():
+            raise ConfigError(f"{where}: {name!r} is not a usable variant name (letters, digits, '_', '-')")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: should be a table of settings (keys among {', '.join(VARIANT_KEYS)})")
+        unknown = sorted(set(table) - set(VARIANT_KEYS))
+        if unknown:
+            raise ConfigError(f"{where}: {unknown[0]!r} cannot vary between variants; variant keys: "
+                              f"{', '.join(VARIANT_KEYS)} (put shared settings at the top of the file)")
+        settings: dict[str, Any] = {}
+        for key, value in table.items():
+            if key == "adapters":
+                tables = value.values() if isinstance(value, dict) else ()
+                if any(isinstance(t, dict) and "python" in t for t in tables):
+                    raise ConfigError(f"{where}.adapters: 'python' cannot vary between variants (one interpreter "
+                                      "per framework); set it in the top-level [adapters.<name>] table")
+                settings["adapters"] = _parse_adapters(f"{source}: variants.{name}", value)
+            elif key in _LISTS:
+                if not isinstance(value, list):
+                    raise ConfigError(f"{where}: {key}: {value!r} should be a list")
+                for item in value:
+                    _check_type(f"{source}: variants.{name}", key, item, _LISTS[key])
+                settings[key] = tuple(value)
+            else:
+                _check_type(f"{source}: variants.{name}", key, value, _SCALARS[key])
+                settings[key] = float(value) if _SCALARS[key] == (int, float) else value
+        out.append(Variant(name=name, settings=settings))
+    return tuple(out)
+
+
 def parse_experiment(data: Mapping[str, Any], source: str = "<inline>") -> Experiment:
     """Validate raw TOML data into an :class:`Experiment`."""
     unknown = sorted(set(data) - set(VALID_KEYS))
@@ -322,6 +435,8 @@ def parse_experiment(data: Mapping[str, Any], source: str = "<inline>") -> Exper
     for key, value in data.items():
         if key == "adapters":
             kwargs["adapters"] = _parse_adapters(source, value)
+        elif key == "variants":
+            kwargs["variants"] = _parse_variants(source, value)
         elif key in _LISTS:
             if not isinstance(value, list):
                 raise ConfigError(f"{source}: {key}: {value!r} should be a list")

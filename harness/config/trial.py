@@ -48,6 +48,16 @@ class TrialSpec:
     train_samples: int = 0
     data_key: str = ""  # identifies the prepared data (name + shape + seed), part of the hash
     purpose: str = "sweep"  # "sweep" or "probe" (max-batch search)
+    # Study settings (issue 14). At their defaults they are left out of the hash (see trial_hash).
+    variant: str = ""  # the named variant of the experiment ("" when it has none)
+    augment: str = "none"  # harness-side augmentation, identical for every framework (harness/data/augment.py)
+    augment_pad_px: int = 4  # random-crop padding
+    accumulate_steps: int = 1  # micro-batches of batch_size per optimizer update
+
+    @property
+    def effective_batch_size(self) -> int:
+        """Samples per optimizer update: the micro-batch times the accumulation steps."""
+        return self.batch_size * self.accumulate_steps
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form (sent to the worker, stored with the trial)."""
@@ -69,5 +79,16 @@ class TrialSpec:
         """A stable hash of everything that defines the trial (timeout excluded: it does not change results)."""
         payload = self.to_dict()
         payload.pop("timeout_s")
+        # Fields added after stores existed are hashed only when set: an experiment that does not use them
+        # keeps exactly its old hashes, so `--resume` on an old store skips what it already ran.
+        for name, default in _HASHED_WHEN_SET.items():
+            if payload.get(name) == default:
+                payload.pop(name)
+        if payload.get("augment", "none") == "none":
+            payload.pop("augment_pad_px", None)  # no augmentation: the padding changes nothing
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+#: fields left out of :attr:`TrialSpec.trial_hash` while they hold these defaults
+_HASHED_WHEN_SET: dict[str, Any] = {"variant": "", "augment": "none", "augment_pad_px": 4, "accumulate_steps": 1}

@@ -62,6 +62,67 @@ def recommend(max_batch: int, margin_mib: float, fit: LinearFit | None, fallback
     return batch, pow2_at_or_below(batch), (batch // 8 * 8) or None
 
 
+#: environment variables that decide how a framework or the C library allocates, and so where the boundary lies:
+#: the probes' values are part of the answer (issue 18). glibc's malloc tunables; PyTorch's caching allocator on a
+#: GPU; TensorFlow's GPU memory mode and allocator, and its oneDNN CPU path (which halves the CPU answer: see
+#: docs/maxbatch.md); JAX/XLA's preallocation; MXNet's GPU pool; the OpenMP threads that oneDNN scratch scales with.
+ALLOCATOR_VARS = (
+    "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_ARENA_MAX", "MALLOC_TOP_PAD_",
+    "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "TF_FORCE_GPU_ALLOW_GROWTH", "TF_GPU_ALLOCATOR",
+    "TF_ENABLE_ONEDNN_OPTS", "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_ALLOCATOR", "MXNET_GPU_MEM_POOL_TYPE", "MXNET_GPU_MEM_POOL_RESERVE", "OMP_NUM_THREADS",
+)
+
+
+def answer_env(probe_env: dict[str, str], parent_env: dict[str, str]) -> dict[str, str]:
+    """The allocator settings the probes ran with: what the user must train with for the answer to hold.
+
+    A probe's environment is the parent's plus ``probe_env`` (harness/run/executor.py), so a variable the user
+    had set (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``) shaped the answer as much as one the probe set.
+    """
+    merged = {**parent_env, **probe_env}
+    return {k: merged[k] for k in ALLOCATOR_VARS if k in merged}
+
+
+def env_words(env: dict[str, str]) -> str:
+    """``env`` as a shell prefix (``K=V K2=V2``), or the words for none."""
+    return " ".join(f"{k}={v}" for k, v in env.items()) if env else "(no allocator settings)"
+
+
+@dataclass(frozen=True)
+class Margin:
+    """Memory the recommendation leaves unused at the measured boundary, from what varied, plus the user's.
+
+    ``jitter_mib``: how far a fresh process's peak at one size moves from run to run: on CPU the larger of
+    CPU_PEAK_JITTER_MIB (measured over 72 fresh workers, docs/maxbatch.md) and the spread this search saw at one
+    size; on a GPU only the spread this search saw (no run-to-run measurement there yet). ``growth_mib``: how
+    much more the longer confirm run needed than the short probe at the answer (the heap or a caching allocator
+    growing over steps), a sign of more growth to come in a longer run.
+    """
+
+    user_mib: float
+    jitter_mib: float
+    growth_mib: float
+
+    @property
+    def total_mib(self) -> float:
+        """What the recommendation leaves unused at the boundary."""
+        return self.user_mib + self.jitter_mib + self.growth_mib
+
+    @classmethod
+    def measure(cls, probes: list[dict[str, Any]], answer: int, budget_kind: str, user_mib: float) -> Margin:
+        """From the search's probes (``asdict(ProbeResult)``): the spread at one size and the growth at ``answer``."""
+        by_size: dict[tuple[int, bool], list[float]] = {}
+        for p in probes:
+            if p.get("status") == "ok" and p.get("peak_mib") is not None:
+                by_size.setdefault((int(p["batch"]), bool(p.get("confirm"))), []).append(float(p["peak_mib"]))
+        spread = max((max(v) - min(v) for v in by_size.values()), default=0.0)
+        jitter = max(spread, CPU_PEAK_JITTER_MIB) if budget_kind == "cpu-rlimit-data" else spread
+        short, long = by_size.get((answer, False)), by_size.get((answer, True))
+        growth = max(0.0, max(long) - max(short)) if short and long else 0.0
+        return cls(user_mib, jitter, growth)
+
+
 def answer_headroom_mib(row: dict[str, Any]) -> float | None:
     """The budget minus the largest peak measured at the answer (its probes and confirm run); None if unknown."""
     try:
@@ -83,8 +144,8 @@ def jitter_advice(row: dict[str, Any]) -> str | None:
     """
     if row.get("budget_kind") != "cpu-rlimit-data" or not row.get("max_batch"):
         return None
-    if float(row.get("margin_mib") or 0.0) >= CPU_PEAK_JITTER_MIB:
-        return None
+    if float(row.get("margin_mib") or 0.0) + float(row.get("margin_jitter_mib") or 0.0) >= CPU_PEAK_JITTER_MIB:
+        return None  # the recommendation already leaves the jitter (rows since issue 18) or the user asked for it
     spare = answer_headroom_mib(row)
     if spare is None or spare >= CPU_PEAK_JITTER_MIB:
         return None
@@ -92,6 +153,35 @@ def jitter_advice(row: dict[str, Any]) -> str | None:
     fit = LinearFit(float(row.get("fit_a_mib") or 0.0), float(b)) if b else None
     safe, _, _ = recommend(int(row["max_batch"]), CPU_PEAK_JITTER_MIB, fit,
                            float(row.get("analytic_activation_mib_per_sample") or 0.0))
-    return (f"the answer leaves {spare:.1f} MiB of the budget unused, and a fresh worker's peak at one size "
+    risk = (f"the answer leaves {spare:.1f} MiB of the budget unused, and a fresh worker's peak at one size "
             f"moves by 1-{CPU_PEAK_JITTER_MIB:g} MiB from run to run on CPU, so {row['max_batch']} may fail on a "
-            f"later run; {safe} leaves a {CPU_PEAK_JITTER_MIB:g} MiB margin (--margin-mib {CPU_PEAK_JITTER_MIB:g})")
+            "later run; ")
+    if safe < 1:  # the jitter is worth more samples than the answer has: no size keeps the margin
+        return risk + (f"no batch size leaves a {CPU_PEAK_JITTER_MIB:g} MiB margin under this budget: give a "
+                       f"larger --memory-limit-mib (at least {CPU_PEAK_JITTER_MIB:g} MiB more)")
+    return risk + f"{safe} leaves a {CPU_PEAK_JITTER_MIB:g} MiB margin (--margin-mib {CPU_PEAK_JITTER_MIB:g})"
+
+
+def train_advice(row: dict[str, Any]) -> str | None:
+    """How to use the recommendation: the margin it leaves, the settings to train with, the --verify result.
+
+    None for rows stored before these were recorded (no ``margin_total_mib``).
+    """
+    if row.get("margin_total_mib") is None:
+        return None
+    try:
+        env = json.loads(row.get("train_env_json") or "{}")
+    except (TypeError, ValueError):
+        env = {}
+    rec = row.get("recommended_batch")
+    head = (f"recommended {rec} leaves {float(row['margin_total_mib']):.1f} MiB at the boundary "
+            f"(run-to-run jitter {float(row.get('margin_jitter_mib') or 0):.1f}, growth over the "
+            f"{row.get('confirm_steps') or '?'}-step confirm run {float(row.get('margin_growth_mib') or 0):.1f}, "
+            f"--margin-mib {float(row.get('margin_mib') or 0):g})" if rec else
+            f"no size leaves the {float(row['margin_total_mib']):.1f} MiB margin: give a larger budget")
+    how = f"; train with {env_words(env)}, as the probes ran" if env else ""
+    check = ""
+    if row.get("verify_status"):
+        check = (f"; --verify trained it {row.get('verify_steps')} steps + eval in a fresh worker: "
+                 f"{row['verify_status']}" + (f" ({row['verify_reason']})" if row.get("verify_reason") else ""))
+    return head + how + check

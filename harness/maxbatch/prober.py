@@ -17,23 +17,24 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from harness.config.trial import OptimizerSpec, TrialSpec
 from harness.data import DataRequest, PreparedData, default_cache_dir, prepare
 from harness.errors import DoesNotFitError
-from harness.maxbatch.advice import Formula, recommend
+from harness.maxbatch.advice import Formula, Margin, answer_env, recommend
 from harness.maxbatch.request import Budget, MaxBatchRequest, resolve_budget
 from harness.maxbatch.search import ProbeResult, SearchResult, SearchSettings, search
 from harness.models import build_description, is_native_model
 from harness.monitor import environment
 from harness.records import Monitor, TrialOutcome, TrialUnit, WorkerMetrics
 from harness.registry import adapter_class, adapter_target
-from harness.run.executor import LocalExecutor
+from harness.run.executor import CPU_ALLOCATOR_ENV, LocalExecutor
 from harness.store import Store
 
 MIB = 1024.0 * 1024.0
@@ -42,7 +43,7 @@ SETUP_MEMORY_ERRORS = ("failed to map segment from shared object", "Cannot alloc
                        "cannot allocate memory")
 CONTROL_FACTOR = 2  # a CPU probe that fails without saying "memory" is run again with this much more,
 CONTROL_FLOOR_MIB = 1024.0  # and at least this much more: a budget below the framework's start-up needs more than 2x
-CPU_PROBE_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+CPU_PROBE_ENV = CPU_ALLOCATOR_ENV  # the probes' allocator setting, the same as every CPU worker's
 
 
 def probe_peak_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
@@ -115,16 +116,15 @@ class WorkerProber:
     """The probe function of :func:`harness.maxbatch.search.search`: each call is a fresh worker."""
 
     def __init__(self, req: MaxBatchRequest, budget: Budget, data: PreparedData, executor: LocalExecutor,
-                 on_outcome: Callable[[TrialOutcome], None] | None = None) -> None:
+                 on_outcome: Callable[[TrialOutcome], None] | None = None,
+                 on_event: Callable[[TrialSpec, dict[str, Any]], None] | None = None) -> None:
         self.req, self.budget, self.data, self.executor = req, budget, data, executor
-        self.on_outcome = on_outcome
+        self.on_outcome, self.on_event = on_outcome, on_event
         self.outcomes: list[TrialOutcome] = []
         self.order_path = str(data.write_order(req.seed, 0))
-        # On CPU, glibc moves its mmap threshold up as large blocks are freed, so later steps put big
-        # tensors on the heap, which fragments: the same probe then needs more memory the longer it runs
-        # and the boundary wanders between runs. A fixed threshold keeps every large tensor in its own
-        # mapping, returned to the OS when freed, so a probe's peak is repeatable (docs/maxbatch.md).
-        self.env: dict[str, str] = CPU_PROBE_ENV if budget.kind == "cpu-rlimit-data" else {}
+        # On CPU a fixed glibc mmap threshold makes a probe's peak repeatable (CPU_ALLOCATOR_ENV); the answer
+        # then holds under that setting only, so it is stored and printed with the answer (advice.answer_env)
+        self.env: dict[str, str] = dict(CPU_PROBE_ENV) if budget.kind == "cpu-rlimit-data" else {}
 
     def trial(self, batch: int, confirm: bool) -> TrialSpec:
         """The probe's trial: a warm-up step, a few timed steps (more to confirm), then eval at ``batch``."""
@@ -146,19 +146,56 @@ class WorkerProber:
                          python=self.req.python or sys.executable,
                          oom_patterns=adapter_class(self.req.framework).oom_stderr_patterns,
                          os_memory_limit_mib=os_limit_mib, env=dict(self.env))
-        outcome = self.executor.run(unit)
+        on_event = self.on_event
+        relay = None if on_event is None else (lambda msg: on_event(unit.trial, msg))
+        # without a listener, the plain call: executors written before live progress take no on_event
+        outcome = self.executor.run(unit) if relay is None else self.executor.run(unit, on_event=relay)
         self.outcomes.append(outcome)
         if self.on_outcome is not None and not control:  # a control run shares the probe's trial hash
             self.on_outcome(outcome)
         return outcome
 
-    def __call__(self, batch: int, confirm: bool) -> ProbeResult:
-        outcome = self._run(batch, confirm, self.budget.os_limit_mib)
+    def verify(self, batch: int, steps: int) -> TrialOutcome:
+        """Train ``batch`` for ``steps`` timed steps (after one warm-up), then eval, in a fresh worker.
+
+        The same budget and the same allocator settings as the probes (what the output tells the user to train
+        with), stored as a trial with purpose ``verify``; no control run and no retry: a user's run gets neither.
+        """
+        trial = replace(self.trial(batch, True), timed_steps=steps, purpose="verify")
+        unit = TrialUnit(trial=trial, data=self.data, order_path=self.order_path,
+                         adapter_target=adapter_target(self.req.framework),
+                         python=self.req.python or sys.executable,
+                         oom_patterns=adapter_class(self.req.framework).oom_stderr_patterns,
+                         os_memory_limit_mib=self.budget.os_limit_mib, env=dict(self.env))
+        outcome = self.executor.run(unit)
+        if self.on_outcome is not None:
+            self.on_outcome(outcome)
+        return outcome
+
+    @staticmethod
+    def _classify(outcome: TrialOutcome) -> str:
         status = outcome.status if outcome.status in ("ok", "oom", "crashed", "timeout") else "error"
-        reason, elapsed = outcome.reason, outcome.elapsed_s
         if status == "error" and any(p in outcome.reason for p in SETUP_MEMORY_ERRORS):
             status = "oom"  # the framework's libraries could not even be mapped under the budget
-        elif status in ("error", "crashed") and self.budget.os_limit_mib:
+        return status
+
+    def __call__(self, batch: int, confirm: bool) -> ProbeResult:
+        outcome = self._run(batch, confirm, self.budget.os_limit_mib)
+        status, elapsed = self._classify(outcome), outcome.elapsed_s
+        if status in ("error", "crashed") and self.budget.os_limit_mib:
+            # First the same probe at the same budget: a one-off failure (a worker killed from outside, a
+            # signal) passes there, and only a failure that repeats is worth asking the control run about.
+            # Without this, a single killed worker at batch 1 passed the control run and the search concluded
+            # "does not fit even at batch 1" (issue 13, item 4).
+            first = outcome
+            outcome = self._run(batch, confirm, self.budget.os_limit_mib)
+            status, elapsed = self._classify(outcome), elapsed + outcome.elapsed_s
+            if status in ("ok", "oom"):  # say what happened to the first worker, not only to the second
+                then = f"{status} ({outcome.reason})" if outcome.reason else status
+                outcome = replace(outcome, reason=f"{first.status} once ({first.reason}), then at the same "
+                                                  f"budget: {then}")
+        reason = outcome.reason
+        if status in ("error", "crashed") and self.budget.os_limit_mib:
             # Not every allocation failure says so (oneDNN: "could not create a primitive" when its scratch
             # memory is refused). Ask the machine instead of guessing from the text: the same probe with
             # control_limit_mib(budget). Passing there makes the failure the budget's; failing
@@ -190,6 +227,7 @@ def run_maxbatch(req: MaxBatchRequest, store: Store, run_id: int, *, data: Prepa
                  data_dir: str | None = None, cache_dir: Path | None = None, log_dir: Path | None = None,
                  monitor_factory: Callable[[TrialUnit], Monitor] | None = None,
                  on_probe: Callable[[TrialOutcome], None] | None = None,
+                 on_event: Callable[[TrialSpec, dict[str, Any]], None] | None = None,
                  gpus: list[dict[str, Any]] | None = None, env: dict[str, Any] | None = None,
                  settings: SearchSettings | None = None) -> MaxBatchOutcome:
     """Search, store every probe (trials, purpose ``probe``) and the result (maxbatch), return it.
@@ -216,7 +254,7 @@ def run_maxbatch(req: MaxBatchRequest, store: Store, run_id: int, *, data: Prepa
         if on_probe is not None:
             on_probe(outcome)
 
-    prober = WorkerProber(req, budget, data, executor, on_outcome=record)
+    prober = WorkerProber(req, budget, data, executor, on_outcome=record, on_event=on_event)
     settings = settings or SearchSettings(strategy=req.strategy, budget_mib=budget.mib,
                                           max_batch_cap=req.max_batch_cap)
     result = search(prober, settings)
@@ -224,24 +262,40 @@ def run_maxbatch(req: MaxBatchRequest, store: Store, run_id: int, *, data: Prepa
         param_count, activation_floats = desc.param_count(), desc.activation_floats_per_sample()
     else:
         param_count, activation_floats = next((o.param_count for o in prober.outcomes if o.param_count), 0), 0
-    row = result_row(req, budget, result, param_count, activation_floats, run_id, env, prober.outcomes)
+    row = result_row(req, budget, result, param_count, activation_floats, run_id, env, prober.outcomes,
+                     answer_env(prober.env, dict(os.environ)))
+    if req.verify_steps and row["recommended_batch"]:
+        row |= verify_columns(prober.verify(row["recommended_batch"], req.verify_steps), budget.kind)
     store.write_maxbatch(row)
     if result.max_batch == 0:
         raise DoesNotFitError(does_not_fit_message(req, budget, result.first_fail))
     return MaxBatchOutcome(req, budget, result, row, prober.outcomes)
 
 
+def verify_columns(outcome: TrialOutcome, budget_kind: str) -> dict[str, Any]:
+    """The ``verify_*`` columns of a verification run: ``pass`` only when every step and the eval ran."""
+    ok = outcome.status == "ok"
+    return {"verify_steps": outcome.trial.timed_steps, "verify_status": "pass" if ok else "fail",
+            "verify_reason": "" if ok else f"{outcome.status}: {outcome.reason}",
+            "verify_peak_mib": probe_peak_mib(outcome, budget_kind) if ok else None}
+
+
 def result_row(req: MaxBatchRequest, budget: Budget, result: SearchResult, param_count: int,
                activation_floats: int, run_id: int, env: dict[str, Any], outcomes: list[TrialOutcome],
-               ) -> dict[str, Any]:
-    """The ``maxbatch`` row of one search (column names: :data:`harness.store.MAXBATCH_COLUMNS`)."""
+               train_env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The ``maxbatch`` row of one search (column names: :data:`harness.store.MAXBATCH_COLUMNS`).
+
+    ``train_env``: the allocator settings the probes ran with, which the answer needs (advice.answer_env).
+    """
     fit = result.fit
+    probes = [asdict(p) for p in result.probes]
+    margin = Margin.measure(probes, result.max_batch, budget.kind, req.margin_mib)
     # the analytic per-sample size: every layer's output kept for backward, plus its gradient (x2), fp32
     analytic_mib = activation_floats * 4 * 2 / MIB
     per_sample = fit.b_mib_per_sample if fit is not None else analytic_mib
     formula = Formula.compute(param_count, req.optimizer, req.momentum, budget.mib, per_sample)
     analytic = Formula.compute(param_count, req.optimizer, req.momentum, budget.mib, analytic_mib)
-    rec, rec_pow2, rec_mult8 = recommend(result.max_batch, req.margin_mib, fit, analytic_mib)
+    rec, rec_pow2, rec_mult8 = recommend(result.max_batch, margin.total_mib, fit, analytic_mib)
     fail = result.first_fail
     ok_outcome = next((o for o in reversed(outcomes) if o.status == "ok"), None)
     row = {
@@ -258,13 +312,16 @@ def result_row(req: MaxBatchRequest, budget: Budget, result: SearchResult, param
         "param_count": param_count, "per_sample_activation_mib": per_sample,
         "fit_a_mib": fit.a_mib if fit else None,
         "fit_b_mib_per_sample": fit.b_mib_per_sample if fit else None,
-        "probes_json": json.dumps([asdict(p) for p in result.probes]),
+        "probes_json": json.dumps(probes),
         "env_json": json.dumps(env, default=str),
         "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "formula_analytic_batch": analytic.batch,
         "formula_analytic_error_pct": analytic.error_pct(result.max_batch),
         "analytic_activation_mib_per_sample": analytic_mib, "model_state_mib": formula.model_state_mib,
         "capped": int(result.capped), "versions_json": json.dumps(ok_outcome.versions if ok_outcome else {}),
+        "confirm_steps": req.confirm_steps, "margin_jitter_mib": margin.jitter_mib,
+        "margin_growth_mib": margin.growth_mib, "margin_total_mib": margin.total_mib,
+        "train_env_json": json.dumps(train_env or {}),
     }
     if not activation_floats:  # a native model: no analytic size, so no analytic formula (not a 0 that looks measured)
         row.update(formula_analytic_batch=None, formula_analytic_error_pct=None,

@@ -20,6 +20,10 @@ from harness.maxbatch.search import STRATEGIES
 
 MIB = 1024.0 * 1024.0
 
+#: Timed steps of the confirm run (after one warm-up step), chosen from measurement (benchmarks/confirm_growth.py,
+#: docs/maxbatch.md "How long the confirm run is"): long enough that the peak has stopped growing.
+CONFIRM_STEPS = 8
+
 
 BUDGET_KINDS = ("gpu-card", "gpu-emulated", "cpu-rlimit-data")
 
@@ -50,7 +54,8 @@ class MaxBatchRequest:
     threads: int = 0
     seed: int = 0
     probe_steps: int = 2  # timed steps of a probe (after one warm-up step)
-    confirm_steps: int = 8  # timed steps of the confirming run
+    confirm_steps: int = CONFIRM_STEPS  # timed steps of the confirming run
+    verify_steps: int = 0  # >0: after the search, train the recommended size this many steps in a fresh worker
     max_batch_cap: int = 1 << 16
     synthetic_shape: tuple[int, int, int] = (3, 32, 32)
     synthetic_classes: int = 10
@@ -82,6 +87,7 @@ class MaxBatchRequest:
             (self.timeout_s > 0, f"--timeout-s {self.timeout_s!r} must be > 0"),
             (self.max_batch_cap >= 1, f"--max-batch-cap {self.max_batch_cap!r} must be >= 1"),
             (self.probe_steps >= 1 and self.confirm_steps >= 1, "probe and confirm steps must be >= 1"),
+            (0 <= self.verify_steps <= 100_000, f"--verify-steps {self.verify_steps!r} must be in 1..100000"),
             (0 <= self.momentum < 1, f"--momentum {self.momentum!r} must be in [0, 1)"),
         )
         for ok, message in checks:

@@ -246,6 +246,9 @@ class _Search:
         wide, the line is dropped for plain bisection (TensorFlow's memory on CPU jumps by ~130 MiB
         between two adjacent sizes: no line predicts that), so the worst case stays within twice plain
         bisection.
+
+        Long on purpose: one loop whose state (bracket, fit, misses, gallop step) changes together at every probe;
+        its rules are documented and tested as a whole by the oracle suite (tests/maxbatch/test_maxsearch.py).
         """
         undershoots = 0
         misses = 0  # predictions that landed on the wrong side of the boundary

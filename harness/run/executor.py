@@ -31,6 +31,12 @@ GENERIC_OOM_PATTERNS = ("MemoryError", "std::bad_alloc", "out of memory", "Canno
                         # glibc under RLIMIT_DATA while loading a framework (seen with torch at ~150 MiB)
                         "cannot allocate memory", "failed to map segment from shared object")
 STDERR_TAIL_LINES = 40
+#: The allocator setting of every worker that trains on CPU: max-batch probes and sweep trials alike, so that a
+#: size the max-batch search found fits trains the same way in a sweep (issue 18). glibc raises its mmap threshold
+#: as large blocks are freed, so later steps put big tensors on the heap, which fragments: the memory a batch
+#: needs then grows over steps, is not monotone in the batch size, and moves between runs. Fixed at its starting
+#: value, every block over 128 KiB gets its own mapping, returned to the OS when freed (docs/maxbatch.md).
+CPU_ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
 
 def classify(report: WorkerReport, returncode: int | None, timed_out: bool, timeout_s: float,
@@ -85,11 +91,16 @@ class LocalExecutor:
         self.log_dir = log_dir
 
     def run(self, unit: TrialUnit, on_event: Callable[[dict[str, Any]], None] | None = None) -> TrialOutcome:
-        """Run one unit to completion (or timeout) and classify it. Never raises for a trial's failure."""
+        """Run one unit to completion (or timeout) and classify it. Never raises for a trial's failure.
+
+        Long on purpose: spawn, watch and clean-up share one try/finally that must see every handle (process,
+        pipe, reader thread, monitor), so that no path leaves a worker or a thread behind.
+        """
         trial = unit.trial
         request = {"protocol": PROTOCOL_VERSION, "trial": trial.to_dict(), "data": unit.data.to_dict(),
                    "order_path": unit.order_path, "adapter_target": unit.adapter_target,
                    "os_memory_limit_mib": unit.os_memory_limit_mib,
+                   "progress_interval_s": unit.progress_interval_s,
                    # resolved here, in the parent: a user's model function is never imported by a worker
                    "model": None if is_native_model(trial.model) else
                    build_description(trial.model, unit.data.input_shape, unit.data.classes).to_spec()}

@@ -9,6 +9,8 @@ Events, in the order a good trial sends them::
     hello    {pid, adapter, versions}
     phase    {phase}                          phase in PHASES; one phase runs until the next starts
     ready    {device: {...}, param_count}     after setup
+    progress {phase, step, steps_total, epoch, epochs, step_ms}   during training, at most every
+                                              ``progress_interval_s`` (the request's; None: never)
     result   {metrics: {...}, step_times_ms: [...], phase_steps: {...}}
     failure  {oom: bool, error_type, message, traceback, phase}
     end      {}
@@ -24,10 +26,13 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from harness.errors import WorkerProtocolError
+from harness.records import PROGRESS_INTERVAL_S
+
+__all__ = ["PROGRESS_INTERVAL_S", "Channel", "ProgressTicker", "WorkerReport", "decode", "encode"]
 
 PROTOCOL_VERSION = 1
 PHASES = ("setup", "warmup", "timed", "train", "eval")
-EVENTS = ("hello", "phase", "ready", "result", "failure", "end")
+EVENTS = ("hello", "phase", "ready", "progress", "result", "failure", "end")
 
 
 def _clean(value: Any) -> Any:
@@ -62,6 +67,33 @@ def decode(line: bytes | str) -> dict[str, Any]:
     return msg
 
 
+class ProgressTicker:
+    """Sends ``progress`` messages at most every ``interval_s``; the check per step is one comparison.
+
+    Called between steps, after the step's clock has been read, so it is never inside a timed step.
+    ``interval_s`` None sends nothing (the benchmark's "without progress" side); 0 sends after every step.
+    """
+
+    def __init__(self, chan: Channel, interval_s: float | None, steps_total: int, steps_per_epoch: int,
+                 epochs: int) -> None:
+        self.chan, self.interval_s = chan, interval_s
+        self.steps_total, self.steps_per_epoch, self.epochs = steps_total, max(steps_per_epoch, 1), epochs
+        self._next_s = 0.0  # perf_counter seconds: the first step reports at once
+        self.sent = 0
+
+    def tick(self, now_s: float, step: int, phase: str, step_ms: float) -> None:
+        """Step ``step`` (0-based) ended at ``now_s`` (``time.perf_counter()``) after ``step_ms``."""
+        done = step + 1
+        # the last step always reports, so a display never stops short of 100% before evaluation
+        if self.interval_s is None or (now_s < self._next_s and done != self.steps_total):
+            return
+        self._next_s = now_s + self.interval_s
+        self.chan.send("progress", phase=phase, step=done, steps_total=self.steps_total,
+                       epoch=min(step // self.steps_per_epoch + 1, self.epochs) if self.epochs else 0,
+                       epochs=self.epochs, step_ms=step_ms)
+        self.sent += 1
+
+
 class Channel:
     """The worker's end: writes protocol lines, unbuffered, to a file descriptor."""
 
@@ -87,6 +119,7 @@ class WorkerReport:
     result: dict[str, Any] | None = None
     failure: dict[str, Any] | None = None
     ended: bool = False
+    progress: dict[str, Any] | None = None  # the latest progress message
     bad_lines: list[str] = field(default_factory=list)
 
     def feed(self, msg: dict[str, Any]) -> None:
@@ -98,6 +131,8 @@ class WorkerReport:
             self.ready = msg
         elif event == "phase":
             self.phases.append((msg["phase"], float(msg["t"])))
+        elif event == "progress":
+            self.progress = msg
         elif event == "result":
             self.result = msg
         elif event == "failure":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Callable
@@ -19,13 +20,15 @@ from harness.models import build_description, is_native_model
 from harness.monitor import environment
 from harness.records import Executor, Monitor, TrialOutcome, TrialUnit
 from harness.registry import adapter_class, adapter_target
-from harness.run.executor import LocalExecutor
+from harness.run.executor import CPU_ALLOCATOR_ENV, LocalExecutor
 from harness.run.planner import data_request, plan
 from harness.store import Store, store_path
 from harness.store.db import make_out_dir
 from harness.store.lock import locked_out_dir
 
 ProgressFn = Callable[[int, int, TrialOutcome], None]
+#: a worker's protocol message (``progress``, ``phase``, ...) as it arrives, with the trial it belongs to
+EventFn = Callable[[TrialSpec, dict[str, Any]], None]
 
 
 @dataclass
@@ -52,16 +55,22 @@ class SweepContext:
     monitor_factory: Callable[[TrialUnit], Monitor] | None
 
 
+def worker_env(trial: TrialSpec, env: dict[str, Any]) -> dict[str, str]:
+    """What a trial's worker gets in its environment: on CPU the allocator setting the max-batch probes use."""
+    on_cpu = trial.device == "cpu" or (trial.device == "auto" and not env.get("gpus"))
+    return dict(CPU_ALLOCATOR_ENV) if on_cpu else {}
+
+
 def unit_for(exp: Experiment, trial: TrialSpec, data: PreparedData, os_memory_limit_mib: float | None = None,
-             ) -> TrialUnit:
-    """The unit that runs ``trial``: its interpreter, adapter and out-of-memory patterns."""
+             env: dict[str, str] | None = None) -> TrialUnit:
+    """The unit that runs ``trial``: its interpreter, adapter, out-of-memory patterns and extra environment."""
     settings = exp.adapters.get(trial.framework)
     python = settings.python if settings and settings.python else sys.executable
     order_path = data.write_order(trial.seed, trial.epochs)
     return TrialUnit(trial=trial, data=data, order_path=str(order_path),
                      adapter_target=adapter_target(trial.framework), python=python,
                      oom_patterns=adapter_class(trial.framework).oom_stderr_patterns,
-                     os_memory_limit_mib=os_memory_limit_mib)
+                     os_memory_limit_mib=os_memory_limit_mib, env=dict(env or {}))
 
 
 def skipped_outcome(trial: TrialSpec, reason: str) -> TrialOutcome:
@@ -80,6 +89,8 @@ def run_sweep(
     monitor_factory: Callable[[TrialUnit], Monitor] | None = None,
     progress: ProgressFn | None = None,
     on_start: Callable[[int, int, TrialSpec], None] | None = None,
+    on_event: EventFn | None = None,
+    on_plan: Callable[[list[TrialSpec], PreparedData], None] | None = None,
     executor: Executor | None = None,
     preflight: Callable[[dict[str, Any]], None] | None = None,
     after_trials: Callable[[SweepContext, SweepResult], None] | None = None,
@@ -89,9 +100,14 @@ def run_sweep(
     Without ``resume``, a store that already holds trials of this experiment is refused rather than
     mixed with a new run. A trial that fails never stops the sweep; Ctrl-C stops it after killing the
     worker in flight, with every finished trial already stored. ``executor`` defaults to a
-    :class:`LocalExecutor` logging into ``out_dir/logs``. ``preflight(env)`` runs before anything is
-    written and may refuse the run; ``after_trials`` runs with the store still open (the max-batch searches
-    of :func:`harness.pipeline.run_experiment`).
+    :class:`LocalExecutor` logging into ``out_dir/logs``. ``on_plan(todo, data)`` is told the trials still
+    to run before the first starts, ``on_event(trial, message)`` every worker message (live progress).
+    ``preflight(env)`` runs before anything is written and may refuse the run; ``after_trials`` runs with
+    the store still open (the max-batch searches of :func:`harness.pipeline.run_experiment`).
+
+    Long on purpose: the checks that must all pass before anything is written, then the loop that writes one
+    trial at a time, under one lock and one open store; the order of these steps is the reliability promise
+    (docs/reliability.md).
     """
     out_dir = Path(out_dir)
     if store_path(out_dir).exists() or store_path(out_dir).is_dir():
@@ -104,6 +120,8 @@ def run_sweep(
     for framework in exp.frameworks:
         adapter_class(framework)  # an adapter that cannot be loaded: AdapterError (exit 2)
     env = environment.capture()
+    # stored with the run: what CPU workers ran with (the same as the max-batch probes: harness/run/executor.py)
+    env["cpu_worker_env"] = dict(CPU_ALLOCATOR_ENV)
     if exp.device == "gpu" and not env.get("gpus"):
         raise ConfigError(f"{exp.source}: device = \"gpu\" was asked for, but NVML sees no GPU here "
                           f"({env.get('gpu_note') or 'no GPU'}); use device = \"cpu\" or \"auto\", or run "
@@ -114,6 +132,7 @@ def run_sweep(
     data = prepare(data_request(exp, data_dir), cache_dir or default_cache_dir())
     if not is_native_model(exp.model):  # a native model has no description: its adapter checks it in the worker
         build_description(exp.model, data.input_shape, data.classes)  # a model that does not fit the input
+    trials = plan(exp, data)  # before the store too: it refuses e.g. augmentation the data cannot take
     require_disk(data.order_bytes(exp.epochs) * exp.repeats, Path(data.directory),
                  f"the shuffle orders of {exp.repeats} repeat(s) x {max(exp.epochs, 1)} epoch(s)", "lower epochs")
     spec = exp.to_dict() | {"data": {k: v for k, v in data.to_dict().items() if k != "directory"}}
@@ -125,30 +144,34 @@ def run_sweep(
                              "add --resume to finish that sweep, or give another --out directory")
         if existing:
             _refuse_changed_experiment(store, exp, spec, out_dir)
-        trials = plan(exp, data)
         (out_dir / f"{exp.name}.resolved.json").write_text(json.dumps(spec, indent=2, default=str))
         run_id = store.begin_run(exp.name, spec, command, env)
         done = store.finished_hashes()
         result = SweepResult(out_dir=out_dir, total=len(trials))
-        oom_at: dict[str, int] = {}
+        oom_at: dict[tuple[str, str], int] = {}  # (framework, variant): the smallest batch that ran out of memory
         for row in existing:
             if row["status"] == "oom":
-                oom_at[row["framework"]] = min(oom_at.get(row["framework"], row["batch_size"]), row["batch_size"])
+                key = (row["framework"], row.get("variant") or "")
+                oom_at[key] = min(oom_at.get(key, row["batch_size"]), row["batch_size"])
         executor = executor or LocalExecutor(monitor_factory=monitor_factory, log_dir=out_dir / "logs")
+        if on_plan is not None:
+            on_plan([t for t in trials if t.trial_hash not in done], data)
         for i, trial in enumerate(trials, 1):
             if trial.trial_hash in done:
                 result.already_done += 1
                 continue
-            limit = oom_at.get(trial.framework)
+            limit = oom_at.get((trial.framework, trial.variant))
             if exp.skip_larger_after_oom and limit is not None and trial.batch_size > limit:
                 outcome = skipped_outcome(trial, f"larger than batch size {limit}, which ran out of memory "
                                                  "(run with --no-skip-larger to try it anyway)")
             else:
                 if on_start is not None:
                     on_start(i, len(trials), trial)
-                outcome = executor.run(unit_for(exp, trial, data))
+                relay = None if on_event is None else functools.partial(on_event, trial)
+                outcome = executor.run(unit_for(exp, trial, data, env=worker_env(trial, env)), on_event=relay)
                 if outcome.status == "oom":
-                    oom_at[trial.framework] = min(oom_at.get(trial.framework, trial.batch_size), trial.batch_size)
+                    key = (trial.framework, trial.variant)
+                    oom_at[key] = min(oom_at.get(key, trial.batch_size), trial.batch_size)
             store.write_trial(outcome, run_id, env)
             result.outcomes.append(outcome)
             if progress is not None:

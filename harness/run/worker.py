@@ -33,12 +33,14 @@ from adapters import fpenv
 from adapters.base import Adapter, RuntimeConfig
 from harness.config.trial import TrialSpec
 from harness.data import PreparedData
+from harness.data.augment import Augmenter
 from harness.errors import ConfigError
 from harness.flops import train_flop_per_sample
 from harness.models import ModelDescription, build_description, init_weights, is_native_model
 from harness.models.native import PREFIX as NATIVE_PREFIX
 from harness.records import WorkerMetrics
-from harness.run.protocol import Channel
+from harness.run.planner import plan_steps
+from harness.run.protocol import PROGRESS_INTERVAL_S, Channel, ProgressTicker
 from harness.run.timing import drift, step_figures
 
 MIB = 1024.0 * 1024.0
@@ -59,14 +61,56 @@ def batch_indices(order: np.ndarray, batch_size: int, epochs: int, steps: int) -
         yield perm[(step * batch_size + np.arange(batch_size)) % n]
 
 
-def plan_steps(n_train: int, batch_size: int, epochs: int, warmup: int, timed: int) -> tuple[int, int, int]:
-    """(warm-up, timed, rest) step counts. With epochs, warm-up and timed steps come out of the epochs."""
-    if epochs == 0:
-        return warmup, timed, 0
-    total = epochs * -(-n_train // batch_size)
-    timed_n = min(timed, max(total - warmup, 1))
-    warmup_n = min(warmup, total - timed_n)
-    return warmup_n, timed_n, total - warmup_n - timed_n
+def epoch_of(step: int, n_train: int, batch_size: int, epochs: int) -> int:
+    """The epoch that step ``step`` of :func:`batch_indices` belongs to (augmentation is drawn per epoch)."""
+    if epochs > 0:
+        return step // -(-n_train // batch_size)
+    return (step * batch_size) // n_train
+
+
+def micro_batches(idx: np.ndarray, size: int) -> list[np.ndarray]:
+    """An update's indices cut into micro-batches of ``size`` (the last may be shorter, as an epoch's last batch)."""
+    return [idx[start : start + size] for start in range(0, len(idx), size)]
+
+
+class StepRunner:
+    """One optimizer update from one index batch: augment, move to the device (untimed), then train (timed).
+
+    With ``accumulate_steps`` = k the index batch holds k micro-batches; each is moved and run through
+    forward and backward in turn (only one is on the device at a time), weighted by its share of the
+    samples so that the update is the one of the mean loss over all of them, then the optimizer steps once.
+    """
+
+    def __init__(self, adapter: Adapter, trial: TrialSpec, x: np.ndarray, y: np.ndarray, n_train: int) -> None:
+        self.adapter, self.trial, self.x, self.y = adapter, trial, x, y
+        self.augment = Augmenter(trial.augment, trial.augment_pad_px, trial.seed, n_train)
+        self.n_train = n_train
+        self.micro_batches_n = 0  # forward/backward passes run (equal to the updates without accumulation)
+
+    def _batch(self, idx: np.ndarray, epoch: int) -> Any:
+        self.micro_batches_n += 1
+        return self.adapter.prepare_batch(self.augment(self.x[idx], idx, epoch), self.y[idx])
+
+    def run(self, step: int, idx: np.ndarray) -> tuple[float, float]:
+        """Run one update; returns (data seconds, step seconds)."""
+        t = self.trial
+        epoch = epoch_of(step, self.n_train, t.effective_batch_size, t.epochs)
+        if t.accumulate_steps == 1:
+            t0 = time.perf_counter()
+            batch = self._batch(idx, epoch)
+            t1 = time.perf_counter()
+            self.adapter.train_step(batch)
+            return t1 - t0, time.perf_counter() - t1
+        data_s = step_s = 0.0
+        for part in micro_batches(idx, t.batch_size):
+            t0 = time.perf_counter()
+            batch = self._batch(part, epoch)
+            t1 = time.perf_counter()
+            self.adapter.accumulate_gradients(batch, len(part) / len(idx))
+            data_s, step_s = data_s + t1 - t0, step_s + time.perf_counter() - t1
+        t1 = time.perf_counter()
+        self.adapter.apply_accumulated()
+        return data_s, step_s + time.perf_counter() - t1
 
 
 def _load_adapter(target: str) -> Adapter:
@@ -163,11 +207,15 @@ def _cpu_denormals(trial: TrialSpec, device_info: dict[str, Any]) -> str:
     return state
 
 
-def _train_metrics(trial: TrialSpec, step_ms: list[float], warmup_n: int, post_warmup_s: float,
+def _train_metrics(batch_size: int, step_ms: list[float], warmup_n: int, post_warmup_s: float,
                    post_warmup_samples: int, flop_per_sample: float | None) -> dict[str, Any]:
-    """Throughput and drift of the post-warm-up steps (every one of them: see :mod:`harness.run.timing`)."""
+    """Throughput and drift of the post-warm-up steps (every one of them: see :mod:`harness.run.timing`).
+
+    ``batch_size`` is what one step trains: the effective batch (micro-batch x accumulation steps), since a
+    step is one optimizer update.
+    """
     measured = step_ms[warmup_n:]
-    fig = step_figures(measured, trial.batch_size, post_warmup_samples, post_warmup_s)
+    fig = step_figures(measured, batch_size, post_warmup_samples, post_warmup_s)
     d = drift(measured)
     return dict(
         step_samples_per_s=fig.step_samples_per_s, e2e_samples_per_s=fig.e2e_samples_per_s,
@@ -182,7 +230,11 @@ def _train_metrics(trial: TrialSpec, step_ms: list[float], warmup_n: int, post_w
 
 
 def run_trial(request: dict[str, Any], chan: Channel) -> int:
-    """Run the trial in ``request``, reporting on ``chan``. Returns the process exit code."""
+    """Run the trial in ``request``, reporting on ``chan``. Returns the process exit code.
+
+    Long on purpose: the trial's phases in the order they are announced to the parent (setup, warm-up, timed,
+    train, eval, result) inside the one try/except that turns any failure into a protocol message.
+    """
     trial = TrialSpec.from_dict(request["trial"])
     data = PreparedData.from_dict(request["data"])
     chan.send("phase", phase="setup")
@@ -223,9 +275,13 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
         chan.send("ready", device=device_info, param_count=adapter.param_count(), model=model_info)
         watcher = VmDataWatcher().start() if request.get("os_memory_limit_mib") else None
 
-        warmup_n, timed_n, rest_n = plan_steps(data.n_train, trial.batch_size, trial.epochs,
+        # a step is one optimizer update: effective_batch_size samples (batch_size x accumulate_steps)
+        effective = trial.effective_batch_size
+        warmup_n, timed_n, rest_n = plan_steps(data.n_train, effective, trial.epochs,
                                                trial.warmup_steps, trial.timed_steps)
         boundaries = [(0, "warmup"), (warmup_n, "timed"), (warmup_n + timed_n, "train")]
+        ticker = ProgressTicker(chan, request.get("progress_interval_s", PROGRESS_INTERVAL_S),
+                                warmup_n + timed_n + rest_n, -(-data.n_train // effective), trial.epochs)
         adapter.reset_memory_stats()
         step_ms: list[float] = []
         data_s = 0.0
@@ -233,22 +289,20 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
         post_warmup_samples = 0
         t_train = time.perf_counter()
         t_post_warmup = t_train  # moved to the first post-warm-up step's start below
-        batches = batch_indices(order, trial.batch_size, trial.epochs, warmup_n + timed_n)
+        runner = StepRunner(adapter, trial, x_train, y_train, data.n_train)
+        batches = batch_indices(order, effective, trial.epochs, warmup_n + timed_n)
         for step, idx in enumerate(batches):
             while boundaries and boundaries[0][0] == step:
                 phase = boundaries.pop(0)[1]
                 chan.send("phase", phase=phase)
-            t0 = time.perf_counter()
             if step == warmup_n:
-                t_post_warmup = t0
+                t_post_warmup = time.perf_counter()
             idx = np.sort(idx)  # in-batch order does not change a mean loss; sorted reads are faster
-            batch = adapter.prepare_batch(x_train[idx], y_train[idx])
-            t1 = time.perf_counter()
-            adapter.train_step(batch)
-            t2 = time.perf_counter()
-            data_s += t1 - t0
-            step_ms.append((t2 - t1) * 1e3)
+            batch_data_s, step_s = runner.run(step, idx)
+            data_s += batch_data_s
+            step_ms.append(step_s * 1e3)
             samples_seen += len(idx)
+            ticker.tick(time.perf_counter(), step, phase, step_ms[-1])  # after the step's clock: not timed
             if step >= warmup_n:
                 post_warmup_samples += len(idx)
         t_end = time.perf_counter()
@@ -266,9 +320,10 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
         end_mem = _proc_status_mib("VmData", "RssFile", "RssAnon")
         vmdata_peak = watcher.stop() if watcher is not None else None
         metrics = WorkerMetrics(
-            **_train_metrics(trial, step_ms, warmup_n, t_end - t_post_warmup, post_warmup_samples,
+            **_train_metrics(effective, step_ms, warmup_n, t_end - t_post_warmup, post_warmup_samples,
                              None if desc is None else train_flop_per_sample(desc)),
             warmup_steps_n=warmup_n, timed_steps_n=timed_n, train_steps_n=len(step_ms),
+            optimizer_updates_n=len(step_ms), micro_batches_n=runner.micro_batches_n,
             epochs_done=samples_seen / data.n_train if trial.epochs else 0.0,
             data_s=data_s, setup_s=setup_s, train_s=train_s, cpu_denormals=cpu_denormals,
             framework_peak_mib=mem.peak_mib, framework_peak_source=mem.source,

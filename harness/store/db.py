@@ -60,6 +60,9 @@ TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("exit_code", "INTEGER"), ("stderr_tail", "TEXT"), ("traceback", "TEXT"),
     ("versions_json", "TEXT"), ("env_json", "TEXT"), ("device_json", "TEXT"), ("spec_json", "TEXT"),
     ("monitor_json", "TEXT"), ("started_at", "TEXT"), ("finished_at", "TEXT"),
+    # study settings (issue 14), nullable and added to older stores on open: variant is "" without variants
+    ("variant", "TEXT"), ("augment", "TEXT"), ("accumulate_steps", "INTEGER"), ("effective_batch_size", "INTEGER"),
+    ("optimizer_updates_n", "INTEGER"), ("micro_batches_n", "INTEGER"),
 )
 TRIAL_COLUMN_NAMES = tuple(name for name, _ in TRIAL_COLUMNS)
 
@@ -80,6 +83,10 @@ MAXBATCH_COLUMNS: tuple[tuple[str, str], ...] = (
     ("formula_analytic_batch", "INTEGER"), ("formula_analytic_error_pct", "REAL"),
     ("analytic_activation_mib_per_sample", "REAL"), ("model_state_mib", "REAL"), ("capped", "INTEGER"),
     ("versions_json", "TEXT"),
+    # issue 18: what the answer needs to hold in the user's own training, and the check that it does
+    ("confirm_steps", "INTEGER"), ("margin_jitter_mib", "REAL"), ("margin_growth_mib", "REAL"),
+    ("margin_total_mib", "REAL"), ("train_env_json", "TEXT"), ("verify_steps", "INTEGER"),
+    ("verify_status", "TEXT"), ("verify_reason", "TEXT"), ("verify_peak_mib", "REAL"),
 )
 MAXBATCH_COLUMN_NAMES = tuple(name for name, _ in MAXBATCH_COLUMNS)
 
@@ -303,7 +310,10 @@ def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> d
         "mfu_pct": mfu_pct(m.get("achieved_gflop_per_s"), outcome.device.get("gpu_name"), t.precision)
         if outcome.device.get("gpu_name") else None,
         "rss_peak_mib": max(rss) if rss else None,
-        "j_per_sample": _j_per_sample(mon.get("energy_j"), t.batch_size, outcome.phase_steps.get("timed")),
+        "variant": t.variant, "augment": t.augment, "accumulate_steps": t.accumulate_steps,
+        "effective_batch_size": t.effective_batch_size,
+        # a timed step is one optimizer update of effective_batch_size samples
+        "j_per_sample": _j_per_sample(mon.get("energy_j"), t.effective_batch_size, outcome.phase_steps.get("timed")),
         "exit_code": outcome.exit_code, "stderr_tail": outcome.stderr_tail, "traceback": outcome.traceback,
         "versions_json": json.dumps(outcome.versions), "env_json": json.dumps(dict(env), default=str),
         "device_json": json.dumps(outcome.device, default=str), "spec_json": json.dumps(t.to_dict(), default=str),

@@ -54,3 +54,27 @@ def test_a_broken_plugin_warns_and_is_listed_with_its_problem(monkeypatch):
     assert not bad.installed and "cannot be loaded" in (bad.problem or "")
     with pytest.raises(AdapterError, match="no adapter named 'nope'"):
         registry.adapter_target("nope")
+
+
+def test_a_name_registered_twice_warns_and_names_both(monkeypatch):
+    eps = [
+        md.EntryPoint(name="dup", value="tests.fakes.adapter:FakeAdapter", group=registry.GROUP),
+        md.EntryPoint(name="dup", value="other_pkg.adapter:Other", group=registry.GROUP),
+    ]
+    monkeypatch.setattr(registry.md, "entry_points", lambda group: eps)
+    registry.refresh()
+    try:
+        with pytest.warns(RuntimeWarning, match="'dup' is registered twice: tests.fakes.adapter:FakeAdapter"):
+            assert registry.adapter_target("dup") == "other_pkg.adapter:Other"
+    finally:
+        monkeypatch.undo()
+        registry.refresh()  # forget the fake group for the tests after this one
+    assert "dup" not in registry.known_adapter_names()
+
+
+def test_a_class_whose_name_differs_from_its_entry_point_warns(monkeypatch):
+    real = dict(registry._entry_points())
+    renamed = md.EntryPoint(name="notfake", value="tests.fakes.adapter:FakeAdapter", group=registry.GROUP)
+    monkeypatch.setattr(registry, "_entry_points", lambda: {**real, "notfake": renamed})
+    with pytest.warns(RuntimeWarning, match="declares name = 'fake'; set the class's name to 'notfake'"):
+        registry.adapter_class("notfake")

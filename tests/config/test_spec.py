@@ -127,6 +127,7 @@ def test_denormals_key_defaults_to_flush_reaches_the_trial_and_is_validated():
 
     class _Data:
         key = "k"
+        input_shape = (1, 8, 8)  # the planner checks a variant's augmentation against it
 
     trials = plan(parse(denormals="framework-default"), _Data())  # type: ignore[arg-type]
     assert {t.denormals for t in trials} == {"framework-default"}

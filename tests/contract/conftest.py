@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.registry import adapter_target, known_adapter_names
+from harness.registry import adapter_target, known_adapter_names, list_adapters
+from tests.contract import verdicts
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PROBE_TIMEOUT_S = 600
@@ -61,24 +62,57 @@ def resolve_target(name: str) -> str:
     return name if ":" in name else adapter_target(name)
 
 
+def _not_installed(name: str) -> str | None:
+    """Why a registered adapter cannot run here (its framework is not installed), or None."""
+    if ":" in name:
+        return None
+    info = next((a for a in list_adapters() if a.name == name), None)
+    if info is None or info.installed:
+        return None
+    return f"{name}: its framework ({info.distribution}) is not installed in this environment"
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "adapter_name" in metafunc.fixturenames:
-        metafunc.parametrize("adapter_name", selected_adapters(metafunc.config))
+        params = []
+        for name in selected_adapters(metafunc.config):
+            # A real absence (an environment without that framework) is a skip that says so; CI installs
+            # every built-in framework (`all` extra), and an adapter named with --adapter is never skipped.
+            reason = None if metafunc.config.getoption("--adapter") else _not_installed(name)
+            marks = [pytest.mark.skip(reason=reason)] if reason else []
+            params.append(pytest.param(name, id=name, marks=marks))
+        metafunc.parametrize("adapter_name", params)
 
 
-def run_probe(name: str, out_dir: Path) -> ProbeResult:
-    """Run the probe for one adapter in a fresh interpreter and load what it wrote."""
-    target = resolve_target(name)
+def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
+def import_loads(module: str) -> list[str]:
+    """The framework modules that importing ``module`` loads, in a fresh interpreter."""
+    code = (f"import json, sys\nimport {module}\n"
+            f"print(json.dumps(sorted(m for m in {verdicts.FRAMEWORK_MODULES!r} if m in sys.modules)))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=PROJECT_ROOT, env=_env())
+    if proc.returncode != 0:
+        pytest.fail(f"importing {module} failed:\n{proc.stderr[-3000:]}")
+    return list(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def run_probe(name: str, out_dir: Path, checks: tuple[str, ...] | None = None) -> ProbeResult:
+    """Run the probe for one adapter in a fresh interpreter and load what it wrote."""
+    target = resolve_target(name)
+    extra = ["--checks", ",".join(checks)] if checks else []
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.contract.probe", "--target", target, "--out", str(out_dir)],
+        [sys.executable, "-m", "tests.contract.probe", "--target", target, "--out", str(out_dir), *extra],
         capture_output=True,
         text=True,
         timeout=PROBE_TIMEOUT_S,
         cwd=PROJECT_ROOT,
-        env=env,
+        env=_env(),
     )
     log = proc.stdout + proc.stderr
     result_path = out_dir / "result.json"

@@ -3,8 +3,8 @@
 ``python -m tests.contract.probe --target module:Class --out DIR`` loads one adapter, exercises it on
 CPU and writes ``DIR/result.json`` (facts and per-check outcomes) and ``DIR/reference.npz`` (logits and
 weights that the parent compares across frameworks). The pytest process never imports a framework: it
-only reads these files (see ``test_contract.py``). A check that raises is recorded with its traceback,
-so one broken check does not hide the others.
+only reads these files and judges them (``verdicts.py``, ``test_contract.py``). A check that raises is
+recorded with its traceback, so one broken check does not hide the others.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from adapters.base import Adapter, OptimizerSpec, RuntimeConfig
-from harness.models import build_description, init_weights
+from harness.models import BatchNorm, build_description, init_weights
+from tests.contract.verdicts import ISOLATED
 
 #: (model, input shape, classes): every layer kind; osu_cnn on a non-square 2-channel input makes the
 #: Flatten -> Dense permutation of an NHWC framework visible (C, H and W all differ).
@@ -43,6 +44,10 @@ SEED = 7
 SGD = OptimizerSpec(name="sgd", lr=0.05, momentum=0.9)
 ADAM = OptimizerSpec(name="adam", lr=0.001)
 STEPS = 3
+BLOCK_STEPS = 5
+#: The checks after versions and setup, in order; ``--checks`` runs a subset (the broken-adapter tests do).
+CHECKS = ("models", "reference_counts", "isolated", "batchnorm", "after_training", "learns", "evaluates", "blocks",
+          "oom")
 
 
 def fixed_batch(
@@ -53,76 +58,12 @@ def fixed_batch(
     return rng.normal(size=(n, *shape)).astype(np.float32), rng.integers(0, classes, size=n).astype(np.int64)
 
 
-def real_oom_errors(name: str) -> tuple[list[BaseException], list[BaseException]]:
-    """(out-of-memory, not out-of-memory) exceptions of the real classes, with messages the frameworks write.
-
-    The messages were copied from real failures (CPU ones provoked on this project's machine under
-    RLIMIT_AS, GPU ones from the frameworks' issue trackers). An adapter not listed here is checked with
-    the generic cases only; the provoked-OOM trial of the contract suite covers it for real.
-    """
-    generic_no: list[BaseException] = [ValueError("shapes (3,) and (4,) not aligned")]
-    if name == "pytorch":
-        import torch
-
-        return (
-            [
-                torch.cuda.OutOfMemoryError(
-                    "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB "
-                    "total capacity; 77.10 GiB already allocated)"
-                ),
-                RuntimeError(
-                    "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
-                    "memory: you tried to allocate 3010560000 bytes. Error code 12 (Cannot allocate memory)"
-                ),
-            ],
-            [*generic_no, RuntimeError("mat1 and mat2 shapes cannot be multiplied (8x10 and 12x5)")],
-        )
-    if name == "tensorflow":
-        import tensorflow as tf
-
-        text = (
-            "OOM when allocating tensor with shape[30000,28,28,32] and type float on "
-            "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc"
-        )
-        wrapped = RuntimeError("train step failed")
-        wrapped.__cause__ = tf.errors.ResourceExhaustedError(None, None, text)
-        return (
-            [
-                tf.errors.ResourceExhaustedError(None, None, text),
-                tf.errors.ResourceExhaustedError(
-                    None,
-                    None,
-                    "Graph execution error:\n\nDetected at node "
-                    "gradient_tape/conv2d/Conv2DBackpropInput\n" + text,
-                ),
-                wrapped,
-            ],
-            [*generic_no, tf.errors.InvalidArgumentError(None, None, "Incompatible shapes: [8,5] vs. [8,3]")],
-        )
-    if name == "mxnet":
-        from mxnet.base import MXNetError
-
-        return (
-            [
-                MXNetError(
-                    'Traceback (most recent call last):\n  File "../src/storage/./cpu_device_storage.h", '
-                    "line 74\nMXNetError: Failed to allocate CPU Memory"
-                ),
-                MXNetError(
-                    "[18:53:03] src/storage/./pooled_storage_manager.h:157: cudaMalloc failed: out of memory"
-                ),
-                MXNetError("cudaMalloc retry failed: out of memory"),
-            ],
-            [*generic_no, MXNetError("Check failed: shape mismatch: (8,5) vs (8,3)")],
-        )
-    return [MemoryError("cannot allocate")], generic_no
-
-
 class Probe:
     """Runs every check on one adapter, recording outcomes instead of stopping at the first failure."""
 
-    def __init__(self, adapter: Adapter) -> None:
+    def __init__(self, adapter: Adapter, checks: tuple[str, ...] = CHECKS) -> None:
         self.adapter = adapter
+        self.checks = checks
         self.result: dict[str, Any] = {"name": adapter.name, "checks": {}}
         self.arrays: dict[str, np.ndarray] = {}
 
@@ -210,36 +151,91 @@ class Probe:
         return {"accuracy": ev.accuracy, "loss": ev.loss, "samples": ev.samples}
 
     def blocks(self) -> dict[str, Any]:
-        """After train_step returns, the update is done: weights changed, and reading them costs no step."""
+        """After train_step returns, nothing is pending: a forced read right after finds no work to wait for.
+
+        Several steps are issued back to back before the read, so that work a lazy step leaves queued
+        adds up to several steps' time, far above the noise of a loaded machine.
+        """
         desc = build_description("deep_cnn", (3, 16, 16), 4)
         self.adapter.build(desc, init_weights(desc, SEED), SGD)
         batch = self.adapter.prepare_batch(*fixed_batch((3, 16, 16), 4, 32))
         for _ in range(2):
             self.adapter.train_step(batch)
-        step_s, read_after_s, idle_read_s, changed = [], [], [], []
-        for _ in range(3):
-            before = self.adapter.get_weights()
+        self.adapter.get_weights()
+        synced = []
+        for _ in range(3):  # what one step really costs: a step, then a read that waits for everything
             t0 = time.perf_counter()
             self.adapter.train_step(batch)
-            t1 = time.perf_counter()
-            after = self.adapter.get_weights()
-            t2 = time.perf_counter()
             self.adapter.get_weights()
-            t3 = time.perf_counter()
-            step_s.append(t1 - t0)
-            read_after_s.append(t2 - t1)
-            idle_read_s.append(t3 - t2)
-            changed.append(any(not np.array_equal(a, b) for a, b in zip(before, after, strict=True)))
+            synced.append(time.perf_counter() - t0)
+        before = self.adapter.get_weights()
+        t0 = time.perf_counter()
+        for _ in range(BLOCK_STEPS):
+            self.adapter.train_step(batch)
+        t1 = time.perf_counter()
+        after = self.adapter.get_weights()  # forces a synchronisation in every framework
+        t2 = time.perf_counter()
+        self.adapter.get_weights()
+        t3 = time.perf_counter()
         return {
-            "step_s": float(np.median(step_s)),
-            "read_after_step_s": float(np.median(read_after_s)),
-            "idle_read_s": float(np.median(idle_read_s)),
-            "weights_changed": all(changed),
+            "steps": BLOCK_STEPS,
+            "calls_s": t1 - t0,
+            "sync_s": t2 - t1,
+            "idle_read_s": t3 - t2,
+            "synced_step_s": float(np.median(synced)),
+            "weights_changed": any(not np.array_equal(a, b) for a, b in zip(before, after, strict=True)),
         }
 
-    def oom(self) -> dict[str, Any]:
-        yes, no = real_oom_errors(self.adapter.name)
+    def batchnorm(self) -> dict[str, Any]:
+        """Running statistics of every BatchNorm after one SGD step (deep_cnn: its last ones see 8 values)."""
+        model, shape, classes = MODELS[2]
+        desc = build_description(model, shape, classes)
+        self.adapter.build(desc, init_weights(desc, SEED), SGD)
+        self.adapter.train_step(self.adapter.prepare_batch(*fixed_batch(shape, classes, 8)))
+        stats = self.adapter.batchnorm_state()
+        shapes = [desc.input_shape, *desc.shapes()[:-1]]
+        bns = [(layer, s) for layer, s in zip(desc.layers, shapes, strict=True) if isinstance(layer, BatchNorm)]
+        if len(stats) != len(bns):
+            raise AssertionError(f"batchnorm_state() gave {len(stats)} pairs for {len(bns)} BatchNorm layers")
+        for i, (mean, var) in enumerate(stats):
+            self.arrays[f"bn/{i}/mean"] = np.asarray(mean, dtype=np.float64)
+            self.arrays[f"bn/{i}/var"] = np.asarray(var, dtype=np.float64)
         return {
+            "n": [8 * int(np.prod(s[1:])) for _, s in bns],  # values per channel: batch x H x W
+            "momentum": [layer.momentum for layer, _ in bns],
+            "declared": getattr(self.adapter, "bn_running_variance", "unbiased"),
+        }
+
+    def after_training(self) -> dict[str, Any]:
+        """Inference-mode logits after three steps (tiny_cnn, batch 32: BN sees 2048 values per channel)."""
+        model, shape, classes = MODELS[1]
+        desc = build_description(model, shape, classes)
+        self.adapter.build(desc, init_weights(desc, SEED), SGD)
+        batch = self.adapter.prepare_batch(*fixed_batch(shape, classes, 32))
+        for _ in range(STEPS):
+            self.adapter.train_step(batch)
+        self.arrays["after/logits"] = self.adapter.predict(batch)
+        return {}
+
+    def isolated(self) -> dict[str, Any]:
+        """Small models whose logits NumPy computes (verdicts.ISOLATED), each isolating one layer rule."""
+        for name, desc in ISOLATED.items():
+            weights = init_weights(desc, SEED)
+            x, y = fixed_batch(desc.input_shape, desc.classes, 6, seed=11)
+            x = x * 2.0 + 0.5  # a batch mean and variance far from the fresh running statistics (0, 1)
+            self.adapter.build(desc, weights, SGD)
+            self.arrays[f"isolated/{name}/logits"] = self.adapter.predict(self.adapter.prepare_batch(x, y))
+            self.arrays[f"isolated/{name}/x"] = x
+            for i, w in enumerate(weights):
+                self.arrays[f"isolated/{name}/w{i}"] = w
+        return {}
+
+    def oom(self) -> dict[str, Any]:
+        cls = type(self.adapter)
+        supplied = getattr(cls.oom_examples, "__func__", None) is not getattr(Adapter.oom_examples, "__func__", None)
+        yes, no = cls.oom_examples()
+        return {
+            "supplied": supplied,
             "oom_recognised": [
                 [type(e).__module__ + "." + type(e).__qualname__, str(e)[:120], bool(self.adapter.is_oom(e))]
                 for e in yes
@@ -253,7 +249,7 @@ class Probe:
         self.check("versions", self.versions)
         self.check("setup", self.setup)
         if self.result["checks"]["setup"]["error"] is None:
-            for name in ("models", "reference_counts", "learns", "evaluates", "blocks", "oom"):
+            for name in self.checks:
                 self.check(name, getattr(self, name))
         self.result["extras"] = {"trace_count": getattr(self.adapter, "trace_count", None)}
 
@@ -262,10 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.contract.probe")
     parser.add_argument("--target", required=True, help="the adapter as module:Class")
     parser.add_argument("--out", required=True, type=Path, help="directory for result.json and reference.npz")
+    parser.add_argument("--checks", default=",".join(CHECKS), help="comma-separated subset of " + ", ".join(CHECKS))
     args = parser.parse_args(argv)
     module_name, _, attr = args.target.partition(":")
     adapter: Adapter = getattr(importlib.import_module(module_name), attr)()
-    probe = Probe(adapter)
+    probe = Probe(adapter, tuple(c for c in args.checks.split(",") if c))
     probe.run()
     args.out.mkdir(parents=True, exist_ok=True)
     np.savez(args.out / "reference.npz", **probe.arrays)

@@ -19,15 +19,18 @@ from harness.records import TrialUnit
 from harness.registry import adapter_class
 from harness.run.executor import LocalExecutor
 from tests.conftest import make_trial
-from tests.contract.conftest import REFERENCE_ADAPTER, resolve_target
+from tests.contract import verdicts
+from tests.contract.conftest import REFERENCE_ADAPTER, ProbeResult, import_loads, resolve_target
 from tests.contract.probe import MODELS
+from tests.contract.verdicts import LOGITS_ATOL, LOGITS_RTOL, WEIGHTS_ATOL, WEIGHTS_RTOL
 
 pytestmark = pytest.mark.slow
 
-# float32 kernels differ between frameworks (summation order, oneDNN vs Eigen): first-batch logits agree
-# to about 1e-6 relative; after three SGD-momentum steps at lr 0.05 the weights still agree to ~1e-5.
-LOGITS_RTOL, LOGITS_ATOL = 1e-4, 1e-4
-WEIGHTS_RTOL, WEIGHTS_ATOL = 1e-3, 2e-4
+
+def test_importing_the_adapter_module_loads_no_framework(adapter_name):
+    module = resolve_target(adapter_name).partition(":")[0]
+    message = verdicts.imports_no_framework(module, import_loads(module))
+    assert message is None, message
 
 
 def test_versions_are_reported(adapter_name, probe):
@@ -84,18 +87,43 @@ def test_evaluate_gives_accuracy_in_unit_interval(adapter_name, probe):
 
 
 def test_train_step_returns_a_finished_update(adapter_name, probe):
-    record = probe(adapter_name).check("blocks")
-    assert record["weights_changed"], "the weights must have changed when train_step returns"
-    # Pending work would make the first read after the step wait for it (about a step's time).
-    assert record["read_after_step_s"] <= 3 * record["idle_read_s"] + 0.25 * record["step_s"], record
+    message = verdicts.blocking(probe(adapter_name).check("blocks"))
+    assert message is None, message
 
 
 def test_is_oom_recognises_the_frameworks_real_errors(adapter_name, probe):
-    record = probe(adapter_name).check("oom")
-    missed = [r for r in record["oom_recognised"] if not r[2]]
-    wrong = [r for r in record["not_oom_recognised"] if r[2]]
-    assert not missed, f"out-of-memory errors not recognised: {missed}"
-    assert not wrong, f"ordinary errors taken for out-of-memory: {wrong}"
+    message = verdicts.oom_classification(probe(adapter_name).check("oom"))
+    assert message is None, message
+
+
+def test_isolated_layers_match_numpy(adapter_name, probe):
+    this = probe(adapter_name)
+    this.check("isolated")
+    message = verdicts.isolated_layers(this.arrays)
+    assert message is None, message
+
+
+def batchnorm_verdict(this: ProbeResult, ref: ProbeResult) -> str | None:
+    """The BatchNorm-statistics verdict of ``this`` against the reference probe."""
+    record, ref_record = this.check("batchnorm"), ref.check("batchnorm")
+    arrays = {
+        side: {k: [p.arrays[f"bn/{i}/{k}"] for i in range(len(r["n"]))] for k in ("mean", "var")}
+        for side, p, r in (("this", this, record), ("ref", ref, ref_record))
+    }
+    return verdicts.batchnorm_statistics(arrays["this"], {**ref_record, **arrays["ref"]}, record["declared"])
+
+
+def test_batchnorm_running_statistics_match_the_reference(adapter_name, probe):
+    message = batchnorm_verdict(probe(adapter_name), probe(REFERENCE_ADAPTER))
+    assert message is None, message
+
+
+def test_inference_after_training_matches_the_reference(adapter_name, probe):
+    this, ref = probe(adapter_name), probe(REFERENCE_ADAPTER)
+    this.check("after_training")
+    ref.check("after_training")
+    message = verdicts.predictions_after_training(this.arrays["after/logits"], ref.arrays["after/logits"])
+    assert message is None, message
 
 
 def test_same_first_batch_and_updates_as_the_reference(adapter_name, probe):
@@ -103,15 +131,15 @@ def test_same_first_batch_and_updates_as_the_reference(adapter_name, probe):
     this, ref = probe(adapter_name), probe(REFERENCE_ADAPTER)
     this.check("models")
     ref.check("models")
-    keys = sorted(ref.arrays)
-    assert sorted(this.arrays) == keys
+    keys = sorted(k for k in ref.arrays if k.startswith(tuple(f"{m}/" for m, _, _ in MODELS)))
     for model, _, _ in MODELS:
         np.testing.assert_allclose(
             this.arrays[f"{model}/logits0"],
             ref.arrays[f"{model}/logits0"],
             rtol=LOGITS_RTOL,
             atol=LOGITS_ATOL,
-            err_msg=f"{model}: first-batch logits",
+            err_msg=f"{model}: first-batch logits (if only osu_cnn differs, look at Flatten -> Dense; if "
+            "tiny_cnn and deep_cnn differ, at BatchNorm in predict(): see the isolated-layer check)",
         )
         np.testing.assert_allclose(
             this.arrays[f"{model}/loss0"],

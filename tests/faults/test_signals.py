@@ -61,7 +61,7 @@ def test_maxbatch_stopped_by_sigterm_kills_its_probe_and_does_not_suggest_resume
     _, err = proc.communicate(timeout=60)
     assert gone_within(workers) == [], "a probe's worker outlived its parent"
     assert proc.returncode == 143 and "SIGTERM" in err and "Traceback" not in err
-    assert "--resume" not in err  # maxbatch has no --resume (issue 13, item 14)
+    assert "with --resume" not in err  # no suggestion to resume: maxbatch has no --resume (issue 13, item 14)
 
 
 def test_maxbatch_interrupted_does_not_suggest_resume(tmp_path: Path) -> None:
@@ -73,4 +73,4 @@ def test_maxbatch_interrupted_does_not_suggest_resume(tmp_path: Path) -> None:
     os.kill(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert gone_within(workers) == []
-    assert proc.returncode == 130 and "interrupted" in err and "--resume" not in err and "Traceback" not in err
+    assert proc.returncode == 130 and "interrupted" in err and "with --resume" not in err and "Traceback" not in err

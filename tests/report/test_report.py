@@ -8,6 +8,7 @@ framework is imported, and bad input ends in a clear message (exit 2), never a t
 from __future__ import annotations
 
 import csv
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -25,6 +26,7 @@ from report.build import build_report
 from report.load import load
 from tests import ROOT
 from tests.fakes.report_store import GPU_EXPERIMENT, GPU_OOM, MADE_UP, make_cpu_store, make_gpu_replay_store
+from tests.report.test_recommend import recompute
 
 SECTIONS = ("Runs and exact command lines", "Environment", "Method", "Findings", "Figures", "Tables",
             "Appendix: resolved experiment specifications")
@@ -290,3 +292,22 @@ def test_cli_all_trials_failed_gives_a_report_that_says_so(tmp_path: Path) -> No
 
 def test_cli_refuses_an_output_that_is_not_a_pdf(gpu_dir: Path, tmp_path: Path) -> None:
     _assert_clear_refusal(_cli(str(gpu_dir), "-o", str(tmp_path / "report.txt")), ".pdf")
+
+
+@pytest.mark.slow
+def test_page_one_leads_with_a_recommendation_recomputed_from_the_store(
+        cpu_dir: Path, cpu_report: tuple[Path, str], gpu_dir: Path, gpu_report: tuple[Path, str]) -> None:
+    for store_dir, (pdf, _) in ((cpu_dir, cpu_report), (gpu_dir, gpu_report)):
+        page1 = _flat(PdfReader(pdf).pages[0].extract_text() or "")
+        assert "The answer: which batch size to train with" in page1
+        assert "The trade-off behind the recommendation" in page1  # the figure is on page 1 too
+        expected = recompute(store_dir)  # the documented rule, in plain SQL (tests/report/test_recommend.py)
+        assert expected
+        for framework, batch in expected.items():
+            assert re.search(rf"\b{framework} {batch}\b", page1), (framework, batch, page1[:1500])
+        with open(pdf.parent / "tables" / f"{load(store_dir).experiments[0].name}-recommendation.csv") as f:
+            stored = {r["framework"]: int(r["recommended_batch"]) for r in csv.DictReader(f)}
+        assert stored == expected
+    gpu_page1 = _flat(PdfReader(gpu_report[0]).pages[0].extract_text() or "")
+    assert "J/sample" in gpu_page1  # energy per sample where there was a (replayed) GPU
+    assert "J/sample" not in _flat(PdfReader(cpu_report[0]).pages[0].extract_text() or "")

@@ -1,0 +1,402 @@
+"""JAX adapter: a pure function built from the shared description, one jitted step per batch size, NCHW.
+
+The model is a list of layer functions over a flat list of parameters kept in the canonical layouts of
+:mod:`harness.models` (conv kernels OIHW, Dense kernels (in, units)), so weights round-trip with no
+conversion. BatchNorm's running statistics live in a separate state list and follow PyTorch's
+conventions, which the contract suite compares against: the running variance is updated with the
+unbiased batch variance, and the description's ``momentum`` is the weight of the running statistic.
+
+Three things differ from the other adapters and are why this module looks the way it does:
+
+* **Compilation.** ``jax.jit`` compiles once per input shape. An epoch's short last batch is a new
+  shape, so :meth:`JAXAdapter.prepare_batch` (outside the worker's step clock) compiles the step for a
+  batch size it has not seen, ahead of time; :meth:`JAXAdapter.train_step` only runs compiled code.
+* **Asynchronous dispatch.** A jitted call returns before XLA has finished; ``train_step`` blocks on the
+  new parameters and optimizer state (``jax.block_until_ready``) before it returns.
+* **Process-wide settings.** Threads, GPU preallocation and the memory cap are environment variables
+  and CPU affinity that XLA reads when its backend starts, so :meth:`JAXAdapter.setup` sets them before
+  the first JAX call, and :meth:`JAXAdapter.versions` reads package metadata instead of importing JAX.
+
+``jax`` is imported inside methods only.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from adapters.base import (
+    Adapter,
+    EvalResult,
+    LayerSite,
+    MemoryStats,
+    OptimizerSpec,
+    RuntimeConfig,
+    WeightFeed,
+    is_generic_oom,
+)
+from harness.errors import ConfigError
+from harness.models import (
+    BatchNorm,
+    Conv2D,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    MaxPool2D,
+    ModelDescription,
+    ReLU,
+    Residual,
+)
+
+MIB = 1024.0 * 1024.0
+MEMORY_MODES = ("growth", "preallocate")
+# What XLA writes when an allocation fails. CPU: "INTERNAL: ... Out of memory allocating N bytes" (not
+# RESOURCE_EXHAUSTED, as one would guess); GPU (BFC allocator): "RESOURCE_EXHAUSTED: Out of memory
+# while trying to allocate N bytes".
+OOM_TEXTS = ("Out of memory allocating", "Out of memory while trying to allocate", "RESOURCE_EXHAUSTED")
+
+#: A layer function: (its parameters, its state, input, training?) -> (output, new state).
+LayerFn = Callable[[list[Any], list[Any], Any, bool], tuple[Any, list[Any]]]
+
+
+def _chain(layers: list[tuple[LayerFn, int, int]]) -> tuple[LayerFn, int, int]:
+    """Layers applied in order as one layer function: each takes its slice of the parameters and state."""
+    n_params, n_state = sum(n for _, n, _ in layers), sum(n for _, _, n in layers)
+
+    def chained(params: list[Any], state: list[Any], x: Any, train: bool) -> tuple[Any, list[Any]]:
+        new_state: list[Any] = []
+        pi = si = 0
+        for fn, np_, ns in layers:
+            x, s = fn(params[pi : pi + np_], state[si : si + ns], x, train)
+            new_state += s
+            pi, si = pi + np_, si + ns
+        return x, new_state  # no layers: the input itself (a residual block's identity shortcut)
+
+    return chained, n_params, n_state
+
+
+def _limit_threads(threads: int) -> list[int]:
+    """Make XLA's CPU thread pools ``threads`` wide; returns the CPUs this process may run on.
+
+    XLA sizes its Eigen and task pools from the CPUs the process may be scheduled on (sched_getaffinity),
+    and has no flag for "N threads" besides 1. Restricting the affinity is the knob that always works.
+    """
+    allowed = sorted(os.sched_getaffinity(0))
+    chosen = allowed[:threads]
+    os.sched_setaffinity(0, chosen)
+    if threads == 1:
+        flags = os.environ.get("XLA_FLAGS", "")
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+    return chosen
+
+
+class JAXAdapter(Adapter):
+    """JAX/XLA, a hand-written NCHW network, a jitted SGD-momentum or Adam step."""
+
+    name = "jax"
+    label = "JAX"
+    distributions = ("jax",)
+    import_name = "jax"
+    options = {"memory_mode": MEMORY_MODES}
+    bn_running_variance = "unbiased"  # written by hand, to PyTorch's (the reference's) convention
+    oom_stderr_patterns = OOM_TEXTS
+
+    def __init__(self) -> None:
+        self.jax: Any = None
+        self.device: Any = None
+        self.gpu = False
+        self.params: list[Any] = []
+        self.state: list[Any] = []
+        self.opt_state: Any = None
+        self._layers: list[tuple[LayerFn, int, int]] = []  # (function, parameters taken, state entries)
+        self._compiled: dict[int, Any] = {}
+        self._step: Any = None
+        self._infer: Any = None
+        self.trace_count = 0  # compilations of the train step: one per batch size seen
+        self._evaluating = False  # prepare_batch for evaluate() needs no train step compiled
+
+    def versions(self) -> dict[str, str]:
+        # From metadata, not by importing: XLA reads its threads and memory settings when it starts,
+        # and setup() must set them first (the worker asks for versions before setup).
+        out = {}
+        for dist in ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda13-plugin"):
+            try:
+                out[dist.replace("-", "_")] = md.version(dist)
+            except md.PackageNotFoundError:
+                continue
+        return out
+
+    def setup(self, runtime: RuntimeConfig) -> dict[str, Any]:
+        self.validate_precision(runtime.precision)
+        mode = runtime.options.get("memory_mode", MEMORY_MODES[0])
+        if mode not in MEMORY_MODES:
+            raise ConfigError(f"jax: memory_mode = {mode!r} is not one of {', '.join(MEMORY_MODES)}")
+        info: dict[str, Any] = {}
+        if runtime.threads:
+            info["cpus"] = _limit_threads(runtime.threads)
+        # Before the backend starts: XLA reads these once. growth = allocate on demand (TensorFlow's
+        # "growth"); preallocate = XLA's default of 75% of the card; a memory limit preallocates exactly it.
+        os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "true" if mode == "preallocate" else "false"
+        if runtime.device != "cpu" and runtime.memory_limit_mib:
+            mode = self._cap_gpu_memory(float(runtime.memory_limit_mib), info) or mode
+        import jax
+
+        self.jax = jax
+        if runtime.device == "cpu":
+            jax.config.update("jax_platforms", "cpu")  # never start a GPU backend for a CPU trial
+        gpus = [] if runtime.device == "cpu" else _gpu_devices(jax)
+        self.gpu = self.resolve_gpu(runtime, bool(gpus), "jax.devices('gpu') finds none: jaxlib without "
+                                    "a CUDA plugin (pip install 'jax[cuda12]'), or no CUDA driver")
+        if not self.gpu:
+            info.pop("memory_limit_mib", None)
+            info.pop("memory_fraction", None)
+            mode = "preallocate (no effect on CPU)" if mode == "preallocate" else MEMORY_MODES[0]
+        self.device = gpus[0] if self.gpu else jax.devices("cpu")[0]
+        info.update(device=str(self.device), platform=self.device.platform, memory_mode=mode,
+                    threads=runtime.threads or len(os.sched_getaffinity(0)))
+        if self.gpu:
+            stats = self.device.memory_stats() or {}
+            info["gpu_name"] = self.device.device_kind
+            if "bytes_limit" in stats:
+                info["xla_bytes_limit_mib"] = stats["bytes_limit"] / MIB
+        return info
+
+    def _cap_gpu_memory(self, limit_mib: float, info: dict[str, Any]) -> str | None:
+        """Emulate a smaller card: preallocate exactly ``limit_mib``, so XLA's allocator can use no more.
+
+        XLA reads the fraction when its GPU backend starts, so this runs before JAX is first used; the
+        card's total comes from NVML (batchscope's own dependency). None where NVML sees no GPU.
+        """
+        import pynvml
+
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError:
+            return None  # no driver: setup() then refuses device = 'gpu', or runs 'auto' on the CPU
+        try:
+            total_mib = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).total / MIB
+        finally:
+            pynvml.nvmlShutdown()
+        fraction = min(1.0, limit_mib / total_mib)
+        os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "true"
+        os.environ["XLA_CLIENT_MEM_FRACTION"] = os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{fraction:.4f}"
+        info["memory_limit_mib"] = limit_mib
+        info["memory_fraction"] = fraction
+        return f"limit:{int(limit_mib)}"
+
+    # ---- the build template's hooks (Adapter.build walks the layers and calls these) ----------------
+
+    def begin_model(self, model: ModelDescription) -> None:
+        self._layers = []
+        self._weights: list[np.ndarray] = []
+        self._state0: list[np.ndarray] = []
+        self._compiled = {}
+        self.trace_count = 0
+
+    def _add(self, fn: LayerFn, weights: list[np.ndarray] | None = None, state: list[np.ndarray] | None = None) -> None:
+        self._layers.append((fn, len(weights or ()), len(state or ())))
+        self._weights += weights or []
+        self._state0 += state or []
+
+    def layer_conv2d(self, layer: Conv2D, site: LayerSite, weights: WeightFeed) -> None:
+        lax = self.jax.lax
+        # explicit and symmetric, like the description (XLA's "SAME" pads more at the end at stride 2)
+        pad = layer.kernel // 2 if layer.padding == "same" else 0
+        padding, strides = ((pad, pad), (pad, pad)), (layer.stride, layer.stride)
+
+        def conv(p: list[Any], s: list[Any], x: Any, train: bool) -> tuple[Any, list[Any]]:
+            y = lax.conv_general_dilated(x, p[0], strides, padding, dimension_numbers=("NCHW", "OIHW", "NCHW"))
+            return (y + p[1][None, :, None, None] if layer.use_bias else y), s
+
+        self._add(conv, weights.take(1 + int(layer.use_bias)))
+
+    def layer_batchnorm(self, layer: BatchNorm, site: LayerSite, weights: WeightFeed) -> None:
+        jnp = self.jax.numpy
+        m, eps = layer.momentum, layer.eps
+        axes = (0, 2, 3) if len(site.in_shape) == 3 else (0,)
+        shape = (1, -1, 1, 1) if len(site.in_shape) == 3 else (1, -1)
+
+        def bn(p: list[Any], s: list[Any], x: Any, train: bool) -> tuple[Any, list[Any]]:
+            if train:
+                mean, var = x.mean(axis=axes), x.var(axis=axes)  # biased: what normalises the batch
+                n = x.size // x.shape[1]
+                # The running variance takes the unbiased estimate (PyTorch's convention, the reference)
+                s = [m * s[0] + (1 - m) * mean, m * s[1] + (1 - m) * var * (n / max(n - 1, 1))]
+            else:
+                mean, var = s
+            y = (x - mean.reshape(shape)) * (p[0] / jnp.sqrt(var + eps)).reshape(shape) + p[1].reshape(shape)
+            return y, s
+
+        channels = site.in_shape[0]
+        self._add(bn, weights.take(2), [np.zeros(channels, np.float32), np.ones(channels, np.float32)])
+
+    def layer_relu(self, layer: ReLU, site: LayerSite, weights: WeightFeed) -> None:
+        relu = self.jax.nn.relu
+        self._add(lambda p, s, x, train: (relu(x), s))
+
+    def layer_maxpool2d(self, layer: MaxPool2D, site: LayerSite, weights: WeightFeed) -> None:
+        lax, k, st, pad = self.jax.lax, layer.size, layer.stride or layer.size, layer.padding
+        padding = ((0, 0), (0, 0), (pad, pad), (pad, pad))  # padded with the init value, -inf: it never wins
+        self._add(lambda p, s, x, train: (lax.reduce_window(x, -np.inf, lax.max, (1, 1, k, k), (1, 1, st, st),
+                                                            padding), s))
+
+    def layer_globalavgpool(self, layer: GlobalAvgPool, site: LayerSite, weights: WeightFeed) -> None:
+        self._add(lambda p, s, x, train: (x.mean(axis=(2, 3)), s))
+
+    def layer_flatten(self, layer: Flatten, site: LayerSite, weights: WeightFeed) -> None:
+        self._add(lambda p, s, x, train: (x.reshape(x.shape[0], -1), s))  # NCHW: C-major, like the description
+
+    def layer_dense(self, layer: Dense, site: LayerSite, weights: WeightFeed) -> None:
+        self._add(lambda p, s, x, train: (x @ p[0] + p[1], s), weights.take(2))
+
+    def layer_residual(self, layer: Residual, site: LayerSite, weights: WeightFeed) -> None:
+        outer = self._layers
+        paths = []
+        for path in (layer.body, layer.shortcut):  # weights: the body's, then the shortcut's
+            self._layers = []
+            self.build_layers(path, site.in_shape, weights)
+            paths.append(_chain(self._layers))
+        self._layers = outer
+        (body, nb, sb), (shortcut, ns, ss) = paths
+
+        def residual(p: list[Any], s: list[Any], x: Any, train: bool) -> tuple[Any, list[Any]]:
+            yb, s_body = body(p[:nb], s[:sb], x, train)
+            ys, s_short = shortcut(p[nb:], s[sb:], x, train)
+            return yb + ys, s_body + s_short
+
+        self._layers.append((residual, nb + ns, sb + ss))
+
+    def make_sgd(self, spec: OptimizerSpec) -> Any:
+        from adapters.jax_optim import sgd_momentum
+
+        return sgd_momentum(self.jax, spec)
+
+    def make_adam(self, spec: OptimizerSpec) -> Any:
+        from adapters.jax_optim import adam
+
+        return adam(self.jax, spec)
+
+    def end_model(self, model: ModelDescription, optimizer: Any) -> None:
+        jax = self.jax
+        put = self._put
+        self.params = [put(w) for w in self._weights]
+        self.state = [put(s) for s in self._state0]
+        init, update = optimizer
+        self.opt_state = init(self.params)
+        forward, _, _ = _chain(list(self._layers))
+
+        def loss_fn(params: list[Any], state: list[Any], x: Any, y: Any) -> tuple[Any, list[Any]]:
+            logits, new_state = forward(params, state, x, True)
+            logp = jax.nn.log_softmax(logits)
+            return -jax.numpy.take_along_axis(logp, y[:, None], axis=1).mean(), new_state
+
+        def step(params: list[Any], state: list[Any], opt_state: Any, x: Any, y: Any) -> tuple[Any, ...]:
+            (loss, new_state), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, state, x, y)
+            new_params, new_opt = update(params, grads, opt_state)
+            return new_params, new_state, new_opt, loss
+
+        # Donating the old parameters and optimizer state lets XLA update them in place, as the other
+        # frameworks' optimizers do: without it the step's peak memory holds two copies of both.
+        self._step = jax.jit(step, donate_argnums=(0, 1, 2))
+        self._infer = jax.jit(lambda params, state, x: forward(params, state, x, False)[0])
+
+    def _put(self, array: np.ndarray) -> Any:
+        return self.jax.device_put(np.asarray(array), self.device)
+
+    def param_count(self) -> int:
+        return int(sum(int(np.prod(p.shape)) for p in self.params))
+
+    def get_weights(self) -> list[np.ndarray]:
+        return [np.array(p, dtype=np.float32) for p in self.params]
+
+    def batchnorm_state(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [(np.array(self.state[i]), np.array(self.state[i + 1])) for i in range(0, len(self.state), 2)]
+
+    def prepare_batch(self, x: np.ndarray, y: np.ndarray) -> Any:
+        jax = self.jax
+        xb = self._put(np.ascontiguousarray(x, dtype=np.float32))
+        yb = self._put(np.ascontiguousarray(y, dtype=np.int32))  # int64 needs jax_enable_x64; labels fit int32
+        n = int(xb.shape[0])
+        if n not in self._compiled and not self._evaluating:
+            # A batch size not seen yet (the first, or an epoch's short last batch): compile here, outside
+            # the step clock, so that train_step never includes a compilation.
+            self._compiled[n] = self._step.lower(self.params, self.state, self.opt_state, xb, yb).compile()
+            self.trace_count += 1
+        jax.block_until_ready((xb, yb))
+        return xb, yb
+
+    def train_step(self, batch: Any) -> None:
+        x, y = batch
+        step = self._compiled.get(int(x.shape[0]))
+        if step is None:  # a batch that did not come from prepare_batch
+            step = self._compiled[int(x.shape[0])] = self._step.lower(
+                self.params, self.state, self.opt_state, x, y).compile()
+            self.trace_count += 1
+        self.params, self.state, self.opt_state, loss = step(self.params, self.state, self.opt_state, x, y)
+        # Dispatch is asynchronous: wait for the update itself before the caller reads its clock.
+        self.jax.block_until_ready((self.params, self.state, self.opt_state, loss))
+
+    def evaluate(self, x: np.ndarray, y: np.ndarray, batch_size: int) -> EvalResult:
+        self._evaluating = True
+        try:
+            return super().evaluate(x, y, batch_size)
+        finally:
+            self._evaluating = False
+
+    def predict(self, batch: Any) -> np.ndarray:
+        x, _ = batch
+        return np.asarray(self._infer(self.params, self.state, x), dtype=np.float32)
+
+    def reset_memory_stats(self) -> None:
+        # XLA has no way to reset its peak (Device.memory_stats' peak_bytes_in_use counts from the start
+        # of the process). One trial per process makes that peak the trial's: setup and build included.
+        return None
+
+    def memory_stats(self) -> MemoryStats:
+        stats = self.device.memory_stats() if self.device is not None else None
+        if not stats or "peak_bytes_in_use" not in stats:
+            return MemoryStats(peak_mib=None, source="none: XLA's CPU client keeps no allocator statistics "
+                               "(Device.memory_stats() is None on CPU)")
+        return MemoryStats(
+            peak_mib=stats["peak_bytes_in_use"] / MIB,
+            source="jax Device.memory_stats()['peak_bytes_in_use'] since the process started (XLA cannot "
+            "reset its peak; one trial per process)",
+            reserved_mib=stats.get("pool_bytes", stats.get("bytes_reserved", 0)) / MIB or None,
+        )
+
+    def is_oom(self, exc: BaseException) -> bool:
+        jax = self.jax
+        if jax is not None and isinstance(exc, jax.errors.JaxRuntimeError):
+            text = str(exc)
+            return any(t in text for t in OOM_TEXTS) or "out of memory" in text.lower()
+        return is_generic_oom(exc)
+
+    @classmethod
+    def oom_examples(cls) -> tuple[list[BaseException], list[BaseException]]:
+        import jax
+
+        err = jax.errors.JaxRuntimeError
+        return (
+            [
+                err("INTERNAL: Out of memory allocating 3010560000 bytes."),
+                err("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 2147483648 bytes."),
+            ],
+            [ValueError("shapes (3,) and (4,) not aligned"),
+             err("INVALID_ARGUMENT: Executable expected shape f32[8,5] for argument 3 but got f32[8,3]")],
+        )
+
+    def close(self) -> None:
+        self._compiled = {}
+        self._step = self._infer = None
+        self.params, self.state, self.opt_state = [], [], None
+
+
+def _gpu_devices(jax: Any) -> list[Any]:
+    try:
+        return list(jax.devices("gpu"))
+    except RuntimeError:  # "Unknown backend: 'gpu' requested" where jaxlib has no CUDA plugin
+        return []

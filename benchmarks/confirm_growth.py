@@ -1,0 +1,65 @@
+"""How a CPU probe's peak grows with the number of training steps: the basis of the confirm run's length.
+
+    .venv/bin/python benchmarks/confirm_growth.py [--batch 440] [--steps 2,8,20,40] [--runs 2]
+                                                  [--default-malloc]
+
+Runs tiny_cnn on 3x64x64 noise (one thread, SGD with momentum; the max-batch tests' and the Lightning
+comparison's setting) at one batch size for each number of timed steps, each in a fresh worker under a
+generous RLIMIT_DATA (so every run passes and the watcher samples VmData every millisecond), and prints
+the sampled VmData peak per run. With the probes' fixed glibc mmap threshold
+(harness.maxbatch.prober.CPU_PROBE_ENV) the peak should stop growing after the first steps; with
+``--default-malloc`` (glibc's own, adaptive threshold) it is expected to keep moving. The confirm run
+(MaxBatchRequest.confirm_steps, docs/maxbatch.md) must be at least as long as the growth lasts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from common import machine_facts
+
+from harness.data import DataRequest, prepare
+from harness.maxbatch.prober import WorkerProber
+from harness.maxbatch.request import MaxBatchRequest, resolve_budget
+from harness.run.executor import LocalExecutor
+
+SHAPE = (3, 64, 64)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the probes and print each one's peak, by number of steps."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=440)
+    parser.add_argument("--steps", default="2,8,20,40", help="comma-separated numbers of timed steps")
+    parser.add_argument("--runs", type=int, default=2, help="fresh workers per number of steps")
+    parser.add_argument("--limit-mib", type=float, default=4000.0, help="RLIMIT_DATA of every run")
+    parser.add_argument("--default-malloc", action="store_true", help="run without the fixed mmap threshold")
+    args = parser.parse_args(argv)
+    steps = [int(s) for s in args.steps.split(",")]
+    print(machine_facts())
+    with tempfile.TemporaryDirectory() as tmp:
+        data = prepare(DataRequest(name="synthetic", synthetic_shape=SHAPE, synthetic_samples=512), Path(tmp))
+        print(f"batch {args.batch}, limit {args.limit_mib:g} MiB, "
+              f"{'glibc default malloc' if args.default_malloc else 'fixed mmap threshold'}")
+        print(f"{'steps':>6}  peaks (MiB)")
+        for n in steps:
+            req = MaxBatchRequest(framework="pytorch", model="tiny_cnn", device="cpu",
+                                  memory_limit_mib=args.limit_mib, threads=1, momentum=0.9,
+                                  synthetic_shape=SHAPE, synthetic_samples=512, confirm_steps=n)
+            prober = WorkerProber(req, resolve_budget(req, []), data, LocalExecutor(log_dir=Path(tmp) / "logs"))
+            if args.default_malloc:
+                prober.env = {}
+            peaks = []
+            for _ in range(args.runs):
+                outcome = prober._run(args.batch, True, args.limit_mib)
+                peak = outcome.metrics.vmdata_peak_mib if outcome.metrics is not None else None
+                peaks.append(f"{peak:.1f}" if peak is not None and outcome.status == "ok" else outcome.status)
+            print(f"{n:>6}  {' '.join(peaks)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,322 @@
+"""The seed studies' questions, answered from the data: one verdict per framework, with its numbers.
+
+An experiment file names its study (``study = "optimizer_batch"``...) and compares named variants
+(:mod:`harness.config.experiment`). Here each study's claim is judged on the stored trials:
+
+* ``optimizer_batch``: Adam holds accuracy to a larger batch than SGD;
+* ``augmentation``: with augmentation the best batch is larger;
+* ``lr_scaling``: a scaled learning rate (linear or sqrt) keeps accuracy flatter across batch sizes than a
+  fixed one;
+* ``batch_shapes``: batch 512 trains faster than 500 by more than the noise (Welch's 95 % interval of
+  the difference over repeats), with the multiples of 8 against the other sizes beside it;
+* ``oom_mitigations``: each variant lowers peak memory against the first (the plain run) at the same
+  effective batch by more than the noise (the repeats' spread, at least 2 % of the peak); what it costs or
+  gains in throughput and accuracy is reported beside the verdict.
+
+A claim the data do not support is reported as not holding, with the numbers; one the data cannot
+judge (a variant missing, no repeats to tell noise) says so. Cells are keyed by the *effective* batch
+(micro-batch x accumulation steps): the samples per optimizer update, which is what accuracy depends on.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from report.aggregate import Stat
+
+#: a memory saving smaller than this share of the baseline's peak is not called a saving
+MEMORY_FLOOR = 0.02
+#: accuracy within this many percentage points of a variant's best (plus the best cell's sd) "holds"
+HOLD_TOLERANCE_PP = 1.0
+STUDY_CLAIMS = {
+    "optimizer_batch": "Adam holds accuracy to a larger batch than SGD",
+    "augmentation": "augmentation makes the most accurate batch larger",
+    "lr_scaling": "scaling the learning rate with the batch (linear or sqrt) keeps accuracy flatter than a fixed one",
+    "batch_shapes": "batch 512 trains faster than 500 by more than the noise",
+    "oom_mitigations": "the mitigation lowers peak memory at the same effective batch",
+}
+
+
+@dataclass(frozen=True)
+class StudyFinding:
+    """One verdict: the claim, for which framework, whether it holds (None: cannot be judged), the numbers."""
+
+    study: str
+    framework: str
+    claim: str
+    holds: bool | None
+    evidence: str
+
+    @property
+    def verdict(self) -> str:
+        """``holds``, ``does not hold`` or ``cannot be judged``."""
+        return {True: "holds", False: "does not hold", None: "cannot be judged"}[self.holds]
+
+    @property
+    def text(self) -> str:
+        """The finding as one sentence."""
+        return f"{self.framework}: “{self.claim}” {self.verdict}: {self.evidence}"
+
+
+def series_label(framework: str, variant: str | None) -> str:
+    """The name of one line in the figures: the framework, and the variant when there is one."""
+    return f"{framework} · {variant}" if variant else framework
+
+
+def by_series(trials: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Trials with ``framework`` replaced by its series label, so per-framework views draw one line per variant."""
+    return [{**t, "framework": series_label(t["framework"], t.get("variant"))} for t in trials]
+
+
+def variant_names(trials: Iterable[dict[str, Any]], spec: dict[str, Any] | None = None) -> list[str]:
+    """Variants in the experiment file's order (then any other found in the rows)."""
+    rows = list(trials)
+    listed = [v["name"] for v in (spec or {}).get("variants", []) if isinstance(v, dict) and "name" in v]
+    found = [t.get("variant") or "" for t in rows]
+    return [v for v in listed if v in found] + sorted({v for v in found if v} - set(listed))
+
+
+# ---------------------------------------------------------------- cells
+def _effective(t: dict[str, Any]) -> int:
+    return int(t.get("effective_batch_size") or t["batch_size"])
+
+
+def _stat(rows: Sequence[dict[str, Any]], column: str, scale: float = 1.0) -> Stat | None:
+    return Stat.of([float(r[column]) * scale for r in rows if r.get(column) is not None])
+
+
+def cells(trials: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[int, list[dict[str, Any]]]]:
+    """(framework, variant) -> effective batch -> the ok sweep trials there."""
+    out: dict[tuple[str, str], dict[int, list[dict[str, Any]]]] = {}
+    for t in trials:
+        if t.get("status") == "ok" and t.get("purpose") in (None, "sweep"):
+            out.setdefault((t["framework"], t.get("variant") or ""), {}).setdefault(_effective(t), []).append(t)
+    return out
+
+
+def _acc(rows: Sequence[dict[str, Any]]) -> Stat | None:
+    return _stat(rows, "accuracy", 100.0)
+
+
+def variant_setting(spec: dict[str, Any], variant: str, key: str) -> Any:
+    """A variant's value of ``key``: its own setting, else the experiment's (from the resolved spec)."""
+    for v in spec.get("variants") or []:
+        if isinstance(v, dict) and v.get("name") == variant and key in (v.get("settings") or {}):
+            return v["settings"][key]
+    return spec.get(key)
+
+
+def _at_largest(by_batch: dict[int, list[dict[str, Any]]]) -> str:
+    """", 80.3% at batch 256": the accuracy at the largest batch measured (where the variants part ways)."""
+    accs = {b: s for b, rows in by_batch.items() if (s := _acc(rows)) is not None}
+    if len(accs) < 2:
+        return ""
+    largest = max(accs)
+    return f", {accs[largest].mean:.1f}% at batch {largest}"
+
+
+def holds_to(by_batch: dict[int, list[dict[str, Any]]]) -> tuple[int, float, int] | None:
+    """(largest batch within tolerance of the best accuracy, best accuracy %, batch of the best)."""
+    accs = {b: s for b, rows in by_batch.items() if (s := _acc(rows)) is not None}
+    if not accs:
+        return None
+    best_b = max(accs, key=lambda b: accs[b].mean)
+    best = accs[best_b]
+    floor = best.mean - HOLD_TOLERANCE_PP - (best.sd or 0.0)
+    return max(b for b, s in accs.items() if s.mean >= floor), best.mean, best_b
+
+
+# ---------------------------------------------------------------- the studies
+def _per_framework(trials: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[int, list[dict[str, Any]]]]]:
+    out: dict[str, dict[str, dict[int, list[dict[str, Any]]]]] = {}
+    for (fw, variant), by_batch in cells(trials).items():
+        out.setdefault(fw, {})[variant] = by_batch
+    return out
+
+
+def optimizer_batch(trials: Sequence[dict[str, Any]], spec: dict[str, Any]) -> list[StudyFinding]:
+    """Per framework: the largest batch each optimizer holds accuracy to; Adam's against SGD's."""
+    out = []
+    claim = STUDY_CLAIMS["optimizer_batch"]
+    for fw, variants in _per_framework(trials).items():
+        held = {}
+        for variant, by_batch in variants.items():
+            h = holds_to(by_batch)
+            if h is not None:
+                held[variant] = (str(variant_setting(spec, variant, "optimizer")), *h)
+        words = "; ".join(f"{v} ({opt}) best {acc:.1f}% at batch {bb}, within {HOLD_TOLERANCE_PP:g} pp up to "
+                          f"batch {to}{_at_largest(variants[v])}" for v, (opt, to, acc, bb) in held.items())
+        adam = [h for h in held.values() if h[0] == "adam"]
+        sgd = [h for h in held.values() if h[0] == "sgd"]
+        if not adam or not sgd:
+            out.append(StudyFinding("optimizer_batch", fw, claim, None,
+                                    f"needs an Adam and an SGD variant with accuracy; found {words or 'none'}"))
+            continue
+        out.append(StudyFinding("optimizer_batch", fw, claim, adam[0][1] > sgd[0][1], words + "."))
+    return out
+
+
+def augmentation(trials: Sequence[dict[str, Any]], spec: dict[str, Any]) -> list[StudyFinding]:
+    """Per framework: the most accurate batch with and without augmentation."""
+    out = []
+    claim = STUDY_CLAIMS["augmentation"]
+    for fw, variants in _per_framework(trials).items():
+        best: dict[str, tuple[str, int, float, int]] = {}
+        for variant, by_batch in variants.items():
+            h = holds_to(by_batch)
+            if h is not None:
+                best[variant] = (str(variant_setting(spec, variant, "augment") or "none"), h[2], h[1], h[0])
+        words = "; ".join(f"{v} (augment {a}) best {acc:.1f}% at batch {bb}, within {HOLD_TOLERANCE_PP:g} pp up to "
+                          f"{to}{_at_largest(variants[v])}" for v, (a, bb, acc, to) in best.items())
+        with_aug = [b for b in best.values() if b[0] != "none"]
+        without = [b for b in best.values() if b[0] == "none"]
+        if not with_aug or not without:
+            out.append(StudyFinding("augmentation", fw, claim, None,
+                                    f"needs a variant with and one without augmentation; found {words or 'none'}"))
+            continue
+        out.append(StudyFinding("augmentation", fw, claim, with_aug[0][1] > without[0][1], words + "."))
+    return out
+
+
+def lr_scaling(trials: Sequence[dict[str, Any]], spec: dict[str, Any]) -> list[StudyFinding]:
+    """Per framework: the spread of accuracy across batch sizes under each learning-rate rule."""
+    out = []
+    claim = STUDY_CLAIMS["lr_scaling"]
+    for fw, variants in _per_framework(trials).items():
+        spread: dict[str, tuple[str, float, int]] = {}
+        for variant, by_batch in variants.items():
+            means = [s.mean for rows in by_batch.values() if (s := _acc(rows)) is not None]
+            if len(means) >= 2:
+                policy = str(variant_setting(spec, variant, "lr_policy") or "fixed")
+                spread[variant] = (policy, max(means) - min(means), len(means))
+        words = "; ".join(f"{v} ({p}) spans {s:.1f} pp over {n} batch sizes" for v, (p, s, n) in spread.items())
+        fixed = [s for s in spread.values() if s[0] == "fixed"]
+        scaled = [s for s in spread.values() if s[0] != "fixed"]
+        if not fixed or not scaled:
+            out.append(StudyFinding("lr_scaling", fw, claim, None, "needs a fixed and a scaled rule, each at two "
+                                    f"batch sizes; found {words or 'none'}"))
+            continue
+        flattest = min(spread.items(), key=lambda kv: kv[1][1])[0]
+        out.append(StudyFinding("lr_scaling", fw, claim, min(s[1] for s in scaled) < fixed[0][1],
+                                f"{words}; flattest: {flattest}."))
+    return out
+
+
+#: two-sided 95 % critical values of Student's t by degrees of freedom (larger df: the next lower entry,
+#: which is conservative); scipy is not a dependency of the report
+_T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 15: 2.13,
+        20: 2.09, 30: 2.04, 60: 2.00, 120: 1.98}
+
+
+def _t95(df: float) -> float:
+    return _T95[max(k for k in _T95 if k <= max(df, 1.0))]
+
+
+def _difference(a: Stat, b: Stat) -> tuple[float, float | None]:
+    """(a - b, the noise: the half-width of Welch's 95 % interval of the difference; None without repeats).
+
+    With two repeats per size the interval is wide (t = 12.7 at one degree of freedom): that is the honest
+    answer to "is this more than noise" from two measurements, and why the study file asks for more.
+    """
+    if a.sd is None or b.sd is None:
+        return a.mean - b.mean, None
+    va, vb = a.sd**2 / a.n, b.sd**2 / b.n
+    se = (va + vb) ** 0.5
+    if se == 0:
+        return a.mean - b.mean, 0.0
+    df = (va + vb) ** 2 / ((va**2 / (a.n - 1)) + (vb**2 / (b.n - 1)))  # Welch-Satterthwaite
+    return a.mean - b.mean, _t95(df) * se
+
+
+def batch_shapes(trials: Sequence[dict[str, Any]]) -> list[StudyFinding]:
+    """Per framework: throughput at 512 against 500, and multiples of 8 against the other sizes."""
+    out = []
+    claim = STUDY_CLAIMS["batch_shapes"]
+    for fw, variants in _per_framework(trials).items():
+        for variant, by_batch in variants.items():
+            label = series_label(fw, variant)
+            speed = {b: s for b, rows in by_batch.items() if (s := _stat(rows, "step_samples_per_s")) is not None}
+            if 512 not in speed or 500 not in speed:
+                out.append(StudyFinding("batch_shapes", label, claim, None,
+                                        f"needs finished trials at 500 and 512; measured at {sorted(speed)}"))
+                continue
+            diff, noise = _difference(speed[512], speed[500])
+            text = (f"512: {speed[512].text('.1f')} samples/s, 500: {speed[500].text('.1f')} "
+                    f"({diff / speed[500].mean:+.1%}")
+            text += f", noise ±{noise:.1f} samples/s)" if noise is not None else "; one repeat: no noise estimate)"
+            eights = [s.mean for b, s in speed.items() if b % 8 == 0]
+            others = [s.mean for b, s in speed.items() if b % 8 != 0]
+            if eights and others:
+                text += (f"; multiples of 8 average {statistics.fmean(eights):.1f} samples/s, the other sizes "
+                         f"{statistics.fmean(others):.1f}")
+            out.append(StudyFinding("batch_shapes", label, claim,
+                                    None if noise is None else diff > noise, text + "."))
+    return out
+
+
+def _memory(rows: Sequence[dict[str, Any]]) -> tuple[str, Stat] | None:
+    for column in ("framework_peak_mib", "proc_gpu_mem_mib", "rss_peak_mib"):  # the device's view first
+        s = _stat(rows, column)
+        if s is not None:
+            return column, s
+    return None
+
+
+def oom_mitigations(trials: Sequence[dict[str, Any]], variants_in_order: Sequence[str]) -> list[StudyFinding]:
+    """Per framework and variant: memory saved and throughput lost against the first variant, at the
+    largest effective batch both finished."""
+    out = []
+    claim = STUDY_CLAIMS["oom_mitigations"]
+    for fw, variants in _per_framework(trials).items():
+        order = [v for v in variants_in_order if v in variants] or sorted(variants)
+        base_name, base = order[0], variants[order[0]]
+        for name in order[1:]:
+            mine = variants[name]
+            common = sorted(set(base) & set(mine))
+            if not common:
+                out.append(StudyFinding("oom_mitigations", series_label(fw, name), claim, None,
+                                        f"no effective batch finished in both {base_name} and {name}"))
+                continue
+            b = common[-1]
+            m_base, m_mine = _memory(base[b]), _memory(mine[b])
+            s_base, s_mine = _stat(base[b], "step_samples_per_s"), _stat(mine[b], "step_samples_per_s")
+            if m_base is None or m_mine is None or m_base[0] != m_mine[0] or s_base is None or s_mine is None:
+                out.append(StudyFinding("oom_mitigations", series_label(fw, name), claim, None,
+                                        f"memory or throughput not measured at batch {b}"))
+                continue
+            saved = m_base[1].mean - m_mine[1].mean
+            change = s_mine.mean / s_base.mean - 1.0
+            text = (f"at effective batch {b}, {m_mine[0]} {m_mine[1].mean:.0f} MiB against {m_base[1].mean:.0f} "
+                    f"({base_name}): " + (f"{saved:.0f} MiB saved" if saved >= 0 else f"{-saved:.0f} MiB more")
+                    + f"; throughput {s_mine.mean:.1f} against {s_base.mean:.1f} samples/s ({change:+.1%}: "
+                    + ("a cost" if change < 0 else "no cost here") + ")")
+            a_base, a_mine = _acc(base[b]), _acc(mine[b])
+            if a_base is not None and a_mine is not None:
+                text += f"; accuracy {a_mine.mean:.1f}% against {a_base.mean:.1f}%"
+            beyond = sorted(set(mine) - set(base))
+            if beyond:
+                text += f"; finished at effective batch {beyond} where {base_name} did not"
+            # the repeats' spread where there is one; at least MEMORY_FLOOR of the baseline, so that one repeat's
+            # allocator jitter is not read as a saving
+            noise = max((m_base[1].sd or 0.0) + (m_mine[1].sd or 0.0), MEMORY_FLOOR * m_base[1].mean)
+            out.append(StudyFinding("oom_mitigations", series_label(fw, name), claim, saved > noise, text + "."))
+    return out
+
+
+def study_findings(spec: dict[str, Any], trials: Sequence[dict[str, Any]]) -> list[StudyFinding]:
+    """The findings of the experiment's ``study`` (its resolved spec) on ``trials``; empty without a study."""
+    study = spec.get("study") or ""
+    if study == "optimizer_batch":
+        return optimizer_batch(trials, spec)
+    if study == "augmentation":
+        return augmentation(trials, spec)
+    if study == "lr_scaling":
+        return lr_scaling(trials, spec)
+    if study == "batch_shapes":
+        return batch_shapes(trials)
+    if study == "oom_mitigations":
+        return oom_mitigations(trials, variant_names(trials, spec))
+    return []

@@ -1,0 +1,86 @@
+"""The contract suite rejects wrong adapters: each broken copy under ``tests/contract/broken/`` fails its check.
+
+Every broken adapter is the PyTorch adapter with one defect. Each runs through the contract's probe
+(a subprocess of its own, only the checks that matter to it) and the verdict aimed at its defect must
+fail with a message that names the likely cause; the real PyTorch adapter, probed the same way, is the
+reference and passes them (``test_contract.py`` checks that for every registered adapter).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.contract import verdicts
+from tests.contract.conftest import REFERENCE_ADAPTER, ProbeResult, import_loads, run_probe
+from tests.contract.test_contract import batchnorm_verdict
+
+pytestmark = pytest.mark.slow
+
+BROKEN = "tests.contract.broken"
+
+
+@pytest.fixture(scope="module")
+def broken_probe(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, tuple[str, ...]], ProbeResult]:
+    """``broken_probe("module:Class", checks)``: that broken adapter's probe result."""
+
+    def get(target: str, checks: tuple[str, ...]) -> ProbeResult:
+        out: Path = tmp_path_factory.mktemp(target.rpartition(":")[2])
+        return run_probe(f"{BROKEN}.{target}", out, checks)
+
+    return get
+
+
+def test_flipped_batchnorm_momentum_is_named(broken_probe, probe):
+    this = broken_probe("momentum_flipped:MomentumFlipped", ("batchnorm",))
+    message = batchnorm_verdict(this, probe(REFERENCE_ADAPTER))
+    assert message is not None and "momentum convention is flipped" in message, message
+
+
+def test_a_biased_running_variance_declared_unbiased_is_named(broken_probe, probe):
+    this = broken_probe("biased_variance:BiasedVariance", ("batchnorm",))
+    message = batchnorm_verdict(this, probe(REFERENCE_ADAPTER))
+    assert message is not None and "uses the biased batch variance" in message, message
+
+
+def test_a_module_level_framework_import_is_named():
+    module = f"{BROKEN}.toplevel_import"
+    message = verdicts.imports_no_framework(module, import_loads(module))
+    assert message is not None and "loaded torch" in message and "inside the adapter's methods" in message
+
+
+def test_a_step_that_returns_before_the_work_is_done_is_named(broken_probe):
+    record = broken_probe("lazy_step:LazyStep", ("blocks",)).check("blocks")
+    message = verdicts.blocking(record)
+    assert message is not None and "returns before the device has finished" in message, (message, record)
+
+
+def test_flatten_in_the_wrong_order_is_named(broken_probe):
+    this = broken_probe("flatten_order:FlattenOrder", ("isolated",))
+    this.check("isolated")
+    message = verdicts.isolated_layers(this.arrays)
+    assert message is not None and "flattens in another order than C-major" in message, message
+
+
+def test_predict_in_training_mode_is_named(broken_probe, probe):
+    this = broken_probe("predict_training_mode:PredictTrainingMode", ("isolated", "after_training"))
+    this.check("isolated")
+    message = verdicts.isolated_layers(this.arrays)
+    assert message is not None and "BatchNorm runs in training mode in predict()" in message, message
+    ref = probe(REFERENCE_ADAPTER)
+    ref.check("after_training")
+    after = verdicts.predictions_after_training(this.arrays["after/logits"], ref.arrays["after/logits"])
+    assert after is not None and "predict() uses the wrong BatchNorm statistics" in after, after
+
+
+def test_an_is_oom_that_knows_only_memory_error_is_named(broken_probe):
+    message = verdicts.oom_classification(broken_probe("oom_unrecognised:OOMUnrecognised", ("oom",)).check("oom"))
+    assert message is not None and "does not recognise the framework's out-of-memory errors" in message, message
+
+
+def test_an_adapter_that_supplies_no_oom_examples_is_named():
+    record = {"supplied": False, "oom_recognised": [], "not_oom_recognised": []}
+    message = verdicts.oom_classification(record)
+    assert message is not None and "override the classmethod oom_examples()" in message

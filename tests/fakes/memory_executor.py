@@ -1,0 +1,55 @@
+"""A stand-in executor for max-batch searches: a known memory law and faults on chosen calls, no framework.
+
+``fake_executor`` (tests/maxbatch/conftest.py) installs it as the executor every search builds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from harness.records import TrialOutcome, TrialUnit, WorkerMetrics
+
+BUDGET_MIB = 385.0  # with a peak of 100 + 10 * batch MiB: batch 28 fits (380), 29 does not (390)
+
+
+class LinearMemory:
+    """A stand-in executor: peak = 100 + 10·batch MiB against the worker's RLIMIT_DATA; faults on chosen calls.
+
+    ``killed_calls``: the 1-based calls whose worker is killed from outside (SIGKILL, as the OOM killer or a
+    user's ``kill`` would), whatever its size. ``growth_mib_per_step``: the peak grows by this much per timed
+    step (a heap that fragments). ``failing_purpose``: runs with this trial purpose run out of memory.
+    """
+
+    def __init__(self, killed_calls: tuple[int, ...] = (), growth_mib_per_step: float = 0.0,
+                 failing_purpose: str | None = None) -> None:
+        self.killed_calls, self.growth, self.failing_purpose = killed_calls, growth_mib_per_step, failing_purpose
+        self.units: list[TrialUnit] = []
+
+    def run(self, unit: TrialUnit, on_event: Any = None) -> TrialOutcome:
+        self.units.append(unit)
+        if len(self.units) in self.killed_calls:
+            return TrialOutcome(trial=unit.trial, status="crashed", reason="killed by SIGKILL in phase timed")
+        if unit.trial.purpose == self.failing_purpose:
+            return TrialOutcome(trial=unit.trial, status="oom", reason="RuntimeError: can't allocate memory")
+        peak = 100.0 + 10.0 * unit.trial.batch_size + self.growth * unit.trial.timed_steps
+        if unit.os_memory_limit_mib is not None and peak > unit.os_memory_limit_mib:
+            return TrialOutcome(trial=unit.trial, status="oom",
+                                reason="RuntimeError: DefaultCPUAllocator: can't allocate memory")
+        return TrialOutcome(trial=unit.trial, status="ok", metrics=WorkerMetrics(vmdata_peak_mib=peak))
+
+
+def install(monkeypatch: pytest.MonkeyPatch, make: Callable[[], Any]) -> list[Any]:
+    """Make every max-batch search build its executor with ``make()``; return the executors made, in order."""
+    from harness.maxbatch import prober
+
+    made: list[Any] = []
+
+    def build(**kw: Any) -> Any:
+        made.append(make())
+        return made[-1]
+
+    monkeypatch.setattr(prober, "LocalExecutor", build)
+    return made

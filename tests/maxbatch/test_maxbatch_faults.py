@@ -1,0 +1,93 @@
+"""Max batch when something goes wrong (issue 13): a one-off crash, a tiny answer, Ctrl-C.
+
+No framework runs here: the executor is a stand-in whose memory law and faults the test sets, so each case is
+exact and fast. The real boundary is tested in test_maxbatch.py.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from harness.cli import main
+from harness.cli.maxbatch import print_result
+from harness.maxbatch import prober as prober_module
+from harness.maxbatch.advice import CPU_PEAK_JITTER_MIB, jitter_advice
+from harness.store import Store
+from tests.fakes.memory_executor import BUDGET_MIB
+
+
+def _maxbatch(out: Any, *extra: str) -> int:
+    return main(["maxbatch", "--framework", "pytorch", "--model", "tiny_cnn", "--device", "cpu",
+                 "--memory-limit-mib", f"{BUDGET_MIB:g}", "--threads", "1", "--out", str(out), *extra])
+
+
+def test_a_one_off_killed_probe_is_rerun_at_the_same_budget_not_blamed_on_memory(fake_executor, tmp_path, capsys):
+    made = fake_executor(killed_calls=(1,))  # the very first worker (batch 1) is killed once
+    code = _maxbatch(tmp_path / "out")
+    captured = capsys.readouterr()
+    assert code == 0, captured.err  # before the fix: exit 3, "does not fit even at batch 1"
+    with Store.open(tmp_path / "out", create=False) as store:
+        row = store.maxbatch_results()[0]
+    assert row["max_batch"] == 28 and row["first_fail_batch"] == 29, row
+    batch1 = json.loads(row["probes_json"])[0]  # the probe tells what happened to its first worker
+    assert batch1["status"] == "ok" and "crashed once (killed by SIGKILL" in batch1["reason"]
+    assert "then at the same budget: ok" in batch1["reason"]
+    # the second worker was the same probe under the same budget, not a control run under a larger one
+    first, second = made[0].units[:2]
+    assert (first.trial.batch_size, second.trial.batch_size) == (1, 1)
+    assert first.os_memory_limit_mib == second.os_memory_limit_mib == BUDGET_MIB
+
+
+def test_a_crash_that_repeats_at_the_budget_still_asks_the_control_run(fake_executor, tmp_path, capsys):
+    # killed twice at batch 16 (calls 2 and 3): the control run under a larger limit passes, so the search takes
+    # it as memory, as before; the answer then lies below 16, found by the probes that follow
+    made = fake_executor(killed_calls=(2, 3))
+    assert _maxbatch(tmp_path / "out") == 0, capsys.readouterr().err
+    limits = [(u.trial.batch_size, u.os_memory_limit_mib) for u in made[0].units[:4]]
+    assert limits[:3] == [(1, BUDGET_MIB), (16, BUDGET_MIB), (16, BUDGET_MIB)]
+    assert limits[3][0] == 16 and limits[3][1] > BUDGET_MIB
+
+
+def _tiny_row(max_batch: int, recommended: int | None = None, **kw: Any) -> dict[str, Any]:
+    probes = [{"batch": max_batch, "status": "ok", "peak_mib": 479.5, "confirm": True},
+              {"batch": max_batch + 1, "status": "oom", "peak_mib": None}]
+    row = {"budget_kind": "cpu-rlimit-data", "budget_mib": 480.0, "margin_mib": 0.0, "max_batch": max_batch,
+           "fit_a_mib": 470.0, "fit_b_mib_per_sample": 0.5, "analytic_activation_mib_per_sample": 1.0,
+           "probes_json": json.dumps(probes), "first_fail_batch": max_batch + 1, "first_fail_status": "oom",
+           "first_fail_reason": "can't allocate memory", "recommended_batch": max_batch, "recommended_pow2": 4,
+           "recommended_mult8": None, "probes_n": 6, "wall_s": 10.0, "strategy": "model", "formula_batch": 8,
+           "formula_error_pct": 100.0, "model_state_mib": 1.0, "per_sample_activation_mib": 0.5,
+           "formula_analytic_batch": 4, "formula_analytic_error_pct": 0.0, "capped": 0}
+    return row | kw
+
+
+def test_the_jitter_note_never_recommends_batch_0():
+    # 3 MiB at 0.5 MiB per sample is 6 samples: more than the answer of 4 has
+    advice = jitter_advice(_tiny_row(4))
+    assert advice is not None
+    assert "0 leaves" not in advice and " 0 " not in advice, advice  # before the fix: "0 leaves a 3 MiB margin"
+    assert "larger --memory-limit-mib" in advice and f"{CPU_PEAK_JITTER_MIB:g} MiB" in advice
+    # an answer with room for the margin still gets the size that leaves it
+    assert "94 leaves a 3 MiB margin" in (jitter_advice(_tiny_row(100)) or "")
+
+
+def test_a_recommendation_of_nothing_is_said_in_words(capsys):
+    row = _tiny_row(4, recommended_batch=0, recommended_pow2=0, margin_jitter_mib=3.0, margin_growth_mib=0.0,
+                    margin_total_mib=3.0, train_env_json="{}")
+    print_result(row)
+    out = capsys.readouterr().out
+    assert "recommended leaving 3.0 MiB unused" in out and "none: no batch size leaves that margin" in out
+    assert "recommended: 0" not in out and ": 0  (power" not in out
+
+
+def test_ctrl_c_in_maxbatch_does_not_suggest_resume(monkeypatch, tmp_path, capsys):
+    def interrupted(*args: Any, **kw: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prober_module, "run_maxbatch", interrupted)
+    assert _maxbatch(tmp_path / "out") == 130
+    err = capsys.readouterr().err
+    assert "--resume" not in err.replace("has no --resume", ""), err  # before the fix: "... with --resume to finish"
+    assert "maxbatch has no --resume" in err and "run the same command again" in err
+    assert str(tmp_path / "out" / "results.sqlite") in err
