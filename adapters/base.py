@@ -37,11 +37,11 @@ from adapters.building import (
     resolve_gpu,
     unknown_layer_error,
     unknown_optimizer_error,
-    walk_layers,
+    walk_sequence,
 )
 from harness.config.trial import OptimizerSpec  # re-exported: plugins import it from here
 from harness.errors import AdapterError, ConfigError
-from harness.models import ModelDescription
+from harness.models import Layer, ModelDescription
 
 __all__ = [
     "Adapter", "EvalResult", "LayerSite", "MemoryStats", "OptimizerSpec", "RuntimeConfig", "WeightFeed",
@@ -103,6 +103,7 @@ class Adapter(ABC):
     #: Module to import to check the framework is installed (``torch``).
     import_name: ClassVar[str]
     #: Adapter settings accepted under ``[adapters.<name>]`` (besides ``python``), with their allowed values.
+    #: A type among the values (``(None, str)``) accepts any value of that type; a default of None is left out.
     options: ClassVar[Mapping[str, tuple[Any, ...]]] = {}
     #: Precisions the adapter really runs; the parent refuses any other before a trial starts.
     precisions: ClassVar[tuple[str, ...]] = ("fp32",)
@@ -134,13 +135,15 @@ class Adapter(ABC):
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
         """Check ``[adapters.<name>]`` settings in the parent (no framework import); return them resolved."""
-        resolved = {key: values[0] for key, values in cls.options.items()}
+        # a default of None stays out: adding a setting must not change the hash of every stored trial
+        resolved = {key: values[0] for key, values in cls.options.items() if values[0] is not None}
         for key, value in options.items():
             if key not in cls.options:
                 valid = ", ".join(sorted(cls.options)) or "(none)"
                 raise ConfigError(f"adapter {cls.name!r} has no setting {key!r}; valid settings: {valid}")
-            if value not in cls.options[key]:
-                allowed = ", ".join(repr(v) for v in cls.options[key])
+            allowed_types = tuple(v for v in cls.options[key] if isinstance(v, type))
+            if value not in cls.options[key] and not (allowed_types and isinstance(value, allowed_types)):
+                allowed = ", ".join(f"a {v.__name__}" if isinstance(v, type) else repr(v) for v in cls.options[key])
                 raise ConfigError(f"adapter {cls.name!r}: {key} = {value!r} is not one of {allowed}")
             resolved[key] = value
         return resolved
@@ -161,13 +164,17 @@ class Adapter(ABC):
         check_weights(model, weights)
         self.begin_model(model)
         feed = WeightFeed(weights)
-        for layer, site in walk_layers(model):
+        self.build_layers(model.layers, tuple(model.input_shape), feed)
+        feed.finish()
+        self.end_model(model, self.make_optimizer(optimizer))
+
+    def build_layers(self, layers: Sequence[Layer], in_shape: tuple[int, ...], weights: WeightFeed) -> None:
+        """Call each layer's hook in order: the template's walk, and how ``layer_residual`` builds its paths."""
+        for layer, site in walk_sequence(layers, in_shape):
             hook = getattr(self, layer_hook_name(layer), None)
             if hook is None:
                 raise unknown_layer_error(self.name, layer, site)
-            hook(layer, site, feed)
-        feed.finish()
-        self.end_model(model, self.make_optimizer(optimizer))
+            hook(layer, site, weights)
 
     def begin_model(self, model: ModelDescription) -> None:  # noqa: B027 - optional hook with a do-nothing default
         """Start a new model (reset the layer list the hooks append to)."""
@@ -187,6 +194,12 @@ class Adapter(ABC):
     def resolve_gpu(self, runtime: RuntimeConfig, available: bool, evidence: str, remedy: str = "") -> bool:
         """Whether this trial runs on the GPU; refuses ``device = 'gpu'`` when the framework sees none."""
         return resolve_gpu(runtime.device, available, self.label or self.name, evidence, remedy)
+
+    def build_native(self, factory: str, input_shape: tuple[int, int, int], classes: int,
+                     optimizer: OptimizerSpec) -> None:
+        """Build the framework's own model from ``factory`` ("module:function", harness.models.native)."""
+        raise ConfigError(f"the {self.name} adapter cannot run native models; describe the model with "
+                          "harness.models layers, or run it in an adapter that has a native_model setting")
 
     @abstractmethod
     def param_count(self) -> int:

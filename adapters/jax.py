@@ -40,7 +40,17 @@ from adapters.base import (
     is_generic_oom,
 )
 from harness.errors import ConfigError
-from harness.models import BatchNorm, Conv2D, Dense, Flatten, GlobalAvgPool, MaxPool2D, ModelDescription, ReLU
+from harness.models import (
+    BatchNorm,
+    Conv2D,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    MaxPool2D,
+    ModelDescription,
+    ReLU,
+    Residual,
+)
 
 MIB = 1024.0 * 1024.0
 MEMORY_MODES = ("growth", "preallocate")
@@ -51,6 +61,22 @@ OOM_TEXTS = ("Out of memory allocating", "Out of memory while trying to allocate
 
 #: A layer function: (its parameters, its state, input, training?) -> (output, new state).
 LayerFn = Callable[[list[Any], list[Any], Any, bool], tuple[Any, list[Any]]]
+
+
+def _chain(layers: list[tuple[LayerFn, int, int]]) -> tuple[LayerFn, int, int]:
+    """Layers applied in order as one layer function: each takes its slice of the parameters and state."""
+    n_params, n_state = sum(n for _, n, _ in layers), sum(n for _, _, n in layers)
+
+    def chained(params: list[Any], state: list[Any], x: Any, train: bool) -> tuple[Any, list[Any]]:
+        new_state: list[Any] = []
+        pi = si = 0
+        for fn, np_, ns in layers:
+            x, s = fn(params[pi : pi + np_], state[si : si + ns], x, train)
+            new_state += s
+            pi, si = pi + np_, si + ns
+        return x, new_state  # no layers: the input itself (a residual block's identity shortcut)
+
+    return chained, n_params, n_state
 
 
 def _limit_threads(threads: int) -> list[int]:
@@ -178,10 +204,12 @@ class JAXAdapter(Adapter):
 
     def layer_conv2d(self, layer: Conv2D, site: LayerSite, weights: WeightFeed) -> None:
         lax = self.jax.lax
-        padding = "SAME" if layer.padding == "same" else "VALID"
+        # explicit and symmetric, like the description (XLA's "SAME" pads more at the end at stride 2)
+        pad = layer.kernel // 2 if layer.padding == "same" else 0
+        padding, strides = ((pad, pad), (pad, pad)), (layer.stride, layer.stride)
 
         def conv(p: list[Any], s: list[Any], x: Any, train: bool) -> tuple[Any, list[Any]]:
-            y = lax.conv_general_dilated(x, p[0], (1, 1), padding, dimension_numbers=("NCHW", "OIHW", "NCHW"))
+            y = lax.conv_general_dilated(x, p[0], strides, padding, dimension_numbers=("NCHW", "OIHW", "NCHW"))
             return (y + p[1][None, :, None, None] if layer.use_bias else y), s
 
         self._add(conv, weights.take(1 + int(layer.use_bias)))
@@ -211,9 +239,10 @@ class JAXAdapter(Adapter):
         self._add(lambda p, s, x, train: (relu(x), s))
 
     def layer_maxpool2d(self, layer: MaxPool2D, site: LayerSite, weights: WeightFeed) -> None:
-        lax, k = self.jax.lax, layer.size
-        self._add(lambda p, s, x, train: (lax.reduce_window(x, -np.inf, lax.max, (1, 1, k, k), (1, 1, k, k),
-                                                            "VALID"), s))
+        lax, k, st, pad = self.jax.lax, layer.size, layer.stride or layer.size, layer.padding
+        padding = ((0, 0), (0, 0), (pad, pad), (pad, pad))  # padded with the init value, -inf: it never wins
+        self._add(lambda p, s, x, train: (lax.reduce_window(x, -np.inf, lax.max, (1, 1, k, k), (1, 1, st, st),
+                                                            padding), s))
 
     def layer_globalavgpool(self, layer: GlobalAvgPool, site: LayerSite, weights: WeightFeed) -> None:
         self._add(lambda p, s, x, train: (x.mean(axis=(2, 3)), s))
@@ -223,6 +252,23 @@ class JAXAdapter(Adapter):
 
     def layer_dense(self, layer: Dense, site: LayerSite, weights: WeightFeed) -> None:
         self._add(lambda p, s, x, train: (x @ p[0] + p[1], s), weights.take(2))
+
+    def layer_residual(self, layer: Residual, site: LayerSite, weights: WeightFeed) -> None:
+        outer = self._layers
+        paths = []
+        for path in (layer.body, layer.shortcut):  # weights: the body's, then the shortcut's
+            self._layers = []
+            self.build_layers(path, site.in_shape, weights)
+            paths.append(_chain(self._layers))
+        self._layers = outer
+        (body, nb, sb), (shortcut, ns, ss) = paths
+
+        def residual(p: list[Any], s: list[Any], x: Any, train: bool) -> tuple[Any, list[Any]]:
+            yb, s_body = body(p[:nb], s[:sb], x, train)
+            ys, s_short = shortcut(p[nb:], s[sb:], x, train)
+            return yb + ys, s_body + s_short
+
+        self._layers.append((residual, nb + ns, sb + ss))
 
     def make_sgd(self, spec: OptimizerSpec) -> Any:
         from adapters.jax_optim import sgd_momentum
@@ -241,16 +287,7 @@ class JAXAdapter(Adapter):
         self.state = [put(s) for s in self._state0]
         init, update = optimizer
         self.opt_state = init(self.params)
-        layers = list(self._layers)
-
-        def forward(params: list[Any], state: list[Any], x: Any, train: bool) -> tuple[Any, list[Any]]:
-            new_state: list[Any] = []
-            pi = si = 0
-            for fn, n_params, n_state in layers:
-                x, s = fn(params[pi : pi + n_params], state[si : si + n_state], x, train)
-                new_state += s
-                pi, si = pi + n_params, si + n_state
-            return x, new_state
+        forward, _, _ = _chain(list(self._layers))
 
         def loss_fn(params: list[Any], state: list[Any], x: Any, y: Any) -> tuple[Any, list[Any]]:
             logits, new_state = forward(params, state, x, True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.metadata as md
 import os
 import sys
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,17 @@ from adapters.base import (
     is_generic_oom,
 )
 from harness.errors import ConfigError
-from harness.models import BatchNorm, Conv2D, Dense, Flatten, GlobalAvgPool, MaxPool2D, ModelDescription, ReLU
+from harness.models import (
+    BatchNorm,
+    Conv2D,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    MaxPool2D,
+    ModelDescription,
+    ReLU,
+    Residual,
+)
 
 MIB = 1024.0 * 1024.0
 # Texts MXNet 1.9 writes when an allocation fails (pooled GPU storage manager, CPU storage). When that
@@ -52,6 +63,24 @@ def import_mxnet() -> Any:
     import mxnet
 
     return mxnet
+
+
+@cache
+def _residual_block() -> Any:
+    """``body(x) + shortcut(x)`` as a Gluon ``HybridBlock`` class (made on first use: mxnet is imported lazily)."""
+    from mxnet.gluon import nn
+
+    class ResidualBlock(nn.HybridBlock):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            with self.name_scope():
+                self.body = nn.HybridSequential()
+                self.shortcut = nn.HybridSequential()  # left empty: the identity
+
+        def hybrid_forward(self, F: Any, x: Any) -> Any:  # noqa: N803 - Gluon's name for the op namespace
+            return self.body(x) + (self.shortcut(x) if len(self.shortcut) else x)
+
+    return ResidualBlock
 
 
 def _single_omp_thread_here() -> bool:
@@ -172,8 +201,8 @@ class MXNetAdapter(Adapter):
 
     def layer_conv2d(self, layer: Conv2D, site: LayerSite, weights: WeightFeed) -> None:
         pad = layer.kernel // 2 if layer.padding == "same" else 0
-        block = self.nn.Conv2D(layer.filters, layer.kernel, padding=pad, use_bias=layer.use_bias,
-                               in_channels=site.in_shape[0], layout="NCHW")
+        block = self.nn.Conv2D(layer.filters, layer.kernel, strides=layer.stride, padding=pad,
+                               use_bias=layer.use_bias, in_channels=site.in_shape[0], layout="NCHW")
         self._add(block, [(block.weight, False)] + [(block.bias, False)] * layer.use_bias, weights)
 
     def layer_batchnorm(self, layer: BatchNorm, site: LayerSite, weights: WeightFeed) -> None:
@@ -186,7 +215,7 @@ class MXNetAdapter(Adapter):
         self._net.add(self.nn.Activation("relu"))
 
     def layer_maxpool2d(self, layer: MaxPool2D, site: LayerSite, weights: WeightFeed) -> None:
-        self._net.add(self.nn.MaxPool2D(layer.size, layer.size))
+        self._net.add(self.nn.MaxPool2D(layer.size, layer.stride or layer.size, layer.padding))
 
     def layer_globalavgpool(self, layer: GlobalAvgPool, site: LayerSite, weights: WeightFeed) -> None:
         self._net.add(self.nn.GlobalAvgPool2D(), self.nn.Flatten())
@@ -197,6 +226,15 @@ class MXNetAdapter(Adapter):
     def layer_dense(self, layer: Dense, site: LayerSite, weights: WeightFeed) -> None:
         block = self.nn.Dense(layer.units, in_units=int(np.prod(site.in_shape)), flatten=True)
         self._add(block, [(block.weight, True), (block.bias, False)], weights)  # Gluon stores (units, in)
+
+    def layer_residual(self, layer: Residual, site: LayerSite, weights: WeightFeed) -> None:
+        block = _residual_block()()
+        outer = self._net
+        for target, path in ((block.body, layer.body), (block.shortcut, layer.shortcut)):  # body's weights first
+            self._net = target
+            self.build_layers(path, site.in_shape, weights)
+        self._net = outer
+        self._net.add(block)
 
     def _add(self, block: Any, params: list[tuple[Any, bool]], weights: WeightFeed) -> None:
         self._net.add(block)

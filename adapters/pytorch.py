@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -18,9 +19,34 @@ from adapters.base import (
     is_generic_oom,
 )
 from harness.errors import ConfigError
-from harness.models import BatchNorm, Conv2D, Dense, Flatten, GlobalAvgPool, MaxPool2D, ModelDescription, ReLU
+from harness.models import (
+    BatchNorm,
+    Conv2D,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    MaxPool2D,
+    ModelDescription,
+    ReLU,
+    Residual,
+)
 
 MIB = 1024.0 * 1024.0
+
+
+@cache
+def _residual_module(torch: Any) -> Any:
+    """``body(x) + shortcut(x)`` as an ``nn.Module`` class (made on first use: torch is imported lazily)."""
+
+    class ResidualBlock(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self, body: Any, shortcut: Any) -> None:
+            super().__init__()
+            self.body, self.shortcut = body, shortcut
+
+        def forward(self, x: Any) -> Any:
+            return self.body(x) + self.shortcut(x)  # an empty Sequential returns its input: the identity
+
+    return ResidualBlock
 
 
 class PyTorchAdapter(Adapter):
@@ -31,6 +57,8 @@ class PyTorchAdapter(Adapter):
     distributions = ("torch",)
     import_name = "torch"
     oom_stderr_patterns = ("CUDA out of memory", "DefaultCPUAllocator: can't allocate memory")
+    #: native_model: "package.module:function" returning a torch.nn.Module (harness.models.native)
+    options = {"native_model": (None, str)}
     supports_accumulation = True
 
     def __init__(self) -> None:
@@ -90,7 +118,8 @@ class PyTorchAdapter(Adapter):
 
     def layer_conv2d(self, layer: Conv2D, site: LayerSite, weights: WeightFeed) -> None:
         pad = layer.kernel // 2 if layer.padding == "same" else 0
-        conv = self.torch.nn.Conv2d(site.in_shape[0], layer.filters, layer.kernel, padding=pad, bias=layer.use_bias)
+        conv = self.torch.nn.Conv2d(site.in_shape[0], layer.filters, layer.kernel, stride=layer.stride, padding=pad,
+                                    bias=layer.use_bias)
         self._params.append((conv.weight, weights.one()))
         if layer.use_bias:
             self._params.append((conv.bias, weights.one()))
@@ -108,7 +137,7 @@ class PyTorchAdapter(Adapter):
         self._modules.append(self.torch.nn.ReLU())
 
     def layer_maxpool2d(self, layer: MaxPool2D, site: LayerSite, weights: WeightFeed) -> None:
-        self._modules.append(self.torch.nn.MaxPool2d(layer.size))
+        self._modules.append(self.torch.nn.MaxPool2d(layer.size, layer.stride or layer.size, layer.padding))
 
     def layer_globalavgpool(self, layer: GlobalAvgPool, site: LayerSite, weights: WeightFeed) -> None:
         self._modules += [self.torch.nn.AdaptiveAvgPool2d(1), self.torch.nn.Flatten()]
@@ -121,6 +150,16 @@ class PyTorchAdapter(Adapter):
         kernel, bias = weights.take(2)
         self._params += [(dense.weight, kernel.T), (dense.bias, bias)]  # torch stores (out, in)
         self._modules.append(dense)
+
+    def layer_residual(self, layer: Residual, site: LayerSite, weights: WeightFeed) -> None:
+        outer = self._modules
+        paths = []
+        for path in (layer.body, layer.shortcut):  # weights: the body's, then the shortcut's
+            self._modules = []
+            self.build_layers(path, site.in_shape, weights)
+            paths.append(self.torch.nn.Sequential(*self._modules))  # an empty shortcut returns its input
+        self._modules = outer
+        self._modules.append(_residual_module(self.torch)(*paths))
 
     def make_sgd(self, spec: OptimizerSpec) -> Any:
         return lambda params: self.torch.optim.SGD(params, lr=spec.lr, momentum=spec.momentum)
@@ -135,11 +174,30 @@ class PyTorchAdapter(Adapter):
             for i, (tensor, array) in enumerate(self._params):
                 check_fits(array.shape, tensor.shape, f"weight {i}")
                 tensor.copy_(torch.from_numpy(np.ascontiguousarray(array)))
+        self._order = [t for t, _ in self._params]
+        self._finish(net, optimizer)
+
+    def build_native(self, factory: str, input_shape: tuple[int, int, int], classes: int,
+                     optimizer: OptimizerSpec) -> None:
+        from harness.models.native import load_factory
+
+        net = load_factory(factory)(tuple(input_shape), classes)
+        if not isinstance(net, self.torch.nn.Module):
+            raise ConfigError(f"native model {factory!r} returned a {type(net).__qualname__}, not a torch.nn.Module")
+        with self.torch.no_grad():  # a wrong output shape is the user's to fix: say so before any step
+            out = net.eval()(self.torch.zeros((2, *input_shape)))
+        if tuple(out.shape) != (2, classes):
+            raise ConfigError(f"native model {factory!r} gives logits of shape {tuple(out.shape)} for a batch of 2 "
+                              f"inputs {tuple(input_shape)}; it must give (2, {classes})")
+        self._order, self._bn = [], []  # no canonical weight layout: get_weights() has nothing to compare
+        self._finish(net, self.make_optimizer(optimizer))
+
+    def _finish(self, net: Any, optimizer: Any) -> None:
+        """Move ``net`` to the device, attach ``optimizer`` (from :meth:`make_optimizer`) and the loss."""
         self.model = net.to(self.device)
         self.model.train()
         self.optimizer = optimizer(self.model.parameters())  # torch optimizers bind to the parameters
-        self.loss_fn = torch.nn.CrossEntropyLoss()
-        self._order = [t for t, _ in self._params]
+        self.loss_fn = self.torch.nn.CrossEntropyLoss()
 
     def param_count(self) -> int:
         return int(sum(p.numel() for p in self.model.parameters() if p.requires_grad))

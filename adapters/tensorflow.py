@@ -27,7 +27,17 @@ from adapters.base import (
     is_generic_oom,
 )
 from harness.errors import ConfigError
-from harness.models import BatchNorm, Conv2D, Dense, Flatten, GlobalAvgPool, MaxPool2D, ModelDescription, ReLU
+from harness.models import (
+    BatchNorm,
+    Conv2D,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    MaxPool2D,
+    ModelDescription,
+    ReLU,
+    Residual,
+)
 
 MIB = 1024.0 * 1024.0
 MEMORY_MODES = ("growth", "preallocate")
@@ -64,6 +74,13 @@ def _flatten_dense_converters(chw: tuple[int, ...]) -> ConverterPair:
         return a.reshape(h, w, c, -1).transpose(2, 0, 1, 3).reshape(c * h * w, -1)
 
     return to_keras, from_keras
+
+
+def _max_padding(keras: Any, pad: int) -> Any:
+    """Symmetric padding that never wins a max (PyTorch and MXNet pad max-pooling with -inf; Keras cannot)."""
+    lowest = float(np.finfo(np.float32).min)  # finite: no inf may reach an arithmetic op in the backward pass
+    return keras.layers.Lambda(
+        lambda t: keras.ops.pad(t, [[0, 0], [pad, pad], [pad, pad], [0, 0]], constant_values=lowest))
 
 
 def _is_oom_message(text: str) -> bool:
@@ -179,15 +196,22 @@ class TensorFlowAdapter(Adapter):
 
         self.keras = keras
         c, h, w = model.input_shape
-        self._layers: list[Any] = [keras.Input(shape=(h, w, c))]
+        # the functional API, not Sequential: a residual block has two paths that meet in an Add. Each hook
+        # applies its layer to the current tensor ``self._x``.
+        self._inputs = self._x = keras.Input(shape=(h, w, c))
         # (Keras layer, names of its trainable weights in canonical order, weights, one converter pair each)
         self._pending: list[tuple[Any, tuple[str, ...], list[np.ndarray], list[ConverterPair]]] = []
         self._bn: list[Any] = []
 
     def layer_conv2d(self, layer: Conv2D, site: LayerSite, weights: WeightFeed) -> None:
-        k = self.keras.layers.Conv2D(
-            layer.filters, layer.kernel, padding=layer.padding, use_bias=layer.use_bias, data_format="channels_last"
-        )
+        padding = layer.padding
+        if layer.stride > 1 and padding == "same":
+            # Keras' "same" pads asymmetrically (more at the bottom/right) at stride 2; the description pads
+            # kernel // 2 on every side, like PyTorch and MXNet: pad explicitly, then convolve.
+            self._add(self.keras.layers.ZeroPadding2D(layer.kernel // 2, data_format="channels_last"))
+            padding = "valid"
+        k = self.keras.layers.Conv2D(layer.filters, layer.kernel, strides=layer.stride, padding=padding,
+                                     use_bias=layer.use_bias, data_format="channels_last")
         names: tuple[str, ...] = ("kernel", "bias") if layer.use_bias else ("kernel",)
         convs: list[ConverterPair] = [(_conv_to_keras, _conv_from_keras)]
         self._add(k, names, weights.take(len(names)), convs + [IDENTITY] * layer.use_bias)
@@ -201,7 +225,10 @@ class TensorFlowAdapter(Adapter):
         self._add(self.keras.layers.ReLU())
 
     def layer_maxpool2d(self, layer: MaxPool2D, site: LayerSite, weights: WeightFeed) -> None:
-        self._add(self.keras.layers.MaxPooling2D(layer.size, data_format="channels_last"))
+        if layer.padding:
+            self._add(_max_padding(self.keras, layer.padding))
+        self._add(self.keras.layers.MaxPooling2D(layer.size, strides=layer.stride or layer.size,
+                                                 data_format="channels_last"))
 
     def layer_globalavgpool(self, layer: GlobalAvgPool, site: LayerSite, weights: WeightFeed) -> None:
         self._add(self.keras.layers.GlobalAveragePooling2D(data_format="channels_last"))
@@ -215,9 +242,19 @@ class TensorFlowAdapter(Adapter):
             kernel_conv = _flatten_dense_converters(site.previous_in_shape)  # reads a (C, H, W) flatten
         self._add(self.keras.layers.Dense(layer.units), ("kernel", "bias"), weights.take(2), [kernel_conv, IDENTITY])
 
+    def layer_residual(self, layer: Residual, site: LayerSite, weights: WeightFeed) -> None:
+        block_input = self._x
+        outputs = []
+        for path in (layer.body, layer.shortcut):  # weights: the body's, then the shortcut's
+            self._x = block_input
+            self.build_layers(path, site.in_shape, weights)
+            outputs.append(self._x)  # an empty shortcut leaves the block's input: the identity
+        self._add(self.keras.layers.Add(), inputs=outputs)
+
     def _add(self, k: Any, names: tuple[str, ...] = (), arrays: list[np.ndarray] | None = None,
-             converters: list[ConverterPair] | None = None) -> None:
-        self._layers.append(k)
+             converters: list[ConverterPair] | None = None, inputs: Any = None) -> None:
+        with self.tf.device(self.device_name):  # the layer's variables are made as it is applied
+            self._x = k(self._x if inputs is None else inputs)
         if names:
             self._pending.append((k, names, arrays or [], converters or []))
 
@@ -234,7 +271,7 @@ class TensorFlowAdapter(Adapter):
     def end_model(self, model: ModelDescription, optimizer: Any) -> None:
         tf = self.tf
         with tf.device(self.device_name):
-            self.model = self.keras.Sequential(self._layers, name=model.name)
+            self.model = self.keras.Model(self._inputs, self._x, name=model.name)
         assignments: list[tuple[Any, Converter]] = []  # (variable, converter back to canonical)
         for klayer, names, arrays, converters in self._pending:
             for attr, array, (to_keras, from_keras) in zip(names, arrays, converters, strict=True):

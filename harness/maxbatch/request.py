@@ -102,7 +102,7 @@ class MaxBatchRequest:
     def from_experiment(cls, exp: Experiment, framework: str) -> MaxBatchRequest:
         """The search a sweep with ``max_batch = true`` runs for ``framework`` after its trials."""
         settings = exp.adapters.get(framework)
-        return cls(framework=framework, model=exp.model, dataset=exp.dataset, precision=exp.precision,
+        return cls(framework=framework, model=exp.model_for(framework), dataset=exp.dataset, precision=exp.precision,
                    device=exp.device, memory_limit_mib=exp.memory_limit_mib, timeout_s=exp.timeout_s,
                    optimizer=exp.optimizer, momentum=exp.momentum, learning_rate=exp.learning_rate,
                    threads=exp.threads, seed=exp.seed, synthetic_shape=exp.synthetic_shape,

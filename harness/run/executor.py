@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import WorkerProtocolError
+from harness.models import build_description, is_native_model
 from harness.records import Monitor, NullMonitor, Status, TrialOutcome, TrialUnit, WorkerMetrics
 from harness.run.protocol import PROTOCOL_VERSION, WorkerReport, decode
 
@@ -99,9 +100,14 @@ class LocalExecutor:
         request = {"protocol": PROTOCOL_VERSION, "trial": trial.to_dict(), "data": unit.data.to_dict(),
                    "order_path": unit.order_path, "adapter_target": unit.adapter_target,
                    "os_memory_limit_mib": unit.os_memory_limit_mib,
-                   "progress_interval_s": unit.progress_interval_s}
+                   "progress_interval_s": unit.progress_interval_s,
+                   # resolved here, in the parent: a user's model function is never imported by a worker
+                   "model": None if is_native_model(trial.model) else
+                   build_description(trial.model, unit.data.input_shape, unit.data.classes).to_spec()}
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
+        # the parent's current directory last: a native model's factory module is found there, as in the parent
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", ""), os.getcwd())
+                                            if p)
         env.update({"PYTHONUNBUFFERED": "1", "BATCHSCOPE_WORKER": "1", "TF_CPP_MIN_LOG_LEVEL": "1",
                     "BATCHSCOPE_PARENT_PID": str(os.getpid())})  # the worker exits when we are gone
         env.update(unit.env)

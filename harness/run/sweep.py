@@ -16,7 +16,7 @@ from harness.config.trial import TrialSpec
 from harness.data import PreparedData, default_cache_dir, prepare
 from harness.data.footprint import require_disk
 from harness.errors import ConfigError, StoreError
-from harness.models import build_description
+from harness.models import build_description, is_native_model
 from harness.monitor import environment
 from harness.records import Executor, Monitor, TrialOutcome, TrialUnit
 from harness.registry import adapter_class, adapter_target
@@ -130,7 +130,8 @@ def run_sweep(
         preflight(env)
     # data before the store: a data error (no network, corrupt archive) must leave nothing written
     data = prepare(data_request(exp, data_dir), cache_dir or default_cache_dir())
-    build_description(exp.model, data.input_shape, data.classes)  # a model that does not fit the input
+    if not is_native_model(exp.model):  # a native model has no description: its adapter checks it in the worker
+        build_description(exp.model, data.input_shape, data.classes)  # a model that does not fit the input
     trials = plan(exp, data)  # before the store too: it refuses e.g. augmentation the data cannot take
     require_disk(data.order_bytes(exp.epochs) * exp.repeats, Path(data.directory),
                  f"the shuffle orders of {exp.repeats} repeat(s) x {max(exp.epochs, 1)} epoch(s)", "lower epochs")

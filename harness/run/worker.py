@@ -36,7 +36,8 @@ from harness.data import PreparedData
 from harness.data.augment import Augmenter
 from harness.errors import ConfigError
 from harness.flops import train_flop_per_sample
-from harness.models import build_description, init_weights
+from harness.models import ModelDescription, build_description, init_weights, is_native_model
+from harness.models.native import PREFIX as NATIVE_PREFIX
 from harness.records import WorkerMetrics
 from harness.run.planner import plan_steps
 from harness.run.protocol import PROGRESS_INTERVAL_S, Channel, ProgressTicker
@@ -226,7 +227,7 @@ def _cpu_denormals(trial: TrialSpec, device_info: dict[str, Any]) -> str:
 
 
 def _train_metrics(batch_size: int, step_ms: list[float], warmup_n: int, post_warmup_s: float,
-                   post_warmup_samples: int, flop_per_sample: float) -> dict[str, Any]:
+                   post_warmup_samples: int, flop_per_sample: float | None) -> dict[str, Any]:
     """Throughput and drift of the post-warm-up steps (every one of them: see :mod:`harness.run.timing`).
 
     ``batch_size`` is what one step trains: the effective batch (micro-batch x accumulation steps), since a
@@ -242,7 +243,8 @@ def _train_metrics(batch_size: int, step_ms: list[float], warmup_n: int, post_wa
         drift_change_pct=d.change_pct if d else None, drift_threshold_pct=d.threshold_pct if d else None,
         drift_flagged=d.flagged if d else None,
         train_flop_per_sample=flop_per_sample,
-        achieved_gflop_per_s=flop_per_sample * fig.step_samples_per_s / 1e9,
+        # None for a native model: no description to count its FLOPs from
+        achieved_gflop_per_s=None if flop_per_sample is None else flop_per_sample * fig.step_samples_per_s / 1e9,
     )
 
 
@@ -272,14 +274,24 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
             denormals=trial.denormals))  # type: ignore[arg-type]
         cpu_denormals = _cpu_denormals(trial, device_info)
         x_train, y_train, x_test, y_test = data.load()
-        desc = build_description(trial.model, data.input_shape, data.classes)
-        adapter.build(desc, init_weights(desc, trial.seed), trial.optimizer)
+        desc: ModelDescription | None = None
+        if is_native_model(trial.model):  # the framework's own model: no description, no shared weights
+            adapter.build_native(trial.model[len(NATIVE_PREFIX):], data.input_shape, data.classes, trial.optimizer)
+            model_info: dict[str, Any] = {"name": trial.model, "native": True, "input_shape": list(data.input_shape),
+                                          "classes": data.classes, "param_count": adapter.param_count()}
+        else:
+            # the parent resolved the model (a user's function is imported there only) and sends it as data
+            spec = request.get("model")
+            desc = ModelDescription.from_spec(spec) if spec else build_description(trial.model, data.input_shape,
+                                                                                     data.classes)
+            adapter.build(desc, init_weights(desc, trial.seed), trial.optimizer)
+            model_info = desc.to_dict()
         order = np.load(request["order_path"], mmap_mode="r")
         setup_s = time.perf_counter() - t_setup
         # the footprint before the first step, in RLIMIT_DATA's units (VmData) and in RSS: the max-batch
         # search turns the RSS peak into the units the OS limit counts (harness/maxbatch/prober.py, probe_peak_mib)
         ready_mem = _proc_status_mib("VmData", "VmRSS", "RssFile", "RssAnon")
-        chan.send("ready", device=device_info, param_count=adapter.param_count(), model=desc.to_dict())
+        chan.send("ready", device=device_info, param_count=adapter.param_count(), model=model_info)
         watcher = VmDataWatcher().start() if request.get("os_memory_limit_mib") else None
 
         # a step is one optimizer update: effective_batch_size samples (batch_size x accumulate_steps)
@@ -329,7 +341,7 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
         vmdata_peak = watcher.stop() if watcher is not None else None
         metrics = WorkerMetrics(
             **_train_metrics(effective, step_ms, warmup_n, t_end - t_post_warmup, post_warmup_samples,
-                             train_flop_per_sample(desc)),
+                             None if desc is None else train_flop_per_sample(desc)),
             warmup_steps_n=warmup_n, timed_steps_n=timed_n, train_steps_n=len(step_ms),
             optimizer_updates_n=len(step_ms), micro_batches_n=runner.micro_batches_n,
             epochs_done=samples_seen / data.n_train if trial.epochs else 0.0,
