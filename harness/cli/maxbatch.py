@@ -110,13 +110,12 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     from harness.maxbatch.prober import run_maxbatch
     from harness.maxbatch.request import MaxBatchRequest
     from harness.monitor import environment
-    from harness.registry import adapter_class, known_adapter_names
+    from harness.registry import known_adapter_names
     from harness.store import Store
 
     if args.framework not in known_adapter_names():
         raise ConfigError(f"--framework {args.framework!r} is not a registered adapter; known: "
                           f"{', '.join(sorted(known_adapter_names()))}")
-    adapter_class(args.framework).validate_precision(args.precision)  # refused before anything is written
     from harness.models import CATALOGUE
 
     if args.model not in CATALOGUE:
