@@ -35,6 +35,7 @@ from adapters.base import (
     LayerSite,
     MemoryStats,
     OptimizerSpec,
+    PrecisionSeen,
     RuntimeConfig,
     WeightFeed,
     is_generic_oom,
@@ -104,6 +105,8 @@ class JAXAdapter(Adapter):
     options = {"memory_mode": MEMORY_MODES}
     bn_running_variance = "unbiased"  # written by hand, to PyTorch's (the reference's) convention
     oom_stderr_patterns = OOM_TEXTS
+    precision_note = ("mixed precision is not implemented in the JAX adapter: its hand-written layers would need "
+                      "a cast per layer, float32 master weights and, for float16, a loss scaler of their own")
 
     def __init__(self) -> None:
         self.jax: Any = None
@@ -118,6 +121,7 @@ class JAXAdapter(Adapter):
         self._infer: Any = None
         self.trace_count = 0  # compilations of the train step: one per batch size seen
         self._evaluating = False  # prepare_batch for evaluate() needs no train step compiled
+        self._seen_dtype: str | None = None  # the logits' dtype in the traced train step
 
     def versions(self) -> dict[str, str]:
         # From metadata, not by importing: XLA reads its threads and memory settings when it starts,
@@ -131,7 +135,7 @@ class JAXAdapter(Adapter):
         return out
 
     def setup(self, runtime: RuntimeConfig) -> dict[str, Any]:
-        self.validate_precision(runtime.precision)
+        self.validate_precision(runtime.precision, runtime.device)  # fp32 everywhere: "auto" decides nothing here
         mode = runtime.options.get("memory_mode", MEMORY_MODES[0])
         if mode not in MEMORY_MODES:
             raise ConfigError(f"jax: memory_mode = {mode!r} is not one of {', '.join(MEMORY_MODES)}")
@@ -291,6 +295,7 @@ class JAXAdapter(Adapter):
 
         def loss_fn(params: list[Any], state: list[Any], x: Any, y: Any) -> tuple[Any, list[Any]]:
             logits, new_state = forward(params, state, x, True)
+            self._seen_dtype = str(logits.dtype)  # while tracing: the dtype of the compiled step's logits
             logp = jax.nn.log_softmax(logits)
             return -jax.numpy.take_along_axis(logp, y[:, None], axis=1).mean(), new_state
 
@@ -303,6 +308,9 @@ class JAXAdapter(Adapter):
         # frameworks' optimizers do: without it the step's peak memory holds two copies of both.
         self._step = jax.jit(step, donate_argnums=(0, 1, 2))
         self._infer = jax.jit(lambda params, state, x: forward(params, state, x, False)[0])
+
+    def precision_seen(self) -> PrecisionSeen | None:
+        return PrecisionSeen(self._seen_dtype) if self._seen_dtype is not None else None
 
     def _put(self, array: np.ndarray) -> Any:
         return self.jax.device_put(np.asarray(array), self.device)

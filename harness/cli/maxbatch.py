@@ -128,7 +128,6 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     if args.framework not in known_adapter_names():
         raise ConfigError(f"--framework {args.framework!r} is not a registered adapter; known: "
                           f"{', '.join(sorted(known_adapter_names()))}")
-    adapter_class(args.framework).validate_precision(args.precision)  # refused before anything is written
     from harness.models import check_model_name
 
     check_model_name(args.model)  # a user's "module:function" is imported here, framework imports refused

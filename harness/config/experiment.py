@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.config.precision import PRECISIONS as PRECISIONS  # re-exported: defined with their meaning there
 from harness.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -48,7 +49,6 @@ else:  # pragma: no cover
 DEVICES = ("auto", "cpu", "gpu")
 OPTIMIZERS = ("sgd", "adam")
 LR_POLICIES = ("fixed", "linear", "sqrt")
-PRECISIONS = ("fp32", "amp")
 DATA_LAYOUTS = ("auto", "nchw", "nhwc")  # of an npz file's images (harness.data.npzfile)
 #: what the worker's CPU does with denormal floats: flush them to zero, or leave the framework's default
 DENORMALS = ("flush", "framework-default")
@@ -302,6 +302,7 @@ def _validate(exp: Experiment) -> None:
         if getattr(exp, key) not in allowed:
             raise bad(key, f"{getattr(exp, key)!r} is not one of {', '.join(allowed)}")
     _check_precision(exp, bad)
+    _check_device_settings(exp, bad)
     if len(exp.synthetic_shape) != 3 or min(exp.synthetic_shape) <= 0:
         raise bad("synthetic_shape", f"{list(exp.synthetic_shape)!r} must be [channels, height, width], all > 0")
     for name in exp.adapters:
@@ -315,9 +316,25 @@ def _check_precision(exp: Experiment, bad: Callable[[str, str], ConfigError]) ->
 
     for fw in exp.frameworks:  # one message, the adapter's own (adapters.base.Adapter.validate_precision)
         try:
-            adapter_class(fw).validate_precision(exp.precision)
+            adapter_class(fw).validate_precision(exp.precision, exp.device)
         except ConfigError as e:
             raise bad("precision", str(e)) from None
+
+
+def _check_device_settings(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:
+    """Refuse adapter settings that would do nothing on the experiment's device (PyTorch's CUDA allocator
+    settings on a CPU): a setting asked for and not applied is refused, never recorded as applied."""
+    from harness.registry import adapter_class
+
+    for fw in exp.frameworks:
+        settings = exp.adapters.get(fw)
+        check = getattr(adapter_class(fw), "validate_device_options", None)  # a duck-typed plugin may lack it
+        if settings is None or check is None:
+            continue
+        try:
+            check(settings.options, exp.device)
+        except ConfigError as e:
+            raise bad(f"adapters.{fw}", str(e)) from None
 
 
 def _validate_ranges(exp: Experiment, bad: Any) -> None:

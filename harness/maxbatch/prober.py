@@ -34,7 +34,7 @@ from harness.models import build_description, is_native_model
 from harness.monitor import environment
 from harness.records import Monitor, TrialOutcome, TrialUnit, WorkerMetrics
 from harness.registry import adapter_class, adapter_target
-from harness.run.executor import CPU_ALLOCATOR_ENV, LocalExecutor
+from harness.run.executor import CPU_ALLOCATOR_ENV, LocalExecutor, adapter_worker_env
 from harness.store import Store
 
 MIB = 1024.0 * 1024.0
@@ -125,6 +125,8 @@ class WorkerProber:
         # On CPU a fixed glibc mmap threshold makes a probe's peak repeatable (CPU_ALLOCATOR_ENV); the answer
         # then holds under that setting only, so it is stored and printed with the answer (advice.answer_env)
         self.env: dict[str, str] = dict(CPU_PROBE_ENV) if budget.kind == "cpu-rlimit-data" else {}
+        # and what the adapter's settings need at import (PyTorch's CUDA allocator settings), part of the answer too
+        self.env |= adapter_worker_env(req.framework, req.adapter_options, budget.device)
 
     def trial(self, batch: int, confirm: bool) -> TrialSpec:
         """The probe's trial: a warm-up step, a few timed steps (more to confirm), then eval at ``batch``."""

@@ -66,15 +66,25 @@ class MaxBatchRequest:
     adapter_options: dict[str, Any] = field(default_factory=dict)
 
     def _check_precision_runs(self) -> None:
-        """Refuse a precision the adapter would not run (a probe must never be recorded under one it did not use)."""
+        """Refuse a precision the adapter would not run on this device, and adapter settings that would do nothing
+        there (a probe must never be recorded under a setting it did not use)."""
         from harness.registry import adapter_class, known_adapter_names
 
         if self.framework not in known_adapter_names():
             return  # the command line names the unknown framework itself, with the known ones
         cls = adapter_class(self.framework)
-        if self.precision not in cls.precisions:
-            raise ConfigError(f"--precision {self.precision!r} is not run by the {self.framework} adapter, which runs "
-                              f"only {', '.join(cls.precisions)} ({cls.precision_note}); use --precision fp32")
+        try:
+            cls.validate_precision(self.precision, self.device)
+        except ConfigError as e:
+            text = str(e)
+            for setting, flag in (("set precision = ", "use --precision "), ("or precision = ", "or --precision "),
+                                  ("set device = ", "use --device "), ("or device = ", "or --device "),
+                                  ("device = 'auto'", "--device auto")):
+                text = text.replace(setting, flag)  # the flags the user types, not the experiment file's keys
+            raise ConfigError(f"--precision {self.precision!r}: {text}") from None
+        check = getattr(cls, "validate_device_options", None)
+        if check is not None and self.adapter_options:
+            check(self.adapter_options, self.device)
 
     def __post_init__(self) -> None:
         checks = (

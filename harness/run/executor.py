@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,17 @@ STDERR_TAIL_LINES = 40
 #: needs then grows over steps, is not monotone in the batch size, and moves between runs. Fixed at its starting
 #: value, every block over 128 KiB gets its own mapping, returned to the OS when freed (docs/maxbatch.md).
 CPU_ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+
+
+def adapter_worker_env(framework: str, options: Mapping[str, Any], device: str) -> dict[str, str]:
+    """The environment ``framework``'s adapter needs for its settings before its framework is imported (PyTorch's
+    CUDA allocator settings: ``adapters.base.Adapter.worker_env``); none for a plugin without the hook."""
+    if not options:
+        return {}
+    from harness.registry import adapter_class
+
+    hook = getattr(adapter_class(framework), "worker_env", None)
+    return dict(hook(options, device)) if hook is not None else {}
 
 
 def classify(report: WorkerReport, returncode: int | None, timed_out: bool, timeout_s: float,

@@ -20,7 +20,7 @@ from harness.models import build_description, is_native_model
 from harness.monitor import environment
 from harness.records import Executor, Monitor, TrialOutcome, TrialUnit
 from harness.registry import adapter_class, adapter_target
-from harness.run.executor import CPU_ALLOCATOR_ENV, LocalExecutor
+from harness.run.executor import CPU_ALLOCATOR_ENV, LocalExecutor, adapter_worker_env
 from harness.run.planner import data_request, plan
 from harness.store import Store, store_path
 from harness.store.db import make_out_dir
@@ -56,9 +56,12 @@ class SweepContext:
 
 
 def worker_env(trial: TrialSpec, env: dict[str, Any]) -> dict[str, str]:
-    """What a trial's worker gets in its environment: on CPU the allocator setting the max-batch probes use."""
+    """What a trial's worker gets in its environment: on CPU the allocator setting the max-batch probes use;
+    and what the adapter's settings need before its framework is imported (PyTorch's CUDA allocator settings:
+    ``adapters.base.Adapter.worker_env``)."""
     on_cpu = trial.device == "cpu" or (trial.device == "auto" and not env.get("gpus"))
-    return dict(CPU_ALLOCATOR_ENV) if on_cpu else {}
+    out = dict(CPU_ALLOCATOR_ENV) if on_cpu else {}
+    return out | adapter_worker_env(trial.framework, trial.adapter_options, trial.device)
 
 
 def unit_for(exp: Experiment, trial: TrialSpec, data: PreparedData, os_memory_limit_mib: float | None = None,

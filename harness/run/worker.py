@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from adapters import fpenv
-from adapters.base import Adapter, RuntimeConfig
+from adapters.base import Adapter, PrecisionSeen, RuntimeConfig
+from harness.config.precision import check_observed
 from harness.config.trial import TrialSpec
 from harness.data import PreparedData
 from harness.data.augment import Augmenter
@@ -226,6 +227,15 @@ def _cpu_denormals(trial: TrialSpec, device_info: dict[str, Any]) -> str:
     return state
 
 
+def _precision_seen(trial: TrialSpec, adapter: Adapter) -> PrecisionSeen | None:
+    """What the training forward pass computed in, as the adapter observed it; refuses a precision that did
+    not run (harness.config.precision.check_observed), so no such trial is stored as if it had."""
+    seen = adapter.precision_seen()
+    check_observed(trial.precision, trial.framework, seen.compute_dtype if seen else None,
+                   seen.loss_scale if seen else None)
+    return seen
+
+
 def _train_metrics(batch_size: int, step_ms: list[float], warmup_n: int, post_warmup_s: float,
                    post_warmup_samples: int, flop_per_sample: float | None) -> dict[str, Any]:
     """Throughput and drift of the post-warm-up steps (every one of them: see :mod:`harness.run.timing`).
@@ -319,6 +329,8 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
                 t_post_warmup = time.perf_counter()
             idx = np.sort(idx)  # in-batch order does not change a mean loss; sorted reads are faster
             batch_data_s, step_s = runner.run(step, idx)
+            if step == 0:  # after the first step's clock: a precision that did not run fails here, not at the end
+                _precision_seen(trial, adapter)
             data_s += batch_data_s
             step_ms.append(step_s * 1e3)
             samples_seen += len(idx)
@@ -327,6 +339,7 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
                 post_warmup_samples += len(idx)
         t_end = time.perf_counter()
         train_s = t_end - t_train
+        seen = _precision_seen(trial, adapter)  # again at the end: what is stored is the last step's
         mem = adapter.memory_stats()
 
         evaluated: dict[str, Any] = {}
@@ -346,6 +359,7 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
             optimizer_updates_n=len(step_ms), micro_batches_n=runner.micro_batches_n,
             epochs_done=samples_seen / data.n_train if trial.epochs else 0.0,
             data_s=data_s, setup_s=setup_s, train_s=train_s, cpu_denormals=cpu_denormals,
+            compute_dtype=seen.compute_dtype if seen else None, loss_scale=seen.loss_scale if seen else None,
             framework_peak_mib=mem.peak_mib, framework_peak_source=mem.source,
             framework_reserved_mib=mem.reserved_mib, maxrss_mib=_maxrss_mib(),
             vmdata_ready_mib=ready_mem["VmData"], rss_ready_mib=ready_mem["VmRSS"],
