@@ -186,7 +186,7 @@ def test_allocator_settings_are_validated_in_the_parent_and_written_as_pytorch_r
     ({"max_split_size_mb": 64.5}, "whole number"),
     ({"max_split_size_mb": True}, "whole number"),
     ({"garbage_collection_threshold": 1.0}, "in (0, 1)"),
-    ({"roundup_power2_divisions": 4}, "valid settings: expandable_segments, max_split_size_mb"),
+    ({"roundup_power2_divisions": 4}, "valid settings: native_model, expandable_segments, max_split_size_mb"),
 ])
 def test_bad_allocator_settings_are_refused_with_what_is_valid(options, words):
     with pytest.raises(ConfigError) as err:
