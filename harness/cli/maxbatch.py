@@ -68,7 +68,8 @@ def register(sub: Any) -> None:
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
     p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (its state counts; default 0.9)")
     p.add_argument("--threads", type=int, default=0, help="framework threads per probe (0: its default)")
-    p.add_argument("--timeout-s", type=float, default=300.0, help="per probe (default 300)")
+    p.add_argument("--timeout-s", type=float, default=300.0,
+                   help="per probe (default 300); with --accumulate-steps K, K times that")
     p.add_argument("--max-batch-cap", type=int, default=1 << 16, help="stop searching above this size")
     p.add_argument("--verify", action="store_true",
                    help="after the search, train the recommended size in a fresh worker under the same budget "
@@ -269,8 +270,7 @@ def _search_compared(req: Any, store: Any, run_id: int, run: Any) -> Any:
 def _print_what_helps(done: list[Any], out: Path) -> int:
     """The plain search's answer in full, then one table of every search. Exit 0 when every search finished and
     something fits; 3 when nothing fits even at a micro-batch of 1; 1 when a search aborted or a --verify failed."""
-    from harness.cli.table import print_table
-    from harness.maxbatch.whathelps import PLAIN, TABLE_COLUMNS, TABLE_NOTE, table_rows
+    from harness.maxbatch.whathelps import PLAIN, TABLE_NOTE, render_table, table_rows
 
     first = done[0]  # the plain search (or, with --no-plain, the first setting): its answer in full
     if first.row is not None and first.row.get("max_batch"):
@@ -280,7 +280,7 @@ def _print_what_helps(done: list[Any], out: Path) -> int:
         if s.problem:
             print(f"{s.setting}: {s.problem}", file=sys.stderr)
     print("\nwhat helps (one search per row; the change is against the plain search):")
-    print_table(table_rows(done), TABLE_COLUMNS)  # type: ignore[arg-type]
+    print("\n".join(render_table(table_rows(done))))
     print(f"note: {TABLE_NOTE}")
     print(f"\nstored in {out / 'results.sqlite'} (table maxbatch, one row per search, told apart by its setting; "
           "probes in trials with purpose 'probe')")

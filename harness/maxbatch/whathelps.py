@@ -14,6 +14,7 @@ report may build the same table from stored rows. An adapter class is passed in 
 from __future__ import annotations
 
 import inspect
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,15 +167,17 @@ class Searched:
     problem: str = ""  # why there is no row (the search aborted)
 
 
+#: (key, header, left-aligned) of the table's columns
 TABLE_COLUMNS = (
-    ("setting", "setting", ""), ("micro", "largest micro-batch", ""), ("k", "accumulate steps", ""),
-    ("effective", "effective batch", ""), ("peak", "peak at answer MiB", ""),
-    ("speed", "samples/s at answer", ""), ("per_sample", "ms per sample", ""), ("change", "change vs plain", ""),
+    ("setting", "setting", True), ("micro", "largest micro-batch", False), ("k", "accumulate steps", False),
+    ("effective", "effective batch", False), ("peak", "peak MiB at answer", False),
+    ("speed", "samples/s at answer", False), ("per_sample", "ms/sample", False), ("change", "change vs plain", True),
 )
 
 
 def _pct(new: float, old: float) -> str:
-    return f"{(new / old - 1.0) * 100.0:+.0f}%"
+    change = (new / old - 1.0) * 100.0
+    return "±0%" if round(change) == 0 else f"{change:+.0f}%"
 
 
 def _change(row: Mapping[str, Any], plain: Mapping[str, Any] | None) -> str:
@@ -203,7 +206,8 @@ def table_rows(searched: Sequence[Searched]) -> list[dict[str, str]]:
         row = s.row
         cells = {"setting": s.setting, "k": str(s.accumulate_steps)}
         if row is None:
-            out.append(cells | {"micro": f"aborted: {s.problem}", "effective": "-", "peak": "-", "speed": "-",
+            why = textwrap.shorten(s.problem, 60, placeholder=" …")  # in full on stderr, above the table
+            out.append(cells | {"micro": f"aborted: {why}", "effective": "-", "peak": "-", "speed": "-",
                                 "per_sample": "-", "change": "-"})
             continue
         micro = int(row.get("max_batch") or 0)
@@ -215,10 +219,20 @@ def table_rows(searched: Sequence[Searched]) -> list[dict[str, str]]:
             "effective": f"{micro * s.accumulate_steps}{capped}" if micro else "-",
             "peak": "-" if peak is None else f"{float(peak):.0f}",
             "speed": "-" if not speed else f"{float(speed):.0f}",
-            "per_sample": "-" if not speed else f"{1000.0 / float(speed):.3f}",
+            "per_sample": "-" if not speed else f"{1000.0 / float(speed):.3g}",
             "change": _change(row, plain),
         })
     return out
+
+
+def render_table(rows: Sequence[Mapping[str, str]]) -> list[str]:
+    """The rows of :func:`table_rows` as aligned text lines, the header first: words left, numbers right."""
+    cells = [[header for _, header, _ in TABLE_COLUMNS]] + [[r.get(key, "-") for key, _, _ in TABLE_COLUMNS]
+                                                            for r in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(TABLE_COLUMNS))]
+    return ["  ".join(c.ljust(w) if left else c.rjust(w)
+                      for c, w, (_, _, left) in zip(line, widths, TABLE_COLUMNS, strict=True)).rstrip()
+            for line in cells]
 
 
 TABLE_NOTE = (
