@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from harness.config.experiment import MAX_TIMEOUT_S
 from harness.config.trial import OptimizerSpec, TrialSpec
 from harness.data import DataRequest, PreparedData, default_cache_dir, prepare
 from harness.errors import DoesNotFitError
@@ -135,7 +136,10 @@ class WorkerProber:
             batch_size=batch, repeat=0, seed=r.seed, epochs=0, warmup_steps=1,
             timed_steps=r.confirm_steps if confirm else r.probe_steps,
             optimizer=OptimizerSpec(name=r.optimizer, lr=r.learning_rate, momentum=r.momentum),  # type: ignore[arg-type]
-            device=self.budget.device, threads=r.threads, timeout_s=r.timeout_s,  # type: ignore[arg-type]
+            # k micro-batches per update are k times a plain probe's training: the timeout scales with them, so the
+            # plain and the accumulated searches of a "what helps" run get the same time per micro-batch
+            device=self.budget.device, threads=r.threads,  # type: ignore[arg-type]
+            timeout_s=min(r.timeout_s * r.accumulate_steps, MAX_TIMEOUT_S),
             precision=r.precision, adapter_options=dict(r.adapter_options),
             memory_limit_mib=self.budget.trial_limit_mib, eval=True, eval_batch_size=batch,
             train_samples=r.train_samples, data_key=self.data.key, purpose="probe",
