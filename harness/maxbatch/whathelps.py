@@ -184,6 +184,9 @@ def _change(row: Mapping[str, Any], plain: Mapping[str, Any] | None) -> str:
     if plain is None or row is plain:
         return "-" if plain is None else "(reference)"
     parts = []
+    micro, base_micro = row.get("max_batch"), plain.get("max_batch")
+    if (row.get("accumulate_steps") or 1) > 1 and micro and base_micro:  # without accumulation micro = effective
+        parts.append(f"micro-batch {_pct(micro, base_micro)}")
     eff, base = row.get("effective_batch"), plain.get("effective_batch")
     if eff is not None and base:
         parts.append(f"effective batch x{eff / base:.2f}")

@@ -146,8 +146,9 @@ def test_one_row_per_search_told_apart_and_one_table(fake_executor, amp_runs, tm
         micro, k, effective = table[r["setting"]][:3]
         assert (int(micro), int(k), int(effective)) == (r["max_batch"], r["accumulate_steps"], r["effective_batch"])
     assert table["plain"][-1] == "(reference)"
-    assert table["accumulate_steps=4"][-1] == "effective batch x4.00, samples/s -10%, peak ±0%"
-    assert table["accumulate_steps=4 + precision=amp"][-1].startswith("effective batch x8.14")
+    assert table["accumulate_steps=4"][-1] == "micro-batch ±0%, effective batch x4.00, samples/s -10%, peak ±0%"
+    assert table["accumulate_steps=4 + precision=amp"][-1].startswith("micro-batch +104%, effective batch x8.14")
+    assert table["precision=amp"][-1].startswith("effective batch x2.04")  # k = 1: the micro-batch is the effective
     assert table["precision=amp"][3:5] == ["385", "1000"]
 
 
