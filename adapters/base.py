@@ -37,16 +37,21 @@ from adapters.building import (
     resolve_gpu,
     unknown_layer_error,
     unknown_optimizer_error,
-    walk_layers,
+    walk_sequence,
 )
+from harness.config.precision import DESCRIPTIONS, PRECISIONS
 from harness.config.trial import OptimizerSpec  # re-exported: plugins import it from here
 from harness.errors import AdapterError, ConfigError
-from harness.models import ModelDescription
+from harness.models import Layer, ModelDescription
 
 __all__ = [
-    "Adapter", "EvalResult", "LayerSite", "MemoryStats", "OptimizerSpec", "RuntimeConfig", "WeightFeed",
-    "check_fits", "is_generic_oom", "layer_hook_name", "resolve_gpu", "softmax_cross_entropy",
+    "Adapter", "EvalResult", "LayerSite", "MemoryStats", "OptimizerSpec", "PrecisionSeen", "RuntimeConfig",
+    "WeightFeed", "check_fits", "is_generic_oom", "layer_hook_name", "resolve_gpu", "softmax_cross_entropy",
 ]
+
+#: the devices a precision is declared for (``auto`` is one of them, chosen in the worker)
+PRECISION_DEVICES = ("cpu", "gpu")
+_ON = {"cpu": "the CPU", "gpu": "a GPU"}
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,9 @@ class RuntimeConfig:
     threads: int | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     memory_limit_mib: float | None = None  # emulate a smaller GPU (max-batch search)
-    precision: Literal["fp32", "amp"] = "fp32"
+    #: fp32, amp (float16 + loss scaling) or bf16 (harness.config.precision); the parent has checked it against
+    #: the adapter's declaration for the device, and setup() checks it again for the device it resolved
+    precision: Literal["fp32", "amp", "bf16"] = "fp32"
     #: "flush": denormal floats are flushed to zero on the CPU (the adapter must make it so, or raise
     #: ConfigError); "framework-default": the framework's own behaviour. Either way setup() reports what
     #: the CPU does in its info under ``cpu_denormals`` (flush | keep | unknown).
@@ -71,6 +78,19 @@ class MemoryStats:
     peak_mib: float | None
     source: str
     reserved_mib: float | None = None
+
+
+@dataclass(frozen=True)
+class PrecisionSeen:
+    """What a training forward pass really computed in, as the adapter observed it (not the request).
+
+    ``compute_dtype``: the dtype of the last layer's output before any cast back to float32 ("bfloat16"
+    under bf16 autocast); ``loss_scale``: the loss scale of the last update where float16 loss scaling runs,
+    None where none does. The worker fails a trial whose observation does not match the precision asked for.
+    """
+
+    compute_dtype: str
+    loss_scale: float | None = None
 
 
 @dataclass(frozen=True)
@@ -103,11 +123,17 @@ class Adapter(ABC):
     #: Module to import to check the framework is installed (``torch``).
     import_name: ClassVar[str]
     #: Adapter settings accepted under ``[adapters.<name>]`` (besides ``python``), with their allowed values.
+    #: A type among the values (``(None, str)``) accepts any value of that type; a default of None is left out.
     options: ClassVar[Mapping[str, tuple[Any, ...]]] = {}
-    #: Precisions the adapter really runs; the parent refuses any other before a trial starts.
+    #: Precisions the adapter really runs on some device; the parent refuses any other before a trial starts.
     precisions: ClassVar[tuple[str, ...]] = ("fp32",)
+    #: Precisions it runs per device (``cpu``, ``gpu``); a device not listed runs :attr:`precisions`. Empty:
+    #: :attr:`precisions` on every device (a plugin written before precisions were per device).
+    device_precisions: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     #: Why the other precisions are not run (shown when one is refused).
     precision_note: ClassVar[str] = "mixed precision is not implemented in this adapter"
+    #: Why a precision is not run on one device, by (precision, device); falls back to :attr:`precision_note`.
+    precision_notes: ClassVar[Mapping[tuple[str, str], str]] = {}
     #: Substrings of stderr that mean "out of memory" when the process died without a Python exception.
     oom_stderr_patterns: ClassVar[tuple[str, ...]] = ()
     #: Whether :meth:`accumulate_gradients` / :meth:`apply_accumulated` are implemented (``accumulate_steps``
@@ -121,26 +147,79 @@ class Adapter(ABC):
     bn_running_variance: ClassVar[Literal["unbiased", "biased"]] = "unbiased"
 
     @classmethod
-    def validate_precision(cls, precision: str) -> str:
-        """Refuse (in the parent, and again in :meth:`setup`) a precision the adapter would not apply."""
-        if precision not in cls.precisions:
+    def precisions_on(cls, device: str) -> tuple[str, ...]:
+        """The precisions run on ``device``: ``cpu``, ``gpu``, or ``auto`` (those run on both, since under
+        ``auto`` the framework picks the device inside the worker, after the parent has to decide)."""
+        if device == "auto":
+            on_gpu = cls.precisions_on("gpu")
+            return tuple(p for p in cls.precisions_on("cpu") if p in on_gpu)
+        return tuple(cls.device_precisions.get(device, cls.precisions))
+
+    @classmethod
+    def precision_reason(cls, precision: str, device: str) -> str:
+        """Why ``precision`` is not run on ``device`` (``cpu`` or ``gpu``)."""
+        return cls.precision_notes.get((precision, device)) or cls.precision_note
+
+    @classmethod
+    def validate_precision(cls, precision: str, device: str = "auto") -> str:
+        """Refuse (in the parent, and again in :meth:`setup` with the resolved device) a precision the adapter
+        would not apply on ``device``; the message says which framework, which device, why, and what to set."""
+        if precision in cls.precisions_on(device):
+            return precision
+        if precision not in PRECISIONS:
+            raise ConfigError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+        name = cls.name
+        where = [d for d in PRECISION_DEVICES if precision in cls.precisions_on(d)]
+        if device == "auto" and where:  # runs on one device only: auto might land on the other
+            only = where[0]
+            other = next(d for d in PRECISION_DEVICES if d != only)
+            both = ", ".join(cls.precisions_on("auto")) or "(none)"
             raise ConfigError(
-                f"{precision!r} is not run by the {cls.name} adapter: the {cls.name} adapter runs "
-                f"{', '.join(cls.precisions)} only ({cls.precision_note}), so {precision!r} would not be applied; "
-                f"set precision = {cls.precisions[0]!r}, or leave this framework out"
+                f"{precision!r} ({DESCRIPTIONS[precision]}) is run by the {name} adapter on {_ON[only]} only, not on "
+                f"{_ON[other]} ({cls.precision_reason(precision, other)}). Under device = 'auto' the framework picks "
+                f"the device inside the worker, so the trial could run on {_ON[other]}, where {precision!r} would not "
+                f"be applied; set device = {only!r}, or precision = one of {both} (run on both)"
             )
-        return precision
+        if device == "auto":
+            fallback = (cls.precisions_on("auto") or ("fp32",))[0]
+            raise ConfigError(
+                f"{precision!r} is not run by the {name} adapter on any device "
+                f"({cls.precision_reason(precision, 'cpu')}), so {precision!r} would not be applied; "
+                f"set precision = {fallback!r}, or leave this framework out"
+            )
+        here = cls.precisions_on(device)
+        elsewhere = [d for d in where if d != device]
+        instead = f"set precision = {here[0]!r}" + "".join(f" or {p!r}" for p in here[1:])
+        if elsewhere:
+            instead += f", or device = {elsewhere[0]!r} (where it runs {precision!r})"
+        raise ConfigError(
+            f"{precision!r} is not run by the {name} adapter on {_ON.get(device, device)} "
+            f"({cls.precision_reason(precision, device)}), so {precision!r} would not be applied; {instead}"
+        )
+
+    @classmethod  # noqa: B027 - an optional hook with a do-nothing default
+    def validate_device_options(cls, options: Mapping[str, Any], device: str) -> None:
+        """Refuse (in the parent) adapter settings that would do nothing on ``device`` (``cpu``, ``gpu``,
+        ``auto``): a setting asked for and not applied is refused, never recorded as applied. Default: none."""
+
+    @classmethod
+    def worker_env(cls, options: Mapping[str, Any], device: str) -> dict[str, str]:
+        """Environment variables the worker must start with for these (validated) settings: for what a
+        framework reads when it is imported, before any adapter code runs. Default: none."""
+        return {}
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
         """Check ``[adapters.<name>]`` settings in the parent (no framework import); return them resolved."""
-        resolved = {key: values[0] for key, values in cls.options.items()}
+        # a default of None stays out: adding a setting must not change the hash of every stored trial
+        resolved = {key: values[0] for key, values in cls.options.items() if values[0] is not None}
         for key, value in options.items():
             if key not in cls.options:
                 valid = ", ".join(sorted(cls.options)) or "(none)"
                 raise ConfigError(f"adapter {cls.name!r} has no setting {key!r}; valid settings: {valid}")
-            if value not in cls.options[key]:
-                allowed = ", ".join(repr(v) for v in cls.options[key])
+            allowed_types = tuple(v for v in cls.options[key] if isinstance(v, type))
+            if value not in cls.options[key] and not (allowed_types and isinstance(value, allowed_types)):
+                allowed = ", ".join(f"a {v.__name__}" if isinstance(v, type) else repr(v) for v in cls.options[key])
                 raise ConfigError(f"adapter {cls.name!r}: {key} = {value!r} is not one of {allowed}")
             resolved[key] = value
         return resolved
@@ -183,13 +262,17 @@ class Adapter(ABC):
         check_weights(model, weights)
         self.begin_model(model)
         feed = WeightFeed(weights)
-        for layer, site in walk_layers(model):
+        self.build_layers(model.layers, tuple(model.input_shape), feed)
+        feed.finish()
+        self.end_model(model, self.make_optimizer(optimizer))
+
+    def build_layers(self, layers: Sequence[Layer], in_shape: tuple[int, ...], weights: WeightFeed) -> None:
+        """Call each layer's hook in order: the template's walk, and how ``layer_residual`` builds its paths."""
+        for layer, site in walk_sequence(layers, in_shape):
             hook = getattr(self, layer_hook_name(layer), None)
             if hook is None:
                 raise unknown_layer_error(self.name, layer, site)
-            hook(layer, site, feed)
-        feed.finish()
-        self.end_model(model, self.make_optimizer(optimizer))
+            hook(layer, site, weights)
 
     def begin_model(self, model: ModelDescription) -> None:  # noqa: B027 - optional hook with a do-nothing default
         """Start a new model (reset the layer list the hooks append to)."""
@@ -209,6 +292,12 @@ class Adapter(ABC):
     def resolve_gpu(self, runtime: RuntimeConfig, available: bool, evidence: str, remedy: str = "") -> bool:
         """Whether this trial runs on the GPU; refuses ``device = 'gpu'`` when the framework sees none."""
         return resolve_gpu(runtime.device, available, self.label or self.name, evidence, remedy)
+
+    def build_native(self, factory: str, input_shape: tuple[int, int, int], classes: int,
+                     optimizer: OptimizerSpec) -> None:
+        """Build the framework's own model from ``factory`` ("module:function", harness.models.native)."""
+        raise ConfigError(f"the {self.name} adapter cannot run native models; describe the model with "
+                          "harness.models layers, or run it in an adapter that has a native_model setting")
 
     @abstractmethod
     def param_count(self) -> int:
@@ -277,6 +366,14 @@ class Adapter(ABC):
     def apply_accumulated(self) -> None:
         """One optimizer update with the accumulated gradients, then clear them. Returns once the device is idle."""
         raise NotImplementedError(f"adapter {self.name!r} does not implement gradient accumulation")
+
+    def precision_seen(self) -> PrecisionSeen | None:
+        """What the latest training forward pass computed in, observed (see :class:`PrecisionSeen`).
+
+        None: not reported, which the worker accepts for fp32 only; an adapter that runs amp or bf16 must
+        report it, or its trials of those precisions fail (harness.config.precision.check_observed).
+        """
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook with a do-nothing default
         """Release what the framework holds (optional)."""

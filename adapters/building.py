@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.errors import AdapterError, ConfigError
-from harness.models import Layer, ModelDescription
+from harness.models import Layer, ModelDescription, layer_output_shape
 
 #: The optimizer names every adapter must build, and the hook each one calls (see ``Adapter.make_optimizer``).
 OPTIMIZER_HOOKS = {"sgd": "make_sgd", "adam": "make_adam"}
@@ -34,12 +34,23 @@ class LayerSite:
 
 
 def walk_layers(model: ModelDescription) -> Iterator[tuple[Layer, LayerSite]]:
-    """Every layer of ``model`` with its site, in order."""
-    outs = model.shapes()
-    ins = [model.input_shape, *outs[:-1]]
-    for i, layer in enumerate(model.layers):
-        previous = model.layers[i - 1] if i else None
-        yield layer, LayerSite(i, tuple(ins[i]), tuple(outs[i]), previous, tuple(ins[i - 1]) if i else None)
+    """Every top-level layer of ``model`` with its site, in order."""
+    return walk_sequence(model.layers, tuple(model.input_shape))
+
+
+def walk_sequence(layers: Sequence[Layer], in_shape: tuple[int, ...]) -> Iterator[tuple[Layer, LayerSite]]:
+    """``layers`` applied in order to an input of ``in_shape``, each with its site.
+
+    A residual block's hook walks its two paths with this, from the block's own input shape; a site's
+    ``index`` and ``previous`` are then within that path.
+    """
+    previous: Layer | None = None
+    previous_in: tuple[int, ...] | None = None
+    shape = tuple(in_shape)
+    for i, layer in enumerate(layers):
+        out = tuple(layer_output_shape(layer, shape))
+        yield layer, LayerSite(i, shape, out, previous, previous_in)
+        previous, previous_in, shape = layer, shape, out
 
 
 def layer_hook_name(layer: Layer | type) -> str:

@@ -35,12 +35,23 @@ from adapters.base import (
     LayerSite,
     MemoryStats,
     OptimizerSpec,
+    PrecisionSeen,
     RuntimeConfig,
     WeightFeed,
     is_generic_oom,
 )
 from harness.errors import ConfigError
-from harness.models import BatchNorm, Conv2D, Dense, Flatten, GlobalAvgPool, MaxPool2D, ModelDescription, ReLU
+from harness.models import (
+    BatchNorm,
+    Conv2D,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    MaxPool2D,
+    ModelDescription,
+    ReLU,
+    Residual,
+)
 
 MIB = 1024.0 * 1024.0
 MEMORY_MODES = ("growth", "preallocate")
@@ -51,6 +62,22 @@ OOM_TEXTS = ("Out of memory allocating", "Out of memory while trying to allocate
 
 #: A layer function: (its parameters, its state, input, training?) -> (output, new state).
 LayerFn = Callable[[list[Any], list[Any], Any, bool], tuple[Any, list[Any]]]
+
+
+def _chain(layers: list[tuple[LayerFn, int, int]]) -> tuple[LayerFn, int, int]:
+    """Layers applied in order as one layer function: each takes its slice of the parameters and state."""
+    n_params, n_state = sum(n for _, n, _ in layers), sum(n for _, _, n in layers)
+
+    def chained(params: list[Any], state: list[Any], x: Any, train: bool) -> tuple[Any, list[Any]]:
+        new_state: list[Any] = []
+        pi = si = 0
+        for fn, np_, ns in layers:
+            x, s = fn(params[pi : pi + np_], state[si : si + ns], x, train)
+            new_state += s
+            pi, si = pi + np_, si + ns
+        return x, new_state  # no layers: the input itself (a residual block's identity shortcut)
+
+    return chained, n_params, n_state
 
 
 def _limit_threads(threads: int) -> list[int]:
@@ -80,6 +107,8 @@ class JAXAdapter(Adapter):
     gpu_only_options = options_replaced_by_memory_limit = ("memory_mode",)
     bn_running_variance = "unbiased"  # written by hand, to PyTorch's (the reference's) convention
     oom_stderr_patterns = OOM_TEXTS
+    precision_note = ("mixed precision is not implemented in the JAX adapter: its hand-written layers would need "
+                      "a cast per layer, float32 master weights and, for float16, a loss scaler of their own")
 
     def __init__(self) -> None:
         self.jax: Any = None
@@ -94,6 +123,7 @@ class JAXAdapter(Adapter):
         self._infer: Any = None
         self.trace_count = 0  # compilations of the train step: one per batch size seen
         self._evaluating = False  # prepare_batch for evaluate() needs no train step compiled
+        self._seen_dtype: str | None = None  # the logits' dtype in the traced train step
 
     def versions(self) -> dict[str, str]:
         # From metadata, not by importing: XLA reads its threads and memory settings when it starts,
@@ -107,7 +137,7 @@ class JAXAdapter(Adapter):
         return out
 
     def setup(self, runtime: RuntimeConfig) -> dict[str, Any]:
-        self.validate_precision(runtime.precision)
+        self.validate_precision(runtime.precision, runtime.device)  # fp32 everywhere: "auto" decides nothing here
         mode = runtime.options.get("memory_mode", MEMORY_MODES[0])
         if mode not in MEMORY_MODES:
             raise ConfigError(f"jax: memory_mode = {mode!r} is not one of {', '.join(MEMORY_MODES)}")
@@ -180,10 +210,12 @@ class JAXAdapter(Adapter):
 
     def layer_conv2d(self, layer: Conv2D, site: LayerSite, weights: WeightFeed) -> None:
         lax = self.jax.lax
-        padding = "SAME" if layer.padding == "same" else "VALID"
+        # explicit and symmetric, like the description (XLA's "SAME" pads more at the end at stride 2)
+        pad = layer.kernel // 2 if layer.padding == "same" else 0
+        padding, strides = ((pad, pad), (pad, pad)), (layer.stride, layer.stride)
 
         def conv(p: list[Any], s: list[Any], x: Any, train: bool) -> tuple[Any, list[Any]]:
-            y = lax.conv_general_dilated(x, p[0], (1, 1), padding, dimension_numbers=("NCHW", "OIHW", "NCHW"))
+            y = lax.conv_general_dilated(x, p[0], strides, padding, dimension_numbers=("NCHW", "OIHW", "NCHW"))
             return (y + p[1][None, :, None, None] if layer.use_bias else y), s
 
         self._add(conv, weights.take(1 + int(layer.use_bias)))
@@ -213,9 +245,10 @@ class JAXAdapter(Adapter):
         self._add(lambda p, s, x, train: (relu(x), s))
 
     def layer_maxpool2d(self, layer: MaxPool2D, site: LayerSite, weights: WeightFeed) -> None:
-        lax, k = self.jax.lax, layer.size
-        self._add(lambda p, s, x, train: (lax.reduce_window(x, -np.inf, lax.max, (1, 1, k, k), (1, 1, k, k),
-                                                            "VALID"), s))
+        lax, k, st, pad = self.jax.lax, layer.size, layer.stride or layer.size, layer.padding
+        padding = ((0, 0), (0, 0), (pad, pad), (pad, pad))  # padded with the init value, -inf: it never wins
+        self._add(lambda p, s, x, train: (lax.reduce_window(x, -np.inf, lax.max, (1, 1, k, k), (1, 1, st, st),
+                                                            padding), s))
 
     def layer_globalavgpool(self, layer: GlobalAvgPool, site: LayerSite, weights: WeightFeed) -> None:
         self._add(lambda p, s, x, train: (x.mean(axis=(2, 3)), s))
@@ -225,6 +258,23 @@ class JAXAdapter(Adapter):
 
     def layer_dense(self, layer: Dense, site: LayerSite, weights: WeightFeed) -> None:
         self._add(lambda p, s, x, train: (x @ p[0] + p[1], s), weights.take(2))
+
+    def layer_residual(self, layer: Residual, site: LayerSite, weights: WeightFeed) -> None:
+        outer = self._layers
+        paths = []
+        for path in (layer.body, layer.shortcut):  # weights: the body's, then the shortcut's
+            self._layers = []
+            self.build_layers(path, site.in_shape, weights)
+            paths.append(_chain(self._layers))
+        self._layers = outer
+        (body, nb, sb), (shortcut, ns, ss) = paths
+
+        def residual(p: list[Any], s: list[Any], x: Any, train: bool) -> tuple[Any, list[Any]]:
+            yb, s_body = body(p[:nb], s[:sb], x, train)
+            ys, s_short = shortcut(p[nb:], s[sb:], x, train)
+            return yb + ys, s_body + s_short
+
+        self._layers.append((residual, nb + ns, sb + ss))
 
     def make_sgd(self, spec: OptimizerSpec) -> Any:
         from adapters.jax_optim import sgd_momentum
@@ -243,19 +293,11 @@ class JAXAdapter(Adapter):
         self.state = [put(s) for s in self._state0]
         init, update = optimizer
         self.opt_state = init(self.params)
-        layers = list(self._layers)
-
-        def forward(params: list[Any], state: list[Any], x: Any, train: bool) -> tuple[Any, list[Any]]:
-            new_state: list[Any] = []
-            pi = si = 0
-            for fn, n_params, n_state in layers:
-                x, s = fn(params[pi : pi + n_params], state[si : si + n_state], x, train)
-                new_state += s
-                pi, si = pi + n_params, si + n_state
-            return x, new_state
+        forward, _, _ = _chain(list(self._layers))
 
         def loss_fn(params: list[Any], state: list[Any], x: Any, y: Any) -> tuple[Any, list[Any]]:
             logits, new_state = forward(params, state, x, True)
+            self._seen_dtype = str(logits.dtype)  # while tracing: the dtype of the compiled step's logits
             logp = jax.nn.log_softmax(logits)
             return -jax.numpy.take_along_axis(logp, y[:, None], axis=1).mean(), new_state
 
@@ -268,6 +310,9 @@ class JAXAdapter(Adapter):
         # frameworks' optimizers do: without it the step's peak memory holds two copies of both.
         self._step = jax.jit(step, donate_argnums=(0, 1, 2))
         self._infer = jax.jit(lambda params, state, x: forward(params, state, x, False)[0])
+
+    def precision_seen(self) -> PrecisionSeen | None:
+        return PrecisionSeen(self._seen_dtype) if self._seen_dtype is not None else None
 
     def _put(self, array: np.ndarray) -> Any:
         return self.jax.device_put(np.asarray(array), self.device)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.metadata as md
 import os
 import sys
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -20,13 +21,24 @@ from adapters.base import (
     LayerSite,
     MemoryStats,
     OptimizerSpec,
+    PrecisionSeen,
     RuntimeConfig,
     WeightFeed,
     check_fits,
     is_generic_oom,
 )
 from harness.errors import ConfigError
-from harness.models import BatchNorm, Conv2D, Dense, Flatten, GlobalAvgPool, MaxPool2D, ModelDescription, ReLU
+from harness.models import (
+    BatchNorm,
+    Conv2D,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    MaxPool2D,
+    ModelDescription,
+    ReLU,
+    Residual,
+)
 
 MIB = 1024.0 * 1024.0
 # Texts MXNet 1.9 writes when an allocation fails (pooled GPU storage manager, CPU storage). When that
@@ -52,6 +64,24 @@ def import_mxnet() -> Any:
     import mxnet
 
     return mxnet
+
+
+@cache
+def _residual_block() -> Any:
+    """``body(x) + shortcut(x)`` as a Gluon ``HybridBlock`` class (made on first use: mxnet is imported lazily)."""
+    from mxnet.gluon import nn
+
+    class ResidualBlock(nn.HybridBlock):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            with self.name_scope():
+                self.body = nn.HybridSequential()
+                self.shortcut = nn.HybridSequential()  # left empty: the identity
+
+        def hybrid_forward(self, F: Any, x: Any) -> Any:  # noqa: N803 - Gluon's name for the op namespace
+            return self.body(x) + (self.shortcut(x) if len(self.shortcut) else x)
+
+    return ResidualBlock
 
 
 def _single_omp_thread_here() -> bool:
@@ -83,6 +113,15 @@ class MXNetAdapter(Adapter):
     oom_stderr_patterns = OOM_TEXTS
     supports_accumulation = True
     bn_running_variance = "biased"  # MXNet's BatchNorm updates running_var with the biased batch variance
+    #: fp32 only, measured (docs/precision.md): MXNet 1.9.1's AMP does not train here
+    precision_note = ("MXNet 1.9.1's AMP (mxnet.contrib.amp) is not run: float16 AMP needs a CUDA build of MXNet, "
+                      "which this project has not verified it on, and its bfloat16 needs oneDNN's AVX-512 kernels")
+    precision_notes = {
+        ("bf16", "cpu"): "MXNet 1.9.1's bfloat16 AMP, amp.init(target_dtype='bfloat16'), runs convolutions through "
+                         "oneDNN only, which needs AVX-512: measured on an AVX2 CPU, the first training step fails "
+                         "with 'could not create a primitive descriptor iterator' (and, with oneDNN off, 'Unknown "
+                         "type enum 12' in the native convolution)",
+    }
 
     def __init__(self) -> None:
         self.mx: Any = None
@@ -94,6 +133,7 @@ class MXNetAdapter(Adapter):
         self._params: list[tuple[Any, bool]] = []  # (gluon Parameter, stored transposed?) in canonical order
         self._used_at_reset_mib: float | None = None
         self._accumulated: list[Any] | None = None  # summed gradients of an unfinished accumulated update
+        self._seen_dtype: str | None = None  # the logits' dtype in the latest training forward pass
 
     def versions(self) -> dict[str, str]:
         # Read from the installed metadata, not by importing: MXNet fixes its thread pools at import,
@@ -128,7 +168,6 @@ class MXNetAdapter(Adapter):
         mx = import_mxnet()
         self.mx = mx
         omp_told = _single_omp_thread_here()
-        self.validate_precision(runtime.precision)
         want_gpu = self.resolve_gpu(
             runtime,
             mx.context.num_gpus() > 0,
@@ -142,6 +181,7 @@ class MXNetAdapter(Adapter):
                 "(its pooled allocator takes what the card has). Run the max-batch search "
                 "for mxnet without memory_limit_mib, on the card you want to measure"
             )
+        self.validate_precision(runtime.precision, "gpu" if want_gpu else "cpu")
         self.gpu = want_gpu
         self.ctx = mx.gpu(0) if want_gpu else mx.cpu()
         features = mx.runtime.Features()
@@ -172,8 +212,8 @@ class MXNetAdapter(Adapter):
 
     def layer_conv2d(self, layer: Conv2D, site: LayerSite, weights: WeightFeed) -> None:
         pad = layer.kernel // 2 if layer.padding == "same" else 0
-        block = self.nn.Conv2D(layer.filters, layer.kernel, padding=pad, use_bias=layer.use_bias,
-                               in_channels=site.in_shape[0], layout="NCHW")
+        block = self.nn.Conv2D(layer.filters, layer.kernel, strides=layer.stride, padding=pad,
+                               use_bias=layer.use_bias, in_channels=site.in_shape[0], layout="NCHW")
         self._add(block, [(block.weight, False)] + [(block.bias, False)] * layer.use_bias, weights)
 
     def layer_batchnorm(self, layer: BatchNorm, site: LayerSite, weights: WeightFeed) -> None:
@@ -186,7 +226,7 @@ class MXNetAdapter(Adapter):
         self._net.add(self.nn.Activation("relu"))
 
     def layer_maxpool2d(self, layer: MaxPool2D, site: LayerSite, weights: WeightFeed) -> None:
-        self._net.add(self.nn.MaxPool2D(layer.size, layer.size))
+        self._net.add(self.nn.MaxPool2D(layer.size, layer.stride or layer.size, layer.padding))
 
     def layer_globalavgpool(self, layer: GlobalAvgPool, site: LayerSite, weights: WeightFeed) -> None:
         self._net.add(self.nn.GlobalAvgPool2D(), self.nn.Flatten())
@@ -197,6 +237,15 @@ class MXNetAdapter(Adapter):
     def layer_dense(self, layer: Dense, site: LayerSite, weights: WeightFeed) -> None:
         block = self.nn.Dense(layer.units, in_units=int(np.prod(site.in_shape)), flatten=True)
         self._add(block, [(block.weight, True), (block.bias, False)], weights)  # Gluon stores (units, in)
+
+    def layer_residual(self, layer: Residual, site: LayerSite, weights: WeightFeed) -> None:
+        block = _residual_block()()
+        outer = self._net
+        for target, path in ((block.body, layer.body), (block.shortcut, layer.shortcut)):  # body's weights first
+            self._net = target
+            self.build_layers(path, site.in_shape, weights)
+        self._net = outer
+        self._net.add(block)
 
     def _add(self, block: Any, params: list[tuple[Any, bool]], weights: WeightFeed) -> None:
         self._net.add(block)
@@ -257,16 +306,25 @@ class MXNetAdapter(Adapter):
         mx = self.mx
         x, y = batch
         with mx.autograd.record():
-            loss = self.loss_fn(self.net(x), y)
+            loss = self._forward_loss(x, y)
         loss.backward()  # of the per-sample losses: gradients of their sum
         self.trainer.step(x.shape[0])  # divides by the batch size: gradients of the mean loss
         mx.nd.waitall()  # the engine is asynchronous: the update must be done before the clock is read
+
+    def _forward_loss(self, x: Any, y: Any) -> Any:
+        """The per-sample losses of one forward pass (inside ``record()``); records the logits' dtype."""
+        logits = self.net(x)
+        self._seen_dtype = np.dtype(logits.dtype).name  # read from the array's header: no wait on the engine
+        return self.loss_fn(logits, y)
+
+    def precision_seen(self) -> PrecisionSeen | None:
+        return PrecisionSeen(self._seen_dtype) if self._seen_dtype is not None else None
 
     def accumulate_gradients(self, batch: Any, weight: float) -> None:
         mx = self.mx
         x, y = batch
         with mx.autograd.record():
-            loss = self.loss_fn(self.net(x), y)
+            loss = self._forward_loss(x, y)
         loss.backward()  # grad_req "write": each backward overwrites, so the sum is kept beside the parameters
         scale = weight / x.shape[0]  # gradients of the summed losses -> weight x gradients of their mean
         params = [p for p in self.net.collect_params().values() if p.grad_req != "null"]

@@ -1,7 +1,18 @@
-"""PyTorch adapter: CPU, and CUDA when present. ``torch`` is imported inside methods only."""
+"""PyTorch adapter: CPU, and CUDA when present. ``torch`` is imported inside methods only.
+
+Precision (docs/precision.md): ``bf16`` runs the forward pass under ``torch.autocast(device, torch.bfloat16)``
+on the CPU and on CUDA; ``amp`` under ``torch.autocast("cuda", torch.float16)`` with a ``torch.amp.GradScaler``,
+on CUDA only. The weights and the optimizer stay float32; the loss is computed in float32 from the logits
+cast back. The CUDA caching allocator's settings are adapter settings (``[adapters.pytorch]``), handed to the
+worker as ``PYTORCH_CUDA_ALLOC_CONF`` before torch is imported (:meth:`PyTorchAdapter.worker_env`).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -12,15 +23,60 @@ from adapters.base import (
     LayerSite,
     MemoryStats,
     OptimizerSpec,
+    PrecisionSeen,
     RuntimeConfig,
     WeightFeed,
     check_fits,
     is_generic_oom,
 )
 from harness.errors import ConfigError
-from harness.models import BatchNorm, Conv2D, Dense, Flatten, GlobalAvgPool, MaxPool2D, ModelDescription, ReLU
+from harness.models import (
+    BatchNorm,
+    Conv2D,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    MaxPool2D,
+    ModelDescription,
+    ReLU,
+    Residual,
+)
 
 MIB = 1024.0 * 1024.0
+#: the CUDA caching allocator's settings accepted under [adapters.pytorch], in the order they are written
+ALLOCATOR_SETTINGS = ("expandable_segments", "max_split_size_mb", "garbage_collection_threshold")
+#: where torch reads them: PYTORCH_ALLOC_CONF since 2.9 (it wins when both are set), PYTORCH_CUDA_ALLOC_CONF before.
+#: Both get the same value, so whichever this torch reads, and whatever the user's shell had, the setting holds.
+ALLOC_CONF_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+#: PyTorch refuses smaller values (20 MiB is its large-block size; versions before 2.9 refuse 20 itself)
+MIN_SPLIT_MB = 21
+
+
+def alloc_conf(options: Mapping[str, Any]) -> str:
+    """The ``PYTORCH_CUDA_ALLOC_CONF`` value for validated allocator settings ("" when none is set)."""
+    parts = []
+    if "expandable_segments" in options:
+        parts.append(f"expandable_segments:{'True' if options['expandable_segments'] else 'False'}")
+    if "max_split_size_mb" in options:
+        parts.append(f"max_split_size_mb:{int(options['max_split_size_mb'])}")
+    if "garbage_collection_threshold" in options:
+        parts.append(f"garbage_collection_threshold:{float(options['garbage_collection_threshold']):g}")
+    return ",".join(parts)
+
+
+@cache
+def _residual_module(torch: Any) -> Any:
+    """``body(x) + shortcut(x)`` as an ``nn.Module`` class (made on first use: torch is imported lazily)."""
+
+    class ResidualBlock(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self, body: Any, shortcut: Any) -> None:
+            super().__init__()
+            self.body, self.shortcut = body, shortcut
+
+        def forward(self, x: Any) -> Any:
+            return self.body(x) + self.shortcut(x)  # an empty Sequential returns its input: the identity
+
+    return ResidualBlock
 
 
 class PyTorchAdapter(Adapter):
@@ -31,7 +87,62 @@ class PyTorchAdapter(Adapter):
     distributions = ("torch",)
     import_name = "torch"
     oom_stderr_patterns = ("CUDA out of memory", "DefaultCPUAllocator: can't allocate memory")
+    #: native_model: "package.module:function" returning a torch.nn.Module (harness.models.native)
+    options = {"native_model": (None, str)}
     supports_accumulation = True
+    #: the CUDA allocator's settings do nothing on the CPU (maxbatch's "what helps" refuses them there too)
+    gpu_only_options = ALLOCATOR_SETTINGS
+    precisions = ("fp32", "amp", "bf16")
+    device_precisions = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "amp", "bf16")}
+    precision_notes = {
+        ("amp", "cpu"): "float16 autocast with a GradScaler is PyTorch's CUDA recipe; on the CPU its autocast "
+                        "computes in bfloat16, which is precision = 'bf16'",
+    }
+
+    @classmethod
+    def validate_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """A native model and the CUDA caching allocator's settings; none is set unless asked for (so it is not
+        in the trial hash)."""
+        resolved: dict[str, Any] = {}
+        for key, value in options.items():
+            if key == "native_model":  # "package.module:function" returning a torch.nn.Module (docs/models.md)
+                if not isinstance(value, str):
+                    raise ConfigError(f"adapter 'pytorch': native_model = {value!r} is not a \"module:function\" "
+                                      "string")
+                resolved[key] = value
+                continue
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if key == "expandable_segments" and not isinstance(value, bool):
+                raise ConfigError(f"adapter 'pytorch': expandable_segments = {value!r} is not true or false")
+            if key == "max_split_size_mb" and not (number and value == int(value) and value >= MIN_SPLIT_MB):
+                raise ConfigError(f"adapter 'pytorch': max_split_size_mb = {value!r} must be a whole number of MiB "
+                                  f">= {MIN_SPLIT_MB} (PyTorch refuses smaller: it never splits blocks below 20 MiB)")
+            if key == "garbage_collection_threshold" and not (number and 0 < value < 1):
+                raise ConfigError(f"adapter 'pytorch': garbage_collection_threshold = {value!r} must be a fraction "
+                                  "of the GPU memory in (0, 1), e.g. 0.8")
+            if key not in ALLOCATOR_SETTINGS:
+                raise ConfigError(f"adapter 'pytorch' has no setting {key!r}; valid settings: native_model, "
+                                  f"{', '.join(ALLOCATOR_SETTINGS)} (the CUDA caching allocator's, docs/precision.md)")
+            resolved[key] = int(value) if key == "max_split_size_mb" else value
+        return resolved
+
+    @classmethod
+    def validate_device_options(cls, options: Mapping[str, Any], device: str) -> None:
+        """The allocator settings act on a CUDA GPU only: refused where the trial may run on the CPU."""
+        asked = [k for k in ALLOCATOR_SETTINGS if k in options]
+        if not asked or device == "gpu":
+            return
+        where = ("on the CPU they would not be applied (torch's CPU tensors come from the C library's malloc)"
+                 if device == "cpu" else "under device = 'auto' the trial may run on the CPU (the framework "
+                 "decides in the worker), where they would not be applied")
+        raise ConfigError(f"{', '.join(asked)}: PyTorch's CUDA caching-allocator settings act on a CUDA GPU only; "
+                          f"{where}. Set device = 'gpu', or remove them from [adapters.pytorch]")
+
+    @classmethod
+    def worker_env(cls, options: Mapping[str, Any], device: str) -> dict[str, str]:
+        """``PYTORCH_CUDA_ALLOC_CONF`` (and its newer name) for the allocator settings: torch reads it at import."""
+        conf = alloc_conf(options)
+        return dict.fromkeys(ALLOC_CONF_VARS, conf) if conf else {}
 
     def __init__(self) -> None:
         self.torch: Any = None
@@ -41,6 +152,10 @@ class PyTorchAdapter(Adapter):
         self.loss_fn: Any = None
         self.cuda = False
         self._accumulating = False  # gradients of an unfinished accumulated update are held in .grad
+        self.precision = "fp32"
+        self._autocast_dtype: Any = None  # torch.float16 (amp) or torch.bfloat16 (bf16); None: fp32
+        self.scaler: Any = None  # torch.amp.GradScaler under amp
+        self._seen_dtype: Any = None  # dtype of the logits of the latest training forward pass
 
     def versions(self) -> dict[str, str]:
         import torch
@@ -56,7 +171,6 @@ class PyTorchAdapter(Adapter):
         import torch
 
         self.torch = torch
-        self.validate_precision(runtime.precision)  # the parent refuses it first; this guards direct callers
         if runtime.threads:
             torch.set_num_threads(runtime.threads)
         cpu_denormals = fpenv.cpu_denormals_state()
@@ -71,6 +185,8 @@ class PyTorchAdapter(Adapter):
         self.device = torch.device("cuda:0" if self.cuda else "cpu")
         info: dict[str, Any] = {"device": str(self.device), "threads": torch.get_num_threads(),
                                 "cpu_denormals": cpu_denormals}
+        info.update(self._setup_precision(runtime.precision))
+        info.update(self._check_allocator_settings(runtime.options))
         if self.cuda:
             props = torch.cuda.get_device_properties(0)
             info["gpu_name"] = props.name
@@ -81,6 +197,59 @@ class PyTorchAdapter(Adapter):
                 info["memory_fraction"] = fraction
         return info
 
+    def _setup_precision(self, precision: str) -> dict[str, Any]:
+        """Autocast's dtype and the loss scaler for ``precision`` on the resolved device (checked again here:
+        the parent checked the experiment's device, which may have been ``auto``)."""
+        torch = self.torch
+        self.validate_precision(precision, "gpu" if self.cuda else "cpu")
+        self.precision = precision
+        if precision == "bf16" and self.cuda and not torch.cuda.is_bf16_supported():
+            raise ConfigError(f"precision = 'bf16' needs a GPU with bfloat16 units (Ampere or newer); "
+                              f"{torch.cuda.get_device_name(0)} has none (torch.cuda.is_bf16_supported() is False): "
+                              "use precision = 'amp' (float16) or 'fp32' on it")
+        self._autocast_dtype = {"amp": torch.float16, "bf16": torch.bfloat16}.get(precision)
+        if precision == "amp":
+            self.scaler = torch.amp.GradScaler("cuda")
+        out: dict[str, Any] = {"precision": precision}
+        if self._autocast_dtype is not None:
+            out["autocast"] = f"{self.device.type}:{str(self._autocast_dtype).removeprefix('torch.')}"
+        return out
+
+    def _check_allocator_settings(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The allocator settings must have reached torch: in the environment it started with, on CUDA."""
+        conf = alloc_conf(options)
+        if not conf:
+            return {}
+        if not self.cuda:
+            raise ConfigError(f"PyTorch's CUDA allocator settings ({conf}) do nothing on the CPU; "
+                              "use device = 'gpu', or remove them from [adapters.pytorch]")
+        wrong = {var: os.environ.get(var) for var in ALLOC_CONF_VARS if os.environ.get(var) != conf}
+        if wrong:
+            raise ConfigError(f"the allocator settings {conf!r} were not in this worker's environment when torch "
+                              f"was imported ({wrong}): torch reads them at import, so they would not apply. "
+                              "Start the worker with PyTorchAdapter.worker_env(options, device) in its environment")
+        return {"cuda_alloc_conf": conf}
+
+    def _autocast(self) -> Any:
+        """The forward pass's autocast region, or nothing under fp32."""
+        if self._autocast_dtype is None:
+            return contextlib.nullcontext()
+        return self.torch.autocast(device_type=self.device.type, dtype=self._autocast_dtype)
+
+    def _forward_loss(self, x: Any, y: Any) -> Any:
+        """Forward under the precision's autocast; the loss in float32 from the logits cast back (a stable
+        softmax). Records the logits' dtype: what the forward pass really computed in."""
+        with self._autocast():
+            logits = self.model(x)
+        self._seen_dtype = logits.dtype
+        return self.loss_fn(logits.float(), y)
+
+    def precision_seen(self) -> PrecisionSeen | None:
+        if self._seen_dtype is None:
+            return None
+        scale = float(self.scaler.get_scale()) if self.scaler is not None else None
+        return PrecisionSeen(str(self._seen_dtype).removeprefix("torch."), scale)
+
     # ---- the build template's hooks (Adapter.build walks the layers and calls these) ----------------
 
     def begin_model(self, model: ModelDescription) -> None:
@@ -90,7 +259,8 @@ class PyTorchAdapter(Adapter):
 
     def layer_conv2d(self, layer: Conv2D, site: LayerSite, weights: WeightFeed) -> None:
         pad = layer.kernel // 2 if layer.padding == "same" else 0
-        conv = self.torch.nn.Conv2d(site.in_shape[0], layer.filters, layer.kernel, padding=pad, bias=layer.use_bias)
+        conv = self.torch.nn.Conv2d(site.in_shape[0], layer.filters, layer.kernel, stride=layer.stride, padding=pad,
+                                    bias=layer.use_bias)
         self._params.append((conv.weight, weights.one()))
         if layer.use_bias:
             self._params.append((conv.bias, weights.one()))
@@ -108,7 +278,7 @@ class PyTorchAdapter(Adapter):
         self._modules.append(self.torch.nn.ReLU())
 
     def layer_maxpool2d(self, layer: MaxPool2D, site: LayerSite, weights: WeightFeed) -> None:
-        self._modules.append(self.torch.nn.MaxPool2d(layer.size))
+        self._modules.append(self.torch.nn.MaxPool2d(layer.size, layer.stride or layer.size, layer.padding))
 
     def layer_globalavgpool(self, layer: GlobalAvgPool, site: LayerSite, weights: WeightFeed) -> None:
         self._modules += [self.torch.nn.AdaptiveAvgPool2d(1), self.torch.nn.Flatten()]
@@ -121,6 +291,16 @@ class PyTorchAdapter(Adapter):
         kernel, bias = weights.take(2)
         self._params += [(dense.weight, kernel.T), (dense.bias, bias)]  # torch stores (out, in)
         self._modules.append(dense)
+
+    def layer_residual(self, layer: Residual, site: LayerSite, weights: WeightFeed) -> None:
+        outer = self._modules
+        paths = []
+        for path in (layer.body, layer.shortcut):  # weights: the body's, then the shortcut's
+            self._modules = []
+            self.build_layers(path, site.in_shape, weights)
+            paths.append(self.torch.nn.Sequential(*self._modules))  # an empty shortcut returns its input
+        self._modules = outer
+        self._modules.append(_residual_module(self.torch)(*paths))
 
     def make_sgd(self, spec: OptimizerSpec) -> Any:
         return lambda params: self.torch.optim.SGD(params, lr=spec.lr, momentum=spec.momentum)
@@ -135,11 +315,30 @@ class PyTorchAdapter(Adapter):
             for i, (tensor, array) in enumerate(self._params):
                 check_fits(array.shape, tensor.shape, f"weight {i}")
                 tensor.copy_(torch.from_numpy(np.ascontiguousarray(array)))
+        self._order = [t for t, _ in self._params]
+        self._finish(net, optimizer)
+
+    def build_native(self, factory: str, input_shape: tuple[int, int, int], classes: int,
+                     optimizer: OptimizerSpec) -> None:
+        from harness.models.native import load_factory
+
+        net = load_factory(factory)(tuple(input_shape), classes)
+        if not isinstance(net, self.torch.nn.Module):
+            raise ConfigError(f"native model {factory!r} returned a {type(net).__qualname__}, not a torch.nn.Module")
+        with self.torch.no_grad():  # a wrong output shape is the user's to fix: say so before any step
+            out = net.eval()(self.torch.zeros((2, *input_shape)))
+        if tuple(out.shape) != (2, classes):
+            raise ConfigError(f"native model {factory!r} gives logits of shape {tuple(out.shape)} for a batch of 2 "
+                              f"inputs {tuple(input_shape)}; it must give (2, {classes})")
+        self._order, self._bn = [], []  # no canonical weight layout: get_weights() has nothing to compare
+        self._finish(net, self.make_optimizer(optimizer))
+
+    def _finish(self, net: Any, optimizer: Any) -> None:
+        """Move ``net`` to the device, attach ``optimizer`` (from :meth:`make_optimizer`) and the loss."""
         self.model = net.to(self.device)
         self.model.train()
         self.optimizer = optimizer(self.model.parameters())  # torch optimizers bind to the parameters
-        self.loss_fn = torch.nn.CrossEntropyLoss()
-        self._order = [t for t, _ in self._params]
+        self.loss_fn = self.torch.nn.CrossEntropyLoss()
 
     def param_count(self) -> int:
         return int(sum(p.numel() for p in self.model.parameters() if p.requires_grad))
@@ -167,9 +366,14 @@ class PyTorchAdapter(Adapter):
     def train_step(self, batch: Any) -> None:
         x, y = batch
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.loss_fn(self.model(x), y)
-        loss.backward()
-        self.optimizer.step()
+        loss = self._forward_loss(x, y)
+        if self.scaler is not None:  # amp: scaled backward; step() unscales and skips a step with inf/nan
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            self.optimizer.step()
         if self.cuda:
             self.torch.cuda.synchronize()  # the clock is read after this: the GPU must be idle
 
@@ -178,13 +382,19 @@ class PyTorchAdapter(Adapter):
         if not self._accumulating:
             self.optimizer.zero_grad(set_to_none=True)
             self._accumulating = True
-        # backward() adds into .grad: the weighted mean losses sum to the mean over the whole update
-        (self.loss_fn(self.model(x), y) * weight).backward()
+        # backward() adds into .grad: the weighted mean losses sum to the mean over the whole update. Under amp
+        # each micro-batch's loss is scaled by the same factor (it changes only in update()), so the sum is too
+        loss = self._forward_loss(x, y) * weight
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         if self.cuda:
             self.torch.cuda.synchronize()
 
     def apply_accumulated(self) -> None:
-        self.optimizer.step()
+        if self.scaler is not None:  # PyTorch's AMP recipe for accumulation: step and update once per update
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
         self._accumulating = False
         if self.cuda:
             self.torch.cuda.synchronize()
@@ -193,7 +403,7 @@ class PyTorchAdapter(Adapter):
         x, _ = batch
         self.model.eval()
         try:
-            with self.torch.no_grad():
+            with self.torch.no_grad(), self._autocast():  # evaluated in the precision it trained in
                 logits = self.model(x).float().cpu().numpy()
         finally:
             self.model.train()

@@ -6,6 +6,12 @@ CPU and GPU kernels prefer NHWC, so this adapter converts at its edges: batches 
 the rows of a Dense kernel that reads a Flatten are permuted from the canonical (C, H, W) order to the
 (H, W, C) order Keras' Flatten produces. :meth:`TensorFlowAdapter.get_weights` undoes all of it, so
 weights compare one for one with the NCHW frameworks. ``tensorflow`` is imported inside methods only.
+
+Precision (docs/precision.md): ``bf16`` sets Keras' global dtype policy to ``mixed_bfloat16`` and ``amp`` (GPU
+only) to ``mixed_float16``, in :meth:`TensorFlowAdapter.setup` (so in the worker, before any layer is built), with
+the optimizer wrapped in a ``LossScaleOptimizer`` for float16. A weightless last layer casts the logits to float32,
+as Keras' mixed-precision guide asks, so the softmax and the loss are float32; it also records the dtype the logits
+arrived in, which is what the worker checks against the precision asked for.
 """
 
 from __future__ import annotations
@@ -21,16 +27,29 @@ from adapters.base import (
     LayerSite,
     MemoryStats,
     OptimizerSpec,
+    PrecisionSeen,
     RuntimeConfig,
     WeightFeed,
     check_fits,
     is_generic_oom,
 )
 from harness.errors import ConfigError
-from harness.models import BatchNorm, Conv2D, Dense, Flatten, GlobalAvgPool, MaxPool2D, ModelDescription, ReLU
+from harness.models import (
+    BatchNorm,
+    Conv2D,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    MaxPool2D,
+    ModelDescription,
+    ReLU,
+    Residual,
+)
 
 MIB = 1024.0 * 1024.0
 MEMORY_MODES = ("growth", "preallocate")
+#: Keras' dtype policy for each precision
+KERAS_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "amp": "mixed_float16"}
 
 
 # Weight converters: canonical layout -> Keras layout, and back. One pair per kind of array.
@@ -66,6 +85,40 @@ def _flatten_dense_converters(chw: tuple[int, ...]) -> ConverterPair:
     return to_keras, from_keras
 
 
+#: the lowest finite value of each compute dtype (float32 for fp32, bfloat16's for bf16, float16's for amp)
+LOWEST_FINITE = {"fp32": float(np.finfo(np.float32).min), "bf16": -3.3895313892515355e38,
+                 "amp": float(np.finfo(np.float16).min)}
+
+
+def _max_padding(keras: Any, pad: int, precision: str = "fp32") -> Any:
+    """Symmetric padding that never wins a max (PyTorch and MXNet pad max-pooling with -inf; Keras cannot).
+
+    Finite, and finite in the compute dtype (float32's lowest rounds to -inf in bfloat16 and float16): no inf
+    may reach an arithmetic op in the backward pass.
+    """
+    lowest = LOWEST_FINITE.get(precision, LOWEST_FINITE["fp32"])
+    return keras.layers.Lambda(
+        lambda t: keras.ops.pad(t, [[0, 0], [pad, pad], [pad, pad], [0, 0]], constant_values=lowest))
+
+
+def _float32_logits(keras: Any) -> Any:
+    """The model's last layer under every precision: casts the logits to float32 (Keras' mixed-precision guide:
+    the output must be float32 for a stable softmax and loss) and records, in training, the dtype they arrived
+    in: the dtype the layers before it really computed in (``autocast=False``: Keras must not cast its input)."""
+
+    class Float32Logits(keras.layers.Layer):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__(dtype="float32", autocast=False, name="float32_logits")
+            self.seen_dtype: str | None = None
+
+        def call(self, x: Any, training: Any = None) -> Any:
+            if training:  # runs when the step is traced: the dtype of the traced training graph's tensor
+                self.seen_dtype = keras.backend.standardize_dtype(x.dtype)
+            return keras.ops.cast(x, "float32")
+
+    return Float32Logits()
+
+
 def _is_oom_message(text: str) -> bool:
     # What TF's allocators write: "OOM when allocating tensor with shape[...]" (BFC, CPU and GPU) and
     # "Resource exhausted" / "ResourceExhaustedError" in the text of a wrapped graph-execution error.
@@ -85,6 +138,12 @@ class TensorFlowAdapter(Adapter):
     # growth or preallocation of the GPU pool: nothing on a CPU, and a memory limit replaces it (setup)
     gpu_only_options = options_replaced_by_memory_limit = ("memory_mode",)
     bn_running_variance = "biased"  # Keras updates moving_variance with the biased batch variance
+    precisions = ("fp32", "amp", "bf16")
+    device_precisions = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "amp", "bf16")}
+    precision_notes = {
+        ("amp", "cpu"): "Keras' mixed_float16 is for GPUs: a CPU has no float16 units, and Keras' guide names "
+                        "mixed_bfloat16 for CPUs, which is precision = 'bf16'",
+    }
     oom_stderr_patterns = (
         "OOM when allocating tensor",
         "ResourceExhaustedError",
@@ -103,6 +162,8 @@ class TensorFlowAdapter(Adapter):
         self._variables: list[Any] = []  # trainable variables, in canonical weight order
         self._from_keras: list[Converter] = []
         self._accumulate_fns: tuple[Any, Any] | None = None  # (add a micro-batch's gradients, apply), made on first use
+        self.precision = "fp32"
+        self._logits_layer: Any = None  # the float32 cast at the end, which records the dtype it received
 
     def versions(self) -> dict[str, str]:
         import tensorflow as tf
@@ -125,7 +186,6 @@ class TensorFlowAdapter(Adapter):
         import tensorflow as tf
 
         self.tf = tf
-        self.validate_precision(runtime.precision)
         mode = runtime.options.get("memory_mode", MEMORY_MODES[0])
         if mode not in MEMORY_MODES:
             raise ConfigError(f"tensorflow: memory_mode = {mode!r} is not one of {', '.join(MEMORY_MODES)}")
@@ -163,6 +223,7 @@ class TensorFlowAdapter(Adapter):
             if mode == "preallocate":
                 mode = "preallocate (no effect on CPU)"
         self.gpu = want_gpu
+        info.update(self._setup_precision(runtime.precision))
         info.update(
             # TensorFlow's CPU kernels run under port::ScopedFlushDenormal (tensorflow/core/platform/denormal.h):
             # it flushes whatever is asked, and has no Python API to stop it, so "framework-default" flushes too
@@ -174,6 +235,23 @@ class TensorFlowAdapter(Adapter):
         )
         return info
 
+    def _setup_precision(self, precision: str) -> dict[str, Any]:
+        """Keras' global dtype policy for ``precision`` on the resolved device, before any layer is built (the
+        policy applies to the layers made after it); set for fp32 too, so an earlier policy cannot leak in."""
+        self.validate_precision(precision, "gpu" if self.gpu else "cpu")
+        self.precision = precision
+        import keras
+
+        keras.mixed_precision.set_global_policy(KERAS_POLICIES[precision])
+        return {"precision": precision, "keras_policy": keras.mixed_precision.global_policy().name}
+
+    def precision_seen(self) -> PrecisionSeen | None:
+        seen = self._logits_layer.seen_dtype if self._logits_layer is not None else None
+        if seen is None:
+            return None
+        scaling = isinstance(self.optimizer, self.keras.mixed_precision.LossScaleOptimizer)
+        return PrecisionSeen(seen, float(self.optimizer.dynamic_scale.numpy()) if scaling else None)
+
     # ---- the build template's hooks (Adapter.build walks the layers and calls these) ----------------
 
     def begin_model(self, model: ModelDescription) -> None:
@@ -181,15 +259,22 @@ class TensorFlowAdapter(Adapter):
 
         self.keras = keras
         c, h, w = model.input_shape
-        self._layers: list[Any] = [keras.Input(shape=(h, w, c))]
+        # the functional API, not Sequential: a residual block has two paths that meet in an Add. Each hook
+        # applies its layer to the current tensor ``self._x``.
+        self._inputs = self._x = keras.Input(shape=(h, w, c))
         # (Keras layer, names of its trainable weights in canonical order, weights, one converter pair each)
         self._pending: list[tuple[Any, tuple[str, ...], list[np.ndarray], list[ConverterPair]]] = []
         self._bn: list[Any] = []
 
     def layer_conv2d(self, layer: Conv2D, site: LayerSite, weights: WeightFeed) -> None:
-        k = self.keras.layers.Conv2D(
-            layer.filters, layer.kernel, padding=layer.padding, use_bias=layer.use_bias, data_format="channels_last"
-        )
+        padding = layer.padding
+        if layer.stride > 1 and padding == "same":
+            # Keras' "same" pads asymmetrically (more at the bottom/right) at stride 2; the description pads
+            # kernel // 2 on every side, like PyTorch and MXNet: pad explicitly, then convolve.
+            self._add(self.keras.layers.ZeroPadding2D(layer.kernel // 2, data_format="channels_last"))
+            padding = "valid"
+        k = self.keras.layers.Conv2D(layer.filters, layer.kernel, strides=layer.stride, padding=padding,
+                                     use_bias=layer.use_bias, data_format="channels_last")
         names: tuple[str, ...] = ("kernel", "bias") if layer.use_bias else ("kernel",)
         convs: list[ConverterPair] = [(_conv_to_keras, _conv_from_keras)]
         self._add(k, names, weights.take(len(names)), convs + [IDENTITY] * layer.use_bias)
@@ -203,7 +288,10 @@ class TensorFlowAdapter(Adapter):
         self._add(self.keras.layers.ReLU())
 
     def layer_maxpool2d(self, layer: MaxPool2D, site: LayerSite, weights: WeightFeed) -> None:
-        self._add(self.keras.layers.MaxPooling2D(layer.size, data_format="channels_last"))
+        if layer.padding:
+            self._add(_max_padding(self.keras, layer.padding, self.precision))
+        self._add(self.keras.layers.MaxPooling2D(layer.size, strides=layer.stride or layer.size,
+                                                 data_format="channels_last"))
 
     def layer_globalavgpool(self, layer: GlobalAvgPool, site: LayerSite, weights: WeightFeed) -> None:
         self._add(self.keras.layers.GlobalAveragePooling2D(data_format="channels_last"))
@@ -217,9 +305,19 @@ class TensorFlowAdapter(Adapter):
             kernel_conv = _flatten_dense_converters(site.previous_in_shape)  # reads a (C, H, W) flatten
         self._add(self.keras.layers.Dense(layer.units), ("kernel", "bias"), weights.take(2), [kernel_conv, IDENTITY])
 
+    def layer_residual(self, layer: Residual, site: LayerSite, weights: WeightFeed) -> None:
+        block_input = self._x
+        outputs = []
+        for path in (layer.body, layer.shortcut):  # weights: the body's, then the shortcut's
+            self._x = block_input
+            self.build_layers(path, site.in_shape, weights)
+            outputs.append(self._x)  # an empty shortcut leaves the block's input: the identity
+        self._add(self.keras.layers.Add(), inputs=outputs)
+
     def _add(self, k: Any, names: tuple[str, ...] = (), arrays: list[np.ndarray] | None = None,
-             converters: list[ConverterPair] | None = None) -> None:
-        self._layers.append(k)
+             converters: list[ConverterPair] | None = None, inputs: Any = None) -> None:
+        with self.tf.device(self.device_name):  # the layer's variables are made as it is applied
+            self._x = k(self._x if inputs is None else inputs)
         if names:
             self._pending.append((k, names, arrays or [], converters or []))
 
@@ -235,8 +333,12 @@ class TensorFlowAdapter(Adapter):
 
     def end_model(self, model: ModelDescription, optimizer: Any) -> None:
         tf = self.tf
+        self._logits_layer = _float32_logits(self.keras)
         with tf.device(self.device_name):
-            self.model = self.keras.Sequential(self._layers, name=model.name)
+            self.model = self.keras.Model(self._inputs, self._logits_layer(self._x), name=model.name)
+        self._logits_layer.seen_dtype = None  # building the model called it symbolically; only training counts
+        if self.precision == "amp":  # float16 gradients underflow without loss scaling (dynamic, Keras' default)
+            optimizer = self.keras.mixed_precision.LossScaleOptimizer(optimizer)
         assignments: list[tuple[Any, Converter]] = []  # (variable, converter back to canonical)
         for klayer, names, arrays, converters in self._pending:
             for attr, array, (to_keras, from_keras) in zip(names, arrays, converters, strict=True):
@@ -265,10 +367,10 @@ class TensorFlowAdapter(Adapter):
         def step(x: Any, y: Any) -> Any:
             self._trace_count += 1  # Python side effect: runs once per trace, never per call
             with tf.GradientTape() as tape:
-                logits = net(x, training=True)
-                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
-            grads = tape.gradient(loss, net.trainable_variables)
-            opt.apply_gradients(zip(grads, net.trainable_variables, strict=True))
+                loss = self._loss(net(x, training=True), y)
+                scaled = self._scale_loss(loss)
+            grads = tape.gradient(scaled, net.trainable_variables)
+            opt.apply_gradients(zip(grads, net.trainable_variables, strict=True))  # a LossScaleOptimizer unscales
             return loss
 
         @tf.function(input_signature=signature[:1])
@@ -277,6 +379,17 @@ class TensorFlowAdapter(Adapter):
 
         self._step_fn, self._predict_fn = step, infer
         self._signature = signature
+
+    def _loss(self, logits: Any, y: Any) -> Any:
+        """Mean cross-entropy of float32 logits (the model's last layer casts them)."""
+        tf = self.tf
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+
+    def _scale_loss(self, loss: Any) -> Any:
+        """The loss times the dynamic loss scale under amp (float16); the loss itself otherwise."""
+        if isinstance(self.optimizer, self.keras.mixed_precision.LossScaleOptimizer):
+            return self.optimizer.scale_loss(loss)
+        return loss
 
     @property
     def trace_count(self) -> int:
@@ -327,9 +440,11 @@ class TensorFlowAdapter(Adapter):
         @tf.function(input_signature=[*self._signature, tf.TensorSpec((), tf.float32)])
         def add(x: Any, y: Any, weight: Any) -> Any:
             with tf.GradientTape() as tape:
-                logits = net(x, training=True)
-                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
-            for total, grad in zip(sums, tape.gradient(loss, net.trainable_variables), strict=True):
+                loss = self._loss(net(x, training=True), y)
+                # under amp the gradients are summed scaled: the scale changes only when apply() runs, so the
+                # sum is the scaled sum, which the LossScaleOptimizer unscales (and checks) once per update
+                scaled = self._scale_loss(loss)
+            for total, grad in zip(sums, tape.gradient(scaled, net.trainable_variables), strict=True):
                 total.assign_add(weight * grad)
             return loss
 

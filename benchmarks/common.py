@@ -82,8 +82,13 @@ def harness_trial(
     framework: str, data: PreparedData, batch_size: int, threads: int, warmup: int, steps: int,
     on_event: Callable[[dict[str, Any]], None] | None = None,
     progress_interval_s: float | None = PROGRESS_INTERVAL_S,
+    env: dict[str, str] | None = None,
 ) -> TrialOutcome:
-    """One real harness trial (fresh worker), as a sweep would run it; raises if it did not end ok."""
+    """One real harness trial (fresh worker); raises if it did not end ok.
+
+    ``env``: extra worker environment. A sweep's CPU trials get ``harness.run.executor.CPU_ALLOCATOR_ENV``
+    (``harness_overhead.py --allocator-compare`` measures what that costs); None gives none.
+    """
     trial = TrialSpec(
         experiment="bench",
         framework=framework,
@@ -109,6 +114,7 @@ def harness_trial(
         adapter_target=adapter_target(framework),
         oom_patterns=adapter_class(framework).oom_stderr_patterns,
         progress_interval_s=progress_interval_s,  # None: the worker sends no progress (the bare-harness figure)
+        env=dict(env or {}),
     )
     outcome = LocalExecutor(log_dir=Path(tempfile.gettempdir()) / "batchscope-bench-logs").run(unit, on_event)
     if outcome.status != "ok":

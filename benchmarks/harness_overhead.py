@@ -63,10 +63,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="harness with vs without live progress, against bare (issue 17)")
     parser.add_argument("--progress-interval-s", type=float, default=0.5,
                         help="the worker's progress bound for --progress-compare (0: every step)")
+    parser.add_argument("--allocator-compare", action="store_true",
+                        help="harness with vs without the CPU allocator setting a sweep's workers get, against bare")
     args = parser.parse_args(argv)
     frameworks = frameworks_option(parser, args.frameworks)
     if args.progress_compare:
         return progress_compare(args, frameworks)
+    if args.allocator_compare:
+        return allocator_compare(args, frameworks)
 
     print(machine_facts())
     print(
@@ -196,6 +200,44 @@ def progress_compare(args: argparse.Namespace, frameworks: list[str]) -> int:
                        median([x["progress"] / x["no-progress"] for x in rows]))
         print(f"  medians: progress/bare {summary[fw][0]:.3f}, no-progress/bare {summary[fw][1]:.3f}, "
               f"progress/no-progress {summary[fw][2]:.3f}\n", flush=True)
+    return 0
+
+
+
+def allocator_compare(args: argparse.Namespace, frameworks: list[str]) -> int:
+    """A sweep's CPU worker environment (a fixed glibc mmap threshold, issue 18) vs none, each against bare.
+
+    The sweep and the max-batch probes give every CPU worker ``CPU_ALLOCATOR_ENV`` so that a size the search
+    found fits trains the same way; this measures what that setting costs a trial's throughput. Order rotated
+    every repeat.
+    """
+    from harness.run.executor import CPU_ALLOCATOR_ENV
+
+    print(machine_facts())
+    print(f"model osu_cnn {SHAPE_TEXT}, CPU, {args.threads} thread(s), {args.warmup} warm-up + {args.steps} "
+          f"timed steps per run, batch {args.batch}; sweep env = {CPU_ALLOCATOR_ENV}\n")
+    data = synthetic_data()
+    sides = ("sweep env", "no env", "bare")
+    for fw in frameworks:
+        rows: list[dict[str, float]] = []
+        print(f"{fw}, batch {args.batch}:")
+        for r in range(args.repeats):
+            order = sides[r % 3:] + sides[: r % 3]
+            res: dict[str, float] = {}
+            for side in order:
+                if side == "bare":
+                    res[side] = bare_loop(fw, args.batch, args.threads, args.warmup, args.steps)["samples_per_s"]
+                else:
+                    env = dict(CPU_ALLOCATOR_ENV) if side == "sweep env" else {}
+                    res[side] = _step_rate(harness_trial(fw, data, args.batch, args.threads, args.warmup,
+                                                         args.steps, progress_interval_s=None, env=env))
+            rows.append(res)
+            print(f"  repeat {r + 1} ({'/'.join(order)}): sweep env {res['sweep env']:8.1f}  no env "
+                  f"{res['no env']:8.1f}  bare {res['bare']:8.1f} samples/s;  sweep env/no env "
+                  f"{res['sweep env'] / res['no env']:.3f}  no env/bare {res['no env'] / res['bare']:.3f}", flush=True)
+        print(f"  medians: sweep env/no env {median([x['sweep env'] / x['no env'] for x in rows]):.3f}, "
+              f"sweep env/bare {median([x['sweep env'] / x['bare'] for x in rows]):.3f}, "
+              f"no env/bare {median([x['no env'] / x['bare'] for x in rows]):.3f}\n", flush=True)
     return 0
 
 

@@ -118,6 +118,8 @@ class Cell:
     reasons: tuple[str, ...] = ()
     variant: str = ""  # e.g. "fp32, flush" where trials of several settings are given together
     drift_flagged_n: int = 0  # ok trials whose step time drifted beyond its noise
+    #: the sign of each flagged trial's change (+1 slower late, -1 faster late), in repeat order
+    drift_signs: tuple[int, ...] = ()
     cpu_denormals: tuple[str, ...] = ()  # what the CPU did with denormals, over the cell's ok trials
 
     @property
@@ -155,6 +157,30 @@ class Cell:
         stat = self.get("drift_change_pct")
         return format(stat.mean, "+.0f") + "%" if stat is not None else "yes"
 
+    @property
+    def drift_reading(self) -> str:
+        """What a drift flag most likely means, from its repeats (see :data:`DRIFT_READINGS`); "" if none.
+
+        A change the workload makes (denormals reached after N steps, a cache outgrown) happens in every
+        repeat, the same way. A change that shows in one repeat and not in another, or with opposite signs,
+        came from outside the trial: other load on the machine, the CPU's clock, a noisy neighbour of a VM.
+        """
+        if not self.drift_flagged_n:
+            return ""
+        if self.n_ok < 2:
+            return "single"
+        if self.drift_flagged_n == self.n_ok and len(set(self.drift_signs)) == 1:
+            return "every repeat"
+        return "not repeated"
+
+
+#: how :attr:`Cell.drift_reading` is worded for users
+DRIFT_READINGS = {
+    "every repeat": "in every repeat, the same way: the workload's own change",
+    "not repeated": "not the same in every repeat: most likely the machine (other load, CPU clock), not the workload",
+    "single": "one trial only: a repeat would tell the workload's change from the machine's",
+}
+
 
 def _variant_key(trial: dict[str, Any]) -> tuple[str, ...]:
     return tuple(str(trial.get(c) or "") for c in VARIANT_COLUMNS)
@@ -181,6 +207,9 @@ def cells(trials: Iterable[dict[str, Any]], frameworks: Sequence[str] = ()) -> l
         out.append(Cell(framework=fw, batch_size=bs, statuses=dict(Counter(t.get("status") or "?" for t in group)),
                         stats=stats, reasons=tuple(r for r in reasons if r), variant=variant,
                         drift_flagged_n=sum(1 for t in ok if t.get("drift_flagged")),
+                        drift_signs=tuple(1 if (t.get("drift_change_pct") or 0) > 0 else -1
+                                          for t in sorted(ok, key=lambda t: t.get("repeat") or 0)
+                                          if t.get("drift_flagged")),
                         cpu_denormals=tuple(sorted({str(t.get("cpu_denormals")) for t in ok
                                                     if t.get("cpu_denormals")}))))
     return out
@@ -203,21 +232,26 @@ SUMMARY_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("accuracy_pct", "accuracy %", ""))
 SUMMARY_NOTE = ("mean ± sd over ok repeats. step: batch / median time of forward+backward+update over every "
                 "post-warm-up step; e2e: those steps' samples / their wall time incl. batch preparation; drift: "
-                "late vs early median step time where it exceeds the noise (README, 'What the numbers mean').")
+                "late vs early median step time where it exceeds the noise, (k/n): k of n repeats flagged; a change "
+                "not in every repeat is most likely the machine's, not the workload's (README, 'What the numbers "
+                "mean').")
 
 
 def summary_rows(trials: Iterable[dict[str, Any]], frameworks: Sequence[str] = ()) -> list[dict[str, Any]]:
     """One printable row per cell: each figure as its statistic's text (``mean ± sd``, or the single value).
 
-    ``drift`` is the mean change of a cell whose trials drifted (empty otherwise); ``denormals`` what the
-    CPU did with denormal floats in its ok trials.
+    ``drift`` is the mean change of a cell whose trials drifted (empty otherwise), with how many of its
+    repeats were flagged when it has several (``+21% (1/2)``: not repeated, most likely the machine);
+    ``denormals`` what the CPU did with denormal floats in its ok trials.
     """
     out = []
     for cell in cells(trials, frameworks):
         line: dict[str, Any] = {"framework": cell.framework + (f" [{cell.variant}]" if cell.variant else ""),
                                 "framework_name": cell.framework,  # the label above is for printing
                                 "batch_size": cell.batch_size, "status": cell.status_text(), "n": cell.n,
-                                "drift": cell.drift_text(), "denormals": "/".join(cell.cpu_denormals)}
+                                "drift": cell.drift_text() + (f" ({cell.drift_flagged_n}/{cell.n_ok})"
+                                                              if cell.drift_flagged_n and cell.n_ok > 1 else ""),
+                                "denormals": "/".join(cell.cpu_denormals)}
         for key in SUMMARY_METRICS:
             stat = cell.get(key)
             line[key] = stat.text(METRICS[key].fmt) if stat is not None else None

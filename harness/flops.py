@@ -17,7 +17,9 @@ reading, said so in docs/report.md). A card not in the table gives ``None`` ("un
 
 from __future__ import annotations
 
-from harness.models import Conv2D, Dense, ModelDescription
+from collections.abc import Sequence
+
+from harness.models import Conv2D, Dense, Layer, ModelDescription, Residual, layer_output_shape
 
 #: dense peak TFLOP/s per precision, by a substring of the NVML/PyTorch device name (first match wins,
 #: so the more specific names come first)
@@ -34,16 +36,24 @@ GPU_PEAK_TFLOPS: tuple[tuple[str, dict[str, float]], ...] = (
 
 
 def forward_flop_per_sample(desc: ModelDescription) -> list[float]:
-    """Forward FLOPs per sample of each weighted layer (convolutions and dense layers), in order."""
+    """Forward FLOPs per sample of each weighted layer (convolutions and dense layers), in weight order.
+
+    A residual block's layers count like any others (its body, then its shortcut); the add is not counted.
+    """
+    return _forward_flops(desc.layers, tuple(desc.input_shape))
+
+
+def _forward_flops(layers: Sequence[Layer], shape: tuple[int, ...]) -> list[float]:
     out: list[float] = []
-    shape: tuple[int, ...] = desc.input_shape
-    for layer, after in zip(desc.layers, desc.shapes(), strict=True):
+    for layer in layers:
+        after = tuple(layer_output_shape(layer, shape))
         if isinstance(layer, Conv2D):
-            c_in = shape[0]
             c_out, h_out, w_out = after
-            out.append(2.0 * layer.kernel * layer.kernel * c_in * c_out * h_out * w_out)
+            out.append(2.0 * layer.kernel * layer.kernel * shape[0] * c_out * h_out * w_out)
         elif isinstance(layer, Dense):
             out.append(2.0 * shape[0] * layer.units)
+        elif isinstance(layer, Residual):
+            out += _forward_flops(layer.body, shape) + _forward_flops(layer.shortcut, shape)
         shape = after
     return out
 

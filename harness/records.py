@@ -129,6 +129,10 @@ class WorkerMetrics:
     setup_s: float | None = None
     train_s: float | None = None
     cpu_denormals: str = "unknown"  # what the CPU did with denormal floats: flush | keep | unknown
+    #: the dtype the training forward pass computed in, observed by the adapter (float32 | bfloat16 | float16;
+    #: None: not reported, fp32 only); the loss scale of the last update where float16 loss scaling ran
+    compute_dtype: str | None = None
+    loss_scale: float | None = None
     train_flop_per_sample: float | None = None  # forward + backward, counted from the model description
     achieved_gflop_per_s: float | None = None  # train_flop_per_sample x step_samples_per_s
     framework_peak_mib: float | None = None

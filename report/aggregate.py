@@ -11,9 +11,10 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.cells import ACCURACY, METRICS, Cell, Metric, Stat, cells, has_metric
+from harness.cells import ACCURACY, DRIFT_READINGS, METRICS, Cell, Metric, Stat, cells, has_metric
 
-__all__ = ["ACCURACY", "METRICS", "Cell", "LinearFit", "Metric", "Stat", "cells", "has_metric", "linear_fit"]
+__all__ = ["ACCURACY", "DRIFT_READINGS", "METRICS", "Cell", "LinearFit", "Metric", "Stat", "cells", "has_metric",
+           "linear_fit"]
 
 
 @dataclass(frozen=True)

@@ -150,7 +150,11 @@ def method_paragraphs(exp: Experiment, cell_list: list[Cell]) -> list[str]:
     if data and not data.get("accuracy_meaningful", True):
         dataset += " (synthetic data with random labels: its accuracy means nothing)"
     params = _distinct(exp, "param_count")
-    model = f"{spec.get('model', '?')}" + (f", {'/'.join(f'{p:,}' for p in params)} parameters" if params else "")
+    models = [str(m) for m in _distinct(exp, "model")] or [str(spec.get("model", "?"))]
+    model = "/".join(models) + (f", {'/'.join(f'{p:,}' for p in params)} parameters" if params else "")
+    if any(m.startswith("native:") for m in models):  # harness.models.native: one framework's own model
+        model += (" (native model: the framework's own, with its own parameter count and initial weights; no "
+                  "comparison across frameworks is claimed)")
     epochs = spec.get("epochs", 0)
     epochs_text = (f"{epochs} epoch(s): every training sample seen once per epoch, whatever the batch size"
                    if epochs else "no full epochs (throughput and memory only; warm-up + timed steps)")

@@ -40,7 +40,8 @@ def _batches(exp: Experiment) -> list[int]:
 def drift_figure(exp: Experiment, cell_list: Sequence[Cell]) -> FigureResult:
     """Rolling median step time over the training per framework, for up to three batch sizes."""
     title = "Step time over the training"
-    flagged = [f"{c.framework} at batch {c.batch_size} ({c.drift_text()})" for c in cell_list if c.drift_flagged_n]
+    flagged = [f"{c.framework} at batch {c.batch_size} ({c.drift_text()}, {c.drift_flagged_n} of {c.n_ok} trials: "
+               f"{c.drift_reading})" for c in cell_list if c.drift_flagged_n]
     caption = ("Rolling median of the post-warm-up step times (first repeat of each cell), log scale. "
                + ("Drift flagged: " + "; ".join(flagged) + "." if flagged else "No trial was flagged for drift."))
     batches = _batches(exp)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from report.aggregate import ACCURACY, METRICS, Cell, Stat, linear_fit
+from report.aggregate import ACCURACY, DRIFT_READINGS, METRICS, Cell, Stat, linear_fit
 from report.load import Experiment
 
 MEMORY_VIEWS = ("framework_peak_mib", "proc_gpu_mem_peak_mib", "gpu_mem_used_peak_mib", "rss_peak_mib")
@@ -81,13 +81,15 @@ def best_throughput(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> lis
 
 
 def drift(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Finding]:
-    """Per framework: the cells whose step time drifted beyond its noise, with the size of the change."""
+    """Per framework: the cells whose step time drifted beyond its noise, with the size of the change, and
+    whether the repeats agree (the workload's change) or not (most likely the machine's)."""
     out = []
     for fw, group in _by_framework(cell_list, frameworks).items():
         flagged = [c for c in group if c.drift_flagged_n]
         if not flagged:
             continue
-        parts = [f"batch {c.batch_size} {c.drift_text()} ({c.drift_flagged_n} of {c.n_ok} trial(s))" for c in flagged]
+        parts = [f"batch {c.batch_size} {c.drift_text()} ({c.drift_flagged_n} of {c.n_ok} trial(s): "
+                 f"{DRIFT_READINGS[c.drift_reading]})" for c in flagged]
         out.append(Finding("drift", f"{fw}'s step time drifted during training (median of the last tenth of the "
                                     f"steps against the first tenth, beyond the steps' own spread): "
                                     + "; ".join(parts) + ". Its figures are over the whole training, so they "

@@ -31,7 +31,7 @@ def _shape(text: str) -> tuple[int, int, int]:
 
 def register(sub: Any) -> None:
     """Add the ``maxbatch`` subcommand."""
-    from harness.config.experiment import DEVICES, OPTIMIZERS, PRECISIONS
+    from harness.config.experiment import DATA_LAYOUTS, DEVICES, OPTIMIZERS, PRECISIONS
     from harness.maxbatch.search import STRATEGIES
 
     p = sub.add_parser("maxbatch", help="find the largest batch that fits (train + eval step), probing in "
@@ -43,7 +43,8 @@ def register(sub: Any) -> None:
                        "the plain search, each setting alone and all together (when more than one) are run, each a "
                        "normal search with its own stored row, and one table compares them.")
     p.add_argument("--framework", required=True, help="adapter name, e.g. pytorch (`batchscope adapters`)")
-    p.add_argument("--model", required=True, help="model from the catalogue, e.g. deep_cnn")
+    p.add_argument("--model", required=True, help="model from the catalogue (e.g. deep_cnn, resnet20) or your own "
+                   "\"package.module:function\" (docs/models.md)")
     p.add_argument("--dataset", default="synthetic", help="data set (default synthetic)")
     p.add_argument("--synthetic-shape", type=_shape, default=(3, 32, 32), help="C,H,W of synthetic input")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
@@ -78,6 +79,8 @@ def register(sub: Any) -> None:
                    help="timed steps of the --verify run (default: the confirm run's length)")
     p.add_argument("--out", help="output directory for the store (default results/maxbatch)")
     p.add_argument("--data-dir", help="local copy of a downloadable data set")
+    p.add_argument("--data-layout", choices=DATA_LAYOUTS, default="auto",
+                   help="image layout of an npz:FILE data set (default: detected from the channel axis)")
     p.add_argument("--quiet", action="store_true",
                    help="plain lines instead of live progress (the default when stdout is not a terminal)")
     p.set_defaults(func=cmd_maxbatch)
@@ -107,8 +110,13 @@ def _check_numbers(args: argparse.Namespace) -> None:
             raise ConfigError(f"{flag} {number} is larger than the store can hold ({SQLITE_INT_MAX})")
     from harness.data import DATASETS
 
-    if args.dataset not in DATASETS:
-        raise ConfigError(f"--dataset {args.dataset!r} is not a known data set; known: {', '.join(sorted(DATASETS))}")
+    if args.dataset.startswith("npz:"):  # a user's file: its contents are checked when it is prepared
+        from harness.data.npzfile import check_path
+
+        check_path(args.dataset)
+    elif args.dataset not in DATASETS:
+        raise ConfigError(f"--dataset {args.dataset!r} is not a known data set; known: {', '.join(sorted(DATASETS))}, "
+                          "or npz:FILE")
 
 
 def _fmt_int(value: int | None) -> str:
@@ -122,23 +130,25 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     advice, verify); each step prints, and splitting it would pass the same dozen locals around.
     """
     from harness.cli.table import shorten
+    from harness.data import DataRequest, default_cache_dir, prepare
     from harness.maxbatch.prober import run_maxbatch
     from harness.maxbatch.request import MaxBatchRequest
+    from harness.models import build_description, is_native_model
     from harness.monitor import environment
     from harness.registry import adapter_class, known_adapter_names
     from harness.store import Store
+    from harness.store.db import make_out_dir
+    from harness.store.lock import locked_out_dir
 
     if args.framework not in known_adapter_names():
         raise ConfigError(f"--framework {args.framework!r} is not a registered adapter; known: "
                           f"{', '.join(sorted(known_adapter_names()))}")
-    adapter_class(args.framework).validate_precision(args.precision)  # refused before anything is written
     from harness.maxbatch import whathelps
 
     options = whathelps.adapter_options(args.adapter_option, adapter_class(args.framework))
-    from harness.models import CATALOGUE
+    from harness.models import check_model_name
 
-    if args.model not in CATALOGUE:
-        raise ConfigError(f"--model {args.model!r} is not in the catalogue: {', '.join(sorted(CATALOGUE))}")
+    check_model_name(args.model)  # a user's "module:function" is imported here, framework imports refused
     _check_numbers(args)
     if args.verify_steps is not None and not args.verify:
         raise ConfigError("--verify-steps applies only with --verify; add --verify or leave it out")
@@ -165,11 +175,23 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     if args.no_plain and not compare:
         raise ConfigError("--no-plain applies only with a setting to try (--accumulate-steps K > 1, --precision "
                           "other than fp32, --adapter-option); add one or leave --no-plain out")
+    adapter_class(req.framework)
+    # data and model before the store: a bad file or a model that does not fit the input leaves nothing written
+    data = prepare(DataRequest(name=req.dataset, seed=req.seed, train_samples=req.train_samples,
+                               synthetic_shape=req.synthetic_shape, synthetic_classes=req.synthetic_classes,
+                               synthetic_samples=req.synthetic_samples, data_dir=args.data_dir,
+                               layout=args.data_layout), default_cache_dir())
+    desc = None if is_native_model(req.model) else build_description(req.model, data.input_shape, data.classes)
     print(f"maxbatch: {req.framework} {req.model} on {budget.device}, budget {budget.mib:.0f} MiB "
           f"({budget.kind}), strategy {req.strategy}; every probe is a fresh worker", flush=True)
     if compare:
         print(f"what helps: {len(searches)} searches, each a normal one with its own stored row: "
               + "; ".join(_label(r) for r in searches), flush=True)
+    if desc is not None:
+        print_forecast(desc, req, budget.mib)
+    else:
+        print("native model (the framework's own): no forecast, since there is no description to size; the "
+              "parameter count is the framework's, and no comparison across frameworks is made", flush=True)
 
     display = make_progress(quiet=args.quiet)  # each probe live, as a sweep's trials are
     probes: list[str] = []  # trial hashes in the order the probes started
@@ -188,18 +210,7 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
         display.done(len(probes), 0, o, text=f"{kind:<7} {o.status:<8} {o.elapsed_s:5.1f} s  {extra}")
 
     command = "batchscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    # the adapter, the data and the model's fit to it are checked before the store is created
-    from harness.data import DataRequest, default_cache_dir, prepare
-    from harness.models import build_description
-    from harness.registry import adapter_class
-    from harness.store.db import make_out_dir
-    from harness.store.lock import locked_out_dir
-
-    adapter_class(req.framework)
-    data = prepare(DataRequest(name=req.dataset, seed=req.seed, train_samples=req.train_samples,
-                               synthetic_shape=req.synthetic_shape, synthetic_classes=req.synthetic_classes,
-                               synthetic_samples=req.synthetic_samples, data_dir=args.data_dir), default_cache_dir())
-    build_description(req.model, data.input_shape, data.classes)
+    # the adapter, the data and the model's fit to it were checked above, before the store is created
     make_out_dir(out)
     done: list[whathelps.Searched] = []
     try:
@@ -328,6 +339,29 @@ def print_recommendation(row: dict[str, Any], file: Any) -> None:
               f"under the same budget and settings: {row['verify_status'].upper()}{how}", file=file)
 
 
+def print_forecast(desc: Any, req: Any, budget_mib: float, file: Any = None) -> None:
+    """The seed's estimate from the description alone, printed before the first probe starts.
+
+    Weights, gradients and optimizer state (fp32) plus every layer's output and its gradient per sample:
+    a large model's expected answer in a second, while the probes that measure it take minutes.
+    """
+    from harness.maxbatch.advice import MIB, Formula
+
+    file = file or sys.stdout
+    per_sample_mib = desc.activation_floats_per_sample() * 4 * 2 / MIB
+    f = Formula.compute(desc.param_count(), req.optimizer, req.momentum, budget_mib, per_sample_mib)
+    raw = (budget_mib - f.model_state_mib) / per_sample_mib if per_sample_mib > 0 else 0.0
+    print(f"forecast from the description alone (before any probe): {desc.param_count():,} parameters, "
+          f"model state {f.model_state_mib:.1f} MiB (weights, gradients, {req.optimizer} state), activations "
+          f"{per_sample_mib:.3f} MiB per sample", file=file)
+    if f.batch:
+        print(f"  -> about {int(raw):,} samples fit in {budget_mib:.0f} MiB (power of two: {f.batch}); the "
+              "framework's own overhead is not in it: the measured answer follows", file=file, flush=True)
+    else:
+        print(f"  -> the model state alone does not fit {budget_mib:.0f} MiB; the probes will tell",
+              file=file, flush=True)
+
+
 def print_result(row: dict[str, Any], file: Any = None) -> None:
     """The answer, in the words of the issue: fits / fails / recommended / probes / formula."""
     from harness.maxbatch.advice import answer_headroom_mib, jitter_advice
@@ -358,6 +392,8 @@ def print_result(row: dict[str, Any], file: Any = None) -> None:
           f"{row['per_sample_activation_mib']:.3f} MiB per sample, power of two: {row['formula_batch']}"
           + (f"  ({err:+.0f}% vs measured)" if err is not None else ""), file=file)
     aerr = row.get("formula_analytic_error_pct")
+    if row.get("analytic_activation_mib_per_sample") is None:  # a native model has no description to size
+        return
     print(f"  with the analytic activation size "
           f"({row['analytic_activation_mib_per_sample']:.3f} MiB per sample): "
           f"{row['formula_analytic_batch']}" + (f"  ({aerr:+.0f}% vs measured)" if aerr is not None else ""),

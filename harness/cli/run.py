@@ -25,8 +25,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     exp = load_experiment(args.experiment)
     if args.ray_address:
         args.executor = "ray"
-    exp = exp.with_overrides(frameworks=args.frameworks, batch_sizes=args.batch_sizes, device=args.device,
-                             repeats=args.repeats, epochs=args.epochs,
+    exp = exp.with_overrides(model=args.model, frameworks=args.frameworks, batch_sizes=args.batch_sizes,
+                             device=args.device, repeats=args.repeats, epochs=args.epochs,
                              skip_larger_after_oom=False if args.no_skip_larger else None)
     out = Path(args.out or Path("results") / exp.name)
     command = "batchscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -75,6 +75,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("run", help="run an experiment file (a sweep over frameworks and batch sizes)")
     p.add_argument("experiment", help="experiment TOML file, e.g. experiments/quick.toml")
     p.add_argument("--out", help="output directory (default: results/<experiment name>)")
+    p.add_argument("--model", help="override the experiment's model: a catalogue name (e.g. resnet20) or your "
+                   "own \"package.module:function\" (docs/models.md)")
     p.add_argument("--frameworks", type=_csv_names, help="only these frameworks, e.g. pytorch,mxnet")
     p.add_argument("--batch-sizes", type=_csv_ints, help="only these batch sizes, e.g. 4,8,16")
     p.add_argument("--device", choices=("auto", "cpu", "gpu"), help="override the experiment's device")

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.config.precision import PRECISIONS as PRECISIONS  # re-exported: defined with their meaning there
 from harness.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -48,7 +49,7 @@ else:  # pragma: no cover
 DEVICES = ("auto", "cpu", "gpu")
 OPTIMIZERS = ("sgd", "adam")
 LR_POLICIES = ("fixed", "linear", "sqrt")
-PRECISIONS = ("fp32", "amp")
+DATA_LAYOUTS = ("auto", "nchw", "nhwc")  # of an npz file's images (harness.data.npzfile)
 #: what the worker's CPU does with denormal floats: flush them to zero, or leave the framework's default
 DENORMALS = ("flush", "framework-default")
 AUGMENTS = ("none", "crop", "flip", "crop_flip")
@@ -97,6 +98,7 @@ class Experiment:
     batch_sizes: tuple[int, ...]
     model: str = "osu_cnn"
     dataset: str = "synthetic"
+    data_layout: str = "auto"
     description: str = ""
     epochs: int = 0
     warmup_steps: int = 5
@@ -190,6 +192,14 @@ class Experiment:
         out["variants"] = [{"name": v.name, "settings": _plain(v.settings)} for v in self.variants]
         return out
 
+    def model_for(self, framework: str) -> str:
+        """The model ``framework`` runs: ``native:...`` where its adapter names a native model, else ``model``."""
+        from harness.models import native_name
+
+        settings = self.adapters.get(framework)
+        factory = settings.options.get("native_model") if settings else None
+        return native_name(factory) if factory else self.model
+
     def lr_for(self, batch_size: int) -> float:
         """The learning rate for ``batch_size`` (the effective batch: samples per update) under the policy."""
         ratio = batch_size / self.lr_base_batch
@@ -201,9 +211,9 @@ class Experiment:
 
 
 _SCALARS: dict[str, type | tuple[type, ...]] = {
-    "name": str, "description": str, "model": str, "dataset": str, "optimizer": str, "lr_policy": str,
-    "device": str, "precision": str, "denormals": str, "epochs": int, "warmup_steps": int, "timed_steps": int,
-    "repeats": int,
+    "name": str, "description": str, "model": str, "dataset": str, "data_layout": str, "optimizer": str,
+    "lr_policy": str, "device": str, "precision": str, "denormals": str, "epochs": int, "warmup_steps": int,
+    "timed_steps": int, "repeats": int,
     "seed": int, "lr_base_batch": int, "threads": int, "eval_batch_size": int, "train_samples": int,
     "synthetic_classes": int, "synthetic_samples": int, "learning_rate": (int, float), "momentum": (int, float),
     "timeout_s": (int, float), "sample_interval_ms": (int, float), "memory_limit_mib": (int, float),
@@ -228,7 +238,7 @@ def _where(exp: Experiment, key: str) -> str:
 
 def _validate(exp: Experiment) -> None:
     from harness.data import DATASETS
-    from harness.models import CATALOGUE
+    from harness.models import check_model_name
     from harness.registry import known_adapter_names
 
     def bad(key: str, msg: str) -> ConfigError:
@@ -251,10 +261,25 @@ def _validate(exp: Experiment) -> None:
             raise bad("batch_sizes", f"batch size {b!r} must be a whole number > 0")
     if len(set(exp.batch_sizes)) != len(exp.batch_sizes):
         raise bad("batch_sizes", f"a batch size is listed twice: {list(exp.batch_sizes)}")
-    if exp.model not in CATALOGUE:
-        raise bad("model", f"unknown model {exp.model!r}; the catalogue has: {', '.join(sorted(CATALOGUE))}")
-    if exp.dataset not in DATASETS:
-        raise bad("dataset", f"unknown dataset {exp.dataset!r}; known: {', '.join(sorted(DATASETS))}")
+    try:
+        check_model_name(exp.model)  # a user's "module:function" is imported here, framework imports refused
+    except ConfigError as e:
+        raise bad("model", str(e)) from None
+    if exp.model.startswith("native:") and len(exp.frameworks) > 1:
+        raise bad("model", f"{exp.model!r} is one framework's own model, but frameworks lists "
+                           f"{', '.join(exp.frameworks)}; list one framework, or name the factory under "
+                           "[adapters.NAME] native_model for the framework it belongs to")
+    if exp.dataset.startswith("npz:"):
+        from harness.data.npzfile import check_path
+        from harness.errors import DataError
+
+        try:
+            check_path(exp.dataset)  # the file's contents are checked when it is prepared, still before any worker
+        except DataError as e:
+            raise bad("dataset", str(e)) from None
+    elif exp.dataset not in DATASETS:
+        raise bad("dataset", f"unknown dataset {exp.dataset!r}; known: {', '.join(sorted(DATASETS))}, "
+                             "or npz:path/to/data.npz (your own arrays)")
     for key, low in (("epochs", 0), ("warmup_steps", 0), ("timed_steps", 1), ("repeats", 1), ("threads", 0),
                      ("lr_base_batch", 1), ("eval_batch_size", 1), ("train_samples", 0),
                      ("augment_pad_px", 1), ("accumulate_steps", 1),
@@ -270,12 +295,14 @@ def _validate(exp: Experiment) -> None:
         raise bad("momentum", f"{exp.momentum!r} must be in [0, 1)")
     if exp.memory_limit_mib < 0:
         raise bad("memory_limit_mib", f"{exp.memory_limit_mib!r} must be >= 0 (0: no limit)")
-    for key, allowed in (("device", DEVICES), ("optimizer", OPTIMIZERS), ("lr_policy", LR_POLICIES),
+    for key, allowed in (("device", DEVICES), ("data_layout", DATA_LAYOUTS), ("optimizer", OPTIMIZERS),
+                         ("lr_policy", LR_POLICIES),
                          ("precision", PRECISIONS), ("denormals", DENORMALS), ("augment", AUGMENTS),
                          ("study", STUDIES)):
         if getattr(exp, key) not in allowed:
             raise bad(key, f"{getattr(exp, key)!r} is not one of {', '.join(allowed)}")
     _check_precision(exp, bad)
+    _check_device_settings(exp, bad)
     if len(exp.synthetic_shape) != 3 or min(exp.synthetic_shape) <= 0:
         raise bad("synthetic_shape", f"{list(exp.synthetic_shape)!r} must be [channels, height, width], all > 0")
     for name in exp.adapters:
@@ -289,9 +316,25 @@ def _check_precision(exp: Experiment, bad: Callable[[str, str], ConfigError]) ->
 
     for fw in exp.frameworks:  # one message, the adapter's own (adapters.base.Adapter.validate_precision)
         try:
-            adapter_class(fw).validate_precision(exp.precision)
+            adapter_class(fw).validate_precision(exp.precision, exp.device)
         except ConfigError as e:
             raise bad("precision", str(e)) from None
+
+
+def _check_device_settings(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:
+    """Refuse adapter settings that would do nothing on the experiment's device (PyTorch's CUDA allocator
+    settings on a CPU): a setting asked for and not applied is refused, never recorded as applied."""
+    from harness.registry import adapter_class
+
+    for fw in exp.frameworks:
+        settings = exp.adapters.get(fw)
+        check = getattr(adapter_class(fw), "validate_device_options", None)  # a duck-typed plugin may lack it
+        if settings is None or check is None:
+            continue
+        try:
+            check(settings.options, exp.device)
+        except ConfigError as e:
+            raise bad(f"adapters.{fw}", str(e)) from None
 
 
 def _validate_ranges(exp: Experiment, bad: Any) -> None:
@@ -350,6 +393,10 @@ def _parse_adapters(source: str, raw: Any) -> dict[str, AdapterSettings]:
                                   "give the full path of that environment's python (e.g. /opt/mx/bin/python)")
         try:
             options = adapter_class(name).validate_options(table)
+            if options.get("native_model"):
+                from harness.models.native import check_factory
+
+                check_factory(options["native_model"], "native_model")
         except ConfigError as e:
             raise ConfigError(f"{source}: adapters.{name}: {e}") from None
         out[name] = AdapterSettings(python=python, options=options)

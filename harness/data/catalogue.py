@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.data import cifar10, embedded
+from harness.data import cifar10, embedded, npzfile
 from harness.data.footprint import require_disk, require_memory
 from harness.data.known import DATASETS
 from harness.data.prepared import (
@@ -52,11 +52,24 @@ LOADERS: dict[str, tuple[DatasetInfo, Loader]] = {
 }
 
 
+#: a user's file: real labels (accuracy means something), nothing to download
+NPZ_INFO = DatasetInfo("npz", "your own arrays from a .npz file (x_train, y_train, x_test, y_test)",
+                       accuracy_meaningful=True, offline=True)
+
+
 def prepare(req: DataRequest, cache_dir: Path | None = None) -> PreparedData:
     """Prepare (or reuse) the data set ``req`` in ``cache_dir``/prepared/<slug>."""
-    if req.name not in LOADERS:
-        raise DataError(f"unknown dataset {req.name!r}; known: {', '.join(sorted(LOADERS))}")
-    info, loader = LOADERS[req.name]
+    info: DatasetInfo
+    loader: Loader
+    if npzfile.is_npz(req.name):
+        info, loader = NPZ_INFO, npzfile.load_npz
+    elif req.name not in LOADERS:
+        raise DataError(f"unknown dataset {req.name!r}; known: {', '.join(sorted(LOADERS))}, or npz:FILE")
+    else:
+        info, loader = LOADERS[req.name]
+    if req.data_dir and npzfile.is_npz(req.name):
+        raise DataError(f"--data-dir {req.data_dir} was given, but {req.name!r} names its file itself; "
+                        "drop --data-dir")
     if req.data_dir and info.offline:
         raise DataError(f"--data-dir {req.data_dir} was given, but {req.name!r} ships with the install and reads "
                         "no local copy; drop --data-dir (it is for downloadable data sets: cifar10)")

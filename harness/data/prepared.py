@@ -162,10 +162,15 @@ class DataRequest:
     synthetic_classes: int = 10
     synthetic_samples: int = 2048
     data_dir: str | None = None  # a local copy of a downloadable data set
+    layout: str = "auto"  # an npz file's image layout: auto, nchw or nhwc (harness.data.npzfile)
 
     def slug(self) -> str:
         """Directory name in the cache for this request."""
-        if self.name == "synthetic":
+        if self.name.startswith("npz:"):
+            from harness.data.npzfile import slug
+
+            base = slug(self.name, self.layout)  # the file's content hash: an edited file is prepared anew
+        elif self.name == "synthetic":
             shape = "x".join(map(str, self.synthetic_shape))
             base = f"synthetic-{shape}-c{self.synthetic_classes}-n{self.synthetic_samples}-s{self.seed}"
         else:

@@ -32,11 +32,11 @@ from harness.maxbatch.advice import Formula, Margin, answer_env, recommend
 from harness.maxbatch.request import Budget, MaxBatchRequest, resolve_budget
 from harness.maxbatch.search import ProbeResult, SearchResult, SearchSettings, search
 from harness.maxbatch.whathelps import setting_label
-from harness.models import build_description
+from harness.models import build_description, is_native_model
 from harness.monitor import environment
 from harness.records import Monitor, TrialOutcome, TrialUnit, WorkerMetrics
 from harness.registry import adapter_class, adapter_target
-from harness.run.executor import CPU_ALLOCATOR_ENV, LocalExecutor
+from harness.run.executor import CPU_ALLOCATOR_ENV, LocalExecutor, adapter_worker_env
 from harness.store import Store
 
 MIB = 1024.0 * 1024.0
@@ -127,6 +127,8 @@ class WorkerProber:
         # On CPU a fixed glibc mmap threshold makes a probe's peak repeatable (CPU_ALLOCATOR_ENV); the answer
         # then holds under that setting only, so it is stored and printed with the answer (advice.answer_env)
         self.env: dict[str, str] = dict(CPU_PROBE_ENV) if budget.kind == "cpu-rlimit-data" else {}
+        # and what the adapter's settings need at import (PyTorch's CUDA allocator settings), part of the answer too
+        self.env |= adapter_worker_env(req.framework, req.adapter_options, budget.device)
 
     def trial(self, batch: int, confirm: bool) -> TrialSpec:
         """The probe's trial: a warm-up step, a few timed steps (more to confirm), then eval at ``batch``."""
@@ -250,7 +252,9 @@ def run_maxbatch(req: MaxBatchRequest, store: Store, run_id: int, *, data: Prepa
                                    synthetic_classes=req.synthetic_classes,
                                    synthetic_samples=req.synthetic_samples, data_dir=data_dir),
                        cache_dir or default_cache_dir())
-    desc = build_description(req.model, data.input_shape, data.classes)
+    # a native model (the framework's own) has no description: its count comes from the probes, and there
+    # is no analytic activation size to forecast with
+    desc = None if is_native_model(req.model) else build_description(req.model, data.input_shape, data.classes)
     executor = LocalExecutor(monitor_factory=monitor_factory, log_dir=log_dir)
 
     def record(outcome: TrialOutcome) -> None:
@@ -262,8 +266,12 @@ def run_maxbatch(req: MaxBatchRequest, store: Store, run_id: int, *, data: Prepa
     settings = settings or SearchSettings(strategy=req.strategy, budget_mib=budget.mib,
                                           max_batch_cap=req.max_batch_cap)
     result = search(prober, settings)
-    row = result_row(req, budget, result, desc.param_count(), desc.activation_floats_per_sample(), run_id,
-                     env, prober.outcomes, answer_env(prober.env, dict(os.environ)))
+    if desc is not None:
+        param_count, activation_floats = desc.param_count(), desc.activation_floats_per_sample()
+    else:
+        param_count, activation_floats = next((o.param_count for o in prober.outcomes if o.param_count), 0), 0
+    row = result_row(req, budget, result, param_count, activation_floats, run_id, env, prober.outcomes,
+                     answer_env(prober.env, dict(os.environ)))
     if req.verify_steps and row["recommended_batch"]:
         row |= verify_columns(prober.verify(row["recommended_batch"], req.verify_steps), budget.kind)
     store.write_maxbatch(row)
@@ -316,7 +324,7 @@ def result_row(req: MaxBatchRequest, budget: Budget, result: SearchResult, param
     ok_outcome = next((o for o in reversed(outcomes) if o.status == "ok"), None)
     at_answer = [p["peak_mib"] for p in probes
                  if p["batch"] == result.max_batch and p["status"] == "ok" and p["peak_mib"] is not None]
-    return {
+    row = {
         "run_id": run_id, "experiment": req.experiment, "framework": req.framework, "model": req.model,
         "dataset": req.dataset,
         "device": (ok_outcome.device.get("device") if ok_outcome else None) or budget.device,
@@ -349,3 +357,7 @@ def result_row(req: MaxBatchRequest, budget: Budget, result: SearchResult, param
         "answer_peak_mib": max(at_answer) if at_answer else None,
         "answer_samples_per_s": answer_throughput(outcomes, result.max_batch, req.confirm_steps),
     }
+    if not activation_floats:  # a native model: no analytic size, so no analytic formula (not a 0 that looks measured)
+        row.update(formula_analytic_batch=None, formula_analytic_error_pct=None,
+                   analytic_activation_mib_per_sample=None)
+    return row

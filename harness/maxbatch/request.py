@@ -73,15 +73,25 @@ class MaxBatchRequest:
     accumulate_steps: int = 1
 
     def _check_precision_runs(self) -> None:
-        """Refuse a precision the adapter would not run (a probe must never be recorded under one it did not use)."""
+        """Refuse a precision the adapter would not run on this device, and adapter settings that would do nothing
+        there (a probe must never be recorded under a setting it did not use)."""
         from harness.registry import adapter_class, known_adapter_names
 
         if self.framework not in known_adapter_names():
             return  # the command line names the unknown framework itself, with the known ones
         cls = adapter_class(self.framework)
-        if self.precision not in cls.precisions:
-            raise ConfigError(f"--precision {self.precision!r} is not run by the {self.framework} adapter, which runs "
-                              f"only {', '.join(cls.precisions)} ({cls.precision_note}); use --precision fp32")
+        try:
+            cls.validate_precision(self.precision, self.device)
+        except ConfigError as e:
+            text = str(e)
+            for setting, flag in (("set precision = ", "use --precision "), ("or precision = ", "or --precision "),
+                                  ("set device = ", "use --device "), ("or device = ", "or --device "),
+                                  ("device = 'auto'", "--device auto")):
+                text = text.replace(setting, flag)  # the flags the user types, not the experiment file's keys
+            raise ConfigError(f"--precision {self.precision!r}: {text}") from None
+        check = getattr(cls, "validate_device_options", None)
+        if check is not None and self.adapter_options:
+            check(self.adapter_options, self.device)
 
     def _check_accumulation_runs(self) -> None:
         """Refuse accumulation in an adapter without it, as the sweep's planner does: k plain steps are not one
@@ -123,7 +133,7 @@ class MaxBatchRequest:
     def from_experiment(cls, exp: Experiment, framework: str) -> MaxBatchRequest:
         """The search a sweep with ``max_batch = true`` runs for ``framework`` after its trials."""
         settings = exp.adapters.get(framework)
-        return cls(framework=framework, model=exp.model, dataset=exp.dataset, precision=exp.precision,
+        return cls(framework=framework, model=exp.model_for(framework), dataset=exp.dataset, precision=exp.precision,
                    device=exp.device, memory_limit_mib=exp.memory_limit_mib, timeout_s=exp.timeout_s,
                    optimizer=exp.optimizer, momentum=exp.momentum, learning_rate=exp.learning_rate,
                    threads=exp.threads, seed=exp.seed, synthetic_shape=exp.synthetic_shape,

@@ -16,11 +16,12 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from harness.errors import WorkerProtocolError
+from harness.models import build_description, is_native_model
 from harness.records import Monitor, NullMonitor, Status, TrialOutcome, TrialUnit, WorkerMetrics
 from harness.run.protocol import PROTOCOL_VERSION, WorkerReport, decode
 
@@ -36,6 +37,17 @@ STDERR_TAIL_LINES = 40
 #: needs then grows over steps, is not monotone in the batch size, and moves between runs. Fixed at its starting
 #: value, every block over 128 KiB gets its own mapping, returned to the OS when freed (docs/maxbatch.md).
 CPU_ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+
+
+def adapter_worker_env(framework: str, options: Mapping[str, Any], device: str) -> dict[str, str]:
+    """The environment ``framework``'s adapter needs for its settings before its framework is imported (PyTorch's
+    CUDA allocator settings: ``adapters.base.Adapter.worker_env``); none for a plugin without the hook."""
+    if not options:
+        return {}
+    from harness.registry import adapter_class
+
+    hook = getattr(adapter_class(framework), "worker_env", None)
+    return dict(hook(options, device)) if hook is not None else {}
 
 
 def classify(report: WorkerReport, returncode: int | None, timed_out: bool, timeout_s: float,
@@ -99,9 +111,14 @@ class LocalExecutor:
         request = {"protocol": PROTOCOL_VERSION, "trial": trial.to_dict(), "data": unit.data.to_dict(),
                    "order_path": unit.order_path, "adapter_target": unit.adapter_target,
                    "os_memory_limit_mib": unit.os_memory_limit_mib,
-                   "progress_interval_s": unit.progress_interval_s}
+                   "progress_interval_s": unit.progress_interval_s,
+                   # resolved here, in the parent: a user's model function is never imported by a worker
+                   "model": None if is_native_model(trial.model) else
+                   build_description(trial.model, unit.data.input_shape, unit.data.classes).to_spec()}
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
+        # the parent's current directory last: a native model's factory module is found there, as in the parent
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", ""), os.getcwd())
+                                            if p)
         env.update({"PYTHONUNBUFFERED": "1", "BATCHSCOPE_WORKER": "1", "TF_CPP_MIN_LOG_LEVEL": "1",
                     "BATCHSCOPE_PARENT_PID": str(os.getpid())})  # the worker exits when we are gone
         env.update(unit.env)

@@ -21,7 +21,8 @@ def data_request(exp: Experiment, data_dir: str | None = None) -> DataRequest:
     """The data an experiment needs."""
     return DataRequest(name=exp.dataset, seed=exp.seed, train_samples=exp.train_samples,
                        synthetic_shape=exp.synthetic_shape, synthetic_classes=exp.synthetic_classes,
-                       synthetic_samples=exp.synthetic_samples, data_dir=data_dir)
+                       synthetic_samples=exp.synthetic_samples, data_dir=data_dir,
+                       layout=exp.data_layout)
 
 
 def plan_steps(n_train: int, batch_size: int, epochs: int, warmup: int, timed: int) -> tuple[int, int, int]:
@@ -75,7 +76,7 @@ def plan(exp: Experiment, data: PreparedData) -> list[TrialSpec]:
 def _trial(v: Experiment, variant: str, framework: str, batch_size: int, repeat: int, options: dict[str, object],
            data: PreparedData) -> TrialSpec:
     return TrialSpec(
-        experiment=v.name, framework=framework, model=v.model, dataset=v.dataset,
+        experiment=v.name, framework=framework, model=v.model_for(framework), dataset=v.dataset,
         batch_size=batch_size, repeat=repeat, seed=v.seed + repeat, epochs=v.epochs,
         warmup_steps=v.warmup_steps, timed_steps=v.timed_steps,
         optimizer=OptimizerSpec(name=v.optimizer, lr=v.lr_for(batch_size * v.accumulate_steps),  # type: ignore[arg-type]

@@ -16,11 +16,11 @@ from harness.config.trial import TrialSpec
 from harness.data import PreparedData, default_cache_dir, prepare
 from harness.data.footprint import require_disk
 from harness.errors import ConfigError, StoreError
-from harness.models import build_description
+from harness.models import build_description, is_native_model
 from harness.monitor import environment
 from harness.records import Executor, Monitor, TrialOutcome, TrialUnit
 from harness.registry import adapter_class, adapter_target
-from harness.run.executor import CPU_ALLOCATOR_ENV, LocalExecutor
+from harness.run.executor import CPU_ALLOCATOR_ENV, LocalExecutor, adapter_worker_env
 from harness.run.planner import data_request, plan
 from harness.store import Store, store_path
 from harness.store.db import make_out_dir
@@ -56,9 +56,12 @@ class SweepContext:
 
 
 def worker_env(trial: TrialSpec, env: dict[str, Any]) -> dict[str, str]:
-    """What a trial's worker gets in its environment: on CPU the allocator setting the max-batch probes use."""
+    """What a trial's worker gets in its environment: on CPU the allocator setting the max-batch probes use;
+    and what the adapter's settings need before its framework is imported (PyTorch's CUDA allocator settings:
+    ``adapters.base.Adapter.worker_env``)."""
     on_cpu = trial.device == "cpu" or (trial.device == "auto" and not env.get("gpus"))
-    return dict(CPU_ALLOCATOR_ENV) if on_cpu else {}
+    out = dict(CPU_ALLOCATOR_ENV) if on_cpu else {}
+    return out | adapter_worker_env(trial.framework, trial.adapter_options, trial.device)
 
 
 def unit_for(exp: Experiment, trial: TrialSpec, data: PreparedData, os_memory_limit_mib: float | None = None,
@@ -130,7 +133,8 @@ def run_sweep(
         preflight(env)
     # data before the store: a data error (no network, corrupt archive) must leave nothing written
     data = prepare(data_request(exp, data_dir), cache_dir or default_cache_dir())
-    build_description(exp.model, data.input_shape, data.classes)  # a model that does not fit the input
+    if not is_native_model(exp.model):  # a native model has no description: its adapter checks it in the worker
+        build_description(exp.model, data.input_shape, data.classes)  # a model that does not fit the input
     trials = plan(exp, data)  # before the store too: it refuses e.g. augmentation the data cannot take
     require_disk(data.order_bytes(exp.epochs) * exp.repeats, Path(data.directory),
                  f"the shuffle orders of {exp.repeats} repeat(s) x {max(exp.epochs, 1)} epoch(s)", "lower epochs")

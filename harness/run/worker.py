@@ -30,13 +30,15 @@ from typing import Any
 import numpy as np
 
 from adapters import fpenv
-from adapters.base import Adapter, RuntimeConfig
+from adapters.base import Adapter, PrecisionSeen, RuntimeConfig
+from harness.config.precision import check_observed
 from harness.config.trial import TrialSpec
 from harness.data import PreparedData
 from harness.data.augment import Augmenter
 from harness.errors import ConfigError
 from harness.flops import train_flop_per_sample
-from harness.models import build_description, init_weights
+from harness.models import ModelDescription, build_description, init_weights, is_native_model
+from harness.models.native import PREFIX as NATIVE_PREFIX
 from harness.records import WorkerMetrics
 from harness.run.planner import plan_steps
 from harness.run.protocol import PROGRESS_INTERVAL_S, Channel, ProgressTicker
@@ -89,6 +91,25 @@ class StepRunner:
     def _batch(self, idx: np.ndarray, epoch: int) -> Any:
         self.micro_batches_n += 1
         return self.adapter.prepare_batch(self.augment(self.x[idx], idx, epoch), self.y[idx])
+
+    def other_shapes(self) -> list[int]:
+        """Batch sizes the training will prepare besides the full (micro-)batch: an epoch's short last batch.
+
+        An adapter that compiles per shape (JAX: one XLA executable per batch size) does so in
+        ``prepare_batch``; :meth:`warm_shapes` has it done before the training clock starts, like the
+        full size's compilation in the warm-up steps, so a one-time compile is not counted as training.
+        """
+        t = self.trial
+        if t.epochs <= 0:
+            return []  # full batches only (cycling through the data)
+        last = self.n_train % t.effective_batch_size
+        sizes = {len(part) for part in micro_batches(np.arange(last), t.batch_size)} if last else set()
+        return sorted(sizes - {t.batch_size})
+
+    def warm_shapes(self) -> None:
+        """Prepare one batch of each of :meth:`other_shapes` (no training step: the weights do not change)."""
+        for size in self.other_shapes():
+            self.adapter.prepare_batch(self.x[:size], self.y[:size])
 
     def run(self, step: int, idx: np.ndarray) -> tuple[float, float]:
         """Run one update; returns (data seconds, step seconds)."""
@@ -206,8 +227,17 @@ def _cpu_denormals(trial: TrialSpec, device_info: dict[str, Any]) -> str:
     return state
 
 
+def _precision_seen(trial: TrialSpec, adapter: Adapter) -> PrecisionSeen | None:
+    """What the training forward pass computed in, as the adapter observed it; refuses a precision that did
+    not run (harness.config.precision.check_observed), so no such trial is stored as if it had."""
+    seen = adapter.precision_seen()
+    check_observed(trial.precision, trial.framework, seen.compute_dtype if seen else None,
+                   seen.loss_scale if seen else None)
+    return seen
+
+
 def _train_metrics(batch_size: int, step_ms: list[float], warmup_n: int, post_warmup_s: float,
-                   post_warmup_samples: int, flop_per_sample: float) -> dict[str, Any]:
+                   post_warmup_samples: int, flop_per_sample: float | None) -> dict[str, Any]:
     """Throughput and drift of the post-warm-up steps (every one of them: see :mod:`harness.run.timing`).
 
     ``batch_size`` is what one step trains: the effective batch (micro-batch x accumulation steps), since a
@@ -223,7 +253,8 @@ def _train_metrics(batch_size: int, step_ms: list[float], warmup_n: int, post_wa
         drift_change_pct=d.change_pct if d else None, drift_threshold_pct=d.threshold_pct if d else None,
         drift_flagged=d.flagged if d else None,
         train_flop_per_sample=flop_per_sample,
-        achieved_gflop_per_s=flop_per_sample * fig.step_samples_per_s / 1e9,
+        # None for a native model: no description to count its FLOPs from
+        achieved_gflop_per_s=None if flop_per_sample is None else flop_per_sample * fig.step_samples_per_s / 1e9,
     )
 
 
@@ -253,14 +284,24 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
             denormals=trial.denormals))  # type: ignore[arg-type]
         cpu_denormals = _cpu_denormals(trial, device_info)
         x_train, y_train, x_test, y_test = data.load()
-        desc = build_description(trial.model, data.input_shape, data.classes)
-        adapter.build(desc, init_weights(desc, trial.seed), trial.optimizer)
+        desc: ModelDescription | None = None
+        if is_native_model(trial.model):  # the framework's own model: no description, no shared weights
+            adapter.build_native(trial.model[len(NATIVE_PREFIX):], data.input_shape, data.classes, trial.optimizer)
+            model_info: dict[str, Any] = {"name": trial.model, "native": True, "input_shape": list(data.input_shape),
+                                          "classes": data.classes, "param_count": adapter.param_count()}
+        else:
+            # the parent resolved the model (a user's function is imported there only) and sends it as data
+            spec = request.get("model")
+            desc = ModelDescription.from_spec(spec) if spec else build_description(trial.model, data.input_shape,
+                                                                                     data.classes)
+            adapter.build(desc, init_weights(desc, trial.seed), trial.optimizer)
+            model_info = desc.to_dict()
         order = np.load(request["order_path"], mmap_mode="r")
         setup_s = time.perf_counter() - t_setup
         # the footprint before the first step, in RLIMIT_DATA's units (VmData) and in RSS: the max-batch
         # search turns the RSS peak into the units the OS limit counts (harness/maxbatch/prober.py, probe_peak_mib)
         ready_mem = _proc_status_mib("VmData", "VmRSS", "RssFile", "RssAnon")
-        chan.send("ready", device=device_info, param_count=adapter.param_count(), model=desc.to_dict())
+        chan.send("ready", device=device_info, param_count=adapter.param_count(), model=model_info)
         watcher = VmDataWatcher().start() if request.get("os_memory_limit_mib") else None
 
         # a step is one optimizer update: effective_batch_size samples (batch_size x accumulate_steps)
@@ -275,9 +316,10 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
         data_s = 0.0
         samples_seen = 0
         post_warmup_samples = 0
+        runner = StepRunner(adapter, trial, x_train, y_train, data.n_train)
+        runner.warm_shapes()  # e.g. JAX compiles the epoch's short last batch here, not inside the timed training
         t_train = time.perf_counter()
         t_post_warmup = t_train  # moved to the first post-warm-up step's start below
-        runner = StepRunner(adapter, trial, x_train, y_train, data.n_train)
         batches = batch_indices(order, effective, trial.epochs, warmup_n + timed_n)
         for step, idx in enumerate(batches):
             while boundaries and boundaries[0][0] == step:
@@ -287,6 +329,8 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
                 t_post_warmup = time.perf_counter()
             idx = np.sort(idx)  # in-batch order does not change a mean loss; sorted reads are faster
             batch_data_s, step_s = runner.run(step, idx)
+            if step == 0:  # after the first step's clock: a precision that did not run fails here, not at the end
+                _precision_seen(trial, adapter)
             data_s += batch_data_s
             step_ms.append(step_s * 1e3)
             samples_seen += len(idx)
@@ -295,6 +339,7 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
                 post_warmup_samples += len(idx)
         t_end = time.perf_counter()
         train_s = t_end - t_train
+        seen = _precision_seen(trial, adapter)  # again at the end: what is stored is the last step's
         mem = adapter.memory_stats()
 
         evaluated: dict[str, Any] = {}
@@ -309,11 +354,12 @@ def run_trial(request: dict[str, Any], chan: Channel) -> int:
         vmdata_peak = watcher.stop() if watcher is not None else None
         metrics = WorkerMetrics(
             **_train_metrics(effective, step_ms, warmup_n, t_end - t_post_warmup, post_warmup_samples,
-                             train_flop_per_sample(desc)),
+                             None if desc is None else train_flop_per_sample(desc)),
             warmup_steps_n=warmup_n, timed_steps_n=timed_n, train_steps_n=len(step_ms),
             optimizer_updates_n=len(step_ms), micro_batches_n=runner.micro_batches_n,
             epochs_done=samples_seen / data.n_train if trial.epochs else 0.0,
             data_s=data_s, setup_s=setup_s, train_s=train_s, cpu_denormals=cpu_denormals,
+            compute_dtype=seen.compute_dtype if seen else None, loss_scale=seen.loss_scale if seen else None,
             framework_peak_mib=mem.peak_mib, framework_peak_source=mem.source,
             framework_reserved_mib=mem.reserved_mib, maxrss_mib=_maxrss_mib(),
             vmdata_ready_mib=ready_mem["VmData"], rss_ready_mib=ready_mem["VmRSS"],

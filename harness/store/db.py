@@ -63,6 +63,10 @@ TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
     # study settings (issue 14), nullable and added to older stores on open: variant is "" without variants
     ("variant", "TEXT"), ("augment", "TEXT"), ("accumulate_steps", "INTEGER"), ("effective_batch_size", "INTEGER"),
     ("optimizer_updates_n", "INTEGER"), ("micro_batches_n", "INTEGER"),
+    # precision (issue 14 item 4), nullable and added to older stores on open: what the training forward pass
+    # computed in as the adapter observed it (the worker fails a trial where it is not the asked-for precision's
+    # dtype), and the loss scale of the last update where float16 loss scaling ran
+    ("compute_dtype", "TEXT"), ("loss_scale", "REAL"),
 )
 TRIAL_COLUMN_NAMES = tuple(name for name, _ in TRIAL_COLUMNS)
 

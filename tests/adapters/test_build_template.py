@@ -184,8 +184,10 @@ def test_every_builtin_adapter_has_a_hook_for_every_layer_type(name):
 @pytest.mark.parametrize("name", BUILTINS)
 def test_a_precision_the_adapter_does_not_apply_is_refused_in_the_parent(name):
     cls = _builtin_class(name)
-    unsupported = [p for p in ("fp32", "amp") if p not in cls.precisions]
-    assert "fp32" in cls.precisions
+    from harness.config.precision import PRECISIONS
+
+    unsupported = [p for p in PRECISIONS if p not in cls.precisions_on("auto")]  # the experiment's default device
+    assert "fp32" in cls.precisions_on("auto")
     for precision in unsupported:
         with pytest.raises(ConfigError) as err:
             parse_experiment({"name": "t", "frameworks": [name], "batch_sizes": [4], "precision": precision},

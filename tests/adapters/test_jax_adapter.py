@@ -28,7 +28,7 @@ def test_memory_mode_is_validated_in_the_parent():
 
 
 def test_amp_is_refused_for_jax():
-    with pytest.raises(ConfigError, match="jax adapter runs fp32 only"):
+    with pytest.raises(ConfigError, match="'amp' is not run by the jax adapter on any device"):
         parse_experiment({**BASE, "precision": "amp"})
 
 

@@ -107,14 +107,15 @@ def test_trial_hash_is_stable_and_ignores_timeout():
     assert TrialSpec.from_dict(a.to_dict()) == a
 
 
-@pytest.mark.parametrize("framework", ["pytorch", "tensorflow", "mxnet"])
-def test_amp_is_refused_in_the_parent_for_every_adapter_that_runs_only_fp32(framework):
+@pytest.mark.parametrize(("framework", "device"), [("pytorch", "cpu"), ("tensorflow", "cpu"), ("mxnet", "auto"),
+                                                    ("mxnet", "gpu")])
+def test_amp_is_refused_in_the_parent_where_the_adapter_does_not_run_it(framework, device):
     # a stored row must never claim a precision that did not run: refused before anything is written
     with pytest.raises(ConfigError) as e:
-        parse(frameworks=[framework], precision="amp")
+        parse(frameworks=[framework], precision="amp", device=device)
     msg = str(e.value)
     assert "exp.toml: precision" in msg and f"'amp' is not run by the {framework} adapter" in msg
-    assert "precision = 'fp32'" in msg
+    assert "set precision = 'fp32'" in msg
 
 
 def test_denormals_key_defaults_to_flush_reaches_the_trial_and_is_validated():
@@ -137,5 +138,6 @@ def test_denormals_key_defaults_to_flush_reaches_the_trial_and_is_validated():
 def test_amp_is_refused_for_a_max_batch_search_too():
     from harness.maxbatch.request import MaxBatchRequest
 
-    with pytest.raises(ConfigError, match=r"--precision 'amp' is not run by the pytorch adapter.*--precision fp32"):
-        MaxBatchRequest(framework="pytorch", model="deep_cnn", precision="amp")
+    with pytest.raises(ConfigError, match=r"--precision 'amp': 'amp' is not run by the pytorch adapter on the CPU"
+                                          r".*use --precision 'fp32' or 'bf16', or --device 'gpu'"):
+        MaxBatchRequest(framework="pytorch", model="deep_cnn", precision="amp", device="cpu")

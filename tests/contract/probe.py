@@ -28,14 +28,26 @@ from tests.contract.verdicts import ISOLATED
 
 #: (model, input shape, classes): every layer kind; osu_cnn on a non-square 2-channel input makes the
 #: Flatten -> Dense permutation of an NHWC framework visible (C, H and W all differ).
-MODELS = (("osu_cnn", (2, 12, 10), 5), ("tiny_cnn", (1, 8, 8), 3), ("deep_cnn", (3, 8, 8), 4))
+#: resnet20 and resnet18 bring strided convolutions, residual blocks with identity and projection shortcuts
+#: and (resnet18) a padded, strided max-pool; small inputs keep them quick on CPU.
+MODELS = (("osu_cnn", (2, 12, 10), 5), ("tiny_cnn", (1, 8, 8), 3), ("deep_cnn", (3, 8, 8), 4),
+          ("resnet20", (3, 16, 16), 5), ("resnet18", (3, 32, 32), 6))
+#: SGD steps before the weights are compared. ResNet-18 gets one: its last stage is 1x1 at 32x32 input, so
+#: batch norm there normalises 8 numbers, and with lr 0.05 and momentum 0.9 the frameworks' float rounding
+#: (logits agree to 5e-6) grows past 1e-3 by the third step (measured: MXNet 15x the tolerance, 2x at 64x64
+#: input). One step still checks the backward pass of every layer against the reference.
+STEPS_FOR = {"resnet18": 1}
+#: the published parameter counts (torchvision's resnet18; ResNet-20 with projection shortcuts), built
+#: at the sizes they are quoted for: (model, input shape, classes) -> count
+REFERENCE_COUNTS = {("resnet18", (3, 224, 224), 1000): 11_689_512, ("resnet20", (3, 32, 32), 10): 272_474}
 SEED = 7
 SGD = OptimizerSpec(name="sgd", lr=0.05, momentum=0.9)
 ADAM = OptimizerSpec(name="adam", lr=0.001)
 STEPS = 3
 BLOCK_STEPS = 5
 #: The checks after versions and setup, in order; ``--checks`` runs a subset (the broken-adapter tests do).
-CHECKS = ("models", "isolated", "batchnorm", "after_training", "learns", "evaluates", "blocks", "oom")
+CHECKS = ("models", "reference_counts", "isolated", "batchnorm", "after_training", "learns", "evaluates", "blocks",
+          "oom")
 
 
 def fixed_batch(
@@ -83,10 +95,11 @@ class Probe:
             logits = self.adapter.predict(batch)
             self.arrays[f"{model}/logits0"] = logits
             self.arrays[f"{model}/loss0"] = np.asarray(self.adapter.evaluate(x, y, 8).loss)
-            for _ in range(STEPS):
+            steps = STEPS_FOR.get(model, STEPS)
+            for _ in range(steps):
                 self.adapter.train_step(batch)
             for i, w in enumerate(self.adapter.get_weights()):
-                self.arrays[f"{model}/sgd{STEPS}/{i}"] = w
+                self.arrays[f"{model}/sgd{steps}/{i}"] = w
             out[model] = {
                 "param_count": self.adapter.param_count(),
                 "expected_param_count": desc.param_count(),
@@ -107,6 +120,16 @@ class Probe:
             self.adapter.train_step(batch)
         for i, w in enumerate(self.adapter.get_weights()):
             self.arrays[f"{model}/adam{STEPS}/{i}"] = w
+        return out
+
+    def reference_counts(self) -> dict[str, Any]:
+        """The framework's own parameter count of each reference network (no forward pass needed)."""
+        out: dict[str, Any] = {}
+        for (model, shape, classes), expected in REFERENCE_COUNTS.items():
+            desc = build_description(model, shape, classes)
+            self.adapter.build(desc, init_weights(desc, SEED), SGD)
+            out[model] = {"param_count": self.adapter.param_count(), "reference": expected,
+                          "description": desc.param_count()}
         return out
 
     def learns(self) -> dict[str, Any]:

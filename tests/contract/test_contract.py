@@ -21,7 +21,7 @@ from harness.run.executor import LocalExecutor
 from tests.conftest import make_trial
 from tests.contract import verdicts
 from tests.contract.conftest import REFERENCE_ADAPTER, ProbeResult, import_loads, resolve_target
-from tests.contract.probe import MODELS, STEPS
+from tests.contract.probe import MODELS
 from tests.contract.verdicts import LOGITS_ATOL, LOGITS_RTOL, WEIGHTS_ATOL, WEIGHTS_RTOL
 
 pytestmark = pytest.mark.slow
@@ -50,6 +50,13 @@ def test_setup_returns_device_facts(adapter_name, probe):
 def test_param_count_matches_description(adapter_name, probe, model):
     record = probe(adapter_name).check("models")[model]
     assert record["param_count"] == record["expected_param_count"]
+
+
+@pytest.mark.parametrize("model", ["resnet18", "resnet20"])
+def test_residual_networks_have_the_published_parameter_counts(adapter_name, probe, model):
+    """ResNet-18 at 3x224x224/1000 classes: 11,689,512 (torchvision); ResNet-20 at 10 classes: ~0.27 M."""
+    record = probe(adapter_name).check("reference_counts")[model]
+    assert record["param_count"] == record["description"] == record["reference"], record
 
 
 @pytest.mark.parametrize("model", [m[0] for m in MODELS])
@@ -141,13 +148,13 @@ def test_same_first_batch_and_updates_as_the_reference(adapter_name, probe):
             err_msg=f"{model}: first-batch loss",
         )
     for key in keys:
-        if f"/sgd{STEPS}/" in key or f"/adam{STEPS}/" in key:
+        if "/sgd" in key or "/adam" in key:  # weights after the probe's SGD or Adam steps
             np.testing.assert_allclose(
                 this.arrays[key],
                 ref.arrays[key],
                 rtol=WEIGHTS_RTOL,
                 atol=WEIGHTS_ATOL,
-                err_msg=f"{key}: weights after {STEPS} steps",
+                err_msg=f"{key}: weights after the probe's steps",
             )
 
 

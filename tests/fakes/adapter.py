@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from adapters.base import Adapter, MemoryStats, OptimizerSpec, RuntimeConfig
+from adapters.base import Adapter, MemoryStats, OptimizerSpec, PrecisionSeen, RuntimeConfig
+from harness.config.precision import COMPUTE_DTYPES
 from harness.models import ModelDescription
 
 BEHAVIOURS = ("ok", "hang", "sigkill", "oom", "error", "segfault", "exit0", "noisy", "oom_stderr",
-              "hang_setup", "oom_large", "hang_large", "keeps_denormals")
+              "hang_setup", "oom_large", "hang_large", "keeps_denormals", "ignores_precision")
 #: the behaviour when the experiment sets none: lets a test steer workers that a CLI command starts
 BEHAVIOUR_ENV = "BATCHSCOPE_FAKE_BEHAVIOUR"
 #: with behaviour "oom_large", batches of at least this many samples "run out of memory" (doomed sizes)
@@ -37,11 +38,13 @@ class FakeAdapter(Adapter):
     import_name = "numpy"
     options = {"behaviour": BEHAVIOURS}
     oom_stderr_patterns = ("FAKE ALLOCATOR ABORT",)
+    precisions = ("fp32", "bf16")  # "computed" in the dtype asked for; behaviour "ignores_precision": float32 always
 
     def __init__(self) -> None:
         self.behaviour = "ok"
         self.classes = 2
         self.steps = 0
+        self.precision = "fp32"
 
     def versions(self) -> dict[str, str]:
         return {"numpy": np.__version__}
@@ -50,6 +53,8 @@ class FakeAdapter(Adapter):
         self.behaviour = runtime.options.get("behaviour", "ok")
         if self.behaviour == "ok":  # the default: a test may steer it from the environment
             self.behaviour = os.environ.get(BEHAVIOUR_ENV, "ok")
+        self.validate_precision(runtime.precision, runtime.device)
+        self.precision = runtime.precision
         if self.behaviour == "hang_setup":
             time.sleep(3600)
         if self.behaviour == "keeps_denormals":  # an adapter that undoes the worker's FTZ/DAZ, as some might
@@ -106,6 +111,11 @@ class FakeAdapter(Adapter):
     def predict(self, batch: Any) -> np.ndarray:
         x, _ = batch
         return np.zeros((len(x), self.classes), dtype=np.float32)
+
+    def precision_seen(self) -> PrecisionSeen | None:
+        if self.steps == 0:
+            return None
+        return PrecisionSeen("float32" if self.behaviour == "ignores_precision" else COMPUTE_DTYPES[self.precision])
 
     def reset_memory_stats(self) -> None:
         pass

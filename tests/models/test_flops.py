@@ -34,3 +34,20 @@ def test_mfu_needs_a_known_card_and_never_guesses():
     assert mfu_pct(6700.0, "NVIDIA H100 80GB HBM3", "fp32") == pytest.approx(10.0)
     assert mfu_pct(6700.0, "cpu", "fp32") is None
     assert mfu_pct(None, "NVIDIA H100 80GB HBM3", "fp32") is None
+
+
+def test_residual_networks_count_their_blocks_against_published_figures():
+    """ResNet-18 at 224x224: 1.81 G multiply-adds (torchvision's "GFLOPS"); ResNet-20 at 32x32: ~41 M (He 2016).
+
+    Counted only if the walk enters the residual blocks: the top level alone holds 2 of ResNet-18's 21 layers.
+    """
+    r18 = forward_flop_per_sample(build_description("resnet18", (3, 224, 224), 1000))
+    assert len(r18) == 21  # stem conv, 8 blocks x 2 convs, 3 projection shortcuts, the classifier
+    assert sum(r18) / 2 == pytest.approx(1.814e9, rel=1e-3)
+    r20 = forward_flop_per_sample(build_description("resnet20", (3, 32, 32), 10))
+    assert sum(r20) / 2 == pytest.approx(41e6, rel=0.01)
+    # after the stride-2 stem conv and the stride-2 pool, the first block's convs see 56x56
+    assert r18[1] == 2 * 9 * 64 * 64 * 56 * 56
+    # the second stage opens with a stride-2 conv (body) and a stride-2 1x1 projection (shortcut): 28x28 out
+    assert r18[5] == 2 * 9 * 64 * 128 * 28 * 28
+    assert r18[7] == 2 * 1 * 64 * 128 * 28 * 28

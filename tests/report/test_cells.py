@@ -64,3 +64,35 @@ def test_trials_of_different_settings_are_separate_cells_with_a_variant_label():
     # the device each framework names its own way ("cpu", "/CPU:0", "cpu(0)") is not a variant
     named = [trial("pytorch", 4, 0, 400.0), {**trial("mxnet", 4, 0, 300.0), "device": "cpu(0)"}]
     assert [c.variant for c in cells(named)] == ["", ""]
+
+
+def _drifting(changes: list[float | None]) -> list[dict]:
+    """One cell's repeats: a number is a flagged trial's change (%), None an unflagged one."""
+    out = []
+    for rep, change in enumerate(changes):
+        t = trial("pytorch", 64, rep, 500.0, drifted=change is not None)
+        t["drift_change_pct"] = 2.0 if change is None else change
+        out.append(t)
+    return out
+
+
+@pytest.mark.parametrize(("changes", "reading"), [
+    ([+40.0, +35.0], "every repeat"),  # the denormal case: every repeat slows down late
+    ([-30.0, -25.0, -28.0], "every repeat"),
+    ([+36.0, None], "not repeated"),  # measured on the quick replay: one repeat flagged, its twin flat
+    ([+36.0, -20.0], "not repeated"),  # opposite signs cannot be the same workload change
+    ([+50.0], "single"),
+    ([None, None], ""),
+])
+def test_drift_is_read_from_its_repeats(changes, reading):
+    (cell,) = cells(_drifting(changes))
+    assert cell.drift_reading == reading
+
+
+def test_the_drift_finding_says_whether_the_repeats_agree():
+    from report.findings import drift
+
+    machine = drift(cells(_drifting([+36.0, None])), ["pytorch"])[0].text
+    workload = drift(cells(_drifting([+40.0, +35.0])), ["pytorch"])[0].text
+    assert "1 of 2 trial(s): not the same in every repeat: most likely the machine" in machine
+    assert "2 of 2 trial(s): in every repeat, the same way: the workload's own change" in workload

@@ -21,7 +21,7 @@ def test_the_figure_draws_one_line_per_framework_and_its_caption_names_the_drift
                      step_times={"a": (4.0,) * 60 + (38.0,) * 140, "b": (5.0,) * 200, "c": (9.0,) * 30})
     result = drift_figure(exp, cells(trials, exp.frameworks))
     assert result.figure is not None and result.absent_reason is None
-    assert "Drift flagged: mxnet at batch 4 (+850%)" in result.caption
+    assert "Drift flagged: mxnet at batch 4 (+850%, 1 of 1 trials: single)" in result.caption
     axes = result.figure.axes
     assert [ax.get_title() for ax in axes] == ["batch 4", "batch 64"]
     assert sorted(line.get_label() for line in axes[0].get_lines()) == ["mxnet", "pytorch"]
