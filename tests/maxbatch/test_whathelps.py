@@ -45,12 +45,6 @@ def _table(printed: str) -> dict[str, list[str]]:
     return rows
 
 
-@pytest.fixture
-def amp_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """PyTorch as the precision branch makes it: amp runs (the stand-in executor halves its activations)."""
-    monkeypatch.setattr(adapter_class("pytorch"), "precisions", ("fp32", "amp"))
-
-
 def test_the_plan_is_plain_each_setting_alone_then_all_together():
     labels = [s.label for s in whathelps.plan_settings("amp", 4, {"memory_mode": "preallocate"})]
     assert labels == ["plain", "accumulate_steps=4", "precision=amp", "memory_mode=preallocate",
@@ -113,18 +107,18 @@ def test_the_precision_check_passes_the_device_once_the_adapter_takes_it():
     assert seen == [("amp", None), ("amp", "gpu"), ("amp", "cpu")]
 
 
-def test_one_row_per_search_told_apart_and_one_table(fake_executor, amp_runs, tmp_path, capsys):
+def test_one_row_per_search_told_apart_and_one_table(fake_executor, tmp_path, capsys):
     made = fake_executor()
-    assert _maxbatch(tmp_path / "out", "--accumulate-steps", "4", "--precision", "amp") == 0, \
+    assert _maxbatch(tmp_path / "out", "--accumulate-steps", "4", "--precision", "bf16") == 0, \
         capsys.readouterr().err
     printed = capsys.readouterr().out
     rows = _rows(tmp_path / "out")
     # plain, each alone, both: four normal searches in one run, each its own row
-    assert [r["setting"] for r in rows] == ["plain", "accumulate_steps=4", "precision=amp",
-                                            "accumulate_steps=4 + precision=amp"]
+    assert [r["setting"] for r in rows] == ["plain", "accumulate_steps=4", "precision=bf16",
+                                            "accumulate_steps=4 + precision=bf16"]
     assert len({r["run_id"] for r in rows}) == 1
     assert [(r["max_batch"], r["accumulate_steps"], r["effective_batch"], r["precision"]) for r in rows] == [
-        (28, 1, 28, "fp32"), (28, 4, 112, "fp32"), (57, 1, 57, "amp"), (57, 4, 228, "amp")]
+        (28, 1, 28, "fp32"), (28, 4, 112, "fp32"), (57, 1, 57, "bf16"), (57, 4, 228, "bf16")]
     assert all(r["effective_batch"] == r["max_batch"] * r["accumulate_steps"] for r in rows)
     assert [r["answer_peak_mib"] for r in rows] == [380.0, 380.0, 385.0, 385.0]
     assert [r["answer_samples_per_s"] for r in rows] == [1000.0, 900.0, 1000.0, 900.0]
@@ -147,9 +141,9 @@ def test_one_row_per_search_told_apart_and_one_table(fake_executor, amp_runs, tm
         assert (int(micro), int(k), int(effective)) == (r["max_batch"], r["accumulate_steps"], r["effective_batch"])
     assert table["plain"][-1] == "(reference)"
     assert table["accumulate_steps=4"][-1] == "micro-batch ±0%, effective batch x4.00, samples/s -10%, peak ±0%"
-    assert table["accumulate_steps=4 + precision=amp"][-1].startswith("micro-batch +104%, effective batch x8.14")
-    assert table["precision=amp"][-1].startswith("effective batch x2.04")  # k = 1: the micro-batch is the effective
-    assert table["precision=amp"][3:5] == ["385", "1000"]
+    assert table["accumulate_steps=4 + precision=bf16"][-1].startswith("micro-batch +104%, effective batch x8.14")
+    assert table["precision=bf16"][-1].startswith("effective batch x2.04")  # k = 1: the micro-batch is the effective
+    assert table["precision=bf16"][3:5] == ["385", "1000"]
 
 
 def test_an_adapter_option_is_a_search_of_its_own(fake_executor, tmp_path, capsys, monkeypatch):
@@ -166,16 +160,16 @@ def test_an_adapter_option_is_a_search_of_its_own(fake_executor, tmp_path, capsy
     assert {tuple(u.trial.adapter_options.items()) for u in made[0].units} == {()}
 
 
-def test_a_setting_that_makes_the_model_fit_is_an_answer_when_plain_does_not(fake_executor, amp_runs, tmp_path,
+def test_a_setting_that_makes_the_model_fit_is_an_answer_when_plain_does_not(fake_executor, tmp_path,
                                                                                capsys):
     fake_executor()
-    # 107 MiB: fp32 needs 110 at batch 1, amp 105
-    assert _maxbatch(tmp_path / "out", "--precision", "amp", budget=107.0) == 0
+    # 107 MiB: fp32 needs 110 at batch 1, bf16 105
+    assert _maxbatch(tmp_path / "out", "--precision", "bf16", budget=107.0) == 0
     captured = capsys.readouterr()
     rows = _rows(tmp_path / "out")
-    assert [(r["setting"], r["max_batch"]) for r in rows] == [("plain", 0), ("precision=amp", 1)]
+    assert [(r["setting"], r["max_batch"]) for r in rows] == [("plain", 0), ("precision=bf16", 1)]
     table = _table(captured.out)
-    assert table["plain"][0] == "0 (not even 1)" and table["precision=amp"][-1].startswith("fits where plain")
+    assert table["plain"][0] == "0 (not even 1)" and table["precision=bf16"][-1].startswith("fits where plain")
     assert "plain: tiny_cnn does not fit" in captured.err
 
 
@@ -206,11 +200,11 @@ def test_no_plain_runs_only_the_settings(fake_executor, tmp_path, capsys):
 @pytest.mark.parametrize("extra,framework,message", [
     (("--accumulate-steps", "4"), "fake", "does not implement gradient accumulation"),
     (("--accumulate-steps", "0"), "pytorch", "must be in 1..1024"),
-    (("--adapter-option", "nosuch=1"), "pytorch", "has no setting 'nosuch'; valid settings: (none)"),
+    (("--adapter-option", "nosuch=1"), "pytorch", "has no setting 'nosuch'; valid settings: native_model, expandable_segments"),
     (("--adapter-option", "memory_mode=preallocate"), "tensorflow", "changes nothing here"),
     (("--adapter-option", "memory_mode=growth"), "tensorflow", "the plain search runs with already"),
     (("--adapter-option", "bad"), "pytorch", "is not KEY=VALUE"),
-    (("--precision", "amp", "--accumulate-steps", "4"), "pytorch", "is not run by the pytorch adapter"),
+    (("--precision", "amp", "--accumulate-steps", "4"), "pytorch", "is not run by the pytorch adapter on the CPU"),
     (("--no-plain",), "pytorch", "--no-plain applies only with a setting to try"),
 ])
 def test_refusals_exit_2_and_write_nothing(extra, framework, message, fake_executor, tmp_path, capsys, monkeypatch):
