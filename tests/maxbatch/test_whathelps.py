@@ -200,7 +200,8 @@ def test_no_plain_runs_only_the_settings(fake_executor, tmp_path, capsys):
 @pytest.mark.parametrize("extra,framework,message", [
     (("--accumulate-steps", "4"), "fake", "does not implement gradient accumulation"),
     (("--accumulate-steps", "0"), "pytorch", "must be in 1..1024"),
-    (("--adapter-option", "nosuch=1"), "pytorch", "has no setting 'nosuch'; valid settings: native_model, expandable_segments"),
+    (("--adapter-option", "nosuch=1"), "pytorch",
+     "has no setting 'nosuch'; valid settings: native_model, expandable_segments"),
     (("--adapter-option", "memory_mode=preallocate"), "tensorflow", "changes nothing here"),
     (("--adapter-option", "memory_mode=growth"), "tensorflow", "the plain search runs with already"),
     (("--adapter-option", "bad"), "pytorch", "is not KEY=VALUE"),
