@@ -224,6 +224,28 @@ class Adapter(ABC):
             resolved[key] = value
         return resolved
 
+    #: Settings (keys of :attr:`options`) that act on GPU memory only: a CPU trial runs the same without them.
+    gpu_only_options: ClassVar[tuple[str, ...]] = ()
+    #: Settings that an emulated smaller GPU (``RuntimeConfig.memory_limit_mib``) replaces with its own cap.
+    options_replaced_by_memory_limit: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def options_without_effect(cls, options: Mapping[str, Any], device: str, memory_limit_mib: float = 0.0
+                               ) -> dict[str, str]:
+        """The settings in ``options`` that would change nothing on ``device`` (``cpu`` or ``gpu``, under a cap
+        of ``memory_limit_mib`` when > 0), each with why. The max-batch search refuses them, so that no answer
+        is stored under a setting that was not applied. From :attr:`gpu_only_options` and
+        :attr:`options_replaced_by_memory_limit`; override for anything else."""
+        who = cls.label or cls.name
+        if device != "gpu":
+            return {k: f"{who} applies {k} to GPU memory only; a CPU run is the same without it"
+                    for k in options if k in cls.gpu_only_options}
+        if memory_limit_mib:
+            return {k: f"an emulated smaller GPU (--memory-limit-mib) replaces {who}'s {k} with its own cap; run "
+                       "without --memory-limit-mib, on the card you want to measure"
+                    for k in options if k in cls.options_replaced_by_memory_limit}
+        return {}
+
     @abstractmethod
     def versions(self) -> dict[str, str]:
         """Versions of the framework and its runtime pieces (CUDA, cuDNN where known)."""

@@ -103,6 +103,8 @@ class JAXAdapter(Adapter):
     distributions = ("jax",)
     import_name = "jax"
     options = {"memory_mode": MEMORY_MODES}
+    # growth or preallocation of the GPU pool: nothing on a CPU, and a memory limit replaces it (setup)
+    gpu_only_options = options_replaced_by_memory_limit = ("memory_mode",)
     bn_running_variance = "unbiased"  # written by hand, to PyTorch's (the reference's) convention
     oom_stderr_patterns = OOM_TEXTS
     precision_note = ("mixed precision is not implemented in the JAX adapter: its hand-written layers would need "

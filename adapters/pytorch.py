@@ -90,6 +90,8 @@ class PyTorchAdapter(Adapter):
     #: native_model: "package.module:function" returning a torch.nn.Module (harness.models.native)
     options = {"native_model": (None, str)}
     supports_accumulation = True
+    #: the CUDA allocator's settings do nothing on the CPU (maxbatch's "what helps" refuses them there too)
+    gpu_only_options = ALLOCATOR_SETTINGS
     precisions = ("fp32", "amp", "bf16")
     device_precisions = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "amp", "bf16")}
     precision_notes = {

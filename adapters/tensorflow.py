@@ -135,6 +135,8 @@ class TensorFlowAdapter(Adapter):
     distributions = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu")
     import_name = "tensorflow"
     options = {"memory_mode": MEMORY_MODES}
+    # growth or preallocation of the GPU pool: nothing on a CPU, and a memory limit replaces it (setup)
+    gpu_only_options = options_replaced_by_memory_limit = ("memory_mode",)
     bn_running_variance = "biased"  # Keras updates moving_variance with the biased batch variance
     precisions = ("fp32", "amp", "bf16")
     device_precisions = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "amp", "bf16")}

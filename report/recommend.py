@@ -183,7 +183,10 @@ def _max_fit(rows: Sequence[dict[str, Any]], framework: str) -> MaxFit | None:
     found = [r for r in rows if r.get("framework") == framework]
     if not found:
         return None
-    r = found[-1]  # the latest search
+    # the latest plain search: a "what helps" run stores one row per setting (accumulation, precision, adapter
+    # options), whose max_batch is a micro-batch under that setting, not the size this experiment's trials ran
+    plain = [r for r in found if r.get("setting") in (None, "", "plain")]
+    r = (plain or found)[-1]
     return MaxFit(max_batch=r.get("max_batch"), recommended_batch=r.get("recommended_batch"),
                   margin_mib=float(r.get("margin_mib") or 0.0), budget_mib=_number(r.get("budget_mib")),
                   budget_kind=str(r.get("budget_kind") or ""))

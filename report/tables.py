@@ -92,7 +92,8 @@ MAXBATCH_COLUMNS = (
     "recommended_mult8", "formula_batch", "formula_error_pct", "probes_n", "wall_s", "param_count",
     "per_sample_activation_mib", "fit_a_mib", "fit_b_mib_per_sample", "first_fail_reason", "finished_at",
     "confirm_steps", "margin_jitter_mib", "margin_growth_mib", "margin_total_mib", "train_env_json",
-    "verify_steps", "verify_status", "verify_reason")
+    "verify_steps", "verify_status", "verify_reason", "setting", "accumulate_steps", "effective_batch",
+    "answer_peak_mib", "answer_samples_per_s")
 
 
 def _g(value: Any, fmt: str = "") -> str:
@@ -124,9 +125,13 @@ def maxbatch(rows: Sequence[dict[str, Any]]) -> Table | None:
         formula = _g(r.get("formula_batch"))
         if r.get("formula_error_pct") is not None:
             formula += f" ({float(r['formula_error_pct']):+.0f}%)"
-        text_rows.append((str(r.get("framework", "-")), str(r.get("model", "-")),
+        setting = r.get("setting")  # a "what helps" run's searches: the setting beside the framework
+        who = str(r.get("framework", "-")) + (f" · {setting}" if setting and setting != "plain" else "")
+        text_rows.append((who, str(r.get("model", "-")),
                           f"{_g(r.get('budget_mib'), '.0f')} MiB {r.get('budget_kind') or ''}".strip(),
-                          _g(r.get("max_batch")), "-" if spare is None else f"{spare:.1f} MiB", fail, rec,
+                          _g(r.get("max_batch")) + (f" (×{k} = {_g(r.get('effective_batch'))})"
+                                                    if (k := r.get("accumulate_steps") or 1) > 1 else ""),
+                          "-" if spare is None else f"{spare:.1f} MiB", fail, rec,
                           formula,
                           f"{_g(r.get('probes_n'))} / {_g(r.get('wall_s'), '.0f')} s",
                           str(r.get("strategy") or "-")))
@@ -136,7 +141,8 @@ def maxbatch(rows: Sequence[dict[str, Any]]) -> Table | None:
                           "recommended",
                           "formula (error)", "probes / wall", "strategy"),
                  rows=tuple(text_rows), csv_headers=MAXBATCH_COLUMNS, csv_rows=csv_rows,
-                 note="Measured with a full train step and an eval step in a fresh worker per probe; the "
+                 note="Measured with a full train step and an eval step in a fresh worker per probe (with "
+                      "accumulation, max batch is the micro-batch, × steps = the effective batch); the "
                       "formula is the seed documents' (memory − model) / per-sample size, its error relative "
                       "to the measured maximum. Unused at max: the budget minus the largest peak measured at the "
                       "maximum." + "".join(f" {a}" for a in advice))

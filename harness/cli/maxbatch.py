@@ -2,7 +2,9 @@
 
 Exit codes: 0 found (and, with --verify, the recommended size trained), 2 bad options, 3 the model does not
 fit at batch size 1, 1 a probe kept failing for a reason other than memory or the --verify run failed, 130
-interrupted.
+interrupted. With settings to try ("what helps": --accumulate-steps K > 1, --precision other than fp32,
+--adapter-option), several searches run: 0 when each finished and at least one fits, 3 when none fits even at a
+micro-batch of 1, 1 when a search aborted (the others still run and are shown) or a --verify run failed.
 """
 
 from __future__ import annotations
@@ -36,13 +38,25 @@ def register(sub: Any) -> None:
                        "fresh workers under a real memory budget",
                        description="Find the largest batch size whose full train step (forward, backward, "
                        "update) and eval step fit the memory budget. Every probe is a fresh worker process. "
-                       "On CPU the budget (--memory-limit-mib) is enforced by the OS on each probe.")
+                       "On CPU the budget (--memory-limit-mib) is enforced by the OS on each probe. What "
+                       "helps: with --accumulate-steps K > 1, a --precision other than fp32 or --adapter-option, "
+                       "the plain search, each setting alone and all together (when more than one) are run, each a "
+                       "normal search with its own stored row, and one table compares them.")
     p.add_argument("--framework", required=True, help="adapter name, e.g. pytorch (`batchscope adapters`)")
     p.add_argument("--model", required=True, help="model from the catalogue (e.g. deep_cnn, resnet20) or your own "
                    "\"package.module:function\" (docs/models.md)")
     p.add_argument("--dataset", default="synthetic", help="data set (default synthetic)")
     p.add_argument("--synthetic-shape", type=_shape, default=(3, 32, 32), help="C,H,W of synthetic input")
-    p.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="other than fp32: also search without it, and compare (\"what helps\", below)")
+    p.add_argument("--accumulate-steps", type=int, default=1, metavar="K",
+                   help="K micro-batches per optimizer update: the answer is the largest micro-batch, the "
+                        "effective batch K times it; K > 1 also searches without it, and compares")
+    p.add_argument("--adapter-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an adapter setting, as under [adapters.<name>] (e.g. memory_mode=preallocate for "
+                        "tensorflow on a GPU); repeatable; also searches without it, and compares")
+    p.add_argument("--no-plain", action="store_true",
+                   help="with settings to try: skip the plain search (fp32, K = 1, default adapter settings)")
     p.add_argument("--device", choices=DEVICES, default="auto")
     p.add_argument("--strategy", choices=STRATEGIES, default="model",
                    help="model: fit memory(batch) from small probes and probe near the prediction (default); "
@@ -55,7 +69,8 @@ def register(sub: Any) -> None:
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
     p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (its state counts; default 0.9)")
     p.add_argument("--threads", type=int, default=0, help="framework threads per probe (0: its default)")
-    p.add_argument("--timeout-s", type=float, default=300.0, help="per probe (default 300)")
+    p.add_argument("--timeout-s", type=float, default=300.0,
+                   help="per probe (default 300); with --accumulate-steps K, K times that")
     p.add_argument("--max-batch-cap", type=int, default=1 << 16, help="stop searching above this size")
     p.add_argument("--verify", action="store_true",
                    help="after the search, train the recommended size in a fresh worker under the same budget "
@@ -128,6 +143,9 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     if args.framework not in known_adapter_names():
         raise ConfigError(f"--framework {args.framework!r} is not a registered adapter; known: "
                           f"{', '.join(sorted(known_adapter_names()))}")
+    from harness.maxbatch import whathelps
+
+    options = whathelps.adapter_options(args.adapter_option, adapter_class(args.framework))
     from harness.models import check_model_name
 
     check_model_name(args.model)  # a user's "module:function" is imported here, framework imports refused
@@ -144,13 +162,19 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
                           memory_limit_mib=args.memory_limit_mib, margin_mib=args.margin_mib,
                           timeout_s=args.timeout_s, optimizer=args.optimizer, momentum=args.momentum,
                           threads=args.threads, max_batch_cap=args.max_batch_cap,
-                          synthetic_shape=args.synthetic_shape, verify_steps=verify_steps)
+                          synthetic_shape=args.synthetic_shape, verify_steps=verify_steps,
+                          accumulate_steps=args.accumulate_steps, adapter_options=options)
     out = Path(args.out or Path("results") / "maxbatch")
     env = environment.capture()
     from harness.maxbatch.prober import probe_peak_mib
     from harness.maxbatch.request import resolve_budget
 
     budget = resolve_budget(req, list(env.get("gpus") or []))  # refuse bad options before writing anything
+    compare = whathelps.asks_what_helps(req.precision, req.accumulate_steps, req.adapter_options)
+    searches = _what_helps_searches(req, args.no_plain, budget) if compare else [req]
+    if args.no_plain and not compare:
+        raise ConfigError("--no-plain applies only with a setting to try (--accumulate-steps K > 1, --precision "
+                          "other than fp32, --adapter-option); add one or leave --no-plain out")
     adapter_class(req.framework)
     # data and model before the store: a bad file or a model that does not fit the input leaves nothing written
     data = prepare(DataRequest(name=req.dataset, seed=req.seed, train_samples=req.train_samples,
@@ -160,6 +184,9 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     desc = None if is_native_model(req.model) else build_description(req.model, data.input_shape, data.classes)
     print(f"maxbatch: {req.framework} {req.model} on {budget.device}, budget {budget.mib:.0f} MiB "
           f"({budget.kind}), strategy {req.strategy}; every probe is a fresh worker", flush=True)
+    if compare:
+        print(f"what helps: {len(searches)} searches, each a normal one with its own stored row: "
+              + "; ".join(_label(r) for r in searches), flush=True)
     if desc is not None:
         print_forecast(desc, req, budget.mib)
     else:
@@ -185,11 +212,19 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     command = "batchscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     # the adapter, the data and the model's fit to it were checked above, before the store is created
     make_out_dir(out)
+    done: list[whathelps.Searched] = []
     try:
         with display, locked_out_dir(out), Store.open(out) as store:
             run_id = store.begin_run(req.experiment, {"maxbatch": vars(args) | {"func": None}}, command, env)
-            outcome = run_maxbatch(req, store, run_id, data=data, log_dir=out / "logs", on_probe=on_probe,
-                                   on_event=on_event, env=env)
+            for i, search_req in enumerate(searches):
+                if compare:
+                    display.line(f"search {i + 1}/{len(searches)}: {_label(search_req)}")
+                    done.append(_search_compared(search_req, store, run_id, lambda r: run_maxbatch(
+                        r, store, run_id, data=data, log_dir=out / "logs", on_probe=on_probe, on_event=on_event,
+                        env=env)))
+                else:  # one plain search: its errors are the command's (exit 3: does not fit, 1: aborted)
+                    outcome = run_maxbatch(search_req, store, run_id, data=data, log_dir=out / "logs",
+                                           on_probe=on_probe, on_event=on_event, env=env)
     except KeyboardInterrupt:
         # Here, not in the CLI's generic handler: that one suggests --resume, which maxbatch does not have (a
         # search's probes depend on each other, so there is nothing to resume from; issue 13, item 14).
@@ -197,9 +232,72 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
               "(trials with purpose 'probe'); maxbatch has no --resume: run the same command again to search "
               "from the start.", file=sys.stderr)
         return 130
+    if compare:
+        return _print_what_helps(done, out)
     print_result(outcome.row)
     print(f"\nstored in {out / 'results.sqlite'} (table maxbatch, probes in trials with purpose 'probe')")
     return 1 if outcome.row.get("verify_status") == "fail" else 0
+
+
+def _label(req: Any) -> str:
+    from harness.maxbatch.whathelps import setting_label
+
+    return setting_label(req.precision, req.accumulate_steps, req.adapter_options)
+
+
+def _what_helps_searches(req: Any, no_plain: bool, budget: Any) -> list[Any]:
+    """The searches of a "what helps" run: the plain search, each setting alone and all together
+    (harness/maxbatch/whathelps.py). A setting that would not apply on the budget's device is refused here, before
+    anything is written."""
+    from dataclasses import replace
+
+    from harness.maxbatch import whathelps
+    from harness.registry import adapter_class
+
+    cls = adapter_class(req.framework)
+    whathelps.check_precision(cls, req.precision, budget.device)
+    whathelps.check_options_apply(cls, req.adapter_options, budget.device, budget.trial_limit_mib)
+    settings = whathelps.plan_settings(req.precision, req.accumulate_steps, req.adapter_options,
+                                       include_plain=not no_plain)
+    return [replace(req, precision=s.precision, accumulate_steps=s.accumulate_steps,
+                    adapter_options=dict(s.adapter_options)) for s in settings]
+
+
+def _search_compared(req: Any, store: Any, run_id: int, run: Any) -> Any:
+    """One search of a "what helps" run: its row, or why it has none. A setting under which not even a micro-batch
+    of 1 fits is an answer there (its row is stored, max_batch 0), and an aborted search does not stop the others."""
+    from harness.errors import DoesNotFitError, SearchAborted
+    from harness.maxbatch.whathelps import Searched
+
+    try:
+        return Searched(_label(req), req.accumulate_steps, run(req).row)
+    except DoesNotFitError as e:  # the search stored its row (max_batch 0) before saying so: the last of this run
+        return Searched(_label(req), req.accumulate_steps, store.maxbatch_results("run_id = ?", (run_id,))[-1],
+                        problem=str(e))
+    except SearchAborted as e:
+        return Searched(_label(req), req.accumulate_steps, None, problem=str(e))
+
+
+def _print_what_helps(done: list[Any], out: Path) -> int:
+    """The plain search's answer in full, then one table of every search. Exit 0 when every search finished and
+    something fits; 3 when nothing fits even at a micro-batch of 1; 1 when a search aborted or a --verify failed."""
+    from harness.maxbatch.whathelps import PLAIN, TABLE_NOTE, render_table, table_rows
+
+    first = done[0]  # the plain search (or, with --no-plain, the first setting): its answer in full
+    if first.row is not None and first.row.get("max_batch"):
+        print(f"\n{'plain search' if first.setting == PLAIN else first.setting}:", end="")
+        print_result(dict(first.row))
+    for s in done:
+        if s.problem:
+            print(f"{s.setting}: {s.problem}", file=sys.stderr)
+    print("\nwhat helps (one search per row; the change is against the plain search):")
+    print("\n".join(render_table(table_rows(done))))
+    print(f"note: {TABLE_NOTE}")
+    print(f"\nstored in {out / 'results.sqlite'} (table maxbatch, one row per search, told apart by its setting; "
+          "probes in trials with purpose 'probe')")
+    if any(s.row is None or (s.row.get("verify_status") == "fail") for s in done):
+        return 1
+    return 0 if any(s.row is not None and s.row.get("max_batch") for s in done) else 3
 
 
 def print_recommendation(row: dict[str, Any], file: Any) -> None:

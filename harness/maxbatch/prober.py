@@ -24,12 +24,14 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from harness.config.experiment import MAX_TIMEOUT_S
 from harness.config.trial import OptimizerSpec, TrialSpec
 from harness.data import DataRequest, PreparedData, default_cache_dir, prepare
 from harness.errors import DoesNotFitError
 from harness.maxbatch.advice import Formula, Margin, answer_env, recommend
 from harness.maxbatch.request import Budget, MaxBatchRequest, resolve_budget
 from harness.maxbatch.search import ProbeResult, SearchResult, SearchSettings, search
+from harness.maxbatch.whathelps import setting_label
 from harness.models import build_description, is_native_model
 from harness.monitor import environment
 from harness.records import Monitor, TrialOutcome, TrialUnit, WorkerMetrics
@@ -136,10 +138,14 @@ class WorkerProber:
             batch_size=batch, repeat=0, seed=r.seed, epochs=0, warmup_steps=1,
             timed_steps=r.confirm_steps if confirm else r.probe_steps,
             optimizer=OptimizerSpec(name=r.optimizer, lr=r.learning_rate, momentum=r.momentum),  # type: ignore[arg-type]
-            device=self.budget.device, threads=r.threads, timeout_s=r.timeout_s,  # type: ignore[arg-type]
+            # k micro-batches per update are k times a plain probe's training: the timeout scales with them, so the
+            # plain and the accumulated searches of a "what helps" run get the same time per micro-batch
+            device=self.budget.device, threads=r.threads,  # type: ignore[arg-type]
+            timeout_s=min(r.timeout_s * r.accumulate_steps, MAX_TIMEOUT_S),
             precision=r.precision, adapter_options=dict(r.adapter_options),
             memory_limit_mib=self.budget.trial_limit_mib, eval=True, eval_batch_size=batch,
-            train_samples=r.train_samples, data_key=self.data.key, purpose="probe")
+            train_samples=r.train_samples, data_key=self.data.key, purpose="probe",
+            accumulate_steps=r.accumulate_steps)  # k micro-batches of ``batch`` per update: the micro-batch
 
     def _run(self, batch: int, confirm: bool, os_limit_mib: float | None,
              control: bool = False) -> TrialOutcome:
@@ -274,6 +280,22 @@ def run_maxbatch(req: MaxBatchRequest, store: Store, run_id: int, *, data: Prepa
     return MaxBatchOutcome(req, budget, result, row, prober.outcomes)
 
 
+def _default_options(framework: str) -> dict[str, Any]:
+    """The adapter's default settings (an option at its default is no setting), {} for an unknown adapter."""
+    from harness.registry import known_adapter_names
+
+    return adapter_class(framework).validate_options({}) if framework in known_adapter_names() else {}
+
+
+def answer_throughput(outcomes: list[TrialOutcome], answer: int, confirm_steps: int) -> float | None:
+    """Step throughput (samples/s, every sample of an update counted) at the answer: the confirm run's, which ran
+    the most steps there, else the short probe's; None when no probe at the answer measured it."""
+    at_answer = [o for o in outcomes if o.status == "ok" and o.trial.batch_size == answer and o.metrics is not None
+                 and o.metrics.step_samples_per_s is not None and o.trial.purpose == "probe"]
+    at_answer.sort(key=lambda o: o.trial.timed_steps == confirm_steps)  # stable: the confirm runs last
+    return float(at_answer[-1].metrics.step_samples_per_s) if at_answer else None  # type: ignore[union-attr,arg-type]
+
+
 def verify_columns(outcome: TrialOutcome, budget_kind: str) -> dict[str, Any]:
     """The ``verify_*`` columns of a verification run: ``pass`` only when every step and the eval ran."""
     ok = outcome.status == "ok"
@@ -300,6 +322,8 @@ def result_row(req: MaxBatchRequest, budget: Budget, result: SearchResult, param
     rec, rec_pow2, rec_mult8 = recommend(result.max_batch, margin.total_mib, fit, analytic_mib)
     fail = result.first_fail
     ok_outcome = next((o for o in reversed(outcomes) if o.status == "ok"), None)
+    at_answer = [p["peak_mib"] for p in probes
+                 if p["batch"] == result.max_batch and p["status"] == "ok" and p["peak_mib"] is not None]
     row = {
         "run_id": run_id, "experiment": req.experiment, "framework": req.framework, "model": req.model,
         "dataset": req.dataset,
@@ -324,6 +348,14 @@ def result_row(req: MaxBatchRequest, budget: Budget, result: SearchResult, param
         "confirm_steps": req.confirm_steps, "margin_jitter_mib": margin.jitter_mib,
         "margin_growth_mib": margin.growth_mib, "margin_total_mib": margin.total_mib,
         "train_env_json": json.dumps(train_env or {}),
+        # issue 14, item 5: which setting this search ran with, so the searches of one "what helps" run (and any
+        # other rows) can be told apart; max_batch is the micro-batch, effective_batch what one update trains
+        "setting": setting_label(req.precision, req.accumulate_steps, req.adapter_options,
+                                 _default_options(req.framework)),
+        "accumulate_steps": req.accumulate_steps, "effective_batch": result.max_batch * req.accumulate_steps,
+        "adapter_options_json": json.dumps(dict(req.adapter_options), sort_keys=True, default=str),
+        "answer_peak_mib": max(at_answer) if at_answer else None,
+        "answer_samples_per_s": answer_throughput(outcomes, result.max_batch, req.confirm_steps),
     }
     if not activation_floats:  # a native model: no analytic size, so no analytic formula (not a 0 that looks measured)
         row.update(formula_analytic_batch=None, formula_analytic_error_pct=None,

@@ -25,6 +25,10 @@ MIB = 1024.0 * 1024.0
 CONFIRM_STEPS = 8
 
 
+#: the most micro-batches per update a search takes: every probe trains that many per step, so a larger k only
+#: makes the probes slower (the peak stays the micro-batch's)
+MAX_ACCUMULATE_STEPS = 1024
+
 BUDGET_KINDS = ("gpu-card", "gpu-emulated", "cpu-rlimit-data")
 
 
@@ -64,6 +68,9 @@ class MaxBatchRequest:
     experiment: str = "maxbatch"
     python: str | None = None
     adapter_options: dict[str, Any] = field(default_factory=dict)
+    #: micro-batches per optimizer update: every probe trains k micro-batches of the probed size per step, so
+    #: the answer is the largest micro-batch and the effective batch is k times it (issue 14, item 5)
+    accumulate_steps: int = 1
 
     def _check_precision_runs(self) -> None:
         """Refuse a precision the adapter would not run on this device, and adapter settings that would do nothing
@@ -86,6 +93,17 @@ class MaxBatchRequest:
         if check is not None and self.adapter_options:
             check(self.adapter_options, self.device)
 
+    def _check_accumulation_runs(self) -> None:
+        """Refuse accumulation in an adapter without it, as the sweep's planner does: k plain steps are not one
+        accumulated update, and their peak would be recorded as if they were."""
+        from harness.registry import adapter_class, known_adapter_names
+
+        if self.accumulate_steps == 1 or self.framework not in known_adapter_names():
+            return
+        if not getattr(adapter_class(self.framework), "supports_accumulation", False):
+            raise ConfigError(f"--accumulate-steps {self.accumulate_steps}: the {self.framework} adapter does not "
+                              "implement gradient accumulation; leave --accumulate-steps out for it")
+
     def __post_init__(self) -> None:
         checks = (
             (self.strategy in STRATEGIES, f"--strategy {self.strategy!r} is not one of {STRATEGIES}"),
@@ -99,11 +117,14 @@ class MaxBatchRequest:
             (self.probe_steps >= 1 and self.confirm_steps >= 1, "probe and confirm steps must be >= 1"),
             (0 <= self.verify_steps <= 100_000, f"--verify-steps {self.verify_steps!r} must be in 1..100000"),
             (0 <= self.momentum < 1, f"--momentum {self.momentum!r} must be in [0, 1)"),
+            (1 <= self.accumulate_steps <= MAX_ACCUMULATE_STEPS,
+             f"--accumulate-steps {self.accumulate_steps!r} must be in 1..{MAX_ACCUMULATE_STEPS}"),
         )
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
         self._check_precision_runs()
+        self._check_accumulation_runs()
         if self.memory_limit_mib and self.margin_mib >= self.memory_limit_mib:
             raise ConfigError(f"--margin-mib {self.margin_mib:g} leaves nothing of the "
                               f"{self.memory_limit_mib:g} MiB budget; give a smaller margin")

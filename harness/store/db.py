@@ -91,6 +91,11 @@ MAXBATCH_COLUMNS: tuple[tuple[str, str], ...] = (
     ("confirm_steps", "INTEGER"), ("margin_jitter_mib", "REAL"), ("margin_growth_mib", "REAL"),
     ("margin_total_mib", "REAL"), ("train_env_json", "TEXT"), ("verify_steps", "INTEGER"),
     ("verify_status", "TEXT"), ("verify_reason", "TEXT"), ("verify_peak_mib", "REAL"),
+    # issue 14, item 5 ("what helps"): the setting a search ran with ("plain": fp32, no accumulation, the adapter's
+    # defaults), max_batch being then the micro-batch and effective_batch = max_batch x accumulate_steps; the peak
+    # and step throughput measured at the answer. NULL in rows stored before.
+    ("setting", "TEXT"), ("accumulate_steps", "INTEGER"), ("effective_batch", "INTEGER"),
+    ("adapter_options_json", "TEXT"), ("answer_peak_mib", "REAL"), ("answer_samples_per_s", "REAL"),
 )
 MAXBATCH_COLUMN_NAMES = tuple(name for name, _ in MAXBATCH_COLUMNS)
 
