@@ -4,6 +4,7 @@ registered), look at its worker processes through ``/proc``, and read a store wi
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -42,10 +43,20 @@ def bs(tmp_path: Path, *args: str, timeout: float = 300, **env_kw: Any) -> subpr
                           text=True, timeout=timeout)
 
 
+def interruptible() -> None:
+    """``preexec_fn`` for a command a test interrupts: Ctrl-C (SIGINT) back to its default disposition.
+
+    A shell without job control starts background commands with SIGINT ignored, and the ignore is inherited:
+    a test suite launched as ``cmd &`` from a script would otherwise send SIGINT to a child that never sees it
+    (measured: three Ctrl-C tests timed out that way, and passed run in the foreground).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(tmp_path: Path, *args: str, **env_kw: Any) -> subprocess.Popen[str]:
-    """Start ``batchscope ARGS`` and return at once."""
+    """Start ``batchscope ARGS`` and return at once (interruptible, whatever this process inherited)."""
     return subprocess.Popen(command(*args), cwd=ROOT, env=env_for(tmp_path, **env_kw), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
 
 
 def fake_experiment(tmp_path: Path, name: str = "faults", **keys: Any) -> Path:

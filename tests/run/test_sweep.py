@@ -145,7 +145,10 @@ def test_ctrl_c_then_resume_finishes_without_loss_or_repeat(tmp_path: Path) -> N
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(ROOT), BATCHSCOPE_CACHE=str(tmp_path / "cache"))
     cmd = [sys.executable, "-m", "harness", "run", str(toml), "--out", str(out)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    from tests.faults.helpers import interruptible
+
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)  # SIGINT not ignored even if this suite runs as `cmd &`
     deadline = time.monotonic() + 240
     while len(_rows(out)) < 3 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
