@@ -118,8 +118,8 @@ class Cell:
     reasons: tuple[str, ...] = ()
     variant: str = ""  # e.g. "fp32, flush" where trials of several settings are given together
     drift_flagged_n: int = 0  # ok trials whose step time drifted beyond its noise
-    #: the sign of each flagged trial's change (+1 slower late, -1 faster late), in repeat order
-    drift_signs: tuple[int, ...] = ()
+    #: each flagged trial's change (%, + slower late), in repeat order
+    drift_changes: tuple[float, ...] = ()
     cpu_denormals: tuple[str, ...] = ()  # what the CPU did with denormals, over the cell's ok trials
 
     @property
@@ -151,11 +151,12 @@ class Cell:
         return self.stats.get(metric)
 
     def drift_text(self) -> str:
-        """E.g. ``+85%`` (mean change) when a trial drifted, else empty."""
+        """E.g. ``+85%``: the mean change of the flagged trials (an unflagged repeat's would dilute it), else empty."""
         if not self.drift_flagged_n:
             return ""
-        stat = self.get("drift_change_pct")
-        return format(stat.mean, "+.0f") + "%" if stat is not None else "yes"
+        if not self.drift_changes:
+            return "yes"
+        return format(sum(self.drift_changes) / len(self.drift_changes), "+.0f") + "%"
 
     @property
     def drift_reading(self) -> str:
@@ -169,7 +170,7 @@ class Cell:
             return ""
         if self.n_ok < 2:
             return "single"
-        if self.drift_flagged_n == self.n_ok and len(set(self.drift_signs)) == 1:
+        if self.drift_flagged_n == self.n_ok and len({c > 0 for c in self.drift_changes}) == 1:
             return "every repeat"
         return "not repeated"
 
@@ -207,9 +208,9 @@ def cells(trials: Iterable[dict[str, Any]], frameworks: Sequence[str] = ()) -> l
         out.append(Cell(framework=fw, batch_size=bs, statuses=dict(Counter(t.get("status") or "?" for t in group)),
                         stats=stats, reasons=tuple(r for r in reasons if r), variant=variant,
                         drift_flagged_n=sum(1 for t in ok if t.get("drift_flagged")),
-                        drift_signs=tuple(1 if (t.get("drift_change_pct") or 0) > 0 else -1
-                                          for t in sorted(ok, key=lambda t: t.get("repeat") or 0)
-                                          if t.get("drift_flagged")),
+                        drift_changes=tuple(float(t["drift_change_pct"])
+                                            for t in sorted(ok, key=lambda t: t.get("repeat") or 0)
+                                            if t.get("drift_flagged") and t.get("drift_change_pct") is not None),
                         cpu_denormals=tuple(sorted({str(t.get("cpu_denormals")) for t in ok
                                                     if t.get("cpu_denormals")}))))
     return out
@@ -240,8 +241,8 @@ SUMMARY_NOTE = ("mean ± sd over ok repeats. step: batch / median time of forwar
 def summary_rows(trials: Iterable[dict[str, Any]], frameworks: Sequence[str] = ()) -> list[dict[str, Any]]:
     """One printable row per cell: each figure as its statistic's text (``mean ± sd``, or the single value).
 
-    ``drift`` is the mean change of a cell whose trials drifted (empty otherwise), with how many of its
-    repeats were flagged when it has several (``+21% (1/2)``: not repeated, most likely the machine);
+    ``drift`` is the mean change of a cell's flagged trials (empty otherwise), with how many of its
+    repeats were flagged when it has several (``+36% (1/2)``: not repeated, most likely the machine);
     ``denormals`` what the CPU did with denormal floats in its ok trials.
     """
     out = []
