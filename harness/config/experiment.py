@@ -33,12 +33,23 @@ import dataclasses
 import math
 import os
 import sys
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from harness.config.precision import PRECISIONS as PRECISIONS  # re-exported: defined with their meaning there
+# the enumerated settings are Literal types (harness/config/choices.py); their value tuples are re-exported here,
+# where the command line and older code import them from
+from harness.config.choices import AUGMENTS as AUGMENTS
+from harness.config.choices import DATA_LAYOUTS as DATA_LAYOUTS
+from harness.config.choices import DENORMALS as DENORMALS
+from harness.config.choices import DEVICES as DEVICES
+from harness.config.choices import LR_POLICIES as LR_POLICIES
+from harness.config.choices import OPTIMIZERS as OPTIMIZERS
+from harness.config.choices import PRECISIONS as PRECISIONS
+from harness.config.choices import STUDIES as STUDIES
+from harness.config.choices import Augment, DataLayout, Denormals, Device, LrPolicy, OptimizerName, Precision, Study
 from harness.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -46,15 +57,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-DEVICES = ("auto", "cpu", "gpu")
-OPTIMIZERS = ("sgd", "adam")
-LR_POLICIES = ("fixed", "linear", "sqrt")
-DATA_LAYOUTS = ("auto", "nchw", "nhwc")  # of an npz file's images (harness.data.npzfile)
-#: what the worker's CPU does with denormal floats: flush them to zero, or leave the framework's default
-DENORMALS = ("flush", "framework-default")
-AUGMENTS = ("none", "crop", "flip", "crop_flip")
-#: what a study's file says it tests (the report computes that study's findings)
-STUDIES = ("", "optimizer_batch", "augmentation", "lr_scaling", "batch_shapes", "oom_mitigations")
 #: keys a variant may set: the settings that define a study (the rest is shared by every variant)
 VARIANT_KEYS = ("optimizer", "learning_rate", "momentum", "lr_policy", "lr_base_batch", "augment",
                 "augment_pad_px", "precision", "denormals", "accumulate_steps", "adapters",
@@ -71,6 +73,17 @@ MAX_TIMEOUT_S = 30 * 24 * 3600.0
 MAX_SAMPLE_INTERVAL_MS = 3_600_000.0
 #: CLI flags by field, so a refused override names the flag the user typed, not the experiment file
 _FLAGS = {"skip_larger_after_oom": "--no-skip-larger"}
+
+
+def _setting(default: Any, *, ge: float | None = None, gt: float | None = None, lt: float | None = None,
+             le: float | None = None, unit: str = "", why: str = "") -> Any:
+    """A field of :class:`Experiment` with its bounds, from which validation and its messages follow.
+
+    ``ge``/``gt``: the lowest value allowed (inclusive/exclusive); ``lt``: an exclusive upper bound (a range such
+    as momentum's [0, 1)); ``le``: the largest usable value (e.g. what the OS can set), in ``unit``; ``why``: said
+    after a refused lower bound.
+    """
+    return field(default=default, metadata={"ge": ge, "gt": gt, "lt": lt, "le": le, "unit": unit, "why": why})
 
 
 @dataclass(frozen=True)
@@ -98,37 +111,37 @@ class Experiment:
     batch_sizes: tuple[int, ...]
     model: str = "osu_cnn"
     dataset: str = "synthetic"
-    data_layout: str = "auto"
+    data_layout: DataLayout = "auto"
     description: str = ""
-    epochs: int = 0
-    warmup_steps: int = 5
-    timed_steps: int = 20
-    repeats: int = 1
-    seed: int = 0
-    optimizer: str = "sgd"
-    learning_rate: float = 0.01
-    momentum: float = 0.0
-    lr_policy: str = "fixed"
-    lr_base_batch: int = 32
-    device: str = "auto"
-    precision: str = "fp32"
-    denormals: str = "flush"  # see docs/denormals.md for why flushing is the default
-    threads: int = 0
-    timeout_s: float = 900.0
+    epochs: int = _setting(0, ge=0)
+    warmup_steps: int = _setting(5, ge=0)
+    timed_steps: int = _setting(20, ge=1)
+    repeats: int = _setting(1, ge=1)
+    seed: int = _setting(0, ge=0, why="NumPy's generators take non-negative seeds")
+    optimizer: OptimizerName = "sgd"
+    learning_rate: float = _setting(0.01, gt=0)
+    momentum: float = _setting(0.0, ge=0, lt=1)
+    lr_policy: LrPolicy = "fixed"
+    lr_base_batch: int = _setting(32, ge=1)
+    device: Device = "auto"
+    precision: Precision = "fp32"
+    denormals: Denormals = "flush"  # see docs/denormals.md for why flushing is the default
+    threads: int = _setting(0, ge=0)
+    timeout_s: float = _setting(900.0, gt=0, le=MAX_TIMEOUT_S, unit="s")
     eval: bool = True
-    eval_batch_size: int = 256
-    train_samples: int = 0
+    eval_batch_size: int = _setting(256, ge=1)
+    train_samples: int = _setting(0, ge=0)
     synthetic_shape: tuple[int, int, int] = (3, 32, 32)
-    synthetic_classes: int = 10
-    synthetic_samples: int = 2048
-    sample_interval_ms: float = 100.0
+    synthetic_classes: int = _setting(10, ge=2)
+    synthetic_samples: int = _setting(2048, ge=1)
+    sample_interval_ms: float = _setting(100.0, gt=0, le=MAX_SAMPLE_INTERVAL_MS, unit="ms")
     skip_larger_after_oom: bool = True
     max_batch: bool = False
-    memory_limit_mib: float = 0.0
-    augment: str = "none"
-    augment_pad_px: int = 4
-    accumulate_steps: int = 1
-    study: str = ""
+    memory_limit_mib: float = _setting(0.0, ge=0, le=MAX_MEMORY_LIMIT_MIB, unit="MiB", why="0: no limit")
+    augment: Augment = "none"
+    augment_pad_px: int = _setting(4, ge=1)
+    accumulate_steps: int = _setting(1, ge=1)
+    study: Study = ""
     adapters: Mapping[str, AdapterSettings] = field(default_factory=dict)
     variants: tuple[Variant, ...] = ()
     source: str = "<inline>"
@@ -210,17 +223,23 @@ class Experiment:
         return self.learning_rate
 
 
-_SCALARS: dict[str, type | tuple[type, ...]] = {
-    "name": str, "description": str, "model": str, "dataset": str, "data_layout": str, "optimizer": str,
-    "lr_policy": str, "device": str, "precision": str, "denormals": str, "epochs": int, "warmup_steps": int,
-    "timed_steps": int, "repeats": int,
-    "seed": int, "lr_base_batch": int, "threads": int, "eval_batch_size": int, "train_samples": int,
-    "synthetic_classes": int, "synthetic_samples": int, "learning_rate": (int, float), "momentum": (int, float),
-    "timeout_s": (int, float), "sample_interval_ms": (int, float), "memory_limit_mib": (int, float),
-    "eval": bool, "skip_larger_after_oom": bool, "max_batch": bool,
-    "augment": str, "augment_pad_px": int, "accumulate_steps": int, "study": str,
-}
-_LISTS = {"frameworks": str, "batch_sizes": int, "synthetic_shape": int}
+def _toml_type(hint: Any) -> type | tuple[type, ...]:
+    """The TOML value type(s) a field of this type accepts (a float field takes an integer too)."""
+    if typing.get_origin(hint) is Literal:
+        return type(typing.get_args(hint)[0])
+    return (int, float) if hint is float else hint  # type: ignore[no-any-return]
+
+
+#: the schema, derived from :class:`Experiment`'s annotations (not restated): which keys are lists and of what,
+#: which are scalars and of which TOML type, and the allowed values of each enumerated (Literal) setting
+_HINTS = typing.get_type_hints(Experiment)
+_TABLES = ("adapters", "variants", "source")  # parsed on their own; "source" is where the file came from
+_LISTS: dict[str, type] = {k: typing.get_args(h)[0] for k, h in _HINTS.items()
+                           if typing.get_origin(h) is tuple and k not in _TABLES}
+_SCALARS: dict[str, type | tuple[type, ...]] = {k: _toml_type(h) for k, h in _HINTS.items()
+                                                if k not in _LISTS and k not in _TABLES}
+_CHOICES: dict[str, tuple[str, ...]] = {k: typing.get_args(h) for k, h in _HINTS.items()
+                                        if typing.get_origin(h) is Literal}
 VALID_KEYS = tuple(sorted([*_SCALARS, *_LISTS, "adapters", "variants"]))
 
 
@@ -280,27 +299,8 @@ def _validate(exp: Experiment) -> None:
     elif exp.dataset not in DATASETS:
         raise bad("dataset", f"unknown dataset {exp.dataset!r}; known: {', '.join(sorted(DATASETS))}, "
                              "or npz:path/to/data.npz (your own arrays)")
-    for key, low in (("epochs", 0), ("warmup_steps", 0), ("timed_steps", 1), ("repeats", 1), ("threads", 0),
-                     ("lr_base_batch", 1), ("eval_batch_size", 1), ("train_samples", 0),
-                     ("augment_pad_px", 1), ("accumulate_steps", 1),
-                     ("synthetic_classes", 2), ("synthetic_samples", 1)):
-        value = getattr(exp, key)
-        if value < low:
-            raise bad(key, f"{value!r} must be >= {low}")
-    for key in ("learning_rate", "timeout_s", "sample_interval_ms"):
-        if not getattr(exp, key) > 0:
-            raise bad(key, f"{getattr(exp, key)!r} must be > 0")
+    _check_fields(exp, bad)
     _validate_ranges(exp, bad)
-    if not 0 <= exp.momentum < 1:
-        raise bad("momentum", f"{exp.momentum!r} must be in [0, 1)")
-    if exp.memory_limit_mib < 0:
-        raise bad("memory_limit_mib", f"{exp.memory_limit_mib!r} must be >= 0 (0: no limit)")
-    for key, allowed in (("device", DEVICES), ("data_layout", DATA_LAYOUTS), ("optimizer", OPTIMIZERS),
-                         ("lr_policy", LR_POLICIES),
-                         ("precision", PRECISIONS), ("denormals", DENORMALS), ("augment", AUGMENTS),
-                         ("study", STUDIES)):
-        if getattr(exp, key) not in allowed:
-            raise bad(key, f"{getattr(exp, key)!r} is not one of {', '.join(allowed)}")
     _check_precision(exp, bad)
     _check_device_settings(exp, bad)
     if len(exp.synthetic_shape) != 3 or min(exp.synthetic_shape) <= 0:
@@ -308,6 +308,30 @@ def _validate(exp: Experiment) -> None:
     for name in exp.adapters:
         if name not in known:
             raise bad("adapters", f"settings for unknown adapter {name!r}; registered: {', '.join(sorted(known))}")
+
+
+def _check_fields(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:
+    """Each setting against what its field declares: a Literal's values, a number's bounds (:func:`_setting`);
+    every float must be finite (inf and nan would pass or fail comparisons for the wrong reason)."""
+    for f in dataclasses.fields(exp):
+        value = getattr(exp, f.name)
+        if f.name in _CHOICES:
+            if value not in _CHOICES[f.name]:
+                raise bad(f.name, f"{value!r} is not one of {', '.join(_CHOICES[f.name])}")
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            raise bad(f.name, f"{value!r} must be a finite number")
+        m = f.metadata
+        if m.get("ge") is not None and m.get("lt") is not None and not m["ge"] <= value < m["lt"]:
+            raise bad(f.name, f"{value!r} must be in [{m['ge']}, {m['lt']})")
+        if m.get("ge") is not None and value < m["ge"]:
+            raise bad(f.name, f"{value!r} must be >= {m['ge']}" + (f" ({m['why']})" if m.get("why") else ""))
+        if m.get("gt") is not None and not value > m["gt"]:
+            raise bad(f.name, f"{value!r} must be > {m['gt']}")
+        if m.get("le") is not None and value > m["le"]:
+            raise bad(f.name, f"{value:g} is more than the largest usable value ({m['le']:g} {m['unit']})")
 
 
 def _check_precision(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:
@@ -338,25 +362,16 @@ def _check_device_settings(exp: Experiment, bad: Callable[[str, str], ConfigErro
 
 
 def _validate_ranges(exp: Experiment, bad: Any) -> None:
-    """Values that would crash later (SQLite's integer range, inf/nan, a negative seed, an OS limit that
-    cannot be set) or need unbounded memory (the plan): refused before anything runs."""
+    """Values that would crash later (SQLite's integer range) or need unbounded memory (the plan): refused before
+    anything runs. The fields' own bounds (finite, >= 0, an OS limit that cannot be set) are :func:`_check_fields`'."""
     ints = [(k, getattr(exp, k)) for k, t in _SCALARS.items() if t is int]
     ints += [("batch_sizes", b) for b in exp.batch_sizes] + [("synthetic_shape", d) for d in exp.synthetic_shape]
     for key, value in ints:
         if isinstance(value, int) and value > SQLITE_INT_MAX:
             raise bad(key, f"{value} is larger than the store can hold ({SQLITE_INT_MAX})")
-    if exp.seed < 0:
-        raise bad("seed", f"{exp.seed!r} must be >= 0 (NumPy's generators take non-negative seeds)")
     if exp.seed + exp.repeats - 1 > SQLITE_INT_MAX:
         raise bad("seed", f"{exp.seed} + {exp.repeats} repeats passes the store's largest integer "
                           f"({SQLITE_INT_MAX}): repeat r uses seed + r; lower the seed")
-    for key in ("learning_rate", "momentum", "timeout_s", "sample_interval_ms", "memory_limit_mib"):
-        if not math.isfinite(getattr(exp, key)):
-            raise bad(key, f"{getattr(exp, key)!r} must be a finite number")
-    for key, high, unit in (("memory_limit_mib", MAX_MEMORY_LIMIT_MIB, "MiB"), ("timeout_s", MAX_TIMEOUT_S, "s"),
-                            ("sample_interval_ms", MAX_SAMPLE_INTERVAL_MS, "ms")):
-        if getattr(exp, key) > high:
-            raise bad(key, f"{getattr(exp, key):g} is more than the largest usable value ({high:g} {unit})")
     n = len(exp.frameworks) * len(exp.batch_sizes) * exp.repeats
     if n > MAX_TRIALS:
         raise bad("repeats", f"{len(exp.frameworks)} framework(s) x {len(exp.batch_sizes)} batch size(s) x "

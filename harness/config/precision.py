@@ -9,12 +9,12 @@ See docs/precision.md.
 
 from __future__ import annotations
 
+from harness.config.choices import PRECISIONS as PRECISIONS  # re-exported: the Literal is defined there
 from harness.errors import ConfigError
 
-#: fp32: float32 throughout. amp: float16 autocast with dynamic loss scaling (a GPU's float16 units).
-#: bf16: bfloat16 mixed precision: matmuls and convolutions in bfloat16, weights and their update in float32,
-#: no loss scaling (bfloat16 has float32's exponent range).
-PRECISIONS = ("fp32", "amp", "bf16")
+# fp32: float32 throughout. amp: float16 autocast with dynamic loss scaling (a GPU's float16 units).
+# bf16: bfloat16 mixed precision: matmuls and convolutions in bfloat16, weights and their update in float32,
+# no loss scaling (bfloat16 has float32's exponent range).
 
 #: the dtype the layers' activations are computed in under each precision (the weights stay float32)
 COMPUTE_DTYPES = {"fp32": "float32", "amp": "float16", "bf16": "bfloat16"}

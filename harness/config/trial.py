@@ -7,14 +7,16 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any
+
+from harness.config.choices import Augment, Denormals, Device, OptimizerName, Precision
 
 
 @dataclass(frozen=True)
 class OptimizerSpec:
     """The optimizer every framework builds identically (PyTorch-style SGD momentum; Adam)."""
 
-    name: Literal["sgd", "adam"] = "sgd"
+    name: OptimizerName = "sgd"
     lr: float = 0.01
     momentum: float = 0.0
     adam_betas: tuple[float, float] = (0.9, 0.999)
@@ -36,11 +38,11 @@ class TrialSpec:
     warmup_steps: int
     timed_steps: int
     optimizer: OptimizerSpec
-    device: Literal["auto", "cpu", "gpu"]
+    device: Device
     threads: int
     timeout_s: float
-    precision: str = "fp32"
-    denormals: str = "flush"  # "flush" | "framework-default": what the CPU does with denormal floats
+    precision: Precision = "fp32"
+    denormals: Denormals = "flush"  # what the CPU does with denormal floats
     adapter_options: Mapping[str, Any] = field(default_factory=dict)
     memory_limit_mib: float = 0.0
     eval: bool = True
@@ -50,7 +52,7 @@ class TrialSpec:
     purpose: str = "sweep"  # "sweep" or "probe" (max-batch search)
     # Study settings (issue 14). At their defaults they are left out of the hash (see trial_hash).
     variant: str = ""  # the named variant of the experiment ("" when it has none)
-    augment: str = "none"  # harness-side augmentation, identical for every framework (harness/data/augment.py)
+    augment: Augment = "none"  # harness-side augmentation, identical for every framework (harness/data/augment.py)
     augment_pad_px: int = 4  # random-crop padding
     accumulate_steps: int = 1  # micro-batches of batch_size per optimizer update
 

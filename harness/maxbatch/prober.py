@@ -137,7 +137,7 @@ class WorkerProber:
             experiment=r.experiment, framework=r.framework, model=r.model, dataset=r.dataset,
             batch_size=batch, repeat=0, seed=r.seed, epochs=0, warmup_steps=1,
             timed_steps=r.confirm_steps if confirm else r.probe_steps,
-            optimizer=OptimizerSpec(name=r.optimizer, lr=r.learning_rate, momentum=r.momentum),  # type: ignore[arg-type]
+            optimizer=OptimizerSpec(name=r.optimizer, lr=r.learning_rate, momentum=r.momentum),
             # k micro-batches per update are k times a plain probe's training: the timeout scales with them, so the
             # plain and the accumulated searches of a "what helps" run get the same time per micro-batch
             device=self.budget.device, threads=r.threads,  # type: ignore[arg-type]

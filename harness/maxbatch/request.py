@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.config.choices import Device, OptimizerName, Precision
 from harness.config.experiment import DEVICES, OPTIMIZERS, PRECISIONS, Experiment
 from harness.errors import ConfigError
 from harness.maxbatch.search import STRATEGIES
@@ -46,13 +47,13 @@ class MaxBatchRequest:
     framework: str
     model: str
     dataset: str = "synthetic"
-    precision: str = "fp32"
-    device: str = "auto"
+    precision: Precision = "fp32"
+    device: Device = "auto"
     strategy: str = "model"
     memory_limit_mib: float = 0.0  # 0: the card's memory (GPU only)
     margin_mib: float = 0.0
     timeout_s: float = 300.0  # per probe
-    optimizer: str = "sgd"
+    optimizer: OptimizerName = "sgd"
     momentum: float = 0.0
     learning_rate: float = 0.01
     threads: int = 0

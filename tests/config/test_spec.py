@@ -141,3 +141,37 @@ def test_amp_is_refused_for_a_max_batch_search_too():
     with pytest.raises(ConfigError, match=r"--precision 'amp': 'amp' is not run by the pytorch adapter on the CPU"
                                           r".*use --precision 'fp32' or 'bf16', or --device 'gpu'"):
         MaxBatchRequest(framework="pytorch", model="deep_cnn", precision="amp", device="cpu")
+
+
+def test_the_schema_is_derived_from_the_fields():
+    """A key exists, takes its TOML type and is bounded because the Experiment field says so (issue 25, item 5):
+    adding a field with `_setting(...)` bounds is the whole change, the parser and its messages follow."""
+    import dataclasses
+    import typing
+
+    from harness.config import experiment as ex
+
+    fields = {f.name for f in dataclasses.fields(Experiment)} - {"source"}
+    assert set(VALID_KEYS) == fields
+    assert ex._SCALARS["learning_rate"] == (int, float) and ex._SCALARS["device"] is str
+    assert ex._LISTS == {"frameworks": str, "batch_sizes": int, "synthetic_shape": int}
+    # every Literal field is checked against its own values, named in the message
+    for key, choices in ex._CHOICES.items():
+        assert choices == typing.get_args(typing.get_type_hints(Experiment)[key])
+        with pytest.raises(ConfigError, match=rf"exp.toml: {key}: 'bogus' is not one of {', '.join(choices)}"):
+            parse(**{key: "bogus"})
+    # every bound a field declares is enforced with the field's own message
+    bounded = [f for f in dataclasses.fields(Experiment) if f.metadata]
+    assert {f.name for f in bounded} >= {"epochs", "repeats", "learning_rate", "momentum", "memory_limit_mib"}
+    for f in bounded:
+        m = f.metadata
+        low = m["gt"] if m["gt"] is not None else m["ge"] - 1
+        with pytest.raises(ConfigError, match=rf"exp.toml: {f.name}: "):
+            parse(**{f.name: low})
+
+
+def test_a_float_setting_must_be_finite():
+    with pytest.raises(ConfigError, match="momentum: nan must be a finite number"):
+        parse(momentum=float("nan"))
+    with pytest.raises(ConfigError, match=r"momentum: 1.0 must be in \[0, 1\)"):
+        parse(momentum=1.0)
