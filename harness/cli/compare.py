@@ -134,7 +134,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """``batchscope compare DIR``."""
     from harness.store import Store
 
-    with Store.open(args.dir, create=False) as store:
+    with Store.open(args.dir, create=False, readonly=True) as store:
         trials = store.trials()
         runs = store.runs()
     experiments = sorted({t["experiment"] for t in trials})

@@ -6,10 +6,14 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+#: where the report goes without -o, under DIR (report.build.default_output, not imported: it loads matplotlib)
+DEFAULT_REPORT = Path("report") / "report.pdf"
+
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Build the report and say where its files are."""
     from harness.errors import OutputError, StoreError
+    from harness.store.db import writable_dir
     from report.load import load
 
     # bad input is refused before matplotlib/seaborn/pandas/reportlab are imported (seconds of start-up)
@@ -19,6 +23,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.output and Path(args.output).exists() and not Path(args.output).is_file():
         # checked before figures are drawn beside it, so nothing is left half-written
         raise OutputError(f"{args.output}: exists and is not a file (a directory?); give -o the path of a PDF file")
+    # a store shared read-only is normal: the report cannot go beside it, so say where it would and what to do
+    target = Path(args.output) if args.output else Path(args.dir) / DEFAULT_REPORT
+    writable_dir(target.parent, "give -o a path in a directory you can write" if args.output else
+                 f"the report goes to {target} by default: give -o a path in a directory you can write")
     from report.build import build_report
 
     result = build_report(Path(args.dir), Path(args.output) if args.output else None)

@@ -65,7 +65,8 @@ def _killed_mid_write(path: Path, wal: bool = False) -> None:
               + ("c.execute('PRAGMA journal_mode=WAL')\nc.execute(\"INSERT INTO meta VALUES ('k', 'v')\")\n"
                  "c.commit()\n" if wal else
                  "c.execute('PRAGMA cache_size=1')\nc.execute('BEGIN IMMEDIATE')\n"
-                 "for i in range(200):\n    c.execute('INSERT INTO step_times VALUES (?,?,?,?)', ('h', i, 'x' * 500, 1))\n"
+                 "for i in range(200):\n"
+                 "    c.execute('INSERT INTO step_times VALUES (?,?,?,?)', ('h', i, 'x' * 500, 1))\n"
                  "c.execute('DELETE FROM trials')\n")
               + "os._exit(0)\n")
     subprocess.run([sys.executable, "-c", script], check=True)
@@ -251,3 +252,11 @@ def test_every_reading_verb_reads_a_store_while_a_sweep_writes_it(tmp_path: Path
         proc.terminate()
         proc.communicate(timeout=60)
     assert gone_within(workers) == []
+
+
+def test_the_report_command_checks_the_place_the_builder_writes_to() -> None:
+    """``report`` checks DIR/report before it imports the builder (matplotlib): both must name one place."""
+    from harness.cli.report import DEFAULT_REPORT
+    from report.build import default_output
+
+    assert Path("d") / DEFAULT_REPORT == default_output(Path("d"))
