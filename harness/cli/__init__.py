@@ -13,12 +13,13 @@ import signal
 import sys
 import threading
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from harness import __version__
 from harness.cli import compare, doctor, export, maxbatch, recommend, report, run
-from harness.errors import BatchscopeError, ConfigError, Terminated
+from harness.errors import BatchscopeError, BatchscopeWarning, ConfigError, Terminated
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -58,6 +59,23 @@ def install_signal_handlers() -> dict[int, Any]:
     return {sig: signal.signal(sig, _raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
 
 
+def _call(args: argparse.Namespace) -> int:
+    """Run the command, its library notes (:class:`BatchscopeWarning`) printed as ``batchscope: note: ...``."""
+    shown = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+             line: str | None = None) -> None:
+        if issubclass(category, BatchscopeWarning):
+            print(f"batchscope: note: {message}", file=sys.stderr, flush=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", BatchscopeWarning)
+        warnings.showwarning = show
+        return int(args.func(args))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``batchscope`` and ``python -m harness``."""
     parser = build_parser()
@@ -65,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = install_signal_handlers()
     after = _AFTER_INTERRUPT.get(args.command, "nothing was left half-written; run the command again")
     try:
-        return int(args.func(args))
+        return _call(args)
     except BatchscopeError as e:
         print(f"batchscope: error: {e}", file=sys.stderr)
         return e.exit_code

@@ -1,0 +1,127 @@
+"""Checks on data files before they are trusted, shared by the loaders and the prepared cache.
+
+* An ``.npy`` header says what the array claims to be (shape, dtype) before any byte of it is read, so a file
+  that declares terabytes is refused by its size, not by the allocation that would exhaust the parent.
+* Prepared arrays are checked to be finite once converted to float32 and normalised: values that overflow
+  there train "ok" on NaN otherwise (issue 24; issue 22 item 6: one check for every data source).
+* Temporary files carry their writer's PID (``.tmp-PID-``), so what a preparation killed outright (SIGKILL)
+  left behind is removed by the next one, and what a live one is writing is left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+from harness.errors import DataError
+
+#: rows of an array checked at a time for non-finite values (bounds the check's temporary to ~a few MiB)
+FINITE_CHUNK_ROWS = 4096
+_STALE = re.compile(r"\.tmp-(\d+)-")
+
+
+class NpyHeader:
+    """What an ``.npy`` stream declares: shape, dtype, and the bytes of header before the data."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype, fortran: bool, header_bytes: int) -> None:
+        self.shape, self.dtype, self.fortran, self.header_bytes = shape, dtype, fortran, header_bytes
+
+    @property
+    def data_bytes(self) -> int:
+        """How many bytes of data the header promises (Python ints: no overflow for any declared shape)."""
+        count = 1
+        for d in self.shape:
+            count *= int(d)
+        return count * self.dtype.itemsize
+
+
+def read_npy_header(f: IO[bytes]) -> NpyHeader:
+    """The header of the ``.npy`` stream ``f`` (positioned at its start); ValueError when it is not one."""
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+    elif version in ((2, 0), (3, 0)):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+    else:
+        raise ValueError(f".npy format version {version} is not known")
+    return NpyHeader(tuple(int(d) for d in shape), np.dtype(dtype), bool(fortran), f.tell())
+
+
+def npy_file_problem(path: Path, shape: tuple[int, ...], dtype: np.dtype) -> str | None:
+    """Why the ``.npy`` file ``path`` is not an array of ``shape`` and ``dtype`` whole on disk (None: it is)."""
+    if not path.is_file():
+        return f"{path.name} is missing or not a file"
+    try:
+        with open(path, "rb") as f:
+            header = read_npy_header(f)
+    except (OSError, ValueError) as e:
+        return f"{path.name} cannot be read as .npy ({e})"
+    if header.shape != tuple(shape) or header.dtype != dtype:
+        return f"{path.name} holds {header.dtype} {header.shape}, not {dtype} {tuple(shape)}"
+    size = path.stat().st_size
+    if size != header.header_bytes + header.data_bytes:
+        return f"{path.name} has {size} bytes, not {header.header_bytes + header.data_bytes} (truncated?)"
+    return None
+
+
+def refuse_non_finite(where: str, arrays: Mapping[str, np.ndarray]) -> None:
+    """Refuse (DataError, exit 2) prepared float arrays holding NaN or infinities, naming the source and array.
+
+    Checked in chunks of rows, so the check's temporary stays small however large the data set.
+    """
+    for key, x in arrays.items():
+        if not np.issubdtype(x.dtype, np.floating):
+            continue
+        for start in range(0, len(x), FINITE_CHUNK_ROWS):
+            if not np.isfinite(x[start:start + FINITE_CHUNK_ROWS]).all():
+                raise DataError(f"{where}: {key} is not finite once converted to float32 and normalised: it holds "
+                                "values beyond float32's range (about ±3.4e38), or values whose mean or spread "
+                                "overflows it; scale the images (e.g. divide by their largest value) before saving")
+
+
+def tmp_tag() -> str:
+    """The part of a temporary file's name that says who writes it (see :func:`remove_stale`)."""
+    return f".tmp-{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def remove_stale(directory: Path) -> None:
+    """Remove the temporary files and directories in ``directory`` and its sub-directories whose writer
+    (the PID in the name) is no longer running: a preparation killed outright. Best effort, never raises."""
+    try:
+        entries = [*directory.iterdir(), *(e for d in directory.iterdir() if d.is_dir() and not
+                                           d.name.startswith(".") for e in d.iterdir())]
+    except OSError:
+        return
+    for entry in entries:
+        match = _STALE.search(entry.name)
+        if match is None or _alive(int(match.group(1))):
+            continue
+        try:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        except OSError:
+            pass
+
+
+def cache_error(directory: Path, error: OSError) -> DataError:
+    """A cache that cannot be written: named, with the variable that moves it."""
+    return DataError(f"{directory}: cannot write the data cache ({error.strerror or error}); set BATCHSCOPE_CACHE to "
+                     "a directory you can write, or make this one writable")
