@@ -37,10 +37,10 @@ def command(*args: str) -> list[str]:
     return [sys.executable, "-m", "tests.faults.launch", *args]
 
 
-def bs(tmp_path: Path, *args: str, timeout: float = 300, as_user: bool = False,
+def bs(tmp_path: Path, *args: str, timeout: float = 300, as_user: bool = False, cwd: Path = ROOT,
        **env_kw: Any) -> subprocess.CompletedProcess[str]:
     """Run ``batchscope ARGS`` to completion; ``as_user``: with file permissions applying even to root."""
-    return subprocess.run(command(*args), cwd=ROOT, env=env_for(tmp_path, **env_kw), capture_output=True,
+    return subprocess.run(command(*args), cwd=cwd, env=env_for(tmp_path, **env_kw), capture_output=True,
                           text=True, timeout=timeout, preexec_fn=permissions_apply if as_user else None)
 
 
