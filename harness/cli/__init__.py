@@ -9,6 +9,7 @@ worker in flight is killed (its whole process group) and every finished trial st
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -73,7 +74,25 @@ def _call(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("always", BatchscopeWarning)
         warnings.showwarning = show
-        return int(args.func(args))
+        code = int(args.func(args))
+    sys.stdout.flush()  # here, not at exit: a reader gone meanwhile (`| head`) is handled like any other
+    return code
+
+
+def _stdout_closed(command: str, after: str) -> int:
+    """stdout's reader went away (``batchscope run ... | head -1``): stop as SIGPIPE would stop a Unix tool, exit
+    128 + SIGPIPE; the rest of the output goes nowhere (not to a traceback at exit). A command that writes a store
+    says so, since its worker was stopped; a reading one was only cut short, as its reader asked."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no stdout descriptor at all: nothing left to silence
+        pass
+    if command in _AFTER_INTERRUPT:
+        print(f"\nbatchscope: stopped: stdout was closed by its reader (broken pipe); the worker in flight was "
+              f"stopped; {after}.", file=sys.stderr)
+    return 128 + signal.SIGPIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -93,6 +112,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Terminated as e:
         print(f"\nbatchscope: stopped: {e}; the worker in flight was stopped; {after}.", file=sys.stderr)
         return e.exit_code
+    except BrokenPipeError as e:
+        if e.filename is not None:  # a named pipe the user gave, not stdout
+            print(f"batchscope: error: {e.filename}: {e.strerror}; its reader went away", file=sys.stderr)
+            return 2
+        return _stdout_closed(args.command, after)
     except OSError as e:  # a path the user gave cannot be read or written (full disk, read-only, removed)
         where = f"{e.filename}: " if e.filename else ""
         print(f"batchscope: error: {where}{e.strerror or e}; check that the path exists, is writable and has "

@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from harness.cli.table import path_arg
+
 #: where the report goes without -o, under DIR (report.build.default_output, not imported: it loads matplotlib)
 DEFAULT_REPORT = Path("report") / "report.pdf"
 
@@ -45,7 +47,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("report", help="write the PDF report (figures, tables, findings) of a results directory",
                        description="Reads only DIR/results.sqlite (no framework, no GPU) and writes the PDF, "
                                    "its figures (PNG and SVG) and its tables (CSV) beside it.")
-    p.add_argument("dir", help="output directory of a run (holds results.sqlite)")
-    p.add_argument("-o", "--output", help="PDF to write (default: DIR/report/report.pdf); figures/ and "
-                                          "tables/ go in the same folder")
+    p.add_argument("dir", type=path_arg("DIR"), help="output directory of a run (holds results.sqlite)")
+    p.add_argument("-o", "--output", type=path_arg("-o"),
+                   help="PDF to write (default: DIR/report/report.pdf); figures/ and tables/ go in the same folder")
     p.set_defaults(func=cmd_report)

@@ -1,6 +1,8 @@
 """Issue 24 (max batch): a CPU budget above what the machine has is refused with the numbers, before anything
 is written: on CPU the budget is RLIMIT_DATA on each probe, so a budget the machine cannot back ends the search
-in the kernel's OOM killer (seen: ``--memory-limit-mib 99999999``), not in a probe's failed allocation.
+in the kernel's OOM killer (seen: ``--memory-limit-mib 99999999``), not in a probe's failed allocation. Refused,
+not capped: a capped search answers another question than the one asked. Above the memory available now (but
+not above the machine's): a note, since what is available moves.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ def test_a_budget_above_physical_memory_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "mb").exists()
 
 
-def test_a_budget_above_the_memory_available_now_is_refused(tmp_path: Path) -> None:
+def test_a_budget_above_the_memory_available_now_runs_with_a_note(tmp_path: Path) -> None:
+    """Not refused (what is available moves: other processes come and go), but said."""
     total, available = _meminfo_mib("MemTotal"), _meminfo_mib("MemAvailable")
     if total - available < 64:
         pytest.skip(f"this machine has nearly all its memory available ({available:.0f} of {total:.0f} MiB): "
@@ -35,8 +38,8 @@ def test_a_budget_above_the_memory_available_now_is_refused(tmp_path: Path) -> N
     limit = int((total + available) / 2)
     done = bs(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
               "--memory-limit-mib", str(limit), "--out", str(tmp_path / "mb"))
-    assert_refused(done, f"--memory-limit-mib {limit}", "available")
-    assert not (tmp_path / "mb").exists()
+    assert done.returncode == 0, done.stderr
+    assert f"--memory-limit-mib {limit} is more than the" in done.stderr and "available now" in done.stderr
 
 
 def test_a_sweeps_max_batch_budget_above_the_machine_is_refused_before_the_sweep(tmp_path: Path) -> None:
