@@ -22,9 +22,9 @@ ORPHAN_GRACE_S = 2.0
 
 
 def env_for(tmp_path: Path, behaviour: str | None = None, rlimit_data_mib: int | None = None,
-            adapters: str = FAKE_ADAPTERS) -> dict[str, str]:
-    """The environment of a ``batchscope`` started by a test."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), BATCHSCOPE_CACHE=str(tmp_path / "cache"))
+            adapters: str = FAKE_ADAPTERS, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a ``batchscope`` started by a test (``extra``: more variables)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), BATCHSCOPE_CACHE=str(tmp_path / "cache"), **(extra or {}))
     env[ADAPTERS_ENV] = adapters
     if behaviour:
         env["BATCHSCOPE_FAKE_BEHAVIOUR"] = behaviour
