@@ -20,7 +20,10 @@ from harness.config.precision import COMPUTE_DTYPES
 from harness.models import ModelDescription
 
 BEHAVIOURS = ("ok", "hang", "sigkill", "oom", "error", "segfault", "exit0", "noisy", "oom_stderr",
-              "hang_setup", "oom_large", "hang_large", "keeps_denormals", "ignores_precision")
+              "hang_setup", "oom_large", "hang_large", "keeps_denormals", "ignores_precision", "flood",
+              "flood_then_error", "hang_eval_large", "slow_steps")
+#: with behaviour "flood_then_error", what the first step prints before it raises (bytes)
+FLOOD_BYTES = 64 * 2**20
 #: the behaviour when the experiment sets none: lets a test steer workers that a CLI command starts
 BEHAVIOUR_ENV = "BATCHSCOPE_FAKE_BEHAVIOUR"
 #: with behaviour "oom_large", batches of at least this many samples "run out of memory" (doomed sizes)
@@ -44,6 +47,7 @@ class FakeAdapter(Adapter):
         self.behaviour = "ok"
         self.classes = 2
         self.steps = 0
+        self.last_batch = 0
         self.precision = "fp32"
 
     def versions(self) -> dict[str, str]:
@@ -83,6 +87,19 @@ class FakeAdapter(Adapter):
             time.sleep(3600)
         if b == "noisy":
             print("framework chatter on stdout {not json}", flush=True)
+        if b == "flood":  # a framework gone mad: prints without end (bounded only by the trial's timeout)
+            line = "flood " * 170 + "\n"
+            while True:
+                sys.stdout.write(line)
+        if b == "flood_then_error":  # prints FLOOD_BYTES, then fails with a traceback at the end of its output
+            line = "chatter " * 127 + "\n"  # 1 KiB
+            for _ in range(FLOOD_BYTES // len(line)):
+                sys.stdout.write(line)
+            sys.stdout.flush()
+            raise ValueError("fake: failed after a flood of output")
+        if b == "slow_steps":  # each step takes 0.2 s: a trial of a few seconds that needs no one to watch it
+            time.sleep(0.2)
+        self.last_batch = len(batch[0])
         if b == "transient":  # a 64 MiB scratch buffer mapped and unmapped within the step
             scratch = np.ones(TRANSIENT_MIB * 2**20, dtype=np.uint8)
             time.sleep(0.03)
@@ -110,6 +127,8 @@ class FakeAdapter(Adapter):
 
     def predict(self, batch: Any) -> np.ndarray:
         x, _ = batch
+        if self.behaviour == "hang_eval_large" and self.last_batch >= OOM_LARGE_BATCH:  # trains, then hangs in eval
+            time.sleep(3600)
         return np.zeros((len(x), self.classes), dtype=np.float32)
 
     def precision_seen(self) -> PrecisionSeen | None:
