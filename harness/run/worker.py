@@ -422,8 +422,11 @@ def die_with_parent(parent_pid: int | None, interval_s: float = PARENT_CHECK_S) 
         while True:
             time.sleep(interval_s)
             if os.getppid() != parent_pid:
-                sys.stderr.write("batchscope worker: the parent process is gone; exiting\n")
-                sys.stderr.flush()
+                try:  # stderr is a pipe the parent drained: with the parent gone, the write fails (EPIPE)
+                    sys.stderr.write("batchscope worker: the parent process is gone; exiting\n")
+                    sys.stderr.flush()
+                except (OSError, ValueError):
+                    pass
                 try:
                     os.killpg(os.getpgid(0), signal.SIGKILL)  # our group: ourselves and anything we started
                 finally:

@@ -96,6 +96,7 @@ class FakeAdapter(Adapter):
             for _ in range(FLOOD_BYTES // len(line)):
                 sys.stdout.write(line)
             sys.stdout.flush()
+            sys.stderr.write("fake: the flood ends here\n")
             raise ValueError("fake: failed after a flood of output")
         if b == "slow_steps":  # each step takes 0.2 s: a trial of a few seconds that needs no one to watch it
             time.sleep(0.2)
