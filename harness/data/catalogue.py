@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.data import cifar10, embedded, npzfile
-from harness.data.checks import cache_error, remove_stale, tmp_tag
+from harness.data.checks import cache_error
 from harness.data.footprint import require_disk, require_memory
 from harness.data.known import DATASETS
 from harness.data.prepared import (
@@ -30,6 +30,7 @@ from harness.data.prepared import (
     load_prepared,
 )
 from harness.errors import BatchscopeWarning, DataError
+from harness.tmpnames import remove_stale, tmp_tag
 
 
 def _synthetic(req: DataRequest, cache_dir: Path) -> tuple[dict[str, np.ndarray], int]:

@@ -4,15 +4,11 @@
   that declares terabytes is refused by its size, not by the allocation that would exhaust the parent.
 * Prepared arrays are checked to be finite once converted to float32 and normalised: values that overflow
   there train "ok" on NaN otherwise (issue 24; issue 22 item 6: one check for every data source).
-* Temporary files carry their writer's PID (``.tmp-PID-``), so what a preparation killed outright (SIGKILL)
-  left behind is removed by the next one, and what a live one is writing is left alone.
+* Temporary files carry their writer's PID (:mod:`harness.tmpnames`).
 """
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
@@ -23,7 +19,6 @@ from harness.errors import DataError
 
 #: rows of an array checked at a time for non-finite values (bounds the check's temporary to ~a few MiB)
 FINITE_CHUNK_ROWS = 4096
-_STALE = re.compile(r"\.tmp-(\d+)-")
 
 
 class NpyHeader:
@@ -83,42 +78,6 @@ def refuse_non_finite(where: str, arrays: Mapping[str, np.ndarray]) -> None:
                 raise DataError(f"{where}: {key} is not finite once converted to float32 and normalised: it holds "
                                 "values beyond float32's range (about ±3.4e38), or values whose mean or spread "
                                 "overflows it; scale the images (e.g. divide by their largest value) before saving")
-
-
-def tmp_tag() -> str:
-    """The part of a temporary file's name that says who writes it (see :func:`remove_stale`)."""
-    return f".tmp-{os.getpid()}-"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
-
-
-def remove_stale(directory: Path) -> None:
-    """Remove the temporary files and directories in ``directory`` and its sub-directories whose writer
-    (the PID in the name) is no longer running: a preparation killed outright. Best effort, never raises."""
-    try:
-        entries = [*directory.iterdir(), *(e for d in directory.iterdir() if d.is_dir() and not
-                                           d.name.startswith(".") for e in d.iterdir())]
-    except OSError:
-        return
-    for entry in entries:
-        match = _STALE.search(entry.name)
-        if match is None or _alive(int(match.group(1))):
-            continue
-        try:
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-        except OSError:
-            pass
 
 
 def cache_error(directory: Path, error: OSError) -> DataError:

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.data.checks import cache_error, npy_file_problem, refuse_non_finite, tmp_tag
+from harness.data.checks import cache_error, npy_file_problem, refuse_non_finite
 from harness.errors import BatchscopeWarning, DataError
+from harness.tmpnames import tmp_tag
 
 ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 
