@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from adapters import fpenv
-from adapters.base import Adapter, PrecisionSeen, RuntimeConfig
+from adapters.base import Adapter, MemoryStats, PrecisionSeen, RuntimeConfig
 from harness.config.precision import check_observed
 from harness.config.trial import TrialSpec
 from harness.errors import ConfigError
@@ -131,9 +131,8 @@ def _evaluate(trial: TrialSpec, adapter: Adapter, setup: SetUp, phases: Phases) 
 
 
 def _metrics(trial: TrialSpec, setup: SetUp, plan: StepPlan, trained: Trained, runner: StepRunner, n_train: int,
-             seen: PrecisionSeen | None, adapter: Adapter, memory: dict[str, Any]) -> WorkerMetrics:
-    """The trial's :class:`WorkerMetrics` from what each phase measured."""
-    mem = adapter.memory_stats()
+             seen: PrecisionSeen | None, mem: MemoryStats, memory: dict[str, Any]) -> WorkerMetrics:
+    """The trial's :class:`WorkerMetrics` from what each phase measured (``mem``: the framework's, over training)."""
     flop = None if setup.desc is None else train_flop_per_sample(setup.desc)
     return WorkerMetrics(
         **train_metrics(trial.effective_batch_size, trained.step_ms, plan.warmup_n, trained.post_warmup_s,
@@ -169,13 +168,14 @@ def _train_and_evaluate(request: WorkerRequest, adapter: Adapter, setup: SetUp, 
     runner.warm_shapes()  # e.g. JAX compiles the epoch's short last batch here, not inside the timed training
     trained = train(runner, setup.order, plan, phases.enter, ticker, lambda: _precision_seen(trial, adapter))
     seen = _precision_seen(trial, adapter)  # again at the end: what is stored is the last step's
+    mem = adapter.memory_stats()  # before evaluating: the training's peak, not evaluation's at its own batch size
     evaluated = _evaluate(trial, adapter, setup, phases)
     end_mem = proc_status_mib("VmData", "RssFile", "RssAnon")
     memory = dict(vmdata_ready_mib=ready_mem["VmData"], rss_ready_mib=ready_mem["VmRSS"],
                   rss_file_ready_mib=ready_mem["RssFile"], rss_anon_ready_mib=ready_mem["RssAnon"],
                   rss_file_end_mib=end_mem["RssFile"], rss_anon_end_mib=end_mem["RssAnon"],
                   vmdata_end_mib=end_mem["VmData"], vmdata_peak_mib=watcher.stop() if watcher else None)
-    metrics = _metrics(trial, setup, plan, trained, runner, data.n_train, seen, adapter, {**memory, **evaluated})
+    metrics = _metrics(trial, setup, plan, trained, runner, data.n_train, seen, mem, {**memory, **evaluated})
     return Result(metrics=metrics, step_times_ms=tuple(trained.step_ms),
                   phase_steps={"warmup": plan.warmup_n, "timed": plan.timed_n, "train": plan.rest_n})
 
