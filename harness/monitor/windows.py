@@ -9,8 +9,9 @@ Conventions (docs/sampler.md explains why):
   part of its interval inside the window, so a phase shorter than the sampling interval still gets the
   value of the sample that spans it. A phase the worker enters more than once (training resumes after each
   evaluation point: ``timed``, ``eval``, ``timed``...) is one window over all its spans, so the timed
-  phase's aggregates describe the timed steps only, never an evaluation between them. Mean, min, max and a time-weighted p95; NaN values (unsupported
-  readings, gaps) weigh nothing, and ``covered_s`` says how much of the window had a value.
+  phase's aggregates describe the timed steps only, never an evaluation between them. Mean, min, max and a
+  time-weighted p95; NaN values (unsupported readings, gaps) weigh nothing, and ``covered_s`` says how much
+  of the window had a value.
 * **Energy from the cumulative counter** (mJ): each pair of consecutive samples gives the energy of
   its interval, spread evenly over it, so a window's energy is the counter interpolated at its edges.
   A counter that goes backwards wrapped (``counter_modulus``) unless the wrapped delta is not
