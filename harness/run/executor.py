@@ -63,7 +63,8 @@ def classify(report: WorkerReport, returncode: int | None, timed_out: bool, time
         reason = f"{f.error_type or 'error'}: {first[0] if first else ''}".strip()[:500]
         return ("oom" if f.oom else "error"), f"{reason} (phase {f.phase or phase})"
     if report.result is not None and returncode == 0:
-        return "ok", ""
+        # a diverged training is a result (metrics, a curve up to there), never an ok one
+        return ("diverged", report.result.diverged) if report.result.diverged else ("ok", "")
     found = next((p for p in (*oom_patterns, *GENERIC_OOM_PATTERNS) if p in stderr_tail), None)
     if returncode is not None and returncode < 0:
         name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
@@ -198,7 +199,7 @@ class LocalExecutor:
         outcome = TrialOutcome(
             trial=trial, status=status, reason=reason, metrics=result.metrics if result else None,
             step_times_ms=list(result.step_times_ms) if result else [],
-            phase_steps=dict(result.phase_steps) if result else {},
+            phase_steps=dict(result.phase_steps) if result else {}, curve=list(result.curve) if result else [],
             versions=dict(report.hello.versions) if report.hello else {},
             device=ready.device.to_dict() if ready else {}, param_count=ready.param_count if ready else None,
             phases=list(report.phases), exit_code=proc.returncode, stderr_tail=stderr_tail if status != "ok" else "",

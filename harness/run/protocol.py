@@ -14,7 +14,7 @@ Messages, in the order a good trial sends them::
     ready    {device: {...}, param_count, model}   after setup
     progress {phase, step, steps_total, epoch, epochs, step_ms}   during training, at most every
                                               ``progress_interval_s`` (the request's; None: never)
-    result   {metrics: {...}, step_times_ms: [...], phase_steps: {...}}
+    result   {metrics: {...}, step_times_ms: [...], phase_steps: {...}, curve: [{...}], diverged}
     failure  {oom: bool, error_type, message, traceback, phase}
     end      {}
 
@@ -36,14 +36,15 @@ from typing import IO, Any, ClassVar
 from harness.config.trial import TrialSpec
 from harness.data import PreparedData
 from harness.errors import ProtocolMismatchError, WorkerProtocolError
-from harness.records import PROGRESS_INTERVAL_S, WorkerMetrics
+from harness.records import PROGRESS_INTERVAL_S, CurvePoint, WorkerMetrics
 
 __all__ = ["EVENTS", "PHASES", "PROGRESS_INTERVAL_S", "PROTOCOL_VERSION", "Channel", "End", "Failure", "Hello",
            "Message", "Phase", "Progress", "ProgressTicker", "Ready", "Result", "SetupFacts", "WorkerReport",
            "WorkerRequest", "decode", "encode"]
 
-#: 2: typed messages, each line carries the version (1 sent it in the request only, and no one checked it)
-PROTOCOL_VERSION = 2
+#: 2: typed messages, each line carries the version (1 sent it in the request only, and no one checked it);
+#: 3: ``result`` carries the learning curve and whether (and where) the training diverged
+PROTOCOL_VERSION = 3
 PHASES = ("setup", "warmup", "timed", "train", "eval")
 
 
@@ -55,6 +56,15 @@ def _clean(value: Any) -> Any:
         return {k: _clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_clean(v) for v in value]
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """A message field as plain data: records by their ``to_dict``, sequences of them item by item."""
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
     return value
 
 
@@ -156,8 +166,7 @@ class Message:
         out = {"event": self.event, "t": self.t}
         for f in dataclasses.fields(self):
             if f.name != "t":
-                value = getattr(self, f.name)
-                out[f.name] = value.to_dict() if hasattr(value, "to_dict") else value
+                out[f.name] = _plain(getattr(self, f.name))
         return out
 
     @classmethod
@@ -220,17 +229,22 @@ class Progress(Message):
 
 @dataclass(frozen=True)
 class Result(Message):
-    """The trial ran to its end: the worker's measurements, every step's time, the steps of each phase."""
+    """The trial ran to its end, or to where its training diverged (``diverged``: where and how; None when it
+    did not): the worker's measurements, every step's time, the steps each phase ran, the learning curve."""
 
     event: ClassVar[str] = "result"
     metrics: WorkerMetrics
     step_times_ms: tuple[float, ...]
     phase_steps: Mapping[str, int]
+    curve: tuple[CurvePoint, ...] = ()
+    diverged: str | None = None
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Result:  # noqa: D102
         return cls(metrics=WorkerMetrics.from_dict(dict(raw["metrics"])),
-                   step_times_ms=tuple(raw["step_times_ms"]), phase_steps=dict(raw["phase_steps"]), t=raw["t"])
+                   step_times_ms=tuple(raw["step_times_ms"]), phase_steps=dict(raw["phase_steps"]),
+                   curve=tuple(CurvePoint(**p) for p in raw.get("curve", ())), diverged=raw.get("diverged"),
+                   t=raw["t"])
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ Tables:
 * ``step_times``: every step's time (ms) with its phase.
 * ``samples``: the sampler's raw samples, phase-tagged.
 * ``maxbatch``: one row per max-batch search (its probes are ``trials`` rows with purpose ``probe``).
+* ``curve``: one row per evaluation of a trial (its learning curve), columns from :class:`~harness.records.CurvePoint`.
 
 A trial's rows are written in a single transaction the moment it finishes, so a killed sweep loses
 at most the trial in flight, and ``--resume`` skips every trial whose hash is stored. The report
@@ -30,7 +31,7 @@ from harness.errors import OutputError, StoreError
 from harness.flops import mfu_pct
 from harness.monitor.fields import SAMPLE_COLUMNS
 from harness.monitor.fields import TRIAL_COLUMNS as SAMPLER_TRIAL_COLUMNS
-from harness.records import TrialOutcome, WorkerMetrics
+from harness.records import CurvePoint, TrialOutcome, WorkerMetrics
 
 STORE_NAME = "results.sqlite"
 #: 2: whole-training throughput (step_samples_per_s, e2e_samples_per_s replace samples_per_s and
@@ -119,6 +120,11 @@ MAXBATCH_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 MAXBATCH_COLUMN_NAMES = tuple(name for name, _ in MAXBATCH_COLUMNS)
 
+#: curve columns: one row per evaluation of a trial on the held-out split, in training order (the last point is
+#: the end of the training and equals the trial row's accuracy and eval_loss), from the CurvePoint record
+CURVE_COLUMNS: tuple[tuple[str, str], ...] = (("trial_hash", "TEXT NOT NULL"), *record_columns(CurvePoint))
+CURVE_COLUMN_NAMES = tuple(name for name, _ in CURVE_COLUMNS)
+
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS runs (
@@ -131,6 +137,7 @@ CREATE TABLE IF NOT EXISTS step_times (
 CREATE TABLE IF NOT EXISTS samples ({", ".join(f"{n} {t}" for n, t in SAMPLE_COLUMNS)});
 CREATE INDEX IF NOT EXISTS samples_by_trial ON samples (trial_hash);
 CREATE TABLE IF NOT EXISTS maxbatch ({", ".join(f"{n} {t}" for n, t in MAXBATCH_COLUMNS)});
+CREATE TABLE IF NOT EXISTS curve ({", ".join(f"{n} {t}" for n, t in CURVE_COLUMNS)}, PRIMARY KEY (trial_hash, point));
 """
 
 
@@ -221,7 +228,7 @@ class Store:
             self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             # columns added since a store was made are added to it (nullable, so old rows stay valid)
             for table, columns in (("trials", TRIAL_COLUMNS), ("samples", SAMPLE_COLUMNS),
-                                   ("maxbatch", MAXBATCH_COLUMNS)):
+                                   ("maxbatch", MAXBATCH_COLUMNS), ("curve", CURVE_COLUMNS)):
                 have = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
                 for name, typ in columns:
                     if name not in have:
@@ -262,7 +269,7 @@ class Store:
         return {r[0] for r in self.conn.execute("SELECT trial_hash FROM trials")}
 
     def write_trial(self, outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> None:
-        """Write one trial, its step times and its samples in one transaction (all or nothing)."""
+        """Write one trial, its step times, its samples and its curve in one transaction (all or nothing)."""
         row = outcome_row(outcome, run_id, env)
         h = row["trial_hash"]
         steps = outcome.phase_steps
@@ -281,6 +288,7 @@ class Store:
         with self._writing(f"trial {h}"), self.conn:
             self.conn.execute("DELETE FROM step_times WHERE trial_hash=?", (h,))
             self.conn.execute("DELETE FROM samples WHERE trial_hash=?", (h,))
+            self.conn.execute("DELETE FROM curve WHERE trial_hash=?", (h,))
             cols = ", ".join(row)
             self.conn.execute(f"INSERT OR REPLACE INTO trials ({cols}) VALUES ({', '.join('?' * len(row))})",
                               tuple(row.values()))
@@ -290,11 +298,19 @@ class Store:
                 self.conn.executemany(
                     f"INSERT INTO samples ({', '.join(sample_names)}) VALUES ({', '.join('?' * len(sample_names))})",
                     ([h if n == "trial_hash" else s.get(n) for n in sample_names] for s in samples))
+            self.conn.executemany(
+                f"INSERT INTO curve ({', '.join(CURVE_COLUMN_NAMES)}) VALUES ({', '.join('?' * len(CURVE_COLUMNS))})",
+                ((h, *(p.to_dict()[n] for n in CURVE_COLUMN_NAMES[1:])) for p in outcome.curve))
 
     def trials(self, where: str = "", params: Iterable[Any] = ()) -> list[dict[str, Any]]:
         """Trial rows as dicts (``where`` is an SQL condition on trials' columns)."""
         sql = "SELECT * FROM trials" + (f" WHERE {where}" if where else "") + " ORDER BY rowid"
         return [dict(r) for r in self.conn.execute(sql, tuple(params))]
+
+    def curves(self, trial_hash: str | None = None) -> list[dict[str, Any]]:
+        """Curve rows as dicts (of one trial, or of all), by trial and point."""
+        where, params = ("WHERE trial_hash=?", (trial_hash,)) if trial_hash else ("", ())
+        return [dict(r) for r in self.conn.execute(f"SELECT * FROM curve {where} ORDER BY trial_hash, point", params)]
 
     def runs(self) -> list[dict[str, Any]]:
         """Run rows as dicts."""

@@ -7,6 +7,8 @@ and it does so through the adapter the request names. One module per concept:
 
 * :mod:`~harness.run.worker.trial`: the trial's phases (setup, training, evaluation, the result or a failure);
 * :mod:`~harness.run.worker.steps`: which samples each step trains, one update timed, the loop, its figures;
+* :mod:`~harness.run.worker.evaluation`: the evaluation points (the learning curve, the divergence check, and the
+  seam for measurements at a point of the training);
 * :mod:`~harness.run.worker.memory`: the process's own memory (``/proc`` readings, the ``VmData`` watcher);
 * :mod:`~harness.run.worker.lifeline`: the process's ties to its parent and the OS (:func:`die_with_parent`,
   :func:`limit_memory`).

@@ -10,7 +10,7 @@ so an epoch is still every training sample seen exactly once.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,37 +129,81 @@ class StepPlan:
 
 @dataclass(frozen=True)
 class Trained:
-    """What the training loop measured (seconds from ``time.perf_counter``)."""
+    """What the training loop measured (seconds from ``time.perf_counter``, evaluation points left out)."""
 
     step_ms: list[float]  # every step's train time, warm-up included
     data_s: float  # batch preparation (augment, copy to the device), summed over the steps
     samples_seen: int
     post_warmup_samples: int
-    train_s: float  # the first step's start to the last step's end
-    post_warmup_s: float  # the first post-warm-up step's start to the last step's end
+    train_s: float  # the first step's start to the last step's end, less the evaluation points' time
+    post_warmup_s: float  # the first post-warm-up step's start to the last step's end, less the same
+    stopped: bool = False  # an evaluation point stopped the training (it diverged) before the plan's end
+
+    def phase_steps(self, plan: StepPlan) -> dict[str, int]:
+        """The steps each training phase ran (the plan's, or fewer where the training stopped early)."""
+        done = len(self.step_ms)
+        warmup = min(plan.warmup_n, done)
+        timed = min(plan.timed_n, done - warmup)
+        return {"warmup": warmup, "timed": timed, "train": done - warmup - timed}
+
+
+class TrainingClock:
+    """Training wall seconds since :meth:`start`, with the pauses for evaluation points taken out."""
+
+    def __init__(self) -> None:
+        self.started_s = time.perf_counter()
+        self.paused_s = 0.0
+
+    def elapsed_s(self, now_s: float | None = None) -> float:
+        """Training seconds up to ``now_s`` (``time.perf_counter()``; default now), pauses excluded."""
+        return (time.perf_counter() if now_s is None else now_s) - self.started_s - self.paused_s
+
+    def pause(self, during: Callable[..., bool], *args: Any) -> bool:
+        """Run ``during(*args)`` (an evaluation point) off the clock; returns what it returned."""
+        t0 = time.perf_counter()
+        try:
+            return during(*args)
+        finally:
+            self.paused_s += time.perf_counter() - t0
+
+
+#: an evaluation point: (steps done, samples seen, training seconds so far) -> whether training goes on
+AtPoint = Callable[[int, int, float], bool]
 
 
 def train(runner: StepRunner, order: np.ndarray, plan: StepPlan, announce: Callable[[str], None],
-          ticker: ProgressTicker, after_first_step: Callable[[], object]) -> Trained:
+          ticker: ProgressTicker, after_first_step: Callable[[], object], eval_at: Sequence[int] = (),
+          at_point: AtPoint | None = None) -> Trained:
     """Run every step of ``plan`` through ``runner``, announcing each phase as its first step starts.
 
     ``after_first_step`` runs once, after the first step's clock (a precision that did not run fails there,
-    not at the end); progress ticks come after each step's clock, so neither is timed.
+    not at the end); progress ticks come after each step's clock, so neither is timed. Before the step whose
+    index is in ``eval_at`` (that many updates done), ``at_point`` runs off the training clock; the phase the
+    training is in is announced again after it, and training stops when it returns False.
     """
     t = runner.trial
     starts = plan.phase_starts()
+    points = sorted(eval_at)
     phase = ""
     step_ms: list[float] = []
     data_s = 0.0
     samples_seen = post_warmup_samples = 0
-    t_train = time.perf_counter()
-    t_post_warmup = t_train  # moved to the first post-warm-up step's start below
+    clock = TrainingClock()
+    post_warmup_from_s = 0.0  # training seconds at the first post-warm-up step's start
+    stopped = False
     for step, idx in enumerate(batch_indices(order, t.effective_batch_size, t.epochs, plan.warmup_n + plan.timed_n)):
+        if points and points[0] == step:
+            points.pop(0)
+            if at_point is not None and not clock.pause(at_point, step, samples_seen, clock.elapsed_s()):
+                stopped = True
+                break
+            if not (starts and starts[0][0] == step):
+                announce(phase)  # back from the evaluation, into the phase it interrupted
         while starts and starts[0][0] == step:
             phase = starts.pop(0)[1]
             announce(phase)
         if step == plan.warmup_n:
-            t_post_warmup = time.perf_counter()
+            post_warmup_from_s = clock.elapsed_s()
         idx = np.sort(idx)  # in-batch order does not change a mean loss; sorted reads are faster
         batch_data_s, step_s = runner.run(step, idx)
         if step == 0:
@@ -170,10 +214,10 @@ def train(runner: StepRunner, order: np.ndarray, plan: StepPlan, announce: Calla
         ticker.tick(time.perf_counter(), step, phase, step_ms[-1])  # after the step's clock: not timed
         if step >= plan.warmup_n:
             post_warmup_samples += len(idx)
-    t_end = time.perf_counter()
+    train_s = clock.elapsed_s()
     return Trained(step_ms=step_ms, data_s=data_s, samples_seen=samples_seen,
-                   post_warmup_samples=post_warmup_samples, train_s=t_end - t_train,
-                   post_warmup_s=t_end - t_post_warmup)
+                   post_warmup_samples=post_warmup_samples, train_s=train_s,
+                   post_warmup_s=train_s - post_warmup_from_s, stopped=stopped)
 
 
 def train_metrics(batch_size: int, step_ms: list[float], warmup_n: int, post_warmup_s: float,
@@ -184,6 +228,8 @@ def train_metrics(batch_size: int, step_ms: list[float], warmup_n: int, post_war
     step is one optimizer update.
     """
     measured = step_ms[warmup_n:]
+    if not measured:  # a training that diverged before its first post-warm-up step: no figures to take
+        return dict(train_flop_per_sample=flop_per_sample)
     fig = step_figures(measured, batch_size, post_warmup_samples, post_warmup_s)
     d = drift(measured)
     return dict(

@@ -38,8 +38,9 @@ from harness.run.protocol import (
     SetupFacts,
     WorkerRequest,
 )
+from harness.run.worker.evaluation import EvalPoints, eval_steps, non_finite_weights
 from harness.run.worker.memory import VmDataWatcher, maxrss_mib, proc_status_mib
-from harness.run.worker.steps import StepPlan, StepRunner, Trained, train, train_metrics
+from harness.run.worker.steps import AtPoint, StepPlan, StepRunner, Trained, train, train_metrics
 
 
 def load_adapter(target: str) -> Adapter:
@@ -119,25 +120,15 @@ def set_up(request: WorkerRequest, adapter: Adapter) -> SetUp:
                  order=order, setup_s=time.perf_counter() - t_setup)
 
 
-def _evaluate(trial: TrialSpec, adapter: Adapter, setup: SetUp, phases: Phases) -> dict[str, Any]:
-    """The eval phase: loss and accuracy on the held-out split (nothing when the trial does not evaluate)."""
-    if not trial.eval:
-        return {}
-    phases.enter("eval")
-    _, _, x_test, y_test = setup.arrays
-    t_eval = time.perf_counter()
-    ev = adapter.evaluate(np.asarray(x_test), np.asarray(y_test), trial.eval_batch_size)
-    return dict(accuracy=ev.accuracy, eval_loss=ev.loss, eval_samples=ev.samples, eval_s=time.perf_counter() - t_eval)
-
-
 def _metrics(trial: TrialSpec, setup: SetUp, plan: StepPlan, trained: Trained, runner: StepRunner, n_train: int,
              seen: PrecisionSeen | None, mem: MemoryStats, memory: dict[str, Any]) -> WorkerMetrics:
     """The trial's :class:`WorkerMetrics` from what each phase measured (``mem``: the framework's, over training)."""
     flop = None if setup.desc is None else train_flop_per_sample(setup.desc)
+    steps = trained.phase_steps(plan)
     return WorkerMetrics(
         **train_metrics(trial.effective_batch_size, trained.step_ms, plan.warmup_n, trained.post_warmup_s,
                         trained.post_warmup_samples, flop),
-        warmup_steps_n=plan.warmup_n, timed_steps_n=plan.timed_n, train_steps_n=len(trained.step_ms),
+        warmup_steps_n=steps["warmup"], timed_steps_n=steps["timed"], train_steps_n=len(trained.step_ms),
         optimizer_updates_n=len(trained.step_ms), micro_batches_n=runner.micro_batches_n,
         epochs_done=trained.samples_seen / n_train if trial.epochs else 0.0,
         data_s=trained.data_s, setup_s=setup.setup_s, train_s=trained.train_s, cpu_denormals=setup.cpu_denormals,
@@ -147,9 +138,42 @@ def _metrics(trial: TrialSpec, setup: SetUp, plan: StepPlan, trained: Trained, r
     )
 
 
+def _eval_points(request: WorkerRequest, adapter: Adapter, setup: SetUp, phases: Phases) -> tuple[EvalPoints, AtPoint]:
+    """The trial's evaluation points, and what the training loop calls at each: announce the eval phase,
+    evaluate, measure, check; the training goes on while it has not diverged."""
+    x_train, y_train, x_test, y_test = setup.arrays
+    points = EvalPoints(request.trial, adapter, x_test, y_test, x_train, y_train, setup.order, request.data.n_train,
+                        check_divergence=request.trial.purpose != "probe")
+
+    def at_point(step: int, samples_seen: int, train_s: float) -> bool:
+        phases.enter("eval")
+        points.at(step, samples_seen, train_s)
+        return points.diverged is None
+
+    return points, at_point
+
+
+def _final_evaluation(trial: TrialSpec, points: EvalPoints, trained: Trained, phases: Phases) -> dict[str, Any]:
+    """The evaluation at the end of the training (unless a point already found it diverged), and the trial row's
+    evaluation figures: the curve's last point's. A trial that does not evaluate has its weights checked."""
+    steps = len(trained.step_ms)
+    if trial.eval and not trained.stopped:
+        phases.enter("eval")
+        points.at(steps, trained.samples_seen, trained.train_s, final=True)
+    elif not trial.eval and points.check_divergence:
+        bad = non_finite_weights(points.adapter)
+        points.diverged = f"weights not finite at the end (step {steps}): {bad}" if bad else None
+    if not points.curve:
+        return {}
+    last = points.curve[-1]
+    return dict(accuracy=last.accuracy, eval_loss=last.eval_loss, eval_samples=last.eval_samples, eval_s=last.eval_s,
+                eval_total_s=points.eval_total_s)
+
+
 def _train_and_evaluate(request: WorkerRequest, adapter: Adapter, setup: SetUp, chan: Channel,
                         phases: Phases) -> Result:
-    """Warm-up, timed and remaining steps, then evaluation: the trial's result."""
+    """Warm-up, timed and remaining steps with the evaluation points among them, then the final evaluation: the
+    trial's result (a diverged training stops at the point that found it, and says so in the result)."""
     trial, data = request.trial, request.data
     # the footprint before the first step, in RLIMIT_DATA's units (VmData) and in RSS: the max-batch
     # search turns the RSS peak into the units the OS limit counts (harness/maxbatch/prober.py, probe_peak_mib)
@@ -159,25 +183,26 @@ def _train_and_evaluate(request: WorkerRequest, adapter: Adapter, setup: SetUp, 
     # a step is one optimizer update: effective_batch_size samples (batch_size x accumulate_steps)
     plan = StepPlan(*plan_steps(data.n_train, trial.effective_batch_size, trial.epochs, trial.warmup_steps,
                                 trial.timed_steps))
-    interval = request.progress_interval_s
-    ticker = ProgressTicker(chan, interval, plan.total_n, -(-data.n_train // trial.effective_batch_size),
-                            trial.epochs)
+    ticker = ProgressTicker(chan, request.progress_interval_s, plan.total_n,
+                            -(-data.n_train // trial.effective_batch_size), trial.epochs)
     adapter.reset_memory_stats()
-    x_train, y_train, _, _ = setup.arrays
-    runner = StepRunner(adapter, trial, x_train, y_train, data.n_train)
+    runner = StepRunner(adapter, trial, setup.arrays[0], setup.arrays[1], data.n_train)
     runner.warm_shapes()  # e.g. JAX compiles the epoch's short last batch here, not inside the timed training
-    trained = train(runner, setup.order, plan, phases.enter, ticker, lambda: _precision_seen(trial, adapter))
+    points, at_point = _eval_points(request, adapter, setup, phases)
+    trained = train(runner, setup.order, plan, phases.enter, ticker, lambda: _precision_seen(trial, adapter),
+                    eval_at=eval_steps(plan.total_n, trial.eval_points) if trial.eval else (), at_point=at_point)
     seen = _precision_seen(trial, adapter)  # again at the end: what is stored is the last step's
-    mem = adapter.memory_stats()  # before evaluating: the training's peak, not evaluation's at its own batch size
-    evaluated = _evaluate(trial, adapter, setup, phases)
+    # before evaluating: the training's peak, not evaluation's at its own batch size
+    mem = points.training_peak(adapter.memory_stats())
+    evaluated = _final_evaluation(trial, points, trained, phases)
     end_mem = proc_status_mib("VmData", "RssFile", "RssAnon")
     memory = dict(vmdata_ready_mib=ready_mem["VmData"], rss_ready_mib=ready_mem["VmRSS"],
                   rss_file_ready_mib=ready_mem["RssFile"], rss_anon_ready_mib=ready_mem["RssAnon"],
                   rss_file_end_mib=end_mem["RssFile"], rss_anon_end_mib=end_mem["RssAnon"],
                   vmdata_end_mib=end_mem["VmData"], vmdata_peak_mib=watcher.stop() if watcher else None)
     metrics = _metrics(trial, setup, plan, trained, runner, data.n_train, seen, mem, {**memory, **evaluated})
-    return Result(metrics=metrics, step_times_ms=tuple(trained.step_ms),
-                  phase_steps={"warmup": plan.warmup_n, "timed": plan.timed_n, "train": plan.rest_n})
+    return Result(metrics=metrics, step_times_ms=tuple(trained.step_ms), phase_steps=trained.phase_steps(plan),
+                  curve=tuple(points.curve), diverged=points.diverged)
 
 
 def _failure(exc: Exception, adapter: Adapter | None, phase: str) -> Failure:
