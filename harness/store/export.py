@@ -9,7 +9,7 @@ from harness.errors import ConfigError
 from harness.store import Store
 
 #: every table a store holds (the schema version in ``meta`` is not data)
-TABLES = ("runs", "trials", "step_times", "samples", "maxbatch")
+TABLES = ("runs", "trials", "step_times", "samples", "maxbatch", "curve")
 
 
 def export(out_dir: Path, fmt: str, target: Path | None = None) -> list[Path]:
