@@ -47,6 +47,10 @@ class WorkerProtocolError(BatchscopeError):
     """A worker sent something that is not a protocol message."""
 
 
+class ProtocolMismatchError(WorkerProtocolError):
+    """The worker and its parent speak different versions of the worker protocol (two batchscope releases)."""
+
+
 class ProbeError(BatchscopeError):
     """A probe could not take a reading (driver error, GPU lost): the sample records a gap with this
     message and sampling goes on."""

@@ -16,9 +16,10 @@ from harness.config.trial import TrialSpec
 from harness.data import PreparedData
 
 #: how a trial ended: ran to the end; out of memory; a Python error; killed at its timeout; the worker died
-#: (signal, exit code, or it could not start); not run (larger than a size that ran out of memory)
-Status = Literal["ok", "oom", "error", "timeout", "crashed", "skipped"]
-STATUSES: tuple[Status, ...] = ("ok", "oom", "error", "timeout", "crashed", "skipped")
+#: (signal, exit code, or it could not start); not run (larger than a size that ran out of memory); its training
+#: diverged (a non-finite loss or weights: a result, with metrics and a curve up to there, never recommended)
+Status = Literal["ok", "oom", "error", "timeout", "crashed", "skipped", "diverged"]
+STATUSES: tuple[Status, ...] = ("ok", "oom", "error", "timeout", "crashed", "skipped", "diverged")
 #: the worker's default bound on progress messages: a few a second is live enough for a person, and the
 #: check between steps is one comparison (docs/benchmarks.md: no measurable effect on the timing)
 PROGRESS_INTERVAL_S = 0.5
@@ -150,7 +151,10 @@ class WorkerMetrics:
     accuracy: float | None = None
     eval_loss: float | None = None
     eval_samples: int | None = None
-    eval_s: float | None = None
+    eval_s: float | None = None  # the final evaluation's seconds
+    #: every evaluation point's seconds (evaluation, measurements, divergence check), the final one's included:
+    #: all outside the training clock (train_s and both throughput figures leave them out)
+    eval_total_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for the protocol message."""
@@ -161,6 +165,31 @@ class WorkerMetrics:
         """From a protocol message; keys this version does not know (a newer worker) are dropped."""
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """One evaluation on the held-out split during or at the end of a trial's training (a learning curve point).
+
+    ``point`` counts the evaluations from 0 in training order (the last is the end of training); ``step`` the
+    optimizer updates done before it; ``epoch`` = ``samples_seen`` / the training samples; ``train_s`` the training
+    wall seconds so far (steps and batch preparation since the first step; every evaluation's time left out);
+    ``eval_s`` what this evaluation took. The store writes one ``curve`` row per point.
+    """
+
+    point: int
+    step: int
+    samples_seen: int
+    epoch: float
+    train_s: float
+    accuracy: float | None
+    eval_loss: float | None
+    eval_samples: int
+    eval_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (the protocol's ``result.curve`` items, the store's row)."""
+        return asdict(self)
 
 
 @dataclass
@@ -184,3 +213,4 @@ class TrialOutcome:
     started_at: str = ""
     finished_at: str = ""
     monitor: MonitorResult = field(default_factory=MonitorResult)
+    curve: list[CurvePoint] = field(default_factory=list)  # one point per evaluation, in training order

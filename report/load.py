@@ -43,6 +43,8 @@ class Experiment:
     maxbatch: tuple[dict[str, Any], ...] = ()
     #: post-warm-up step times (ms, in order) of each ok sweep trial, by trial hash: the drift figure's data
     step_times: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    #: each trial's learning curve by trial hash: its ``curve`` rows (dicts of CURVE_COLUMNS), in training order
+    curves: Mapping[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -133,6 +135,9 @@ def load(source_dir: str | Path) -> ReportInput:
                     "WHERE t.status = 'ok' AND t.purpose = 'sweep' AND s.phase != 'warmup' "
                     "ORDER BY s.trial_hash, s.step"):
                 step_times.setdefault(h, []).append(float(ms))
+            curves: dict[str, list[dict[str, Any]]] = {}
+            for row in store.curves() if "curve" in tables else []:
+                curves.setdefault(row["trial_hash"], []).append(row)
         except sqlite3.Error as e:
             raise StoreError(f"{path}: damaged results store ({e}); re-run the experiment into a new "
                              "--out directory") from e
@@ -154,6 +159,8 @@ def load(source_dir: str | Path) -> ReportInput:
             maxbatch=tuple(m for m in maxbatch if (m.get("experiment") or "") == name),
             step_times={t["trial_hash"]: tuple(step_times[t["trial_hash"]]) for t in trials
                         if (t.get("experiment") or "") == name and t["trial_hash"] in step_times},
+            curves={t["trial_hash"]: tuple(curves[t["trial_hash"]]) for t in trials
+                    if (t.get("experiment") or "") == name and t["trial_hash"] in curves},
         )
         if exp.trials or exp.maxbatch:
             experiments.append(exp)

@@ -131,6 +131,9 @@ class Experiment:
     threads: int = _setting(0, ge=0)
     timeout_s: float = _setting(900.0, gt=0, le=MAX_TIMEOUT_S, unit="s")
     eval: bool = True
+    #: evaluations on the held-out split spread evenly over the training, besides the final one (the learning
+    #: curve, and where divergence is caught); 0: the final evaluation only. Outside the training clock.
+    eval_points: int = _setting(8, ge=0)
     eval_batch_size: int = _setting(256, ge=1)
     train_samples: int = _setting(0, ge=0)
     synthetic_shape: tuple[int, int, int] = (3, 32, 32)
@@ -497,6 +500,9 @@ def parse_experiment(data: Mapping[str, Any], source: str = "<inline>") -> Exper
         else:
             _check_type(source, key, value, _SCALARS[key])
             kwargs[key] = float(value) if _SCALARS[key] == (int, float) else value
+    if kwargs.get("eval") is False and kwargs.get("eval_points"):  # asked for, and would not be applied
+        raise ConfigError(f"{source}: eval_points: {kwargs['eval_points']!r} evaluation points were asked for, but "
+                          "eval = false turns evaluation off; leave eval_points out, or set eval = true")
     return Experiment(**kwargs)
 
 

@@ -46,6 +46,7 @@ class TrialSpec:
     adapter_options: Mapping[str, Any] = field(default_factory=dict)
     memory_limit_mib: float = 0.0
     eval: bool = True
+    eval_points: int = 0  # evaluations spread over the training besides the final one (Experiment.eval_points)
     eval_batch_size: int = 256
     train_samples: int = 0
     data_key: str = ""  # identifies the prepared data (name + shape + seed), part of the hash
@@ -93,4 +94,5 @@ class TrialSpec:
 
 
 #: fields left out of :attr:`TrialSpec.trial_hash` while they hold these defaults
-_HASHED_WHEN_SET: dict[str, Any] = {"variant": "", "augment": "none", "augment_pad_px": 4, "accumulate_steps": 1}
+_HASHED_WHEN_SET: dict[str, Any] = {"variant": "", "augment": "none", "augment_pad_px": 4, "accumulate_steps": 1,
+                                    "eval_points": 0}

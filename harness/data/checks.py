@@ -2,23 +2,17 @@
 
 * An ``.npy`` header says what the array claims to be (shape, dtype) before any byte of it is read, so a file
   that declares terabytes is refused by its size, not by the allocation that would exhaust the parent.
-* Prepared arrays are checked to be finite once converted to float32 and normalised: values that overflow
-  there train "ok" on NaN otherwise (issue 24; issue 22 item 6: one check for every data source).
-* Temporary files carry their writer's PID (:mod:`harness.tmpnames`).
+* A prepared copy in the cache is checked against its ``meta.json`` (:func:`npy_file_problem`) before use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
 import numpy as np
 
 from harness.errors import DataError
-
-#: rows of an array checked at a time for non-finite values (bounds the check's temporary to ~a few MiB)
-FINITE_CHUNK_ROWS = 4096
 
 
 class NpyHeader:
@@ -63,21 +57,6 @@ def npy_file_problem(path: Path, shape: tuple[int, ...], dtype: np.dtype) -> str
     if size != header.header_bytes + header.data_bytes:
         return f"{path.name} has {size} bytes, not {header.header_bytes + header.data_bytes} (truncated?)"
     return None
-
-
-def refuse_non_finite(where: str, arrays: Mapping[str, np.ndarray]) -> None:
-    """Refuse (DataError, exit 2) prepared float arrays holding NaN or infinities, naming the source and array.
-
-    Checked in chunks of rows, so the check's temporary stays small however large the data set.
-    """
-    for key, x in arrays.items():
-        if not np.issubdtype(x.dtype, np.floating):
-            continue
-        for start in range(0, len(x), FINITE_CHUNK_ROWS):
-            if not np.isfinite(x[start:start + FINITE_CHUNK_ROWS]).all():
-                raise DataError(f"{where}: {key} is not finite once converted to float32 and normalised: it holds "
-                                "values beyond float32's range (about ±3.4e38), or values whose mean or spread "
-                                "overflows it; scale the images (e.g. divide by their largest value) before saving")
 
 
 def cache_error(directory: Path, error: OSError) -> DataError:

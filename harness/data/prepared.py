@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.data.checks import cache_error, npy_file_problem, refuse_non_finite
+from harness.data.checks import cache_error, npy_file_problem
 from harness.errors import BatchscopeWarning, DataError
 from harness.tmpnames import tmp_tag
 
@@ -113,6 +113,25 @@ def _atomic_save(path: Path, array: np.ndarray) -> None:
         raise
 
 
+def refuse_non_finite(images: dict[str, np.ndarray], name: str, chunk_rows: int = 4096) -> None:
+    """Refuse (:class:`DataError`, exit 2) prepared images that are not finite.
+
+    A raw array can be finite and still overflow here: float64 values beyond float32's range become inf when
+    converted, and values near it overflow the per-channel standard deviation; a network trained on them "runs"
+    and learns nothing. Checked in chunks of ``chunk_rows`` images, so the check needs no array-sized copy.
+    ``name`` is the data set's (``npz:PATH`` for a file, which is then named).
+    """
+    where = name[len("npz:"):] if name.startswith("npz:") else f"data set {name!r}"
+    for key, x in images.items():
+        if all(np.isfinite(x[i : i + chunk_rows]).all() for i in range(0, len(x), chunk_rows)):
+            continue
+        bad = sum(int(np.count_nonzero(~np.isfinite(x[i : i + chunk_rows]))) for i in range(0, len(x), chunk_rows))
+        raise DataError(f"{where}: {key} holds {bad} value(s) that are not finite once prepared (converted to float32 "
+                        f"and normalised per channel): its values overflow float32 (largest "
+                        f"{float(np.finfo(np.float32).max):.3g}); rescale the images, e.g. to [0, 1] or [0, 255], "
+                        "before saving them")
+
+
 def _write_prepared(target: Path, name: str, arrays: dict[str, np.ndarray], classes: int,
                     accuracy_meaningful: bool) -> PreparedData:
     """Normalise, hash and write arrays into ``target`` atomically (a temp dir renamed into place).
@@ -121,15 +140,17 @@ def _write_prepared(target: Path, name: str, arrays: dict[str, np.ndarray], clas
     soon as they are converted, normalisation is in place, and the
     hash reads the arrays' buffers instead of copying them with ``tobytes``.
     """
-    x_train = np.array(arrays.pop("x_train"), dtype=np.float32, order="C")  # a copy of our own to modify
-    x_test = np.array(arrays.pop("x_test"), dtype=np.float32, order="C")
-    # the same formulas as ever (the data key hashes the result bit for bit); std makes one temporary copy
-    mean = x_train.mean(axis=(0, 2, 3), keepdims=True)
-    std = x_train.std(axis=(0, 2, 3), keepdims=True) + 1e-7
-    for x in (x_train, x_test):
-        x -= mean
-        x /= std
-    refuse_non_finite(f"dataset {name!r}", {"x_train": x_train, "x_test": x_test})
+    # values beyond float32 become inf, and a spread beyond it overflows the std: refused below, naming the array
+    with np.errstate(over="ignore", invalid="ignore"):
+        x_train = np.array(arrays.pop("x_train"), dtype=np.float32, order="C")  # a copy of our own to modify
+        x_test = np.array(arrays.pop("x_test"), dtype=np.float32, order="C")
+        # the same formulas as ever (the data key hashes the result bit for bit); std makes one temporary copy
+        mean = x_train.mean(axis=(0, 2, 3), keepdims=True)
+        std = x_train.std(axis=(0, 2, 3), keepdims=True) + 1e-7
+        for x in (x_train, x_test):
+            x -= mean
+            x /= std
+    refuse_non_finite({"x_train": x_train, "x_test": x_test}, name)
     final: dict[str, np.ndarray] = {
         "x_train": x_train,
         "y_train": np.ascontiguousarray(arrays["y_train"], dtype=np.int64),

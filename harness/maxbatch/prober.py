@@ -67,7 +67,7 @@ def probe_peak_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
         return None
     sampled = m.vmdata_peak_mib
     if sampled is not None:
-        # VmData itself, sampled every millisecond while training (harness/run/worker.py VmDataWatcher): the very
+        # VmData itself, sampled every millisecond while training (harness/run/worker/memory.py VmDataWatcher): the very
         # figure the limit counts, including mappings that come and go within a step. It replaces the RSS
         # estimate below rather than topping it up: maxrss is the whole process's high-water mark, so a
         # start-up spike can lift the estimate of every small probe alike (a flat line, no fit: seen in CI)

@@ -7,8 +7,11 @@ Conventions (docs/sampler.md explains why):
   The first sample stands for one nominal interval before it.
 * **Time-weighted statistics per window** (a phase, or the whole trial): each finite value weighs the
   part of its interval inside the window, so a phase shorter than the sampling interval still gets the
-  value of the sample that spans it. Mean, min, max and a time-weighted p95; NaN values (unsupported
-  readings, gaps) weigh nothing, and ``covered_s`` says how much of the window had a value.
+  value of the sample that spans it. A phase the worker enters more than once (training resumes after each
+  evaluation point: ``timed``, ``eval``, ``timed``...) is one window over all its spans, so the timed
+  phase's aggregates describe the timed steps only, never an evaluation between them. Mean, min, max and a
+  time-weighted p95; NaN values (unsupported readings, gaps) weigh nothing, and ``covered_s`` says how much
+  of the window had a value.
 * **Energy from the cumulative counter** (mJ): each pair of consecutive samples gives the energy of
   its interval, spread evenly over it, so a window's energy is the counter interpolated at its edges.
   A counter that goes backwards wrapped (``counter_modulus``) unless the wrapped delta is not
@@ -61,11 +64,13 @@ class WindowSummary:
     energy_j: float | None = None
     energy_method: str | None = None  # "counter", "power integration", or a mix with seconds of each
     energy_covered_s: float = 0.0
+    spans_n: int = 1  # how many times the phase ran (start_s is its first start, end_s its last end)
+    active_s: float | None = None  # the summed length of its spans; None: one span, end_s - start_s
 
     @property
     def duration_s(self) -> float:
-        """Length of the window."""
-        return self.end_s - self.start_s
+        """How long the phase ran (its spans together, without what ran between them)."""
+        return self.active_s if self.active_s is not None else self.end_s - self.start_s
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (stored in the trial's monitor_json)."""
@@ -159,51 +164,71 @@ class Aggregator:
     def window(self, name: str, start_s: float, end_s: float, include_end: bool = False) -> WindowSummary:
         """Statistics and energy over ``[start_s, end_s)``; ``include_end`` counts a sample taken at
         ``end_s`` as inside (for the last window of a trial, which ends at its last sample)."""
-        spans = self._spans()
-        # only samples whose interval (t_prev, t] can overlap the window: t > start and t_prev < end
-        first = bisect.bisect_right(self._t, start_s)
-        last = min(bisect.bisect_left(self._t, end_s) + 1, len(self._t))
-        series: dict[str, SeriesStats] = {}
-        for key in self.series:
-            pairs = []
-            for (lo, hi), row in zip(spans[first:last], self._rows[first:last], strict=True):
+        return self.window_over(name, [(start_s, end_s)], end_s if include_end else None)
+
+    def window_over(self, name: str, spans: Sequence[tuple[float, float]],
+                    include_at: float | None = None) -> WindowSummary:
+        """Statistics and energy over the union of the disjoint ``spans`` (each ``[start, end)``, in time order):
+        a phase that ran more than once. A sample taken exactly at ``include_at`` counts as inside."""
+        if not spans:
+            raise ValueError(f"window {name!r} has no span")
+        intervals = self._spans()
+        pairs: dict[str, list[tuple[float, float]]] = {key: [] for key in self.series}
+        for start_s, end_s in spans:
+            # only samples whose interval (t_prev, t] can overlap the span: t > start and t_prev < end
+            first = bisect.bisect_right(self._t, start_s)
+            last = min(bisect.bisect_left(self._t, end_s) + 1, len(self._t))
+            for (lo, hi), row in zip(intervals[first:last], self._rows[first:last], strict=True):
                 w = min(hi, end_s) - max(lo, start_s)
-                value = row.get(key)
-                if w > 0 and _finite(value):
-                    pairs.append((float(value), w))
-            if pairs:
-                covered = sum(w for _, w in pairs)
-                series[key] = SeriesStats(mean=sum(v * w for v, w in pairs) / covered,
-                                          min=min(v for v, _ in pairs), max=max(v for v, _ in pairs),
-                                          p95=weighted_p95(pairs), covered_s=covered)
+                if w <= 0:
+                    continue
+                for key in self.series:
+                    value = row.get(key)
+                    if _finite(value):
+                        pairs[key].append((float(value), w))
+        series: dict[str, SeriesStats] = {}
+        for key, found in pairs.items():
+            if found:
+                covered = sum(w for _, w in found)
+                series[key] = SeriesStats(mean=sum(v * w for v, w in found) / covered,
+                                          min=min(v for v, _ in found), max=max(v for v, _ in found),
+                                          p95=weighted_p95(found), covered_s=covered)
+        energy_j, method_text, covered_s = self._energy_over(spans)
+        n = sum(1 for t in self._t if any(lo <= t < hi for lo, hi in spans) or t == include_at)
+        return WindowSummary(name=name, start_s=spans[0][0], end_s=spans[-1][1], samples_n=n, series=series,
+                             energy_j=energy_j, energy_method=method_text, energy_covered_s=covered_s,
+                             spans_n=len(spans),
+                             active_s=sum(hi - lo for lo, hi in spans) if len(spans) > 1 else None)
+
+    def _energy_over(self, spans: Sequence[tuple[float, float]]) -> tuple[float | None, str | None, float]:
+        """(energy in J or None, how it was measured, seconds it covers) over the spans."""
         energy_mj = 0.0
         seconds = {"counter": 0.0, "power": 0.0}
         if self._energy_cache is None:
             self._energy_cache = self._energy_intervals()
         for lo, hi, e_mj, method in self._energy_cache:
-            overlap = min(hi, end_s) - max(lo, start_s)
-            if overlap > 0:
-                energy_mj += e_mj * overlap / (hi - lo)  # constant power within an interval
-                seconds[method] += overlap
+            for start_s, end_s in spans:
+                overlap = min(hi, end_s) - max(lo, start_s)
+                if overlap > 0:
+                    energy_mj += e_mj * overlap / (hi - lo)  # constant power within an interval
+                    seconds[method] += overlap
         covered_s = seconds["counter"] + seconds["power"]
         if covered_s <= 0:
-            method_text = None
-        elif seconds["power"] == 0:
+            return None, None, covered_s
+        if seconds["power"] == 0:
             method_text = "counter"
         elif seconds["counter"] == 0:
             method_text = "power integration"
         else:
             method_text = (f"counter ({seconds['counter']:.3g} s) + "
                            f"power integration ({seconds['power']:.3g} s)")
-        n = sum(1 for t in self._t if start_s <= t < end_s or (include_end and t == end_s))
-        return WindowSummary(name=name, start_s=start_s, end_s=end_s, samples_n=n, series=series,
-                             energy_j=energy_mj / 1000.0 if covered_s > 0 else None,
-                             energy_method=method_text, energy_covered_s=covered_s)
+        return energy_mj / 1000.0, method_text, covered_s
 
     def summarise(self, phases: Sequence[tuple[str, float]],
                   end_s: float | None = None) -> dict[str, WindowSummary]:
         """One summary per phase (a phase runs until the next starts; the last until ``end_s``, by
-        default the last sample), one for samples before the first phase, and one named ``trial``."""
+        default the last sample; a phase announced more than once is one window over all its spans), one for
+        samples before the first phase, and one named ``trial``."""
         if not self._t:
             return {}
         end = max([end_s if end_s is not None else self._t[-1], *(t for _, t in phases)])
@@ -214,9 +239,12 @@ class Aggregator:
             first = ordered[0][1] if ordered else end
             if first > start and any(t < first for t in self._t):
                 out[BEFORE_FIRST_PHASE] = self.window(BEFORE_FIRST_PHASE, start, first)
+        spans: dict[str, list[tuple[float, float]]] = {}
         for i, (name, t0) in enumerate(ordered):
             t1 = ordered[i + 1][1] if i + 1 < len(ordered) else end
-            out[name] = self.window(name, t0, t1, include_end=t1 == end)
+            spans.setdefault(name, []).append((t0, t1))
+        for name, phase_spans in spans.items():
+            out[name] = self.window_over(name, phase_spans, end if phase_spans[-1][1] == end else None)
         out["trial"] = self.window("trial", min([start, *(t for _, t in ordered)]), end, include_end=True)
         return out
 

@@ -8,7 +8,6 @@ group, so an OOM, a segfault or a hang kills nothing but itself, and a timeout k
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import queue
 import signal
@@ -22,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.capture import BoundedOutput
-from harness.errors import WorkerProtocolError
+from harness.errors import ProtocolMismatchError, WorkerProtocolError
 from harness.models import build_description, is_native_model
-from harness.records import Monitor, NullMonitor, Status, TrialOutcome, TrialUnit, WorkerMetrics
-from harness.run.protocol import PROTOCOL_VERSION, WorkerReport, decode
+from harness.records import Monitor, NullMonitor, Status, TrialOutcome, TrialUnit
+from harness.run.protocol import Message, Phase, WorkerReport, WorkerRequest, decode
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 GENERIC_OOM_PATTERNS = ("MemoryError", "std::bad_alloc", "out of memory", "Cannot allocate memory",
@@ -63,13 +62,16 @@ def classify(report: WorkerReport, returncode: int | None, timed_out: bool, time
     phase = report.current_phase or "start-up"
     if timed_out:
         return "timeout", f"killed after the trial's timeout of {timeout_s:g} s, in phase {phase}"
+    if report.mismatch is not None:
+        return "error", report.mismatch
     if report.failure is not None:
         f = report.failure
-        first = (f.get("message") or "").strip().splitlines()
-        reason = f"{f.get('error_type', 'error')}: {first[0] if first else ''}".strip()[:500]
-        return ("oom" if f.get("oom") else "error"), f"{reason} (phase {f.get('phase', phase)})"
+        first = f.message.strip().splitlines()
+        reason = f"{f.error_type or 'error'}: {first[0] if first else ''}".strip()[:500]
+        return ("oom" if f.oom else "error"), f"{reason} (phase {f.phase or phase})"
     if report.result is not None and returncode == 0:
-        return "ok", ""
+        # a diverged training is a result (metrics, a curve up to there), never an ok one
+        return ("diverged", report.result.diverged) if report.result.diverged else ("ok", "")
     found = next((p for p in (*oom_patterns, *GENERIC_OOM_PATTERNS) if p in stderr_tail), None)
     if returncode is not None and returncode < 0:
         name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
@@ -118,13 +120,12 @@ class LocalExecutor:
         pipe, reader thread, monitor), so that no path leaves a worker or a thread behind.
         """
         trial = unit.trial
-        request = {"protocol": PROTOCOL_VERSION, "trial": trial.to_dict(), "data": unit.data.to_dict(),
-                   "order_path": unit.order_path, "adapter_target": unit.adapter_target,
-                   "os_memory_limit_mib": unit.os_memory_limit_mib,
-                   "progress_interval_s": unit.progress_interval_s,
-                   # resolved here, in the parent: a user's model function is never imported by a worker
-                   "model": None if is_native_model(trial.model) else
-                   build_description(trial.model, unit.data.input_shape, unit.data.classes).to_spec()}
+        request = WorkerRequest(
+            trial=trial, data=unit.data, order_path=unit.order_path, adapter_target=unit.adapter_target,
+            os_memory_limit_mib=unit.os_memory_limit_mib, progress_interval_s=unit.progress_interval_s,
+            # resolved here, in the parent: a user's model function is never imported by a worker
+            model=None if is_native_model(trial.model) else
+            build_description(trial.model, unit.data.input_shape, unit.data.classes).to_spec())
         env = dict(os.environ)
         # the parent's current directory last: a native model's factory module is found there, as in the parent
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", ""), os.getcwd())
@@ -161,7 +162,7 @@ class LocalExecutor:
                 os.close(out_write)
             output = BoundedOutput(out_read, sink=log, name=f"worker-output-{proc.pid}").start() \
                 if out_read >= 0 else None
-            messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
+            messages: queue.Queue[Message | None] = queue.Queue()
             reader = threading.Thread(target=_read_messages, args=(read_fd, messages, report),
                                       name=f"worker-reader-{proc.pid}", daemon=True)
             reader.start()
@@ -169,7 +170,7 @@ class LocalExecutor:
             try:
                 assert proc.stdin is not None
                 try:
-                    proc.stdin.write(json.dumps(request).encode())
+                    proc.stdin.write(request.to_json().encode())
                     proc.stdin.close()
                 except BrokenPipeError:
                     pass  # the worker died at once; its exit code tells why
@@ -188,17 +189,17 @@ class LocalExecutor:
                             timed_out = True
                             break
                         continue
-                    if msg is None:  # end of file: the worker closed its pipe or died
+                    if msg is None:  # end of file (the worker closed its pipe or died), or unreadable
                         break
-                    last_t = max(last_t, float(msg["t"]))
+                    last_t = max(last_t, msg.t)
                     report.feed(msg)
-                    if msg["event"] == "phase":
-                        monitor.phase(msg["phase"], float(msg["t"]))
+                    if isinstance(msg, Phase):
+                        monitor.phase(msg.phase, msg.t)
                     if on_event is not None:
-                        on_event(msg)
+                        on_event(msg.to_dict())
                 # a worker that ended while we were stopped is judged by its own clock, not by when we woke
                 timed_out = timed_out or (time.monotonic() > deadline and last_t > deadline)
-                if timed_out:
+                if timed_out or report.mismatch is not None:  # a worker we cannot read is not left running
                     _kill_group(proc)
                 try:
                     proc.wait(timeout=max(5.0, deadline - time.monotonic()))
@@ -223,16 +224,15 @@ class LocalExecutor:
                                   unit.oom_patterns)
         if report.bad_lines:
             reason = (reason + f"; {len(report.bad_lines)} unreadable protocol line(s)").lstrip("; ")
-        result = report.result or {}
-        failure = report.failure or {}
-        metrics = WorkerMetrics.from_dict(result["metrics"]) if result.get("metrics") else None
+        result, ready = report.result, report.ready
         outcome = TrialOutcome(
-            trial=trial, status=status, reason=reason, metrics=metrics,
-            step_times_ms=list(result.get("step_times_ms", [])), phase_steps=dict(result.get("phase_steps", {})),
-            versions=dict(report.hello.get("versions", {})), device=dict(report.ready.get("device", {})),
-            param_count=report.ready.get("param_count"), phases=list(report.phases),
-            exit_code=proc.returncode, stderr_tail=stderr_tail if status != "ok" else "",
-            traceback=failure.get("traceback", ""), elapsed_s=time.monotonic() - t_start,
+            trial=trial, status=status, reason=reason, metrics=result.metrics if result else None,
+            step_times_ms=list(result.step_times_ms) if result else [],
+            phase_steps=dict(result.phase_steps) if result else {}, curve=list(result.curve) if result else [],
+            versions=dict(report.hello.versions) if report.hello else {},
+            device=ready.device.to_dict() if ready else {}, param_count=ready.param_count if ready else None,
+            phases=list(report.phases), exit_code=proc.returncode, stderr_tail=stderr_tail if status != "ok" else "",
+            traceback=report.failure.traceback if report.failure else "", elapsed_s=time.monotonic() - t_start,
             started_at=started_at, finished_at=_now(), monitor=measured,
         )
         if status == "ok":
@@ -249,11 +249,16 @@ def _not_started(unit: TrialUnit, error: OSError, started_at: str, t_start: floa
                         started_at=started_at, finished_at=_now(), stderr_tail=str(error))
 
 
-def _read_messages(fd: int, out: queue.Queue[dict[str, Any] | None], report: WorkerReport) -> None:
+def _read_messages(fd: int, out: queue.Queue[Message | None], report: WorkerReport) -> None:
+    """Decode the worker's lines onto ``out``, then None; a line of another protocol version ends the reading
+    (``report.mismatch``): nothing more the worker says can be trusted to mean what we read it as."""
     with os.fdopen(fd, "rb") as f:
         for line in f:
             try:
                 out.put(decode(line))
+            except ProtocolMismatchError as e:
+                report.mismatch = str(e)
+                break
             except WorkerProtocolError as e:
                 report.bad_lines.append(str(e))
     out.put(None)

@@ -84,7 +84,8 @@ def _trial(v: Experiment, variant: str, framework: str, batch_size: int, repeat:
         device=v.device, threads=v.threads, timeout_s=v.timeout_s,  # type: ignore[arg-type]
         precision=v.precision, denormals=v.denormals,
         adapter_options=options,  # memory_limit_mib: the max-batch search's budget only
-        eval=v.eval, eval_batch_size=v.eval_batch_size, train_samples=v.train_samples,
+        eval=v.eval, eval_points=v.eval_points if v.eval else 0, eval_batch_size=v.eval_batch_size,
+        train_samples=v.train_samples,
         data_key=data.key, variant=variant, augment=v.augment, augment_pad_px=v.augment_pad_px,
         accumulate_steps=v.accumulate_steps,
     )

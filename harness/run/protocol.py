@@ -1,38 +1,51 @@
-"""The worker protocol: JSON lines from the worker to the parent, on a dedicated pipe.
+"""The worker protocol: the parent's typed request, and typed messages from the worker on a dedicated pipe.
 
-The parent sends one request (JSON) on the worker's stdin. The worker answers on a pipe file
-descriptor of its own (not stdout, which frameworks litter with logs), one JSON object per line.
-Every message has ``event`` and ``t`` (``time.monotonic()``, a clock the two processes share on Linux).
+The parent sends one :class:`WorkerRequest` (JSON) on the worker's stdin. The worker answers on a pipe file
+descriptor of its own (not stdout, which frameworks litter with logs), one JSON object per line. Every line
+carries ``event``, ``v`` (:data:`PROTOCOL_VERSION`) and ``t`` (``time.monotonic()``, a clock the two processes
+share on Linux). Both ends check the version: a worker that imports another batchscope than its parent (an
+``[adapters.NAME] python`` with its own install, a cluster node with another release) is refused with both
+versions named (:class:`ProtocolMismatchError`), never read field by field as if it spoke ours.
 
-Events, in the order a good trial sends them::
+Messages, in the order a good trial sends them::
 
-    hello    {pid, adapter, versions}
     phase    {phase}                          phase in PHASES; one phase runs until the next starts
-    ready    {device: {...}, param_count}     after setup
+    hello    {pid, adapter, versions, python, executable}
+    ready    {device: {...}, param_count, model}   after setup
     progress {phase, step, steps_total, epoch, epochs, step_ms}   during training, at most every
                                               ``progress_interval_s`` (the request's; None: never)
-    result   {metrics: {...}, step_times_ms: [...], phase_steps: {...}}
+    result   {metrics: {...}, step_times_ms: [...], phase_steps: {...}, curve: [{...}], diverged}
     failure  {oom: bool, error_type, message, traceback, phase}
     end      {}
+
+:func:`decode` turns a line into one of the message records below (a :class:`Message`); the executor hands
+each on to its listeners as plain data (:meth:`Message.to_dict`), the form the live display reads.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
-from harness.errors import WorkerProtocolError
-from harness.records import PROGRESS_INTERVAL_S
+from harness.config.trial import TrialSpec
+from harness.data import PreparedData
+from harness.errors import ProtocolMismatchError, WorkerProtocolError
+from harness.records import PROGRESS_INTERVAL_S, CurvePoint, WorkerMetrics
 
-__all__ = ["PROGRESS_INTERVAL_S", "Channel", "ProgressTicker", "WorkerReport", "decode", "encode"]
+__all__ = ["EVENTS", "PHASES", "PROGRESS_INTERVAL_S", "PROTOCOL_VERSION", "Channel", "End", "Failure", "Hello",
+           "Message", "Phase", "Progress", "ProgressTicker", "Ready", "Result", "SetupFacts", "WorkerReport",
+           "WorkerRequest", "decode", "encode"]
 
-PROTOCOL_VERSION = 1
+#: 2: typed messages, each line carries the version (1 sent it in the request only, and no one checked it);
+#: 3: ``result`` carries the learning curve and whether (and where) the training diverged
+PROTOCOL_VERSION = 3
 PHASES = ("setup", "warmup", "timed", "train", "eval")
-EVENTS = ("hello", "phase", "ready", "progress", "result", "failure", "end")
 
 
 def _clean(value: Any) -> Any:
@@ -46,25 +59,247 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def encode(event: str, **fields: Any) -> bytes:
+def _plain(value: Any) -> Any:
+    """A message field as plain data: records by their ``to_dict``, sequences of them item by item."""
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _check_version(version: Any, what: str) -> None:
+    if version != PROTOCOL_VERSION:
+        raise ProtocolMismatchError(
+            f"{what} speaks worker protocol version {version!r}, this batchscope speaks {PROTOCOL_VERSION}: the "
+            "worker's interpreter imports another batchscope than the parent's; install the same release there "
+            "(check [adapters.NAME] python in the experiment file, or the cluster nodes' environments)")
+
+
+# ------------------------------------------------------------------------------------------------ parent -> worker
+@dataclass(frozen=True)
+class WorkerRequest:
+    """Everything a worker needs to run one trial, sent once on its stdin.
+
+    ``model`` is the model description as data (:meth:`harness.models.ModelDescription.to_spec`), resolved in
+    the parent so that a user's model function is never imported by a worker; None for a framework's native
+    model. ``os_memory_limit_mib``: RLIMIT_DATA the worker puts on itself (max-batch probes on CPU).
+    """
+
+    trial: TrialSpec
+    data: PreparedData
+    order_path: str
+    adapter_target: str  # "module:Class" of the adapter
+    model: Mapping[str, Any] | None = None
+    os_memory_limit_mib: float | None = None
+    progress_interval_s: float | None = PROGRESS_INTERVAL_S
+    protocol: int = PROTOCOL_VERSION
+
+    def to_json(self) -> str:
+        """The request as one JSON document."""
+        return json.dumps({"protocol": self.protocol, "trial": self.trial.to_dict(), "data": self.data.to_dict(),
+                           "order_path": self.order_path, "adapter_target": self.adapter_target,
+                           "model": self.model, "os_memory_limit_mib": self.os_memory_limit_mib,
+                           "progress_interval_s": self.progress_interval_s})
+
+    @classmethod
+    def from_json(cls, text: str) -> WorkerRequest:
+        """Parse a request; a request of another protocol version is refused before any field is read.
+
+        Raises:
+            ProtocolMismatchError: the parent speaks another version.
+            WorkerProtocolError: not a request at all.
+        """
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise WorkerProtocolError(f"the worker's request is not JSON: {text[:200]!r}") from e
+        if not isinstance(raw, dict):
+            raise WorkerProtocolError(f"the worker's request is not an object: {text[:200]!r}")
+        _check_version(raw.get("protocol"), "the parent")
+        try:
+            return cls(trial=TrialSpec.from_dict(raw["trial"]), data=PreparedData.from_dict(raw["data"]),
+                       order_path=str(raw["order_path"]), adapter_target=str(raw["adapter_target"]),
+                       model=raw.get("model"), os_memory_limit_mib=raw.get("os_memory_limit_mib"),
+                       progress_interval_s=raw.get("progress_interval_s"), protocol=raw["protocol"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise WorkerProtocolError(f"the worker's request lacks or garbles {e}") from e
+
+
+# ------------------------------------------------------------------------------------------------ worker -> parent
+@dataclass(frozen=True)
+class SetupFacts:
+    """What an adapter's ``setup()`` reported about where it runs (``adapters.base.Adapter.setup``).
+
+    The keys every adapter may give are fields; framework-specific ones (PyTorch's ``cuda_alloc_conf``, a memory
+    mode) stay in ``extra``. :meth:`to_dict` is the flat mapping stored as the trial's ``device_json``.
+    """
+
+    device: str | None = None  # "cpu" | "gpu": where the trial ran, resolved by the framework
+    gpu_name: str | None = None
+    gpu_total_mib: float | None = None
+    cpu_denormals: str | None = None  # flush | keep | unknown, where the adapter tells
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, info: Mapping[str, Any] | None) -> SetupFacts:
+        """From the flat mapping ``setup()`` returns (or :meth:`to_dict` gave)."""
+        info = dict(info or {})
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        return cls(**{k: info.pop(k) for k in list(info) if k in known}, extra=info)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The flat mapping: the known facts that are set, and the extra ones."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        return {**{k: v for k, v in out.items() if v is not None}, **self.extra}
+
+
+@dataclass(frozen=True)
+class Message:
+    """One protocol line's record; subclasses name their ``event`` and add their fields."""
+
+    event: ClassVar[str] = ""
+    t: float = field(default_factory=time.monotonic, kw_only=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data: ``event``, ``t`` and the fields (as on the wire, without the version)."""
+        out = {"event": self.event, "t": self.t}
+        for f in dataclasses.fields(self):
+            if f.name != "t":
+                out[f.name] = _plain(getattr(self, f.name))
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Message:
+        """From :meth:`to_dict`'s form (the ``event`` and ``v`` keys are the decoder's)."""
+        return cls(**{k: v for k, v in raw.items() if k not in ("event", "v")})
+
+
+@dataclass(frozen=True)
+class Phase(Message):
+    """The worker began ``phase`` (one of :data:`PHASES`) at ``t``."""
+
+    event: ClassVar[str] = "phase"
+    phase: str
+
+    def __post_init__(self) -> None:
+        if self.phase not in PHASES:
+            raise WorkerProtocolError(f"unknown phase {self.phase!r}; phases: {', '.join(PHASES)}")
+
+
+@dataclass(frozen=True)
+class Hello(Message):
+    """The worker's process and the adapter it loaded."""
+
+    event: ClassVar[str] = "hello"
+    pid: int
+    adapter: str
+    versions: Mapping[str, str]
+    python: str
+    executable: str
+
+
+@dataclass(frozen=True)
+class Ready(Message):
+    """Setup is done: the device, the model's size as the framework counts it, the model as data."""
+
+    event: ClassVar[str] = "ready"
+    device: SetupFacts
+    param_count: int | None
+    model: Mapping[str, Any]
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Ready:  # noqa: D102
+        return cls(device=SetupFacts.from_dict(raw.get("device")), param_count=raw.get("param_count"),
+                   model=raw.get("model") or {}, t=raw["t"])
+
+
+@dataclass(frozen=True)
+class Progress(Message):
+    """Training progress: steps done of ``steps_total``, the epoch, the last step's time."""
+
+    event: ClassVar[str] = "progress"
+    phase: str
+    step: int
+    steps_total: int
+    epoch: int
+    epochs: int
+    step_ms: float | None
+
+
+@dataclass(frozen=True)
+class Result(Message):
+    """The trial ran to its end, or to where its training diverged (``diverged``: where and how; None when it
+    did not): the worker's measurements, every step's time, the steps each phase ran, the learning curve."""
+
+    event: ClassVar[str] = "result"
+    metrics: WorkerMetrics
+    step_times_ms: tuple[float, ...]
+    phase_steps: Mapping[str, int]
+    curve: tuple[CurvePoint, ...] = ()
+    diverged: str | None = None
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Result:  # noqa: D102
+        return cls(metrics=WorkerMetrics.from_dict(dict(raw["metrics"])),
+                   step_times_ms=tuple(raw["step_times_ms"]), phase_steps=dict(raw["phase_steps"]),
+                   curve=tuple(CurvePoint(**p) for p in raw.get("curve", ())), diverged=raw.get("diverged"),
+                   t=raw["t"])
+
+
+@dataclass(frozen=True)
+class Failure(Message):
+    """The trial failed with an exception in ``phase``; ``oom`` as the adapter classified it."""
+
+    event: ClassVar[str] = "failure"
+    oom: bool
+    error_type: str
+    message: str
+    traceback: str
+    phase: str
+
+
+@dataclass(frozen=True)
+class End(Message):
+    """The worker is done and about to exit."""
+
+    event: ClassVar[str] = "end"
+
+
+MESSAGES: dict[str, type[Message]] = {m.event: m for m in (Phase, Hello, Ready, Progress, Result, Failure, End)}
+EVENTS = tuple(MESSAGES)
+
+
+def encode(msg: Message) -> bytes:
     """One protocol line."""
-    if event not in EVENTS:
-        raise WorkerProtocolError(f"unknown event {event!r}")
-    msg = {"event": event, "t": time.monotonic(), **fields}
-    return (json.dumps(_clean(msg), separators=(",", ":")) + "\n").encode()
+    if type(msg).event not in MESSAGES:
+        raise WorkerProtocolError(f"unknown event {type(msg).event!r}")
+    body = {"event": msg.event, "v": PROTOCOL_VERSION, **msg.to_dict()}
+    return (json.dumps(_clean(body), separators=(",", ":")) + "\n").encode()
 
 
-def decode(line: bytes | str) -> dict[str, Any]:
-    """Parse one protocol line; raise :class:`WorkerProtocolError` on anything else."""
+def decode(line: bytes | str) -> Message:
+    """Parse one protocol line into its record.
+
+    Raises:
+        ProtocolMismatchError: the line is of another protocol version (checked before anything else).
+        WorkerProtocolError: anything else that is not a message of this version.
+    """
     try:
-        msg = json.loads(line)
+        raw = json.loads(line)
     except json.JSONDecodeError as e:
         raise WorkerProtocolError(f"not a protocol line: {line[:200]!r}") from e
-    if not isinstance(msg, dict) or msg.get("event") not in EVENTS or not isinstance(msg.get("t"), (int, float)):
-        raise WorkerProtocolError(f"not a protocol message: {str(msg)[:200]}")
-    if msg["event"] == "phase" and msg.get("phase") not in PHASES:
-        raise WorkerProtocolError(f"unknown phase {msg.get('phase')!r}")
-    return msg
+    if not isinstance(raw, dict) or not isinstance(raw.get("event"), str) or not isinstance(raw.get("t"), (int, float)):
+        raise WorkerProtocolError(f"not a protocol message: {str(raw)[:200]}")
+    _check_version(raw.get("v"), "the worker")  # before the event: another version may have other events
+    kind = MESSAGES.get(raw["event"])
+    if kind is None:
+        raise WorkerProtocolError(f"unknown event {raw['event']!r}: {str(raw)[:200]}")
+    try:
+        return kind.from_dict(raw)
+    except (KeyError, TypeError, ValueError) as e:
+        raise WorkerProtocolError(f"a {raw['event']} message with missing or unknown fields ({e}): "
+                                  f"{str(raw)[:200]}") from e
 
 
 class ProgressTicker:
@@ -88,9 +323,9 @@ class ProgressTicker:
         if self.interval_s is None or (now_s < self._next_s and done != self.steps_total):
             return
         self._next_s = now_s + self.interval_s
-        self.chan.send("progress", phase=phase, step=done, steps_total=self.steps_total,
-                       epoch=min(step // self.steps_per_epoch + 1, self.epochs) if self.epochs else 0,
-                       epochs=self.epochs, step_ms=step_ms)
+        self.chan.send(Progress(phase=phase, step=done, steps_total=self.steps_total,
+                                epoch=min(step // self.steps_per_epoch + 1, self.epochs) if self.epochs else 0,
+                                epochs=self.epochs, step_ms=step_ms))
         self.sent += 1
 
 
@@ -100,9 +335,9 @@ class Channel:
     def __init__(self, fd: int) -> None:
         self._f: IO[bytes] = os.fdopen(fd, "wb", buffering=0)
 
-    def send(self, event: str, **fields: Any) -> None:
+    def send(self, msg: Message) -> None:
         """Send one message."""
-        self._f.write(encode(event, **fields))
+        self._f.write(encode(msg))
 
     def close(self) -> None:
         """Close the pipe (the parent then sees end of file)."""
@@ -113,31 +348,32 @@ class Channel:
 class WorkerReport:
     """Everything the parent collected from one worker's messages."""
 
-    hello: dict[str, Any] = field(default_factory=dict)
-    ready: dict[str, Any] = field(default_factory=dict)
+    hello: Hello | None = None
+    ready: Ready | None = None
     phases: list[tuple[str, float]] = field(default_factory=list)  # (phase, monotonic start)
-    result: dict[str, Any] | None = None
-    failure: dict[str, Any] | None = None
+    result: Result | None = None
+    failure: Failure | None = None
     ended: bool = False
-    progress: dict[str, Any] | None = None  # the latest progress message
+    progress: Progress | None = None  # the latest progress message
     bad_lines: list[str] = field(default_factory=list)
+    #: why the worker's messages could not be read at all (another protocol version); the trial is an error
+    mismatch: str | None = None
 
-    def feed(self, msg: dict[str, Any]) -> None:
+    def feed(self, msg: Message) -> None:
         """Record one decoded message."""
-        event = msg["event"]
-        if event == "hello":
+        if isinstance(msg, Hello):
             self.hello = msg
-        elif event == "ready":
+        elif isinstance(msg, Ready):
             self.ready = msg
-        elif event == "phase":
-            self.phases.append((msg["phase"], float(msg["t"])))
-        elif event == "progress":
+        elif isinstance(msg, Phase):
+            self.phases.append((msg.phase, msg.t))
+        elif isinstance(msg, Progress):
             self.progress = msg
-        elif event == "result":
+        elif isinstance(msg, Result):
             self.result = msg
-        elif event == "failure":
+        elif isinstance(msg, Failure):
             self.failure = msg
-        elif event == "end":
+        elif isinstance(msg, End):
             self.ended = True
 
     @property

@@ -1,6 +1,8 @@
 """The results store: one SQLite file per output directory (:mod:`harness.store.db`) and its export."""
 
 from harness.store.db import (
+    CURVE_COLUMN_NAMES,
+    CURVE_COLUMNS,
     MAXBATCH_COLUMN_NAMES,
     MAXBATCH_COLUMNS,
     SAMPLE_COLUMNS,
@@ -13,5 +15,6 @@ from harness.store.db import (
     store_path,
 )
 
-__all__ = ["MAXBATCH_COLUMNS", "MAXBATCH_COLUMN_NAMES", "SAMPLE_COLUMNS", "SCHEMA_VERSION", "STORE_NAME",
+__all__ = ["CURVE_COLUMNS", "CURVE_COLUMN_NAMES", "MAXBATCH_COLUMNS",
+           "MAXBATCH_COLUMN_NAMES", "SAMPLE_COLUMNS", "SCHEMA_VERSION", "STORE_NAME",
            "TRIAL_COLUMNS", "TRIAL_COLUMN_NAMES", "Store", "outcome_row", "store_path"]

@@ -7,6 +7,7 @@ Tables:
 * ``step_times``: every step's time (ms) with its phase.
 * ``samples``: the sampler's raw samples, phase-tagged.
 * ``maxbatch``: one row per max-batch search (its probes are ``trials`` rows with purpose ``probe``).
+* ``curve``: one row per evaluation of a trial (its learning curve), columns from :class:`~harness.records.CurvePoint`.
 
 A trial's rows are written in a single transaction the moment it finishes, so a killed sweep loses
 at most the trial in flight, and ``--resume`` skips every trial whose hash is stored. The report
@@ -15,11 +16,14 @@ reads only this file.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
 import sqlite3
 import tempfile
+import types
+import typing
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,7 +33,7 @@ from harness.errors import BatchscopeError, OutputError, StoreError
 from harness.flops import mfu_pct
 from harness.monitor.fields import SAMPLE_COLUMNS
 from harness.monitor.fields import TRIAL_COLUMNS as SAMPLER_TRIAL_COLUMNS
-from harness.records import TrialOutcome
+from harness.records import CurvePoint, TrialOutcome, WorkerMetrics
 
 STORE_NAME = "results.sqlite"
 #: how long an open waits for another process's transaction (a sweep commits one trial at a time, in milliseconds)
@@ -38,24 +42,46 @@ BUSY_TIMEOUT_S = 30.0
 #: train_samples_per_s, whose meaning changed), drift, denormals, FLOPs; peak GPU memory columns say peak
 SCHEMA_VERSION = 2
 
-#: trials columns: (name, SQL type). Units are in the names; *_json columns hold JSON text.
+def sql_type(hint: Any) -> str:
+    """The SQLite column type of a record field's type: ``X | None`` is a nullable X; bool is INTEGER (0/1)."""
+    args = [hint]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if len(args) == 1 and typing.get_origin(args[0]) is typing.Literal:
+        args = list({type(v) for v in typing.get_args(args[0])})
+    if len(args) == 1 and args[0] in _SQL_TYPES:
+        return _SQL_TYPES[args[0]]
+    raise TypeError(f"no SQLite column type for a field of type {hint!r}; give the field a plain int, float, bool "
+                    "or str type (or X | None)")
+
+
+_SQL_TYPES: dict[Any, str] = {bool: "INTEGER", int: "INTEGER", float: "REAL", str: "TEXT"}
+
+
+def record_columns(cls: type) -> tuple[tuple[str, str], ...]:
+    """(name, SQL type) of each field of the dataclass ``cls``, in field order."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, sql_type(hints[f.name])) for f in dataclasses.fields(cls))
+
+
+#: what the worker measured: one trials column per :class:`~harness.records.WorkerMetrics` field, named and typed
+#: by the field (a new field is a new column, added to older stores on open). Throughput over every post-warm-up
+#: step (harness/run/timing.py): step = batch / median step time (forward, backward, update); e2e = samples / wall
+#: time of those steps, batch preparation included. NULL where the worker sent no result.
+METRIC_COLUMNS: tuple[tuple[str, str], ...] = record_columns(WorkerMetrics)
+
+#: trials columns: (name, SQL type). Units are in the names; *_json columns hold JSON text. The trial's identity
+#: and settings (from its TrialSpec) and how it ended come first, then the worker's measurements, then the
+#: sampler's; a store made before a column existed gains it, empty, when opened.
 TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("trial_hash", "TEXT PRIMARY KEY"), ("run_id", "INTEGER"), ("experiment", "TEXT"), ("purpose", "TEXT"),
     ("framework", "TEXT"), ("model", "TEXT"), ("dataset", "TEXT"), ("batch_size", "INTEGER"),
     ("repeat", "INTEGER"), ("seed", "INTEGER"), ("status", "TEXT"), ("reason", "TEXT"),
-    # throughput over every post-warm-up step (harness/run/timing.py): step = batch / median step time
-    # (forward, backward, update); e2e = samples / wall time of those steps, batch preparation included
-    ("step_samples_per_s", "REAL"), ("e2e_samples_per_s", "REAL"), ("step_time_ms_median", "REAL"),
-    ("step_time_ms_iqr", "REAL"), ("measured_steps_n", "INTEGER"),
-    ("drift_change_pct", "REAL"), ("drift_threshold_pct", "REAL"), ("drift_flagged", "INTEGER"),
-    ("denormals", "TEXT"), ("cpu_denormals", "TEXT"),  # asked for; what the CPU did (flush | keep | unknown)
-    ("train_flop_per_sample", "REAL"), ("achieved_gflop_per_s", "REAL"), ("mfu_pct", "REAL"),
-    ("framework_peak_mib", "REAL"), ("framework_peak_source", "TEXT"),
-    ("framework_reserved_mib", "REAL"), ("rss_peak_mib", "REAL"), ("accuracy", "REAL"), ("eval_loss", "REAL"),
-    ("epochs", "INTEGER"), ("epochs_done", "REAL"), ("lr", "REAL"), ("optimizer", "TEXT"),
-    ("warmup_steps_n", "INTEGER"), ("timed_steps_n", "INTEGER"), ("train_steps_n", "INTEGER"),
-    ("setup_s", "REAL"), ("train_s", "REAL"), ("eval_s", "REAL"), ("data_s", "REAL"), ("elapsed_s", "REAL"),
+    ("denormals", "TEXT"),  # asked for; what the CPU did is the worker's cpu_denormals (flush | keep | unknown)
+    ("mfu_pct", "REAL"), ("rss_peak_mib", "REAL"),  # the higher of the worker's maxrss and the sampler's peak
+    ("epochs", "INTEGER"), ("lr", "REAL"), ("optimizer", "TEXT"), ("elapsed_s", "REAL"),
     ("param_count", "INTEGER"), ("device", "TEXT"), ("precision", "TEXT"),
+    *METRIC_COLUMNS,
     # sampler aggregates, from the field table (harness/monitor/fields.py): means over the timed phase, except
     # where the name says peak; NULL where not measured
     *(c for c in SAMPLER_TRIAL_COLUMNS if c[0] != "rss_peak_mib"), ("j_per_sample", "REAL"),
@@ -64,13 +90,8 @@ TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("exit_code", "INTEGER"), ("stderr_tail", "TEXT"), ("traceback", "TEXT"),
     ("versions_json", "TEXT"), ("env_json", "TEXT"), ("device_json", "TEXT"), ("spec_json", "TEXT"),
     ("monitor_json", "TEXT"), ("started_at", "TEXT"), ("finished_at", "TEXT"),
-    # study settings (issue 14), nullable and added to older stores on open: variant is "" without variants
+    # study settings (issue 14): variant is "" without variants
     ("variant", "TEXT"), ("augment", "TEXT"), ("accumulate_steps", "INTEGER"), ("effective_batch_size", "INTEGER"),
-    ("optimizer_updates_n", "INTEGER"), ("micro_batches_n", "INTEGER"),
-    # precision (issue 14 item 4), nullable and added to older stores on open: what the training forward pass
-    # computed in as the adapter observed it (the worker fails a trial where it is not the asked-for precision's
-    # dtype), and the loss scale of the last update where float16 loss scaling ran
-    ("compute_dtype", "TEXT"), ("loss_scale", "REAL"),
 )
 TRIAL_COLUMN_NAMES = tuple(name for name, _ in TRIAL_COLUMNS)
 
@@ -103,6 +124,11 @@ MAXBATCH_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 MAXBATCH_COLUMN_NAMES = tuple(name for name, _ in MAXBATCH_COLUMNS)
 
+#: curve columns: one row per evaluation of a trial on the held-out split, in training order (the last point is
+#: the end of the training and equals the trial row's accuracy and eval_loss), from the CurvePoint record
+CURVE_COLUMNS: tuple[tuple[str, str], ...] = (("trial_hash", "TEXT NOT NULL"), *record_columns(CurvePoint))
+CURVE_COLUMN_NAMES = tuple(name for name, _ in CURVE_COLUMNS)
+
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS runs (
@@ -115,6 +141,7 @@ CREATE TABLE IF NOT EXISTS step_times (
 CREATE TABLE IF NOT EXISTS samples ({", ".join(f"{n} {t}" for n, t in SAMPLE_COLUMNS)});
 CREATE INDEX IF NOT EXISTS samples_by_trial ON samples (trial_hash);
 CREATE TABLE IF NOT EXISTS maxbatch ({", ".join(f"{n} {t}" for n, t in MAXBATCH_COLUMNS)});
+CREATE TABLE IF NOT EXISTS curve ({", ".join(f"{n} {t}" for n, t in CURVE_COLUMNS)}, PRIMARY KEY (trial_hash, point));
 """
 
 
@@ -302,7 +329,7 @@ class Store:
             self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             # columns added since a store was made are added to it (nullable, so old rows stay valid)
             for table, columns in (("trials", TRIAL_COLUMNS), ("samples", SAMPLE_COLUMNS),
-                                   ("maxbatch", MAXBATCH_COLUMNS)):
+                                   ("maxbatch", MAXBATCH_COLUMNS), ("curve", CURVE_COLUMNS)):
                 have = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
                 for name, typ in columns:
                     if name not in have:
@@ -359,7 +386,7 @@ class Store:
         return {r[0] for r in self.conn.execute("SELECT trial_hash FROM trials")}
 
     def write_trial(self, outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> None:
-        """Write one trial, its step times and its samples in one transaction (all or nothing)."""
+        """Write one trial, its step times, its samples and its curve in one transaction (all or nothing)."""
         row = outcome_row(outcome, run_id, env)
         h = row["trial_hash"]
         steps = outcome.phase_steps
@@ -378,6 +405,7 @@ class Store:
         with self._writing(f"trial {h}"), self.conn:
             self.conn.execute("DELETE FROM step_times WHERE trial_hash=?", (h,))
             self.conn.execute("DELETE FROM samples WHERE trial_hash=?", (h,))
+            self.conn.execute("DELETE FROM curve WHERE trial_hash=?", (h,))
             cols = ", ".join(row)
             self.conn.execute(f"INSERT OR REPLACE INTO trials ({cols}) VALUES ({', '.join('?' * len(row))})",
                               tuple(row.values()))
@@ -387,11 +415,21 @@ class Store:
                 self.conn.executemany(
                     f"INSERT INTO samples ({', '.join(sample_names)}) VALUES ({', '.join('?' * len(sample_names))})",
                     ([h if n == "trial_hash" else s.get(n) for n in sample_names] for s in samples))
+            self.conn.executemany(
+                f"INSERT INTO curve ({', '.join(CURVE_COLUMN_NAMES)}) VALUES ({', '.join('?' * len(CURVE_COLUMNS))})",
+                ((h, *(p.to_dict()[n] for n in CURVE_COLUMN_NAMES[1:])) for p in outcome.curve))
 
     def trials(self, where: str = "", params: Iterable[Any] = ()) -> list[dict[str, Any]]:
         """Trial rows as dicts (``where`` is an SQL condition on trials' columns)."""
         sql = "SELECT * FROM trials" + (f" WHERE {where}" if where else "") + " ORDER BY rowid"
         return self._complete("trials", TRIAL_COLUMN_NAMES, [dict(r) for r in self.conn.execute(sql, tuple(params))])
+
+    def curves(self, trial_hash: str | None = None) -> list[dict[str, Any]]:
+        """Curve rows as dicts (of one trial, or of all), by trial and point."""
+        if not self.has_table("curve"):  # a read-only open of a store made before curves
+            return []
+        where, params = ("WHERE trial_hash=?", (trial_hash,)) if trial_hash else ("", ())
+        return [dict(r) for r in self.conn.execute(f"SELECT * FROM curve {where} ORDER BY trial_hash, point", params)]
 
     def runs(self) -> list[dict[str, Any]]:
         """Run rows as dicts."""
@@ -449,11 +487,9 @@ def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> d
         "monitor_json": json.dumps(outcome.monitor.summary(), default=str),
         "started_at": outcome.started_at, "finished_at": outcome.finished_at,
     }
-    for name in TRIAL_COLUMN_NAMES:
+    for name in TRIAL_COLUMN_NAMES:  # the worker's measurements (METRIC_COLUMNS), then the sampler's
         if name not in row:
-            value = m.get(name, mon.get(name))
-            if value is not None or name not in row:
-                row[name] = value
+            row[name] = m.get(name, mon.get(name))
     return row
 
 

@@ -142,7 +142,7 @@ def test_amp_without_a_loss_scale_is_not_amp():
 
 
 def test_the_worker_fails_a_trial_whose_adapter_did_not_compute_in_the_precision_asked_for():
-    from harness.run.worker import _precision_seen
+    from harness.run.worker.trial import _precision_seen
 
     class Seen:
         def __init__(self, seen: PrecisionSeen | None) -> None:

@@ -175,3 +175,27 @@ def test_a_float_setting_must_be_finite():
         parse(momentum=float("nan"))
     with pytest.raises(ConfigError, match=r"momentum: 1.0 must be in \[0, 1\)"):
         parse(momentum=1.0)
+
+
+def test_eval_points_default_to_eight_reach_the_trial_and_change_its_hash_only_when_set():
+    from harness.run.planner import plan
+
+    class _Data:
+        key = "k"
+        input_shape = (1, 8, 8)
+
+    assert parse().eval_points == 8
+    assert {t.eval_points for t in plan(parse(eval_points=3), _Data())} == {3}  # type: ignore[arg-type]
+    # eval = false evaluates nothing, so its trials carry no evaluation points (and keep their old hashes)
+    assert {t.eval_points for t in plan(parse(eval=False), _Data())} == {0}  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"exp.toml: eval_points: -1 must be >= 0"):
+        parse(eval_points=-1)
+    with pytest.raises(ConfigError, match=r"eval_points: 4 evaluation points were asked for, but eval = false"):
+        parse(eval=False, eval_points=4)
+    from tests.conftest import make_trial
+
+    # a trial from before the key existed (eval_points 0) keeps its hash: --resume on an old store skips it
+    old = make_trial()
+    assert old.eval_points == 0
+    assert make_trial(eval_points=0).trial_hash == old.trial_hash
+    assert make_trial(eval_points=8).trial_hash != old.trial_hash

@@ -84,6 +84,10 @@ def test_cached_by_content_an_edited_file_is_prepared_again(tmp_path: Path) -> N
     ({"x_train": np.zeros((12, 36))}, "images must be (N, C, H, W)"),
     ({"x_test": np.zeros((4, 3, 5, 5))}, "both splits must have one image shape"),
     ({"x_train": np.full((12, 3, 6, 6), np.nan)}, "NaN"),
+    # finite in the file, not once prepared: float64 beyond float32's range, and float32 whose spread overflows
+    ({"x_test": np.full((4, 3, 6, 6), 1e300)}, "x_test holds 432 value(s) that are not finite once prepared"),
+    ({"x_train": np.where(np.arange(12 * 3 * 36).reshape(12, 3, 6, 6) % 2, 3e38, -3e38).astype(np.float32)},
+     "x_train holds"),
     ({"y_train": np.zeros(12, dtype=np.int64)}, "at least two classes"),
 ])
 def test_bad_files_are_refused_with_the_problem_named(tmp_path: Path, override: dict, message: str) -> None:
@@ -126,4 +130,10 @@ def test_run_and_maxbatch_with_a_bad_file_exit_2_and_write_nothing(tmp_path: Pat
                  "--device", "cpu", "--memory-limit-mib", "2000", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("label -1") == 2 and "Traceback" not in err
+    assert not out.exists()
+    overflow = write_npz(tmp_path / "huge.npz", x_train=np.full((12, 3, 6, 6), 1e300))  # finite, until float32
+    toml.write_text(f'name = "e"\nframeworks = ["pytorch"]\nbatch_sizes = [2]\ndataset = "npz:{overflow}"\n')
+    assert main(["run", str(toml), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{overflow}: x_train holds" in err and "overflow float32" in err and "Traceback" not in err
     assert not out.exists()

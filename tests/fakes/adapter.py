@@ -20,8 +20,11 @@ from harness.config.precision import COMPUTE_DTYPES
 from harness.models import ModelDescription
 
 BEHAVIOURS = ("ok", "hang", "sigkill", "oom", "error", "segfault", "exit0", "noisy", "oom_stderr",
-              "hang_setup", "oom_large", "hang_large", "keeps_denormals", "ignores_precision", "flood",
-              "flood_then_error", "hang_eval_large", "slow_steps")
+              "hang_setup", "oom_large", "hang_large", "keeps_denormals", "ignores_precision",
+              "diverges", "nan_weights", "flood", "flood_then_error", "hang_eval_large", "slow_steps")
+#: with behaviour "diverges" (NaN logits and weights) or "nan_weights" (NaN weights, finite logits), the training
+#: goes bad from this step on
+DIVERGES_AT_STEP = 3
 #: with behaviour "flood_then_error", what the first step prints before it raises (bytes)
 FLOOD_BYTES = 64 * 2**20
 #: the behaviour when the experiment sets none: lets a test steer workers that a CLI command starts
@@ -72,8 +75,14 @@ class FakeAdapter(Adapter):
     def param_count(self) -> int:
         return self.n_params
 
+    def _gone_bad(self) -> bool:
+        return self.behaviour in ("diverges", "nan_weights") and self.steps >= DIVERGES_AT_STEP
+
     def get_weights(self) -> list[np.ndarray]:
-        return []
+        w = np.zeros(3, dtype=np.float32)
+        if self._gone_bad():
+            w[1] = np.nan
+        return [np.ones((2, 2), dtype=np.float32), w]
 
     def prepare_batch(self, x: np.ndarray, y: np.ndarray) -> Any:
         return x, y
@@ -130,7 +139,8 @@ class FakeAdapter(Adapter):
         x, _ = batch
         if self.behaviour == "hang_eval_large" and self.last_batch >= OOM_LARGE_BATCH:  # trains, then hangs in eval
             time.sleep(3600)
-        return np.zeros((len(x), self.classes), dtype=np.float32)
+        fill = np.nan if self.behaviour == "diverges" and self._gone_bad() else 0.0
+        return np.full((len(x), self.classes), fill, dtype=np.float32)
 
     def precision_seen(self) -> PrecisionSeen | None:
         if self.steps == 0:

@@ -131,3 +131,29 @@ def test_a_trial_that_died_in_setup_reports_peaks_over_what_it_did():
     row = trial_aggregates(agg.summarise([("setup", 0.0)]))
     assert row["rss_peak_mib"] == 700.0
     assert row["cpu_util_pct"] is None and row["energy_j"] is None and row["timed_samples_n"] is None
+
+
+def test_a_phase_entered_again_after_an_evaluation_point_is_one_window_without_the_evaluation():
+    """Training pauses for evaluation points (timed, eval, timed, train, eval, train, eval): the timed window's
+    means and energy cover the timed steps only, and the training peak the training spans only."""
+    rows = [{"gpu_util_pct": 90.0, "power_w": 200.0, "gpu_mem_used_mib": 3000.0} for _ in range(60)]
+    for i in list(range(15, 20)) + list(range(35, 40)) + list(range(55, 60)):  # the evaluations' samples
+        rows[i] = {"gpu_util_pct": 10.0, "power_w": 50.0, "gpu_mem_used_mib": 9000.0}
+    dt = 0.125  # exact in binary: the phase edges below fall exactly on sample times
+    agg = feed(rows, interval_s=dt, t0=0.0)  # sample i at i * dt stands for ((i - 1) * dt, i * dt]
+    edges = [("setup", 0), ("warmup", 1), ("timed", 4), ("eval", 14), ("timed", 19), ("train", 24), ("eval", 34),
+             ("train", 39), ("eval", 54)]
+    windows = agg.summarise([(name, i * dt) for name, i in edges])
+    assert list(windows) == ["setup", "warmup", "timed", "eval", "train", "trial"]
+    timed, evaluation = windows["timed"], windows["eval"]
+    assert timed.spans_n == 2 and timed.duration_s == pytest.approx((10 + 5) * dt)
+    assert (timed.start_s, timed.end_s) == (4 * dt, 24 * dt)
+    assert timed.series["gpu_util_pct"].mean == pytest.approx(90.0)  # none of the evaluations' 10 %
+    assert evaluation.spans_n == 3 and evaluation.series["gpu_util_pct"].max == pytest.approx(10.0)
+    assert windows["train"].duration_s == pytest.approx((10 + 15) * dt)
+    row = trial_aggregates(windows)
+    assert row["gpu_util_pct"] == pytest.approx(90.0)
+    assert row["energy_j"] == pytest.approx(timed.energy_j)
+    assert row["power_w"] == pytest.approx(200.0)
+    assert row["gpu_mem_used_peak_mib"] == 3000.0  # the evaluations' 9000 is not the training peak
+    assert sum(w.samples_n for name, w in windows.items() if name != "trial") == 60

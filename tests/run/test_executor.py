@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import io
+import os
 import signal
+import sys
 
 import pytest
 
-from harness.errors import WorkerProtocolError
-from harness.records import TrialUnit
+from harness.errors import ProtocolMismatchError, WorkerProtocolError
+from harness.records import TrialUnit, WorkerMetrics
 from harness.run.executor import LocalExecutor, classify
-from harness.run.protocol import WorkerReport, decode, encode
+from harness.run.protocol import (
+    PROTOCOL_VERSION,
+    Failure,
+    Phase,
+    Ready,
+    Result,
+    SetupFacts,
+    WorkerReport,
+    WorkerRequest,
+    decode,
+    encode,
+)
 from tests.conftest import make_trial
 from tests.fakes.adapter import TRANSIENT_MIB, FakeAdapter
 
@@ -124,19 +138,77 @@ def test_missing_interpreter_module_is_reported(tiny_data, tmp_path):
 
 def test_classify_prefers_timeout_then_failure():
     report = WorkerReport()
-    report.feed({"event": "phase", "phase": "eval", "t": 1.0})
+    report.feed(Phase(phase="eval", t=1.0))
     assert classify(report, -9, True, 5.0, "", ())[0] == "timeout"
-    report.feed({"event": "failure", "t": 2.0, "oom": True, "error_type": "X", "message": "m", "phase": "eval"})
+    report.feed(Failure(oom=True, error_type="X", message="m", traceback="", phase="eval", t=2.0))
     assert classify(report, 1, False, 5.0, "", ()) == ("oom", "X: m (phase eval)")
 
 
 def test_protocol_round_trip_and_refusals():
-    msg = decode(encode("phase", phase="timed"))
-    assert msg["event"] == "phase" and msg["phase"] == "timed" and isinstance(msg["t"], float)
-    assert decode(encode("result", metrics={"x": float("nan")}))["metrics"]["x"] is None
+    msg = decode(encode(Phase(phase="timed")))
+    assert isinstance(msg, Phase) and msg.phase == "timed" and isinstance(msg.t, float)
+    result = decode(encode(Result(metrics=WorkerMetrics(step_samples_per_s=float("nan"), train_s=2.5),
+                                  step_times_ms=(1.0, 2.0), phase_steps={"warmup": 1, "timed": 1})))
+    assert isinstance(result, Result) and result.metrics.step_samples_per_s is None  # NaN is sent as null
+    assert result.metrics.train_s == 2.5 and result.step_times_ms == (1.0, 2.0)
+    ready = decode(encode(Ready(device=SetupFacts.from_dict({"device": "gpu", "gpu_name": "X", "mode": "growth"}),
+                                param_count=3, model={})))
+    assert isinstance(ready, Ready) and ready.device.gpu_name == "X"
+    assert ready.device.to_dict() == {"device": "gpu", "gpu_name": "X", "mode": "growth"}
     with pytest.raises(WorkerProtocolError):
         decode(b"hello world")
-    with pytest.raises(WorkerProtocolError):
-        decode(b'{"event": "phase", "phase": "lunch", "t": 1}')
-    with pytest.raises(WorkerProtocolError):
-        encode("gossip")
+    with pytest.raises(WorkerProtocolError, match="unknown phase"):
+        decode(b'{"event": "phase", "v": %d, "phase": "lunch", "t": 1}' % PROTOCOL_VERSION)
+    with pytest.raises(WorkerProtocolError, match="unknown event"):
+        decode(b'{"event": "gossip", "v": %d, "t": 1}' % PROTOCOL_VERSION)
+    with pytest.raises(WorkerProtocolError, match="missing or unknown fields"):
+        decode(b'{"event": "phase", "v": %d, "t": 1, "phase": "timed", "mood": "bad"}' % PROTOCOL_VERSION)
+
+
+def test_a_line_of_another_protocol_version_is_a_mismatch_not_a_bad_line():
+    line = encode(Phase(phase="timed")).replace(b'"v":%d' % PROTOCOL_VERSION, b'"v":1')
+    with pytest.raises(ProtocolMismatchError, match="version 1, this batchscope speaks"):
+        decode(line)
+    with pytest.raises(ProtocolMismatchError, match="version None"):  # version 1 lines carried none
+        decode(b'{"event": "phase", "phase": "timed", "t": 1}')
+
+
+def test_a_worker_speaking_another_protocol_version_ends_the_trial_as_an_error_naming_both(tiny_data, tmp_path):
+    """A "python" that speaks version 1 and would then run for a minute: the trial ends at once, killed."""
+    fake_python = tmp_path / "old-python"
+    fake_python.write_text(f"""#!{sys.executable}
+import os, sys, time
+fd = int(sys.argv[sys.argv.index("--fd") + 1])
+os.write(fd, b'{{"event": "hello", "t": 0.0, "pid": 1, "adapter": "fake", "versions": {{}}}}\\n')
+time.sleep(60)
+""")
+    fake_python.chmod(0o755)
+    trial = make_trial()
+    unit = TrialUnit(trial=trial, data=tiny_data, order_path=str(tiny_data.write_order(0, 0)),
+                     adapter_target=TARGET, python=str(fake_python))
+    outcome = LocalExecutor(log_dir=tmp_path).run(unit)
+    assert outcome.status == "error", (outcome.reason, outcome.stderr_tail)
+    assert f"version None, this batchscope speaks {PROTOCOL_VERSION}" in outcome.reason
+    assert "another batchscope" in outcome.reason
+    assert outcome.elapsed_s < 30  # not left to sleep out its minute, nor the trial's timeout
+
+
+def test_the_worker_refuses_a_request_of_another_protocol_version(tiny_data, monkeypatch):
+    from harness.run.worker.__main__ import BAD_REQUEST_EXIT_CODE, main
+
+    request = WorkerRequest(trial=make_trial(), data=tiny_data, order_path="x", adapter_target=TARGET)
+    old = request.to_json().replace(f'"protocol": {PROTOCOL_VERSION}', '"protocol": 1')
+    read_fd, write_fd = os.pipe()
+    monkeypatch.setattr(sys, "stdin", io.StringIO(old))
+    monkeypatch.delenv("BATCHSCOPE_PARENT_PID", raising=False)
+    assert main(["--fd", str(write_fd)]) == BAD_REQUEST_EXIT_CODE
+    with os.fdopen(read_fd, "rb") as f:
+        (failure,) = [decode(line) for line in f]
+    assert isinstance(failure, Failure) and "ProtocolMismatchError" in failure.error_type
+    assert f"the parent speaks worker protocol version 1, this batchscope speaks {PROTOCOL_VERSION}" in failure.message
+
+
+def test_a_request_survives_its_json_form(tiny_data):
+    request = WorkerRequest(trial=make_trial(batch_size=8), data=tiny_data, order_path="/o.npy", adapter_target=TARGET,
+                            model={"layers": []}, os_memory_limit_mib=512.0, progress_interval_s=None)
+    assert WorkerRequest.from_json(request.to_json()) == request

@@ -9,7 +9,7 @@ import pytest
 
 from harness.records import TrialUnit
 from harness.run.executor import LocalExecutor
-from harness.run.protocol import ProgressTicker, decode, encode
+from harness.run.protocol import Message, ProgressTicker, decode, encode
 from tests.conftest import make_trial
 from tests.fakes.adapter import FakeAdapter
 
@@ -20,8 +20,8 @@ class _Chan:
     def __init__(self) -> None:
         self.sent: list[dict[str, Any]] = []
 
-    def send(self, event: str, **fields: Any) -> None:
-        self.sent.append(decode(encode(event, **fields)))  # through the real encoding
+    def send(self, msg: Message) -> None:
+        self.sent.append(decode(encode(msg)).to_dict())  # through the real encoding
 
 
 def test_ticker_sends_at_most_once_per_interval_and_always_the_last_step() -> None:

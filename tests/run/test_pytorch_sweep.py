@@ -31,6 +31,35 @@ def test_real_pytorch_sweep_stores_a_row_per_batch_size(tmp_path, cache_dir):
         assert r["device"] == "cpu" and '"torch"' in r["versions_json"]
     by_bs = {r["batch_size"]: r for r in rows if r["repeat"] == 0}
     assert by_bs[4]["train_steps_n"] == 24 and by_bs[32]["train_steps_n"] == 3
+    # the learning curve: eval_points (8 by default) spread over the steps, then the end of the training
+    with Store.open(tmp_path) as store:
+        curves = {bs: store.curves(r["trial_hash"]) for bs, r in by_bs.items()}
+    assert [p["step"] for p in curves[4]] == [3, 5, 8, 11, 13, 16, 19, 21, 24]
+    assert [p["step"] for p in curves[32]] == [1, 2, 3]  # 3 steps: a point after each
+    for bs, curve in curves.items():
+        assert curve[-1]["accuracy"] == by_bs[bs]["accuracy"] and curve[-1]["eval_loss"] == by_bs[bs]["eval_loss"]
+        assert curve[-1]["train_s"] == pytest.approx(by_bs[bs]["train_s"])
+        assert by_bs[bs]["eval_total_s"] >= sum(p["eval_s"] for p in curve)
+
+
+def test_a_learning_rate_that_blows_the_weights_up_gives_a_diverged_trial(tmp_path, cache_dir):
+    """Issue 22: learning_rate = 1e6 at batch 32 was stored ok, with 10 % accuracy and a NULL loss."""
+    exp = parse_experiment({
+        "name": "blowup", "frameworks": ["pytorch"], "model": "osu_cnn", "dataset": "mnist5k", "train_samples": 1024,
+        "batch_sizes": [32], "epochs": 1, "warmup_steps": 2, "timed_steps": 4, "threads": 1,
+        "learning_rate": 1e6, "device": "cpu",
+    }, source="inline")
+    result = run_sweep(exp, tmp_path, cache_dir=cache_dir)
+    (outcome,) = result.outcomes
+    assert outcome.status == "diverged", (outcome.status, outcome.reason)
+    assert "at eval point" in outcome.reason and ("eval loss is nan" in outcome.reason
+                                                  or "weights not finite" in outcome.reason), outcome.reason
+    with Store.open(tmp_path) as store:
+        (row,) = store.trials()
+        curve = store.curves(row["trial_hash"])
+    assert row["status"] == "diverged" and row["reason"] == outcome.reason
+    assert row["train_steps_n"] < 32 and row["step_samples_per_s"] > 0  # stopped there, measured up to there
+    assert curve and f"(step {curve[-1]['step']})" in row["reason"]
 
 
 def test_asking_for_a_gpu_where_there_is_none_is_an_error(tmp_path, cache_dir):

@@ -1,4 +1,4 @@
-"""The worker's StepRunner prepares every batch shape before the training clock (harness/run/worker.py)."""
+"""The worker's StepRunner prepares every batch shape before the training clock (harness/run/worker/steps.py)."""
 
 from __future__ import annotations
 

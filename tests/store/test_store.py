@@ -134,3 +134,56 @@ def test_no_skip_larger_runs_every_size(tmp_path, monkeypatch, cache_dir):
                            batch_sizes=[2, 4])
     result = run_sweep(exp, tmp_path, cache_dir=cache_dir)
     assert [o.status for o in result.outcomes] == ["oom", "oom"]
+
+
+def test_every_worker_metric_is_a_trials_column_typed_by_its_field(tmp_path):
+    """Derived, not restated: a WorkerMetrics field is a column of the SQL type of its field's type."""
+    import dataclasses
+
+    from harness.store.db import METRIC_COLUMNS, TRIAL_COLUMNS
+
+    types = dict(TRIAL_COLUMNS)
+    assert len(types) == len(TRIAL_COLUMNS), "a column is listed twice"
+    for f in dataclasses.fields(WorkerMetrics):
+        assert f.name in types, f.name
+    assert types["step_samples_per_s"] == "REAL" and types["measured_steps_n"] == "INTEGER"
+    assert types["drift_flagged"] == "INTEGER" and types["cpu_denormals"] == "TEXT"
+    assert [n for n, _ in METRIC_COLUMNS] == [f.name for f in dataclasses.fields(WorkerMetrics)]
+    with Store.open(tmp_path) as store:  # what the worker sent is what the row holds, field by field
+        run = store.begin_run("test", {}, "", {})
+        metrics = WorkerMetrics(step_samples_per_s=1.5, measured_steps_n=7, drift_flagged=True, cpu_denormals="flush",
+                                vmdata_peak_mib=12.5, eval_samples=100)
+        store.write_trial(dataclasses.replace(outcome(), metrics=metrics), run, {})
+        (row,) = store.trials()
+    for name, value in metrics.to_dict().items():
+        assert row[name] == value, name
+
+
+def test_a_field_type_the_store_cannot_hold_is_refused():
+    import dataclasses
+
+    from harness.store.db import record_columns
+
+    @dataclasses.dataclass(frozen=True)
+    class Odd:
+        ok: float | None = None
+        bad: list[float] = dataclasses.field(default_factory=list)
+
+    with pytest.raises(TypeError, match="no SQLite column type for a field of type"):
+        record_columns(Odd)
+
+
+def test_an_older_store_opens_and_gains_the_new_metric_columns_empty(tmp_path):
+    """A store made before a WorkerMetrics field existed keeps its rows and gains the column, NULL in old rows."""
+    with Store.open(tmp_path) as store:
+        run = store.begin_run("test", {}, "", {})
+        store.write_trial(outcome(), run, {})
+    conn = sqlite3.connect(tmp_path / "results.sqlite")
+    conn.execute("ALTER TABLE trials DROP COLUMN vmdata_peak_mib")  # as a store from before the column was made
+    conn.commit()
+    conn.close()
+    with Store.open(tmp_path) as store:
+        (row,) = store.trials()
+        assert row["vmdata_peak_mib"] is None and row["step_samples_per_s"] == 100.0
+        store.write_trial(outcome(batch_size=8), run, {})
+        assert len(store.trials()) == 2

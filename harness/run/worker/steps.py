@@ -1,0 +1,244 @@
+"""The worker's training steps: which samples each step trains, one update timed, the loop, and its figures.
+
+A trial's steps draw batches from the parent-written index order: warm-up steps first (not counted
+in the figures), then timed steps, then (when ``epochs`` > 0) the rest of the epochs. Both throughput
+figures count every post-warm-up step, timed and rest alike (:mod:`harness.run.timing`); the "timed"
+phase is the window the sampler's GPU aggregates describe. Warm-up and timed steps are real training steps,
+so an epoch is still every training sample seen exactly once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from adapters.base import Adapter
+from harness.config.trial import TrialSpec
+from harness.data.augment import Augmenter
+from harness.run.protocol import ProgressTicker
+from harness.run.timing import drift, step_figures
+
+
+def batch_indices(order: np.ndarray, batch_size: int, epochs: int, steps: int) -> Iterator[np.ndarray]:
+    """Index batches: every sample once per epoch (last batch may be short); or, with ``epochs`` = 0,
+    ``steps`` full batches cycling through the first order row."""
+    n = order.shape[1]
+    if epochs > 0:
+        for e in range(epochs):
+            perm = order[e]
+            for start in range(0, n, batch_size):
+                yield perm[start : start + batch_size]
+        return
+    perm = order[0]
+    for step in range(steps):
+        yield perm[(step * batch_size + np.arange(batch_size)) % n]
+
+
+def epoch_of(step: int, n_train: int, batch_size: int, epochs: int) -> int:
+    """The epoch that step ``step`` of :func:`batch_indices` belongs to (augmentation is drawn per epoch)."""
+    if epochs > 0:
+        return step // -(-n_train // batch_size)
+    return (step * batch_size) // n_train
+
+
+def micro_batches(idx: np.ndarray, size: int) -> list[np.ndarray]:
+    """An update's indices cut into micro-batches of ``size`` (the last may be shorter, as an epoch's last batch)."""
+    return [idx[start : start + size] for start in range(0, len(idx), size)]
+
+
+class StepRunner:
+    """One optimizer update from one index batch: augment, move to the device (untimed), then train (timed).
+
+    With ``accumulate_steps`` = k the index batch holds k micro-batches; each is moved and run through
+    forward and backward in turn (only one is on the device at a time), weighted by its share of the
+    samples so that the update is the one of the mean loss over all of them, then the optimizer steps once.
+    """
+
+    def __init__(self, adapter: Adapter, trial: TrialSpec, x: np.ndarray, y: np.ndarray, n_train: int) -> None:
+        self.adapter, self.trial, self.x, self.y = adapter, trial, x, y
+        self.augment = Augmenter(trial.augment, trial.augment_pad_px, trial.seed, n_train)
+        self.n_train = n_train
+        self.micro_batches_n = 0  # forward/backward passes run (equal to the updates without accumulation)
+
+    def _batch(self, idx: np.ndarray, epoch: int) -> Any:
+        self.micro_batches_n += 1
+        return self.adapter.prepare_batch(self.augment(self.x[idx], idx, epoch), self.y[idx])
+
+    def other_shapes(self) -> list[int]:
+        """Batch sizes the training will prepare besides the full (micro-)batch: an epoch's short last batch.
+
+        An adapter that compiles per shape (JAX: one XLA executable per batch size) does so in
+        ``prepare_batch``; :meth:`warm_shapes` has it done before the training clock starts, like the
+        full size's compilation in the warm-up steps, so a one-time compile is not counted as training.
+        """
+        t = self.trial
+        if t.epochs <= 0:
+            return []  # full batches only (cycling through the data)
+        last = self.n_train % t.effective_batch_size
+        sizes = {len(part) for part in micro_batches(np.arange(last), t.batch_size)} if last else set()
+        return sorted(sizes - {t.batch_size})
+
+    def warm_shapes(self) -> None:
+        """Prepare one batch of each of :meth:`other_shapes` (no training step: the weights do not change)."""
+        for size in self.other_shapes():
+            self.adapter.prepare_batch(self.x[:size], self.y[:size])
+
+    def run(self, step: int, idx: np.ndarray) -> tuple[float, float]:
+        """Run one update; returns (data seconds, step seconds)."""
+        t = self.trial
+        epoch = epoch_of(step, self.n_train, t.effective_batch_size, t.epochs)
+        if t.accumulate_steps == 1:
+            t0 = time.perf_counter()
+            batch = self._batch(idx, epoch)
+            t1 = time.perf_counter()
+            self.adapter.train_step(batch)
+            return t1 - t0, time.perf_counter() - t1
+        data_s = step_s = 0.0
+        for part in micro_batches(idx, t.batch_size):
+            t0 = time.perf_counter()
+            batch = self._batch(part, epoch)
+            t1 = time.perf_counter()
+            self.adapter.accumulate_gradients(batch, len(part) / len(idx))
+            data_s, step_s = data_s + t1 - t0, step_s + time.perf_counter() - t1
+        t1 = time.perf_counter()
+        self.adapter.apply_accumulated()
+        return data_s, step_s + time.perf_counter() - t1
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """How many steps (optimizer updates) each training phase runs (:func:`harness.run.planner.plan_steps`)."""
+
+    warmup_n: int
+    timed_n: int
+    rest_n: int
+
+    @property
+    def total_n(self) -> int:
+        """Every step of the training."""
+        return self.warmup_n + self.timed_n + self.rest_n
+
+    def phase_starts(self) -> list[tuple[int, str]]:
+        """(first step, phase) of each training phase, in order."""
+        return [(0, "warmup"), (self.warmup_n, "timed"), (self.warmup_n + self.timed_n, "train")]
+
+
+@dataclass(frozen=True)
+class Trained:
+    """What the training loop measured (seconds from ``time.perf_counter``, evaluation points left out)."""
+
+    step_ms: list[float]  # every step's train time, warm-up included
+    data_s: float  # batch preparation (augment, copy to the device), summed over the steps
+    samples_seen: int
+    post_warmup_samples: int
+    train_s: float  # the first step's start to the last step's end, less the evaluation points' time
+    post_warmup_s: float  # the first post-warm-up step's start to the last step's end, less the same
+    stopped: bool = False  # an evaluation point stopped the training (it diverged) before the plan's end
+
+    def phase_steps(self, plan: StepPlan) -> dict[str, int]:
+        """The steps each training phase ran (the plan's, or fewer where the training stopped early)."""
+        done = len(self.step_ms)
+        warmup = min(plan.warmup_n, done)
+        timed = min(plan.timed_n, done - warmup)
+        return {"warmup": warmup, "timed": timed, "train": done - warmup - timed}
+
+
+class TrainingClock:
+    """Training wall seconds since :meth:`start`, with the pauses for evaluation points taken out."""
+
+    def __init__(self) -> None:
+        self.started_s = time.perf_counter()
+        self.paused_s = 0.0
+
+    def elapsed_s(self, now_s: float | None = None) -> float:
+        """Training seconds up to ``now_s`` (``time.perf_counter()``; default now), pauses excluded."""
+        return (time.perf_counter() if now_s is None else now_s) - self.started_s - self.paused_s
+
+    def pause(self, during: Callable[..., bool], *args: Any) -> bool:
+        """Run ``during(*args)`` (an evaluation point) off the clock; returns what it returned."""
+        t0 = time.perf_counter()
+        try:
+            return during(*args)
+        finally:
+            self.paused_s += time.perf_counter() - t0
+
+
+#: an evaluation point: (steps done, samples seen, training seconds so far) -> whether training goes on
+AtPoint = Callable[[int, int, float], bool]
+
+
+def train(runner: StepRunner, order: np.ndarray, plan: StepPlan, announce: Callable[[str], None],
+          ticker: ProgressTicker, after_first_step: Callable[[], object], eval_at: Sequence[int] = (),
+          at_point: AtPoint | None = None) -> Trained:
+    """Run every step of ``plan`` through ``runner``, announcing each phase as its first step starts.
+
+    ``after_first_step`` runs once, after the first step's clock (a precision that did not run fails there,
+    not at the end); progress ticks come after each step's clock, so neither is timed. Before the step whose
+    index is in ``eval_at`` (that many updates done), ``at_point`` runs off the training clock; the phase the
+    training is in is announced again after it, and training stops when it returns False.
+    """
+    t = runner.trial
+    starts = plan.phase_starts()
+    points = sorted(eval_at)
+    phase = ""
+    step_ms: list[float] = []
+    data_s = 0.0
+    samples_seen = post_warmup_samples = 0
+    clock = TrainingClock()
+    post_warmup_from_s = 0.0  # training seconds at the first post-warm-up step's start
+    stopped = False
+    for step, idx in enumerate(batch_indices(order, t.effective_batch_size, t.epochs, plan.warmup_n + plan.timed_n)):
+        if points and points[0] == step:
+            points.pop(0)
+            if at_point is not None and not clock.pause(at_point, step, samples_seen, clock.elapsed_s()):
+                stopped = True
+                break
+            if not (starts and starts[0][0] == step):
+                announce(phase)  # back from the evaluation, into the phase it interrupted
+        while starts and starts[0][0] == step:
+            phase = starts.pop(0)[1]
+            announce(phase)
+        if step == plan.warmup_n:
+            post_warmup_from_s = clock.elapsed_s()
+        idx = np.sort(idx)  # in-batch order does not change a mean loss; sorted reads are faster
+        batch_data_s, step_s = runner.run(step, idx)
+        if step == 0:
+            after_first_step()
+        data_s += batch_data_s
+        step_ms.append(step_s * 1e3)
+        samples_seen += len(idx)
+        ticker.tick(time.perf_counter(), step, phase, step_ms[-1])  # after the step's clock: not timed
+        if step >= plan.warmup_n:
+            post_warmup_samples += len(idx)
+    train_s = clock.elapsed_s()
+    return Trained(step_ms=step_ms, data_s=data_s, samples_seen=samples_seen,
+                   post_warmup_samples=post_warmup_samples, train_s=train_s,
+                   post_warmup_s=train_s - post_warmup_from_s, stopped=stopped)
+
+
+def train_metrics(batch_size: int, step_ms: list[float], warmup_n: int, post_warmup_s: float,
+                  post_warmup_samples: int, flop_per_sample: float | None) -> dict[str, Any]:
+    """Throughput and drift of the post-warm-up steps (every one of them: see :mod:`harness.run.timing`).
+
+    ``batch_size`` is what one step trains: the effective batch (micro-batch x accumulation steps), since a
+    step is one optimizer update.
+    """
+    measured = step_ms[warmup_n:]
+    if not measured:  # a training that diverged before its first post-warm-up step: no figures to take
+        return dict(train_flop_per_sample=flop_per_sample)
+    fig = step_figures(measured, batch_size, post_warmup_samples, post_warmup_s)
+    d = drift(measured)
+    return dict(
+        step_samples_per_s=fig.step_samples_per_s, e2e_samples_per_s=fig.e2e_samples_per_s,
+        step_time_ms_median=fig.step_time_ms_median, step_time_ms_iqr=fig.step_time_ms_iqr,
+        measured_steps_n=fig.steps_n,
+        drift_change_pct=d.change_pct if d else None, drift_threshold_pct=d.threshold_pct if d else None,
+        drift_flagged=d.flagged if d else None,
+        train_flop_per_sample=flop_per_sample,
+        # None for a native model: no description to count its FLOPs from
+        achieved_gflop_per_s=None if flop_per_sample is None else flop_per_sample * fig.step_samples_per_s / 1e9,
+    )

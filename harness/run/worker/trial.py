@@ -1,0 +1,248 @@
+"""One trial's phases in the worker, in the order they are announced to the parent: setup, the training
+(warm-up, timed, the rest of the epochs), evaluation, and the result; or a failure, from whichever phase.
+
+This is the only module under ``harness`` that ends up importing a framework, and it does so through the
+adapter the request names (:func:`load_adapter`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from adapters import fpenv
+from adapters.base import Adapter, MemoryStats, PrecisionSeen, RuntimeConfig
+from harness.config.precision import check_observed
+from harness.config.trial import TrialSpec
+from harness.errors import ConfigError
+from harness.flops import train_flop_per_sample
+from harness.models import ModelDescription, build_description, init_weights, is_native_model
+from harness.models.native import PREFIX as NATIVE_PREFIX
+from harness.records import WorkerMetrics
+from harness.run.planner import plan_steps
+from harness.run.protocol import (
+    Channel,
+    Failure,
+    Hello,
+    Phase,
+    ProgressTicker,
+    Ready,
+    Result,
+    SetupFacts,
+    WorkerRequest,
+)
+from harness.run.worker.evaluation import EvalPoints, eval_steps, non_finite_weights
+from harness.run.worker.memory import VmDataWatcher, maxrss_mib, proc_status_mib
+from harness.run.worker.steps import AtPoint, StepPlan, StepRunner, Trained, train, train_metrics
+
+
+def load_adapter(target: str) -> Adapter:
+    """An instance of the adapter class ``module:Class`` (importing it imports nothing heavy: its framework
+    is imported by its methods)."""
+    module_name, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module_name), attr)()  # type: ignore[no-any-return]
+
+
+def _cpu_denormals(trial: TrialSpec, facts: SetupFacts) -> str:
+    """What the CPU does with denormals in this trial; refuses a ``flush`` that did not happen."""
+    state = str(facts.cpu_denormals or fpenv.cpu_denormals_state())
+    if trial.denormals == "flush" and state != "flush":
+        raise ConfigError(f"denormals = 'flush' was asked for, but the {trial.framework} adapter left the CPU at "
+                          f"{state!r}; use denormals = 'framework-default' for this framework")
+    return state
+
+
+def _precision_seen(trial: TrialSpec, adapter: Adapter) -> PrecisionSeen | None:
+    """What the training forward pass computed in, as the adapter observed it; refuses a precision that did
+    not run (harness.config.precision.check_observed), so no such trial is stored as if it had."""
+    seen = adapter.precision_seen()
+    check_observed(trial.precision, trial.framework, seen.compute_dtype if seen else None,
+                   seen.loss_scale if seen else None)
+    return seen
+
+
+class Phases:
+    """Announces the trial's phases to the parent and remembers the current one (a failure names it)."""
+
+    def __init__(self, chan: Channel) -> None:
+        self.chan = chan
+        self.current = "setup"
+
+    def enter(self, phase: str) -> None:
+        """Phase ``phase`` begins now."""
+        self.current = phase
+        self.chan.send(Phase(phase=phase))
+
+
+@dataclass(frozen=True)
+class SetUp:
+    """What the setup phase made: the device facts, the model, the data and its order."""
+
+    facts: SetupFacts
+    cpu_denormals: str
+    desc: ModelDescription | None  # None for a framework's native model
+    model_info: dict[str, Any]
+    arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # x_train, y_train, x_test, y_test
+    order: np.ndarray
+    setup_s: float
+
+
+def set_up(request: WorkerRequest, adapter: Adapter) -> SetUp:
+    """The setup phase: the framework on its device, the data, the model with its initial weights."""
+    trial, data = request.trial, request.data
+    t_setup = time.perf_counter()
+    facts = SetupFacts.from_dict(adapter.setup(RuntimeConfig(
+        device=trial.device, threads=trial.threads or None, options=dict(trial.adapter_options),
+        memory_limit_mib=trial.memory_limit_mib or None, precision=trial.precision, denormals=trial.denormals)))
+    cpu_denormals = _cpu_denormals(trial, facts)
+    arrays = data.load()
+    desc: ModelDescription | None = None
+    if is_native_model(trial.model):  # the framework's own model: no description, no shared weights
+        adapter.build_native(trial.model[len(NATIVE_PREFIX):], data.input_shape, data.classes, trial.optimizer)
+        model_info: dict[str, Any] = {"name": trial.model, "native": True, "input_shape": list(data.input_shape),
+                                      "classes": data.classes, "param_count": adapter.param_count()}
+    else:
+        # the parent resolved the model (a user's function is imported there only) and sends it as data
+        spec = request.model
+        desc = ModelDescription.from_spec(dict(spec)) if spec else build_description(trial.model, data.input_shape,
+                                                                                     data.classes)
+        adapter.build(desc, init_weights(desc, trial.seed), trial.optimizer)
+        model_info = desc.to_dict()
+    order = np.load(request.order_path, mmap_mode="r")
+    return SetUp(facts=facts, cpu_denormals=cpu_denormals, desc=desc, model_info=model_info, arrays=arrays,
+                 order=order, setup_s=time.perf_counter() - t_setup)
+
+
+def _metrics(trial: TrialSpec, setup: SetUp, plan: StepPlan, trained: Trained, runner: StepRunner, n_train: int,
+             seen: PrecisionSeen | None, mem: MemoryStats, memory: dict[str, Any]) -> WorkerMetrics:
+    """The trial's :class:`WorkerMetrics` from what each phase measured (``mem``: the framework's, over training)."""
+    flop = None if setup.desc is None else train_flop_per_sample(setup.desc)
+    steps = trained.phase_steps(plan)
+    return WorkerMetrics(
+        **train_metrics(trial.effective_batch_size, trained.step_ms, plan.warmup_n, trained.post_warmup_s,
+                        trained.post_warmup_samples, flop),
+        warmup_steps_n=steps["warmup"], timed_steps_n=steps["timed"], train_steps_n=len(trained.step_ms),
+        optimizer_updates_n=len(trained.step_ms), micro_batches_n=runner.micro_batches_n,
+        epochs_done=trained.samples_seen / n_train if trial.epochs else 0.0,
+        data_s=trained.data_s, setup_s=setup.setup_s, train_s=trained.train_s, cpu_denormals=setup.cpu_denormals,
+        compute_dtype=seen.compute_dtype if seen else None, loss_scale=seen.loss_scale if seen else None,
+        framework_peak_mib=mem.peak_mib, framework_peak_source=mem.source,
+        framework_reserved_mib=mem.reserved_mib, maxrss_mib=maxrss_mib(), **memory,
+    )
+
+
+def _eval_points(request: WorkerRequest, adapter: Adapter, setup: SetUp, phases: Phases) -> tuple[EvalPoints, AtPoint]:
+    """The trial's evaluation points, and what the training loop calls at each: announce the eval phase,
+    evaluate, measure, check; the training goes on while it has not diverged."""
+    x_train, y_train, x_test, y_test = setup.arrays
+    points = EvalPoints(request.trial, adapter, x_test, y_test, x_train, y_train, setup.order, request.data.n_train,
+                        check_divergence=request.trial.purpose != "probe")
+
+    def at_point(step: int, samples_seen: int, train_s: float) -> bool:
+        phases.enter("eval")
+        points.at(step, samples_seen, train_s)
+        return points.diverged is None
+
+    return points, at_point
+
+
+def _final_evaluation(trial: TrialSpec, points: EvalPoints, trained: Trained, phases: Phases) -> dict[str, Any]:
+    """The evaluation at the end of the training (unless a point already found it diverged), and the trial row's
+    evaluation figures: the curve's last point's. A trial that does not evaluate has its weights checked."""
+    steps = len(trained.step_ms)
+    if trial.eval and not trained.stopped:
+        phases.enter("eval")
+        points.at(steps, trained.samples_seen, trained.train_s, final=True)
+    elif not trial.eval and points.check_divergence:
+        bad = non_finite_weights(points.adapter)
+        points.diverged = f"weights not finite at the end (step {steps}): {bad}" if bad else None
+    if not points.curve:
+        return {}
+    last = points.curve[-1]
+    return dict(accuracy=last.accuracy, eval_loss=last.eval_loss, eval_samples=last.eval_samples, eval_s=last.eval_s,
+                eval_total_s=points.eval_total_s)
+
+
+def _train_and_evaluate(request: WorkerRequest, adapter: Adapter, setup: SetUp, chan: Channel,
+                        phases: Phases) -> Result:
+    """Warm-up, timed and remaining steps with the evaluation points among them, then the final evaluation: the
+    trial's result (a diverged training stops at the point that found it, and says so in the result)."""
+    trial, data = request.trial, request.data
+    # the footprint before the first step, in RLIMIT_DATA's units (VmData) and in RSS: the max-batch
+    # search turns the RSS peak into the units the OS limit counts (harness/maxbatch/prober.py, probe_peak_mib)
+    ready_mem = proc_status_mib("VmData", "VmRSS", "RssFile", "RssAnon")
+    chan.send(Ready(device=setup.facts, param_count=adapter.param_count(), model=setup.model_info))
+    watcher = VmDataWatcher().start() if request.os_memory_limit_mib else None
+    # a step is one optimizer update: effective_batch_size samples (batch_size x accumulate_steps)
+    plan = StepPlan(*plan_steps(data.n_train, trial.effective_batch_size, trial.epochs, trial.warmup_steps,
+                                trial.timed_steps))
+    ticker = ProgressTicker(chan, request.progress_interval_s, plan.total_n,
+                            -(-data.n_train // trial.effective_batch_size), trial.epochs)
+    adapter.reset_memory_stats()
+    runner = StepRunner(adapter, trial, setup.arrays[0], setup.arrays[1], data.n_train)
+    runner.warm_shapes()  # e.g. JAX compiles the epoch's short last batch here, not inside the timed training
+    points, at_point = _eval_points(request, adapter, setup, phases)
+    trained = train(runner, setup.order, plan, phases.enter, ticker, lambda: _precision_seen(trial, adapter),
+                    eval_at=eval_steps(plan.total_n, trial.eval_points) if trial.eval else (), at_point=at_point)
+    seen = _precision_seen(trial, adapter)  # again at the end: what is stored is the last step's
+    # before evaluating: the training's peak, not evaluation's at its own batch size
+    mem = points.training_peak(adapter.memory_stats())
+    evaluated = _final_evaluation(trial, points, trained, phases)
+    end_mem = proc_status_mib("VmData", "RssFile", "RssAnon")
+    memory = dict(vmdata_ready_mib=ready_mem["VmData"], rss_ready_mib=ready_mem["VmRSS"],
+                  rss_file_ready_mib=ready_mem["RssFile"], rss_anon_ready_mib=ready_mem["RssAnon"],
+                  rss_file_end_mib=end_mem["RssFile"], rss_anon_end_mib=end_mem["RssAnon"],
+                  vmdata_end_mib=end_mem["VmData"], vmdata_peak_mib=watcher.stop() if watcher else None)
+    metrics = _metrics(trial, setup, plan, trained, runner, data.n_train, seen, mem, {**memory, **evaluated})
+    return Result(metrics=metrics, step_times_ms=tuple(trained.step_ms), phase_steps=trained.phase_steps(plan),
+                  curve=tuple(points.curve), diverged=points.diverged)
+
+
+def _failure(exc: Exception, adapter: Adapter | None, phase: str) -> Failure:
+    """The failure message for ``exc``, classified as out-of-memory by the adapter where there is one."""
+    try:
+        oom = bool(adapter.is_oom(exc)) if adapter is not None else isinstance(exc, MemoryError)
+    except Exception:  # noqa: BLE001 - classification must never hide the original error
+        oom = False
+    return Failure(oom=oom, error_type=f"{type(exc).__module__}.{type(exc).__qualname__}",
+                   message=str(exc)[:4000], traceback=traceback.format_exc()[-8000:], phase=phase)
+
+
+def run_trial(request: WorkerRequest, chan: Channel) -> int:
+    """Run the trial in ``request``, reporting on ``chan``. Returns the process exit code.
+
+    Every failure, in any phase, is turned into one ``failure`` message naming the phase; the adapter is
+    closed on every way out.
+    """
+    trial = request.trial
+    phases = Phases(chan)
+    phases.enter("setup")
+    adapter: Adapter | None = None
+    try:
+        if trial.denormals == "flush":
+            # before the adapter imports its framework, so that every thread the framework starts inherits
+            # FTZ/DAZ (adapters/fpenv.py); the adapter then applies its framework's own switch where one exists
+            fpenv.set_cpu_flush(True)
+        adapter = load_adapter(request.adapter_target)
+        chan.send(Hello(pid=os.getpid(), adapter=trial.framework, versions=adapter.versions(),
+                        python=sys.version.split()[0], executable=sys.executable))
+        setup = set_up(request, adapter)
+        chan.send(_train_and_evaluate(request, adapter, setup, chan, phases))
+        return 0
+    except Exception as exc:  # noqa: BLE001 - every failure is reported to the parent, then we exit
+        chan.send(_failure(exc, adapter, phases.current))
+        return 1
+    finally:
+        if adapter is not None:
+            try:
+                adapter.close()
+            except Exception:  # noqa: BLE001, S110 - closing after a failure is best effort
+                pass
+
