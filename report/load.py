@@ -136,7 +136,7 @@ def load(source_dir: str | Path) -> ReportInput:
                     "ORDER BY s.trial_hash, s.step"):
                 step_times.setdefault(h, []).append(float(ms))
             curves: dict[str, list[dict[str, Any]]] = {}
-            for row in store.curves() if "curve" in tables else []:
+            for row in store.curves():  # none in a store made before curves (read-only: not added)
                 curves.setdefault(row["trial_hash"], []).append(row)
         except sqlite3.Error as e:
             raise StoreError(f"{path}: damaged results store ({e}); re-run the experiment into a new "

@@ -260,3 +260,38 @@ def test_the_report_command_checks_the_place_the_builder_writes_to() -> None:
     from report.build import default_output
 
     assert Path("d") / DEFAULT_REPORT == default_output(Path("d"))
+
+
+@pytest.mark.parametrize("verb", sorted(VERBS))
+def test_a_store_in_a_directory_with_odd_characters_is_read(tmp_path: Path, good_store: Path, verb: str) -> None:
+    """The read-only open goes through a file: URI; a path with spaces, '?', '#' and '%' must survive it."""
+    out = tmp_path / "my results ?#%20 é"
+    out.mkdir()
+    shutil.copyfile(good_store, out / STORE)
+    _read_only(out / STORE)
+    done = _verb(tmp_path, verb, out)
+    assert done.returncode == 0 and VERBS[verb][1] in done.stdout, (done.stdout, done.stderr)
+
+
+@pytest.mark.parametrize("verb", sorted(VERBS))
+def test_the_store_file_given_for_its_directory_is_refused_with_the_fix(tmp_path: Path, store_copy: Path,
+                                                                        verb: str) -> None:
+    done = bs(tmp_path, verb, str(store_copy / STORE))
+    assert_refused(done, "is the store itself", str(store_copy))
+
+
+def test_a_store_locked_for_longer_than_the_wait_is_refused_saying_so(store_copy: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A transaction held for ever (a sqlite3 shell left in BEGIN EXCLUSIVE): the reader gives up with why."""
+    from harness.errors import StoreError
+    from harness.store import db
+
+    monkeypatch.setattr(db, "BUSY_TIMEOUT_S", 0.5)
+    holder = sqlite3.connect(store_copy / STORE, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StoreError, match="locked by another process"):
+            db.Store.open(store_copy, create=False, readonly=True)
+    finally:
+        holder.execute("COMMIT")
+        holder.close()
