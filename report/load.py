@@ -119,7 +119,7 @@ def load(source_dir: str | Path) -> ReportInput:
         StoreError: no store there, a store of another schema, an unreadable file, or no trial in it.
     """
     source_dir = Path(source_dir)
-    if not source_dir.is_dir():
+    if not source_dir.is_dir() and source_dir.name != STORE_NAME:  # the store file itself: Store.open says so
         raise StoreError(f"{source_dir}: no such directory; give the --out directory of a "
                          "`batchscope run` (it holds results.sqlite)")
     path = source_dir / STORE_NAME  # missing, a dangling link, a FIFO...: Store.open says which

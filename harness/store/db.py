@@ -186,6 +186,8 @@ def _refuse_non_file(path: Path, out_dir: str | Path, create: bool) -> None:
         kind = "a FIFO" if path.is_fifo() else "a socket" if path.is_socket() else "a device"
         raise StoreError(f"{path} is {kind}, not a results store (a regular file); move it away or give "
                          "another output directory")
+    if Path(out_dir).is_file() and Path(out_dir).name == STORE_NAME:
+        raise StoreError(f"{out_dir} is the store itself; give the directory that holds it: {Path(out_dir).parent}")
     if not path.exists() and not create:
         raise StoreError(f"{out_dir}: no results store ({STORE_NAME}) here; "
                          "run `batchscope run EXPERIMENT --out DIR` first")
