@@ -15,10 +15,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.registry import framework_modules
 from tests import ROOT
 
 PACKAGES = ("harness", "adapters", "report")
-FRAMEWORKS = ("torch", "tensorflow", "mxnet", "jax", "keras")
+#: every registered adapter's framework modules (import_name and framework_modules): a fifth adapter's is covered
+#: as soon as it is registered
+FRAMEWORKS = tuple(sorted(framework_modules()))
 
 
 @dataclass(frozen=True)

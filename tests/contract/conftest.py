@@ -21,8 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.registry import adapter_target, known_adapter_names, list_adapters
-from tests.contract import verdicts
+from harness.registry import adapter_target, framework_modules, known_adapter_names, list_adapters
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PROBE_TIMEOUT_S = 600
@@ -91,10 +90,19 @@ def _env() -> dict[str, str]:
     return env
 
 
-def import_loads(module: str) -> list[str]:
-    """The framework modules that importing ``module`` loads, in a fresh interpreter."""
-    code = (f"import json, sys\nimport {module}\n"
-            f"print(json.dumps(sorted(m for m in {verdicts.FRAMEWORK_MODULES!r} if m in sys.modules)))")
+def import_loads(module: str, attr: str = "") -> list[str]:
+    """The framework modules that importing ``module`` loads, in a fresh interpreter.
+
+    Which modules are frameworks comes from the registry (every registered adapter's ``import_name`` and
+    ``framework_modules``) and, when ``attr`` names the adapter class, from that class too (read after the
+    import), so an adapter given as ``module:Class`` is judged by its own framework even when not registered.
+    """
+    known = sorted(framework_modules())
+    own = (f"cls = getattr(sys.modules[{module!r}], {attr!r})\n"
+           "names |= {str(m).partition('.')[0] for m in (cls.import_name, *getattr(cls, 'framework_modules', ()))}\n"
+           ) if attr else ""
+    code = (f"import json, sys\nimport {module}\nnames = set({known!r})\n{own}"
+            "print(json.dumps(sorted(m for m in names if m in sys.modules)))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=PROJECT_ROOT, env=_env())
     if proc.returncode != 0:

@@ -28,8 +28,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_importing_the_adapter_module_loads_no_framework(adapter_name):
-    module = resolve_target(adapter_name).partition(":")[0]
-    message = verdicts.imports_no_framework(module, import_loads(module))
+    module, _, attr = resolve_target(adapter_name).partition(":")
+    message = verdicts.imports_no_framework(module, import_loads(module, attr))
     assert message is None, message
 
 

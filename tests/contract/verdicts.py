@@ -30,7 +30,6 @@ ISOLATED = {
     # 1/sqrt(1 + eps); in training mode it would normalise with the batch's statistics instead.
     "bn_inference": ModelDescription("bn_inference", (3, 2, 2), 4, (BatchNorm(), GlobalAvgPool(), Dense(4))),
 }
-FRAMEWORK_MODULES = ("torch", "tensorflow", "keras", "mxnet", "jax", "jaxlib")
 
 
 def _close(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> bool:
