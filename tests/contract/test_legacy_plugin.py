@@ -24,7 +24,8 @@ pytestmark = pytest.mark.slow
 LEGACY = "tests.contract.legacy.pytorch_v1:PyTorchV1Adapter"
 #: what the plugin lacks, by the cases that need it (test name, or test name and model)
 RESNET_TESTS = ("test_param_count_matches_description", "test_output_shape",
-                "test_get_weights_round_trips_init_weights_exactly", "test_same_first_batch_and_updates_as_the_reference",
+                "test_get_weights_round_trips_init_weights_exactly",
+                "test_same_first_batch_and_updates_as_the_reference",
                 "test_residual_networks_have_the_published_parameter_counts")
 EXPECTED_UNSUPPORTED = {
     **{(test, model): "layer_residual" for model in ("resnet18", "resnet20") for test in RESNET_TESTS},
