@@ -55,7 +55,7 @@ class ProbeResult:
             pytest.fail(
                 f"{self.name}: check {name!r} did not run (an earlier check failed?)\n{self.log[-3000:]}"
             )
-        verdict = verdicts.capability_verdict(record, self.builtin, self.name, name)
+        verdict = verdicts.capability_verdict(record, self.builtin, str(self.result.get("name") or self.name), name)
         if verdict is not None:
             kind, message = verdict
             if kind == "fail":
