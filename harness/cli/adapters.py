@@ -88,7 +88,8 @@ def _print_text(rows: list[AdapterRow]) -> None:
     print_table(table, [("name", "adapter", ""), ("kind", "kind", ""), ("api", "api", "d"),
                         ("framework", "framework", ""), ("installed", "installed", ""), ("version", "version", ""),
                         ("target", "entry point", "")])
-    print("\ncapabilities (detected from what each adapter overrides; docs/adapters.md, 'Capabilities')")
+    print("\ncapabilities (detected from what each adapter overrides; docs/adapters.md, \"Plugin API version and "
+          "capabilities\")")
     width = max((len(r.name) for r in rows), default=0)
     for r in rows:
         if r.problem:

@@ -332,16 +332,16 @@ class Probe:
         self._narrow_missing_layers()
 
     def _narrow_missing_layers(self) -> None:
-        """For an adapter with its own build(), which of a failed check's missing layer hooks it really lacks:
-        those of layer types that no check it passed built (resnet20 fails on its residual blocks, not on the
-        convolutions osu_cnn showed it builds)."""
+        """For an adapter with its own build(), which of a failed or unrun check's missing capabilities it really
+        lacks: not the layer hooks of layer types that a check it passed built (resnet20 fails on its residual
+        blocks, not on the convolutions osu_cnn showed it builds)."""
         checks = self.result["checks"]
         built = {h for name, r in checks.items() if name in BY_NAME and r.get("ran") and not r.get("error")
                  for h in BY_NAME[name].capabilities() if h.startswith("layer_")}
         for record in checks.values():
             missing = record.get("missing") or []
             lacks = [m for m in missing if not (m.startswith("layer_") and m in built)]
-            if record.get("error") and lacks and lacks != missing:
+            if (record.get("error") or not record.get("ran")) and lacks and lacks != missing:
                 record["lacks"] = lacks
 
 
