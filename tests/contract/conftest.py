@@ -192,9 +192,10 @@ def run_failing_step(name: str, out_dir: Path) -> ProbeResult:
     progress = (out_dir / PROGRESS).read_text().splitlines() if (out_dir / PROGRESS).exists() else []
     if proc.returncode == 0 and result_path.exists():
         result = json.loads(result_path.read_text())
-    elif progress and progress[-1] in ("call", "read"):
-        result = {"checks": {"failing_step": {"missing": [], "ran": True, "error": None,
-                                              "outcome": "died_in_step" if progress[-1] == "call" else "died_in_read",
+    elif progress and (progress[-1] == "call" or progress[-1] == "read" or progress[-1].startswith("returned ")):
+        # the process ended inside the step (it did not return), or after it returned (it left its work behind)
+        outcome = "died_in_step" if progress[-1] == "call" else "died_in_read"
+        result = {"checks": {"failing_step": {"missing": [], "ran": True, "error": None, "outcome": outcome,
                                               "exit_code": proc.returncode}}}
     else:
         pytest.fail(f"the failing-step probe for {name!r} ({target}) exited {proc.returncode} before its step:\n"
