@@ -68,3 +68,13 @@ def test_a_plugin_shadowing_a_builtin_name_is_warned_and_the_builtin_listed(caps
     assert ("batchscope: warning: plugin fastjax.adapter:FastJAX (from batchscope-fastjax 0.3) registers the adapter "
             "name 'jax', which is the built-in adapter's (adapters.jax:JAXAdapter); the built-in is used") in err
     assert "register it under a name of its own" in err
+
+
+def test_a_plugin_that_cannot_be_loaded_is_listed_with_a_warning_and_the_listing_still_exits_0(capsys, monkeypatch):
+    real = dict(registry._entry_points())
+    broken = md.EntryPoint(name="broken", value="no_such_pkg.adapter:Thing", group=registry.GROUP)
+    monkeypatch.setattr(registry, "_entry_points", lambda: {**real, "broken": broken})
+    code, out, err = _run(capsys)
+    assert code == 0
+    assert "broken      cannot be loaded: see the entry point above" in out
+    assert "batchscope: warning: adapter 'broken' (no_such_pkg.adapter:Thing) cannot be loaded" in err
