@@ -83,8 +83,11 @@ def harness_trial(
     on_event: Callable[[dict[str, Any]], None] | None = None,
     progress_interval_s: float | None = PROGRESS_INTERVAL_S,
     env: dict[str, str] | None = None,
+    bounded_log: bool = True,
 ) -> TrialOutcome:
     """One real harness trial (fresh worker); raises if it did not end ok.
+
+    ``bounded_log`` False: the worker writes its log file itself, as before issue 24 (``worker_log_cost.py``).
 
     ``env``: extra worker environment. A sweep's CPU trials get ``harness.run.executor.CPU_ALLOCATOR_ENV``
     (``harness_overhead.py --allocator-compare`` measures what that costs); None gives none.
@@ -116,7 +119,8 @@ def harness_trial(
         progress_interval_s=progress_interval_s,  # None: the worker sends no progress (the bare-harness figure)
         env=dict(env or {}),
     )
-    outcome = LocalExecutor(log_dir=Path(tempfile.gettempdir()) / "batchscope-bench-logs").run(unit, on_event)
+    outcome = LocalExecutor(log_dir=Path(tempfile.gettempdir()) / "batchscope-bench-logs",
+                            bounded_log=bounded_log).run(unit, on_event)
     if outcome.status != "ok":
         raise RuntimeError(
             f"{framework} harness trial at batch {batch_size}: {outcome.status}: {outcome.reason}\n"

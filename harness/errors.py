@@ -89,6 +89,11 @@ class OutputError(BatchscopeError):
     exit_code = 2
 
 
+class BatchscopeWarning(UserWarning):
+    """Something the user should know that changes nothing in what runs (a damaged cache copy prepared again):
+    the command line prints it as ``batchscope: note: ...``; libraries never print."""
+
+
 class Terminated(BaseException):
     """The process got SIGTERM or SIGHUP. A BaseException, like KeyboardInterrupt, so that no ``except
     Exception`` swallows it on the way out: every ``finally`` on the way kills the worker in flight.

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import StoreError
+from harness.tmpnames import remove_stale, tmp_tag
 from report import aggregate, context, figures, findings, recommend, studies, tables
 from report import thesis as compare
 from report.drift import drift_figure
@@ -272,7 +273,8 @@ def build_report(source_dir: str | Path, output: str | Path | None = None) -> Bu
     names = [e.name or "(unnamed)" for e in data.experiments]
     pdf = PdfWriter(title=f"batchscope report: {', '.join(names)}",
                     footer=f"batchscope report · {data.store_path} · {now}")
-    with tempfile.TemporaryDirectory(prefix=".report-", dir=target.parent) as tmp_name:
+    remove_stale(target.parent)  # the build directory of a report killed outright (SIGKILL)
+    with tempfile.TemporaryDirectory(prefix=tmp_tag("report"), dir=target.parent) as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "figures").mkdir()
         (tmp / "tables").mkdir()

@@ -112,10 +112,6 @@ class ReportInput:
         return tuple(t for e in self.experiments for t in e.trials)
 
 
-def _rows(conn: sqlite3.Connection, sql: str) -> list[dict[str, Any]]:
-    return [dict(r) for r in conn.execute(sql)]
-
-
 def load(source_dir: str | Path) -> ReportInput:
     """Read the store in ``source_dir``.
 
@@ -123,26 +119,16 @@ def load(source_dir: str | Path) -> ReportInput:
         StoreError: no store there, a store of another schema, an unreadable file, or no trial in it.
     """
     source_dir = Path(source_dir)
-    if not source_dir.is_dir():
+    if not source_dir.is_dir() and source_dir.name != STORE_NAME:  # the store file itself: Store.open says so
         raise StoreError(f"{source_dir}: no such directory; give the --out directory of a "
                          "`batchscope run` (it holds results.sqlite)")
-    path = source_dir / STORE_NAME
-    if not path.exists():
-        raise StoreError(f"{source_dir}: no results store ({STORE_NAME}) here; run "
-                         f"`batchscope run EXPERIMENT --out {source_dir}` first, or point at the directory "
-                         "that holds results.sqlite")
-    try:
-        store = Store.open(source_dir, create=False)
-    except sqlite3.Error as e:  # a file that is not SQLite, or a read-only copy that needs a migration
-        raise StoreError(f"{path}: cannot be read as a results store ({e}); copy it somewhere writable, "
-                         "or re-run the experiment into a new --out directory") from e
-    with store:
+    path = source_dir / STORE_NAME  # missing, a dangling link, a FIFO...: Store.open says which
+    with Store.open(source_dir, create=False, readonly=True) as store:  # writes nothing: a read-only store reads
         try:
             runs = store.runs()
             trials = store.trials()
-            tables = {r[0] for r in store.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            maxbatch = (_rows(store.conn, f"SELECT * FROM {MAXBATCH_TABLE} ORDER BY rowid")
-                        if MAXBATCH_TABLE in tables else [])
+            has_maxbatch = store.has_table(MAXBATCH_TABLE)
+            maxbatch = store.maxbatch_results()
             step_times: dict[str, list[float]] = {}
             for h, ms in store.conn.execute(
                     "SELECT s.trial_hash, s.time_ms FROM step_times s JOIN trials t USING (trial_hash) "
@@ -150,7 +136,7 @@ def load(source_dir: str | Path) -> ReportInput:
                     "ORDER BY s.trial_hash, s.step"):
                 step_times.setdefault(h, []).append(float(ms))
             curves: dict[str, list[dict[str, Any]]] = {}
-            for row in store.curves() if "curve" in tables else []:
+            for row in store.curves():  # none in a store made before curves (read-only: not added)
                 curves.setdefault(row["trial_hash"], []).append(row)
         except sqlite3.Error as e:
             raise StoreError(f"{path}: damaged results store ({e}); re-run the experiment into a new "
@@ -179,4 +165,4 @@ def load(source_dir: str | Path) -> ReportInput:
         if exp.trials or exp.maxbatch:
             experiments.append(exp)
     return ReportInput(source_dir=source_dir, store_path=path, experiments=tuple(experiments),
-                       has_maxbatch_table=MAXBATCH_TABLE in tables)
+                       has_maxbatch_table=has_maxbatch)

@@ -9,16 +9,18 @@ worker in flight is killed (its whole process group) and every finished trial st
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from harness import __version__
 from harness.cli import compare, doctor, export, maxbatch, recommend, report, run
-from harness.errors import BatchscopeError, ConfigError, Terminated
+from harness.errors import BatchscopeError, BatchscopeWarning, ConfigError, Terminated
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -58,6 +60,41 @@ def install_signal_handlers() -> dict[int, Any]:
     return {sig: signal.signal(sig, _raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
 
 
+def _call(args: argparse.Namespace) -> int:
+    """Run the command, its library notes (:class:`BatchscopeWarning`) printed as ``batchscope: note: ...``."""
+    shown = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+             line: str | None = None) -> None:
+        if issubclass(category, BatchscopeWarning):
+            print(f"batchscope: note: {message}", file=sys.stderr, flush=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", BatchscopeWarning)
+        warnings.showwarning = show
+        code = int(args.func(args))
+    sys.stdout.flush()  # here, not at exit: a reader gone meanwhile (`| head`) is handled like any other
+    return code
+
+
+def _stdout_closed(command: str, after: str) -> int:
+    """stdout's reader went away (``batchscope run ... | head -1``): stop as SIGPIPE would stop a Unix tool, exit
+    128 + SIGPIPE; the rest of the output goes nowhere (not to a traceback at exit). A command that writes a store
+    says so, since its worker was stopped; a reading one was only cut short, as its reader asked."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no stdout descriptor at all: nothing left to silence
+        pass
+    if command in _AFTER_INTERRUPT:
+        print(f"\nbatchscope: stopped: stdout was closed by its reader (broken pipe); the worker in flight was "
+              f"stopped; {after}.", file=sys.stderr)
+    return 128 + signal.SIGPIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``batchscope`` and ``python -m harness``."""
     parser = build_parser()
@@ -65,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = install_signal_handlers()
     after = _AFTER_INTERRUPT.get(args.command, "nothing was left half-written; run the command again")
     try:
-        return int(args.func(args))
+        return _call(args)
     except BatchscopeError as e:
         print(f"batchscope: error: {e}", file=sys.stderr)
         return e.exit_code
@@ -75,6 +112,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Terminated as e:
         print(f"\nbatchscope: stopped: {e}; the worker in flight was stopped; {after}.", file=sys.stderr)
         return e.exit_code
+    except BrokenPipeError as e:
+        if e.filename is not None:  # a named pipe the user gave, not stdout
+            print(f"batchscope: error: {e.filename}: {e.strerror}; its reader went away", file=sys.stderr)
+            return 2
+        return _stdout_closed(args.command, after)
     except OSError as e:  # a path the user gave cannot be read or written (full disk, read-only, removed)
         where = f"{e.filename}: " if e.filename else ""
         print(f"batchscope: error: {where}{e.strerror or e}; check that the path exists, is writable and has "

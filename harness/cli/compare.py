@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from harness.cli.table import path_arg
 from harness.errors import ConfigError
 from report.thesis import (
     REFERENCE_DATASET,
@@ -134,7 +135,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """``batchscope compare DIR``."""
     from harness.store import Store
 
-    with Store.open(args.dir, create=False) as store:
+    with Store.open(args.dir, create=False, readonly=True) as store:
         trials = store.trials()
         runs = store.runs()
     experiments = sorted({t["experiment"] for t in trials})
@@ -161,6 +162,6 @@ def register(sub: Any) -> None:
     """Add ``compare`` to the CLI."""
     p = sub.add_parser("compare",
                        help="our run beside the Ohio State thesis's figures, and which findings hold")
-    p.add_argument("dir", help="output directory of a run (holds results.sqlite)")
+    p.add_argument("dir", type=path_arg("DIR"), help="output directory of a run (holds results.sqlite)")
     p.add_argument("--experiment", help="which experiment, when the store holds several")
     p.set_defaults(func=cmd_compare)

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from harness.cli.table import print_table
+from harness.cli.table import path_arg, print_table
 
 
 # ---------------------------------------------------------------- adapters
@@ -36,7 +36,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_adapters)
 
     p = sub.add_parser("export", help="export a results store to CSV or Parquet")
-    p.add_argument("dir", help="output directory of a run (holds results.sqlite)")
+    p.add_argument("dir", type=path_arg("DIR"), help="output directory of a run (holds results.sqlite)")
     p.add_argument("--format", choices=("csv", "parquet"), default="csv")
-    p.add_argument("-o", "--output", help="where to write (default: DIR/export)")
+    p.add_argument("-o", "--output", type=path_arg("-o"), help="where to write (default: DIR/export)")
     p.set_defaults(func=cmd_export)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli.progress import make_progress
+from harness.cli.table import path_arg
 from harness.errors import ConfigError
 
 
@@ -77,8 +78,8 @@ def register(sub: Any) -> None:
                         "and allocator settings for --verify-steps steps, and say whether it passed")
     p.add_argument("--verify-steps", type=int, default=None,
                    help="timed steps of the --verify run (default: the confirm run's length)")
-    p.add_argument("--out", help="output directory for the store (default results/maxbatch)")
-    p.add_argument("--data-dir", help="local copy of a downloadable data set")
+    p.add_argument("--out", type=path_arg("--out"), help="output directory for the store (default results/maxbatch)")
+    p.add_argument("--data-dir", type=path_arg("--data-dir"), help="local copy of a downloadable data set")
     p.add_argument("--data-layout", choices=DATA_LAYOUTS, default="auto",
                    help="image layout of an npz:FILE data set (default: detected from the channel axis)")
     p.add_argument("--quiet", action="store_true",

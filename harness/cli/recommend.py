@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli.table import print_table
+from harness.cli.table import path_arg, print_table
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
@@ -49,6 +49,6 @@ def register(sub: Any) -> None:
                                    "whose throughput is within a stated share of the best (docs/recommend.md), "
                                    "with its range over the repeats, its accuracy cost and the largest size "
                                    "that fits where a max-batch search ran.")
-    p.add_argument("dir", help="output directory of a run (holds results.sqlite)")
+    p.add_argument("dir", type=path_arg("DIR"), help="output directory of a run (holds results.sqlite)")
     p.add_argument("--json", action="store_true", help="print every number behind the recommendation as JSON")
     p.set_defaults(func=cmd_recommend)

@@ -6,10 +6,16 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from harness.cli.table import path_arg
+
+#: where the report goes without -o, under DIR (report.build.default_output, not imported: it loads matplotlib)
+DEFAULT_REPORT = Path("report") / "report.pdf"
+
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Build the report and say where its files are."""
     from harness.errors import OutputError, StoreError
+    from harness.store.db import writable_dir
     from report.load import load
 
     # bad input is refused before matplotlib/seaborn/pandas/reportlab are imported (seconds of start-up)
@@ -19,6 +25,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.output and Path(args.output).exists() and not Path(args.output).is_file():
         # checked before figures are drawn beside it, so nothing is left half-written
         raise OutputError(f"{args.output}: exists and is not a file (a directory?); give -o the path of a PDF file")
+    # a store shared read-only is normal: the report cannot go beside it, so say where it would and what to do
+    target = Path(args.output) if args.output else Path(args.dir) / DEFAULT_REPORT
+    writable_dir(target.parent, "give -o a path in a directory you can write" if args.output else
+                 f"the report goes to {target} by default: give -o a path in a directory you can write")
     from report.build import build_report
 
     result = build_report(Path(args.dir), Path(args.output) if args.output else None)
@@ -37,7 +47,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("report", help="write the PDF report (figures, tables, findings) of a results directory",
                        description="Reads only DIR/results.sqlite (no framework, no GPU) and writes the PDF, "
                                    "its figures (PNG and SVG) and its tables (CSV) beside it.")
-    p.add_argument("dir", help="output directory of a run (holds results.sqlite)")
-    p.add_argument("-o", "--output", help="PDF to write (default: DIR/report/report.pdf); figures/ and "
-                                          "tables/ go in the same folder")
+    p.add_argument("dir", type=path_arg("DIR"), help="output directory of a run (holds results.sqlite)")
+    p.add_argument("-o", "--output", type=path_arg("-o"),
+                   help="PDF to write (default: DIR/report/report.pdf); figures/ and tables/ go in the same folder")
     p.set_defaults(func=cmd_report)

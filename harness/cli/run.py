@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli.progress import make_progress, planned_work
-from harness.cli.table import _csv_ints, _csv_names, print_table
+from harness.cli.table import _csv_ints, _csv_names, path_arg, print_table
 
 
 # ---------------------------------------------------------------- run
@@ -73,8 +73,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     """Add the ``run`` subcommand."""
     p = sub.add_parser("run", help="run an experiment file (a sweep over frameworks and batch sizes)")
-    p.add_argument("experiment", help="experiment TOML file, e.g. experiments/quick.toml")
-    p.add_argument("--out", help="output directory (default: results/<experiment name>)")
+    p.add_argument("experiment", type=path_arg("EXPERIMENT"), help="experiment TOML file, e.g. experiments/quick.toml")
+    p.add_argument("--out", type=path_arg("--out"), help="output directory (default: results/<experiment name>)")
     p.add_argument("--model", help="override the experiment's model: a catalogue name (e.g. resnet20) or your "
                    "own \"package.module:function\" (docs/models.md)")
     p.add_argument("--frameworks", type=_csv_names, help="only these frameworks, e.g. pytorch,mxnet")
@@ -85,7 +85,8 @@ def register(sub: Any) -> None:
     p.add_argument("--resume", action="store_true", help="skip trials already stored in --out")
     p.add_argument("--no-skip-larger", action="store_true",
                    help="run batch sizes above one that ran out of memory (default: record them as skipped)")
-    p.add_argument("--data-dir", help="local copy of a downloadable data set (e.g. cifar-10-python.tar.gz)")
+    p.add_argument("--data-dir", type=path_arg("--data-dir"),
+                   help="local copy of a downloadable data set (e.g. cifar-10-python.tar.gz)")
     p.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="where trials run: here (default) or as tasks on a Ray cluster")
     p.add_argument("--ray-address", help="Ray cluster address (default: start a local one); implies --executor ray")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -13,6 +13,18 @@ def _csv_ints(text: str) -> tuple[int, ...]:
         return tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers") from None
+
+
+def path_arg(name: str) -> Callable[[str], str]:
+    """An argparse ``type`` for a path: an empty one (an unset shell variable) is refused, naming ``name``, rather
+    than read as the default or as the current directory."""
+
+    def check(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"{name} is empty (an unset shell variable?); give a path")
+        return text
+
+    return check
 
 
 def _csv_names(text: str) -> tuple[str, ...]:

@@ -65,6 +65,8 @@ VARIANT_KEYS = ("optimizer", "learning_rate", "momentum", "lr_policy", "lr_base_
 #: the store keeps whole numbers in SQLite INTEGER columns (signed 64-bit): larger ones would fail the
 #: write *after* the trial ran, so they are refused up front
 SQLITE_INT_MAX = 2**63 - 1
+#: the longest experiment name: it is a directory name and the stem of file names (a file name may be 255 bytes)
+MAX_NAME_CHARS = 100
 #: frameworks x batch sizes x repeats: the plan is held in memory, and 10^5 trials is weeks of running
 MAX_TRIALS = 100_000
 #: an OS memory limit is set in bytes (RLIMIT_DATA takes < 2^63); 2^30 MiB = 1 PiB is beyond any machine
@@ -258,6 +260,22 @@ def _where(exp: Experiment, key: str) -> str:
     return f"{exp.source}: {key}"
 
 
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name an experiment (None: it can). It names the default output directory
+    (``results/<name>``) and files in it: ``..`` would be the parent directory, and a name longer than a file name
+    may be fails after the store is written."""
+    shown = repr(name) if len(name) <= 60 else f"{name[:40]!r}... ({len(name):,} characters)"
+    if not name:
+        return "is empty; give the experiment a name (letters, digits, '_', '-', '.')"
+    if len(name) > MAX_NAME_CHARS:
+        return f"{shown} is longer than {MAX_NAME_CHARS} characters (it names the output directory and its files)"
+    if not (name[0].isalnum() or name[0] == "_"):
+        return f"{shown} must start with a letter, a digit or '_' (it names a directory: '.' and '..' are taken)"
+    if not all(ch.isalnum() or ch in "_-." for ch in name):
+        return f"{shown} is not a usable name (letters, digits, '_', '-', '.')"
+    return None
+
+
 def _validate(exp: Experiment) -> None:
     from harness.data import DATASETS
     from harness.models import check_model_name
@@ -266,8 +284,9 @@ def _validate(exp: Experiment) -> None:
     def bad(key: str, msg: str) -> ConfigError:
         return ConfigError(f"{_where(exp, key)}: {msg}")
 
-    if not exp.name or not exp.name.replace("-", "_").replace(".", "_").isidentifier():
-        raise bad("name", f"{exp.name!r} is not a usable name (letters, digits, '_', '-', '.')")
+    problem = name_problem(exp.name)
+    if problem:
+        raise bad("name", problem)
     if not exp.frameworks:
         raise bad("frameworks", "the list is empty; name at least one framework")
     known = known_adapter_names()

@@ -8,15 +8,20 @@ with ``mmap_mode="r"``: nothing is copied per process.
 
 from __future__ import annotations
 
+import os
+import shutil
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from harness.data import cifar10, embedded, npzfile
+from harness.data.checks import cache_error
 from harness.data.footprint import require_disk, require_memory
 from harness.data.known import DATASETS
 from harness.data.prepared import (
+    DamagedCopy,
     DataRequest,
     DatasetInfo,
     PreparedData,
@@ -24,7 +29,8 @@ from harness.data.prepared import (
     default_cache_dir,
     load_prepared,
 )
-from harness.errors import DataError
+from harness.errors import BatchscopeWarning, DataError
+from harness.tmpnames import remove_stale, tmp_tag
 
 
 def _synthetic(req: DataRequest, cache_dir: Path) -> tuple[dict[str, np.ndarray], int]:
@@ -57,6 +63,16 @@ NPZ_INFO = DatasetInfo("npz", "your own arrays from a .npz file (x_train, y_trai
                        accuracy_meaningful=True, offline=True)
 
 
+def _discard(target: Path) -> None:
+    """Remove a damaged prepared copy: renamed aside first (atomic), so no reader sees it half-removed."""
+    aside = target.with_name(f".{target.name}{tmp_tag()}damaged")
+    try:
+        os.replace(target, aside)
+        shutil.rmtree(aside) if aside.is_dir() else aside.unlink()
+    except OSError as e:
+        raise cache_error(target.parent, e) from e
+
+
 def prepare(req: DataRequest, cache_dir: Path | None = None) -> PreparedData:
     """Prepare (or reuse) the data set ``req`` in ``cache_dir``/prepared/<slug>."""
     info: DatasetInfo
@@ -75,8 +91,14 @@ def prepare(req: DataRequest, cache_dir: Path | None = None) -> PreparedData:
                         "no local copy; drop --data-dir (it is for downloadable data sets: cifar10)")
     cache = cache_dir or default_cache_dir()
     target = cache / "prepared" / req.slug()
-    if (target / "meta.json").exists():
-        return load_prepared(target)
+    remove_stale(target.parent)  # what a preparation killed outright (SIGKILL) left behind
+    if target.exists():
+        try:
+            return load_prepared(target)
+        except DamagedCopy as e:  # a cache: damaged (a full disk, an edit, a killed writer) means prepare again
+            _discard(target)
+            warnings.warn(f"the prepared copy of {req.name!r} in {target} was damaged ({e}); prepared again",
+                          BatchscopeWarning, stacklevel=2)
     if req.name == "synthetic":  # the only data set whose size the user chooses: check it fits first
         n = req.synthetic_samples + max(req.synthetic_samples // 8, 1)
         x_bytes = 4.0 * n * float(np.prod([float(d) for d in req.synthetic_shape]))

@@ -45,6 +45,8 @@ FOLDER = "cifar-10-batches-py"
 TRAIN_BATCHES = ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5")
 TEST_BATCH = "test_batch"
 DOWNLOAD_TIMEOUT_S = 60.0
+#: a batch file is 31,035,704 bytes (30 MiB); one this much larger is not one, and is not read into memory
+MAX_BATCH_BYTES = 64 * 2**20
 EMBEDDED_HINT = ('use a data set that needs no network: dataset = "mnist5k" (real MNIST digits), "digits" '
                  'or "synthetic" in the experiment file')
 
@@ -100,7 +102,10 @@ def verify_archive(path: Path, checks: Checksums) -> None:
         raise DataError(f"cifar10: {path} has {size:,} bytes, the published archive "
                         f"{checks.archive_bytes:,}: it is truncated or not the CIFAR-10 python archive; "
                         "delete it and download it again")
-    digest = sha256_of(path)
+    try:
+        digest = sha256_of(path)
+    except OSError as e:
+        raise DataError(f"cifar10: {path} cannot be read ({e.strerror or e}); check its permissions") from e
     if digest != checks.archive_sha256:
         raise DataError(f"cifar10: {path} fails the SHA-256 check (got {digest}, published "
                         f"{checks.archive_sha256}): the file is corrupt; delete it and download it again")
@@ -203,6 +208,13 @@ def _parse_batch(name: str, raw: bytes, checks: Checksums, where: str) -> tuple[
     return data.reshape(-1, 3, 32, 32), y
 
 
+def _check_batch_size(where: str, size: int) -> None:
+    """Refuse a batch file far larger than a real one (each is about 30 MiB) before it is read whole into memory."""
+    if size > MAX_BATCH_BYTES:
+        raise DataError(f"cifar10: {where} has {size / 2**30:.2f} GiB: not a CIFAR-10 batch (each is about 30 MiB); "
+                        "replace it with a fresh copy")
+
+
 def _read_members(source: Path) -> tuple[dict[str, bytes], str]:
     """The raw bytes of every batch file in an archive or folder, and a name for messages."""
     names = (*TRAIN_BATCHES, TEST_BATCH)
@@ -211,7 +223,15 @@ def _read_members(source: Path) -> tuple[dict[str, bytes], str]:
         if missing:
             raise DataError(f"cifar10: {source} lacks {', '.join(missing)}; "
                             "the extracted folder is incomplete")
-        return {n: (source / n).read_bytes() for n in names}, str(source)
+        out_dir: dict[str, bytes] = {}
+        for n in names:
+            _check_batch_size(f"{source}/{n}", (source / n).stat().st_size)
+            try:
+                out_dir[n] = (source / n).read_bytes()
+            except OSError as e:
+                raise DataError(f"cifar10: {source}/{n} cannot be read ({e.strerror or e}); check its "
+                                "permissions") from e
+        return out_dir, str(source)
     out: dict[str, bytes] = {}
     try:
         with tarfile.open(source, "r:gz") as tar:
@@ -221,6 +241,7 @@ def _read_members(source: Path) -> tuple[dict[str, bytes], str]:
                 except KeyError:
                     raise DataError(f"cifar10: {source} lacks {FOLDER}/{n}; it is not the CIFAR-10 python "
                                     "archive or it is incomplete") from None
+                _check_batch_size(f"{source}:{FOLDER}/{n}", member.size)
                 f = tar.extractfile(member)
                 if f is None:
                     raise DataError(f"cifar10: {source}: {FOLDER}/{n} is not a regular file")

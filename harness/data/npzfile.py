@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from harness.data.checks import NpyHeader, read_npy_header
+from harness.data.footprint import require_memory
 from harness.errors import DataError
 
 if TYPE_CHECKING:
@@ -56,9 +58,12 @@ def check_path(name: str) -> Path:
 def file_digest(path: Path) -> str:
     """SHA-256 of the file's bytes, the first 16 hex digits (part of the cache directory's name)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError as e:
+        raise DataError(f"{path}: cannot be read ({e.strerror or e}); check the file's permissions") from e
     return h.hexdigest()[:16]
 
 
@@ -69,7 +74,56 @@ def slug(name: str, layout: str) -> str:
     return f"npz-{stem}-{file_digest(path)}-{layout}"
 
 
+#: the most classes a data file may have: a larger label is most likely an ID, and the last layer's width with it
+MAX_CLASSES = 100_000
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def _declared(path: Path, where: str) -> dict[str, NpyHeader]:
+    """Every ``.npy`` member's header, read before any array is (a header may declare terabytes)."""
+    try:
+        with open(path, "rb") as f:
+            start = f.read(len(_NPY_MAGIC))
+    except OSError as e:
+        raise DataError(f"{where}: cannot be read ({e.strerror or e}); check the file's permissions") from e
+    if start == _NPY_MAGIC:
+        raise DataError(f"{where}: holds one .npy array (numpy.save), not a .npz of four; write it with "
+                        "numpy.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)")
+    headers: dict[str, NpyHeader] = {}
+    try:
+        with zipfile.ZipFile(path) as z:
+            for info in z.infolist():
+                key = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+                if key in REQUIRED and not info.filename.endswith(".npy"):
+                    raise DataError(f"{where}: member {info.filename!r} is not a .npy array (a raw member of the zip); "
+                                    "write the file with numpy.savez")
+                if not info.filename.endswith(".npy"):
+                    continue
+                with z.open(info) as member:
+                    header = read_npy_header(member)  # type: ignore[arg-type]
+                if header.dtype.hasobject:  # pickled Python objects: never unpickled (they could run code)
+                    raise DataError(f"{where}: cannot be read as a .npz of plain arrays: {key} holds Python objects "
+                                    "(dtype object); save numeric arrays")
+                if header.header_bytes + header.data_bytes != info.file_size:
+                    raise DataError(f"{where}: {key} declares shape {header.shape} of {header.dtype} "
+                                    f"({header.data_bytes:,} bytes) but holds {info.file_size - header.header_bytes:,}"
+                                    " bytes; the file is damaged or was not written by numpy.savez")
+                headers[key] = header
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
+        raise DataError(f"{where}: cannot be read as a .npz of plain arrays ({type(e).__name__}: {e}); write it "
+                        "with numpy.savez(path, x_train=..., y_train=..., x_test=..., y_test=...) from numeric "
+                        "arrays") from e
+    return headers
+
+
 def _read(path: Path, where: str) -> dict[str, np.ndarray]:
+    headers = _declared(path, where)
+    # the preparation's peak: the file's arrays, then a float32 copy of the images and std's temporary
+    images = [h for k, h in headers.items() if k in ("x_train", "x_test")]
+    need = sum(h.data_bytes for h in headers.values()) + sum(2 * 4 * h.data_bytes // h.dtype.itemsize
+                                                             for h in images if h.dtype.itemsize)
+    require_memory(need, f"{where} ({', '.join(f'{k} {h.shape}' for k, h in headers.items() if k in REQUIRED)})",
+                   "use fewer or smaller images, or a machine with more memory")
     try:
         with np.load(path, allow_pickle=False) as f:
             return {key: f[key] for key in f.files}
@@ -81,11 +135,14 @@ def _read(path: Path, where: str) -> dict[str, np.ndarray]:
 
 
 def _to_nchw(x: np.ndarray, layout: str, key: str, where: str) -> np.ndarray:
-    if x.ndim == 3:  # (N, H, W): one grey channel
-        return x[:, None, :, :]
-    if x.ndim != 4:
+    if x.ndim not in (3, 4):
         raise DataError(f"{where}: {key} has shape {x.shape}; images must be (N, C, H, W), (N, H, W, C) or "
                         "(N, H, W)")
+    if 0 in x.shape[1:]:
+        raise DataError(f"{where}: {key} has shape {x.shape}, an axis of size 0; an image needs at least one "
+                        "channel, row and column")
+    if x.ndim == 3:  # (N, H, W): one grey channel
+        return x[:, None, :, :]
     if layout == "nchw":
         return x
     if layout == "nhwc":
@@ -143,7 +200,7 @@ def load_npz(req: DataRequest, cache_dir: Path) -> tuple[dict[str, np.ndarray], 
         x = arrays[key]
         if not (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)) or x.dtype == np.bool_:
             raise DataError(f"{where}: {key} has dtype {x.dtype}; images must be numbers (integers or floats)")
-        if len(x) == 0:
+        if x.ndim and len(x) == 0:
             raise DataError(f"{where}: {key} holds no images")
         x = _to_nchw(x, req.layout, key, where)
         if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
@@ -155,6 +212,10 @@ def load_npz(req: DataRequest, cache_dir: Path) -> tuple[dict[str, np.ndarray], 
     declared = _declared_classes(arrays, where)
     y_train = _check_labels(arrays["y_train"], "y_train", len(out["x_train"]), declared, where)
     classes = declared if declared is not None else int(y_train.max()) + 1
+    if classes > MAX_CLASSES:
+        raise DataError(f"{where}: y_train's labels make {classes:,} classes (the largest label + 1, or the file's "
+                        f"classes), more than {MAX_CLASSES:,}: labels that are IDs must first be numbered 0 .. K-1 "
+                        "(numpy.unique(y, return_inverse=True))")
     if classes < 2:
         raise DataError(f"{where}: y_train has only the label 0; a classifier needs at least two classes")
     out["y_train"] = y_train

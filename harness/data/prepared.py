@@ -5,13 +5,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from harness.errors import DataError
+from harness.data.checks import cache_error, npy_file_problem
+from harness.errors import BatchscopeWarning, DataError
+from harness.tmpnames import tmp_tag
 
 ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 
@@ -61,23 +65,31 @@ class PreparedData:
         from harness.data.footprint import require_disk
 
         path = self.order_path(seed, epochs)
-        if not path.exists():
-            rows = max(epochs, 1)
-            require_disk(self.order_bytes(epochs), path.parent, f"the shuffle order of {rows} epoch(s)",
-                         "lower epochs")
-            rng = np.random.default_rng(np.random.SeedSequence([seed, 0x0BA7C4]))
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npy.tmp")
-            os.close(fd)
-            try:
-                order = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int32, shape=(rows, self.n_train))
-                for e in range(rows):  # the same draws, in the same sequence, as one np.stack of them
-                    order[e] = rng.permutation(self.n_train)
-                order.flush()
-                del order
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+        rows = max(epochs, 1)
+        if path.exists():
+            problem = npy_file_problem(path, (rows, self.n_train), np.dtype(np.int32))
+            if problem is None:
+                return path
+            warnings.warn(f"the shuffle order {path} was damaged ({problem}); written again", BatchscopeWarning,
+                          stacklevel=2)
+        # missing, or damaged (truncated by a full disk, edited): written anew, the same draws as ever
+        require_disk(self.order_bytes(epochs), path.parent, f"the shuffle order of {rows} epoch(s)", "lower epochs")
+        rng = np.random.default_rng(np.random.SeedSequence([seed, 0x0BA7C4]))
+        try:
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + tmp_tag())
+        except OSError as e:
+            raise cache_error(path.parent, e) from e
+        os.close(fd)
+        try:
+            order = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int32, shape=(rows, self.n_train))
+            for row in range(rows):  # the same draws, in the same sequence, as one np.stack of them
+                order[row] = rng.permutation(self.n_train)
+            order.flush()
+            del order
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
         return path
 
     def to_dict(self) -> dict:
@@ -154,25 +166,51 @@ def _write_prepared(target: Path, name: str, arrays: dict[str, np.ndarray], clas
         classes=classes, n_train=len(final["x_train"]), n_test=len(final["x_test"]), key=key,
         accuracy_meaningful=accuracy_meaningful,
     )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp"))
-    for a in ARRAYS:
-        np.save(tmp / f"{a}.npy", final[a])
-    (tmp / "meta.json").write_text(json.dumps(prepared.to_dict() | {"directory": None}, indent=1))
-    if target.exists():  # prepared meanwhile by someone else: keep theirs
-        for f in tmp.iterdir():
-            f.unlink()
-        tmp.rmdir()
-        return load_prepared(target)
-    os.replace(tmp, target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}{tmp_tag()}"))
+    except OSError as e:
+        raise cache_error(target.parent, e) from e
+    try:  # Ctrl-C, SIGTERM or a full disk half-way: the partial copy (hundreds of MiB) goes with it
+        for a in ARRAYS:
+            np.save(tmp / f"{a}.npy", final[a])
+        (tmp / "meta.json").write_text(json.dumps(prepared.to_dict() | {"directory": None}, indent=1))
+        if target.exists():  # prepared meanwhile by someone else: keep theirs
+            shutil.rmtree(tmp)
+            return load_prepared(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return prepared
 
 
+class DamagedCopy(DataError):
+    """A prepared copy in the cache that cannot be trusted (the reason is the message): prepared again."""
+
+
 def load_prepared(target: Path) -> PreparedData:
-    """Open a directory written by :func:`_write_prepared`."""
-    meta = json.loads((target / "meta.json").read_text())
-    meta["directory"] = str(target)
-    return PreparedData.from_dict(meta)
+    """Open a directory written by :func:`_write_prepared`, checked against its ``meta.json``.
+
+    Raises:
+        DamagedCopy: ``meta.json`` unreadable, or an array missing, truncated or not the shape it says; the
+            headers and sizes are read, not the data (milliseconds), so a copy with flipped bytes inside passes.
+    """
+    try:
+        meta = json.loads((target / "meta.json").read_text())
+        meta["directory"] = str(target)
+        prepared = PreparedData.from_dict(meta)
+        shape = tuple(int(d) for d in prepared.input_shape)
+        n = {"train": int(prepared.n_train), "test": int(prepared.n_test)}
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise DamagedCopy(f"meta.json cannot be read ({type(e).__name__}: {e})") from e
+    for split in ("train", "test"):
+        for array, want, dtype in ((f"x_{split}", (n[split], *shape), np.float32), (f"y_{split}", (n[split],),
+                                                                                      np.int64)):
+            problem = npy_file_problem(target / f"{array}.npy", want, np.dtype(dtype))
+            if problem:
+                raise DamagedCopy(problem)
+    return prepared
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,13 @@ Budgets are real, never numbers compared in the parent:
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from harness.config.choices import Device, OptimizerName, Precision
 from harness.config.experiment import DEVICES, OPTIMIZERS, PRECISIONS, Experiment
-from harness.errors import ConfigError
+from harness.errors import BatchscopeWarning, ConfigError
 from harness.maxbatch.search import STRATEGIES
 
 MIB = 1024.0 * 1024.0
@@ -155,6 +156,36 @@ class Budget:
     trial_limit_mib: float  # RuntimeConfig.memory_limit_mib (GPU emulation), 0: none
 
 
+def _meminfo_mib(key: str) -> float | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                if name == key:
+                    return int(value.split()[0]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _check_machine_memory(limit_mib: float) -> None:
+    """A CPU budget is an OS limit on each probe, not memory set aside: one above what the machine has is refused
+    (not capped: a capped search would answer another question than the one asked, under the budget stored with it),
+    since the probes would grow until the kernel's OOM killer stops one, which may not be a probe. One above the
+    memory available now is let through with a note: what is available moves, and the search may still end below it."""
+    total, available = _meminfo_mib("MemTotal"), _meminfo_mib("MemAvailable")
+    asked = f"{limit_mib:.0f}" if limit_mib == int(limit_mib) else f"{limit_mib}"  # as typed, not 1e+08
+    if total is not None and limit_mib > total:
+        raise ConfigError(f"--memory-limit-mib {asked} (memory_limit_mib in an experiment) is more than this "
+                          f"machine has: {total:.0f} MiB of memory, {available or 0:.0f} MiB available now. On CPU the "
+                          "budget is an OS limit on each probe, so a search under it would end in the kernel's OOM "
+                          f"killer, not in a probe's failed allocation; give at most {total:.0f}")
+    if available is not None and limit_mib > available:
+        warnings.warn(f"--memory-limit-mib {asked} is more than the {available:.0f} MiB available now (of "
+                      f"{total or 0:.0f}); a probe near the budget may be stopped by the kernel's OOM killer (a "
+                      "crashed probe) before it fails an allocation", BatchscopeWarning, stacklevel=3)
+
+
 def resolve_budget(req: MaxBatchRequest, gpus: list[dict[str, Any]]) -> Budget:
     """Where the search runs and how its budget is enforced. Refuses what cannot be enforced."""
     on_gpu = req.device == "gpu" or (req.device == "auto" and bool(gpus))
@@ -166,6 +197,7 @@ def resolve_budget(req: MaxBatchRequest, gpus: list[dict[str, Any]]) -> Budget:
             raise ConfigError("on CPU give --memory-limit-mib N (memory_limit_mib in an experiment): the "
                               "budget each probe's worker gets from the OS (RLIMIT_DATA); without one the "
                               "search would only stop when the machine does")
+        _check_machine_memory(req.memory_limit_mib)
         return Budget(req.memory_limit_mib, "cpu-rlimit-data", "cpu", req.memory_limit_mib, 0.0)
     card_mib = float(gpus[0]["memory_total_mib"])
     if not req.memory_limit_mib:

@@ -140,12 +140,12 @@ CATALOGUE: dict[str, Factory] = {"osu_cnn": osu_cnn, "deep_cnn": deep_cnn, "tiny
 def check_model_name(name: str) -> None:
     """Refuse a model name that is neither in the catalogue nor a loadable, framework-free user function."""
     from harness.models.native import PREFIX, check_factory, is_native_model
-    from harness.models.user import is_user_model, load_user_factory
+    from harness.models.user import check_user_model, is_user_model
 
     if is_native_model(name):
         check_factory(name[len(PREFIX):], f"model {name!r}")  # not imported: it imports a framework
     elif is_user_model(name):
-        load_user_factory(name)
+        check_user_model(name)  # not imported here: it runs once, in a bounded child, when described
     elif name not in CATALOGUE:
         raise ConfigError(f"unknown model {name!r}: not in the catalogue ({', '.join(sorted(CATALOGUE))}); or "
                           "name your own function as \"package.module:function\" (docs/models.md)")

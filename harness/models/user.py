@@ -1,12 +1,13 @@
 """Your own model: ``model = "package.module:function"``, a function ``(input_shape, classes) -> ModelDescription``.
 
-The function is imported and called here, in the parent, and the description it returns travels to
-every worker as data (:meth:`ModelDescription.to_spec`), so the workers never import your code and
-every framework builds the very same layers. The parent must never import a framework (one framework
-per process, and a framework imported in the parent would hold memory and threads across every trial),
-so while your module is imported and your function runs, importing one is refused: the module-level
-``import torch`` of a model file is named in the error. A model that exists only in one framework is a
-native model instead (an adapter setting; docs/models.md).
+The function is imported and called once per run, in a child process bounded in time and memory
+(:mod:`harness.models.sandbox`: whatever your code does, exit, crash, hang or allocate without end, is an error
+naming the model, and batchscope is untouched), and the description it returns travels to every worker as data
+(:meth:`ModelDescription.to_spec`), so the workers never import your code and every framework builds the very
+same layers. The description must be framework-free (one framework per process, and each adapter builds the
+description itself), so while your module is imported and your function runs, importing a framework is refused:
+the module-level ``import torch`` of a model file is named in the error. A model that exists only in one
+framework is a native model instead (an adapter setting; docs/models.md).
 
 The module is looked up on ``sys.path`` with the current directory first, as ``python -m`` does, so
 ``mymodels.py`` beside you is found without installing it.
@@ -18,6 +19,7 @@ import contextlib
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import os
 import sys
 import types
@@ -70,10 +72,10 @@ def _guarded(name: str) -> Iterator[_FrameworkBlocker]:
 
 
 def _framework_refusal(name: str, what: str) -> ConfigError:
-    return ConfigError(f"model {name!r}: {what}; a described model must be framework-free, because it is built in "
-                       "the parent, which never imports a framework. Describe it with harness.models layers "
-                       "only (docs/models.md), or, for a model that exists in one framework only, name a "
-                       "factory as that adapter's native_model setting")
+    return ConfigError(f"model {name!r}: {what}; a described model must be framework-free: it is described once, "
+                       "outside every framework's process, and each adapter builds it. Describe it with "
+                       "harness.models layers only (docs/models.md), or, for a model that exists in one framework "
+                       "only, name a factory as that adapter's native_model setting")
 
 
 def _split(name: str) -> tuple[str, str]:
@@ -96,6 +98,8 @@ def _import(name: str, module_name: str) -> types.ModuleType:
             raise ConfigError(f"model {name!r}: module {module_name!r} cannot be imported ({e}); it must be "
                               f"importable from the current directory ({os.getcwd()}) or PYTHONPATH, or be "
                               "installed in this environment") from None
+        except MemoryError:  # the sandbox's memory limit: said as such (harness/models/sandbox.py)
+            raise
         except Exception as e:  # noqa: BLE001 - any error in the user's module is reported, never a traceback
             raise ConfigError(f"model {name!r}: importing {module_name!r} failed: {type(e).__name__}: {e}; "
                               "fix the module and run again") from e
@@ -132,8 +136,48 @@ def load_user_factory(name: str) -> Callable[..., Any]:
     return target  # type: ignore[no-any-return]
 
 
+def check_user_model(name: str) -> None:
+    """Refuse a malformed name, or one whose module cannot be found, without running any of the user's code: the
+    module is imported, and the function called, once, in a child process (:func:`describe_user_model`)."""
+    module_name, _ = _split(name)
+    top = module_name.partition(".")[0]
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        found = importlib.util.find_spec(top) is not None  # the top level only: a package's submodule would run it
+    except (ImportError, ValueError):
+        found = False
+    finally:
+        if added:
+            sys.path.remove(cwd)
+    if not found:
+        raise ConfigError(f"model {name!r}: module {module_name!r} cannot be imported (no module {top!r} in the "
+                          f"current directory, {cwd}, or on PYTHONPATH); install it or run from the directory that "
+                          "holds it")
+
+
+#: descriptions made in this process, by (name, input shape, classes): the user's function runs once per run
+_DESCRIBED: dict[tuple[str, tuple[int, ...], int], ModelDescription] = {}
+
+
 def describe_user_model(name: str, input_shape: tuple[int, int, int], classes: int) -> ModelDescription:
-    """Call the user's function for this input and check what it returns."""
+    """The user's function's description of this input, made once per process in a child that is bounded in time
+    and memory (:mod:`harness.models.sandbox`): whatever the user's code does (exits, crashes, hangs, allocates
+    without end) is a :class:`ConfigError` naming the model, and the parent is untouched."""
+    key = (name, tuple(int(d) for d in input_shape), int(classes))
+    if key not in _DESCRIBED:
+        _split(name)
+        from harness.models.sandbox import describe_in_child
+
+        _DESCRIBED[key] = describe_in_child(name, key[1], key[2])  # type: ignore[arg-type]
+    return _DESCRIBED[key]
+
+
+def describe_here(name: str, input_shape: tuple[int, int, int], classes: int) -> ModelDescription:
+    """Import the user's module, call the function for this input and check what it returns, in this process
+    (the sandbox's child; never the parent)."""
     factory = load_user_factory(name)
     with _guarded(name) as blocker:
         try:
@@ -143,7 +187,7 @@ def describe_user_model(name: str, input_shape: tuple[int, int, int], classes: i
                 raise _framework_refusal(name, f"calling it imports the framework module {blocker.blocked[0]!r}"
                                          ) from None
             raise ConfigError(f"model {name!r}: calling it failed: ImportError: {e}") from e
-        except ConfigError:
+        except (ConfigError, MemoryError):
             raise
         except Exception as e:  # noqa: BLE001 - any error in the user's function is reported, never a traceback
             raise ConfigError(f"model {name!r}: calling it with input_shape={tuple(input_shape)}, classes={classes} "

@@ -12,6 +12,7 @@ import os
 import queue
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -19,6 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.capture import BoundedOutput
 from harness.errors import ProtocolMismatchError, WorkerProtocolError
 from harness.models import build_description, is_native_model
 from harness.records import Monitor, NullMonitor, Status, TrialOutcome, TrialUnit
@@ -36,6 +38,11 @@ STDERR_TAIL_LINES = 40
 #: needs then grows over steps, is not monotone in the batch size, and moves between runs. Fixed at its starting
 #: value, every block over 128 KiB gets its own mapping, returned to the OS when freed (docs/maxbatch.md).
 CPU_ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+
+
+#: Popen's arguments for a worker in a process group of its own, in the parent's session: ``process_group`` from
+#: Python 3.11; on 3.10 ``os.setpgrp`` as the child's pre-exec hook (a builtin: no Python code runs before exec)
+OWN_PROCESS_GROUP: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
 
 
 def adapter_worker_env(framework: str, options: Mapping[str, Any], device: str) -> dict[str, str]:
@@ -99,9 +106,12 @@ class LocalExecutor:
     """Runs units one after another on this machine."""
 
     def __init__(self, monitor_factory: Callable[[TrialUnit], Monitor] | None = None,
-                 log_dir: Path | None = None) -> None:
+                 log_dir: Path | None = None, bounded_log: bool = True) -> None:
         self.monitor_factory = monitor_factory or (lambda unit: NullMonitor())
         self.log_dir = log_dir
+        #: the worker's output through a pipe that keeps its head and tail (harness/capture.py); False: straight
+        #: into the log file, unbounded, as before issue 24 (only benchmarks/worker_log_cost.py compares the two)
+        self.bounded_log = bounded_log
 
     def run(self, unit: TrialUnit, on_event: Callable[[dict[str, Any]], None] | None = None) -> TrialOutcome:
         """Run one unit to completion (or timeout) and classify it. Never raises for a trial's failure.
@@ -131,17 +141,27 @@ class LocalExecutor:
         monitor = self.monitor_factory(unit)
         report = WorkerReport()
         with open(log_path, "wb") as log:
+            # the worker's stdout and stderr: a pipe drained with its head and tail kept, or the file itself
+            out_read, out_write = os.pipe() if self.bounded_log else (-1, os.dup(log.fileno()))
             try:
+                # a process group of its own, in our session (not a session of its own): should we die while it
+                # is stopped (SIGSTOP), its group becomes orphaned and the kernel sends it SIGHUP then SIGCONT
+                # (POSIX), so it dies, where its parent-watching thread could not run (issue 24)
                 proc = subprocess.Popen(
                     [unit.python, "-m", "harness.run.worker", "--fd", str(write_fd)],
-                    stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
-                    start_new_session=True, env=env, cwd=str(PROJECT_ROOT),
+                    stdin=subprocess.PIPE, stdout=out_write, stderr=out_write, pass_fds=(write_fd,),
+                    env=env, cwd=str(PROJECT_ROOT), **OWN_PROCESS_GROUP,
                 )
             except OSError as e:  # a bad interpreter (not executable, wrong format): this trial crashed
                 os.close(read_fd)
+                if out_read >= 0:
+                    os.close(out_read)
                 return _not_started(unit, e, started_at, t_start)
             finally:
                 os.close(write_fd)
+                os.close(out_write)
+            output = BoundedOutput(out_read, sink=log, name=f"worker-output-{proc.pid}").start() \
+                if out_read >= 0 else None
             messages: queue.Queue[Message | None] = queue.Queue()
             reader = threading.Thread(target=_read_messages, args=(read_fd, messages, report),
                                       name=f"worker-reader-{proc.pid}", daemon=True)
@@ -156,22 +176,29 @@ class LocalExecutor:
                     pass  # the worker died at once; its exit code tells why
                 monitor.start(proc.pid)
                 deadline = t_start + trial.timeout_s
+                last_t = t_start  # the worker's clock (time.monotonic, shared on Linux) of its latest message
                 while True:
                     remaining = deadline - time.monotonic()
-                    if remaining <= 0:
+                    if remaining <= 0 and proc.poll() is None:
                         timed_out = True
                         break
-                    try:
-                        msg = messages.get(timeout=min(remaining, 1.0))
+                    try:  # past the deadline with the worker gone (we were stopped): read what it left, then judge
+                        msg = messages.get(timeout=min(remaining, 1.0) if remaining > 0 else 5.0)
                     except queue.Empty:
+                        if remaining <= 0:
+                            timed_out = True
+                            break
                         continue
                     if msg is None:  # end of file (the worker closed its pipe or died), or unreadable
                         break
+                    last_t = max(last_t, msg.t)
                     report.feed(msg)
                     if isinstance(msg, Phase):
                         monitor.phase(msg.phase, msg.t)
                     if on_event is not None:
                         on_event(msg.to_dict())
+                # a worker that ended while we were stopped is judged by its own clock, not by when we woke
+                timed_out = timed_out or (time.monotonic() > deadline and last_t > deadline)
                 if timed_out or report.mismatch is not None:  # a worker we cannot read is not left running
                     _kill_group(proc)
                 try:
@@ -190,6 +217,8 @@ class LocalExecutor:
                     proc.wait()
                 measured = monitor.stop()
                 reader.join(timeout=5)
+                if output is not None:
+                    output.close()  # the head is in the log already; the tail and what was dropped follow
         stderr_tail = _tail(log_path)
         status, reason = classify(report, proc.returncode, timed_out, trial.timeout_s, stderr_tail,
                                   unit.oom_patterns)
@@ -236,7 +265,7 @@ def _read_messages(fd: int, out: queue.Queue[Message | None], report: WorkerRepo
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the worker's whole process group (it runs in a session of its own)."""
+    """SIGKILL the worker's whole process group (it runs in a group of its own)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

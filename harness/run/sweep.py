@@ -114,7 +114,7 @@ def run_sweep(
     """
     out_dir = Path(out_dir)
     if store_path(out_dir).exists() or store_path(out_dir).is_dir():
-        with Store.open(out_dir, create=False) as store:  # an unreadable store is refused here, clearly
+        with Store.open(out_dir, create=False, readonly=True) as store:  # an unreadable store is refused here
             existing = store.trials("experiment = ?", (exp.name,))
         if existing and not resume:
             raise StoreError(f"{out_dir} already holds {len(existing)} trial(s) of experiment {exp.name!r}; "

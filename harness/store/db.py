@@ -19,7 +19,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import os
 import sqlite3
+import tempfile
 import types
 import typing
 from collections.abc import Iterable, Iterator, Mapping
@@ -27,13 +29,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from harness.errors import OutputError, StoreError
+from harness.errors import BatchscopeError, OutputError, StoreError
 from harness.flops import mfu_pct
 from harness.monitor.fields import SAMPLE_COLUMNS
 from harness.monitor.fields import TRIAL_COLUMNS as SAMPLER_TRIAL_COLUMNS
 from harness.records import CurvePoint, TrialOutcome, WorkerMetrics
 
 STORE_NAME = "results.sqlite"
+#: how long an open waits for another process's transaction (a sweep commits one trial at a time, in milliseconds)
+BUSY_TIMEOUT_S = 30.0
 #: 2: whole-training throughput (step_samples_per_s, e2e_samples_per_s replace samples_per_s and
 #: train_samples_per_s, whose meaning changed), drift, denormals, FLOPs; peak GPU memory columns say peak
 SCHEMA_VERSION = 2
@@ -156,6 +160,87 @@ def make_out_dir(out_dir: Path) -> None:
                           "writable path") from e
 
 
+def writable_dir(directory: Path, hint: str) -> None:
+    """Create ``directory`` and check that a file can be made in it, or refuse (OutputError, exit 2) with ``hint``:
+    checked before a command draws or converts anything, so a read-only place is said at once, in plain words."""
+    if directory.exists() and not directory.is_dir():
+        raise OutputError(f"{directory}: exists and is not a directory; {hint}")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as e:
+        raise OutputError(f"{directory}: not writable ({e.strerror or e}); {hint}") from e
+
+
+def _refuse_non_file(path: Path, out_dir: str | Path, create: bool) -> None:
+    """Refuse, before SQLite opens it, whatever is not a regular file where the store goes: SQLite would take a
+    directory for a damaged store, block for ever opening a FIFO, and create a new store at a dangling link."""
+    if path.is_dir():
+        raise StoreError(f"{path} is a directory, not a results store; move it away or give another "
+                         "output directory")
+    if path.is_symlink() and not path.exists():
+        raise StoreError(f"{path} is a symbolic link to {os.readlink(path)}, which does not exist; fix or remove "
+                         "the link")
+    if path.exists() and not path.is_file():
+        kind = "a FIFO" if path.is_fifo() else "a socket" if path.is_socket() else "a device"
+        raise StoreError(f"{path} is {kind}, not a results store (a regular file); move it away or give "
+                         "another output directory")
+    if Path(out_dir).is_file() and Path(out_dir).name == STORE_NAME:
+        raise StoreError(f"{out_dir} is the store itself; give the directory that holds it: {Path(out_dir).parent}")
+    if not path.exists() and not create:
+        raise StoreError(f"{out_dir}: no results store ({STORE_NAME}) here; "
+                         "run `batchscope run EXPERIMENT --out DIR` first")
+
+
+def _first_read(conn: sqlite3.Connection) -> sqlite3.Connection:
+    """``conn`` once it has read the schema (SQLite opens lazily: a bad file shows here), else closed and raised."""
+    try:
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _connect_readonly(path: Path) -> sqlite3.Connection:
+    """A connection that can only read (``mode=ro``). A store left with an unfinished transaction by a command
+    killed mid-write (a hot ``-journal`` beside it) needs that transaction rolled back first, which is a write:
+    done with a short writable open where the file and its directory allow it, refused with what to do where
+    they do not."""
+    uri = f"{path.resolve().as_uri()}?mode=ro"  # percent-encoded: any character a path may hold
+    try:
+        return _first_read(sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S))
+    except sqlite3.Error as e:
+        if getattr(e, "sqlite_errorname", "") != "SQLITE_READONLY_ROLLBACK":
+            raise _open_error(path, e, readonly=True) from e
+    try:  # the roll-back of a killed writer's transaction, as any SQLite reader with write access does it
+        _first_read(sqlite3.connect(path, timeout=BUSY_TIMEOUT_S)).close()
+    except sqlite3.Error as e:
+        raise StoreError(f"{path}: holds an unfinished write ({path.name}-journal beside it, left by a command that "
+                         "was killed while writing) that must be rolled back before it can be read, and this "
+                         f"directory is read-only ({e}); copy the directory somewhere writable and read the copy, "
+                         "or run the command where it can write") from e
+    return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
+
+
+def _open_error(path: Path, e: sqlite3.Error, readonly: bool) -> BatchscopeError:
+    """The message for an open that SQLite refused, by its cause."""
+    name = getattr(e, "sqlite_errorname", "")
+    if name.startswith("SQLITE_READONLY") and not readonly:
+        return OutputError(f"{path}: is read-only (the file or its directory: {e}); this command writes into the "
+                           "store: give another --out directory, or make it writable. compare, recommend, "
+                           "report -o and export -o read a read-only store as it is")
+    if name.startswith("SQLITE_BUSY"):
+        return StoreError(f"{path}: locked by another process for over {BUSY_TIMEOUT_S:g} s ({e}); wait for the "
+                          "command that writes it to finish, then try again")
+    if name.startswith(("SQLITE_CANTOPEN", "SQLITE_AUTH", "SQLITE_PERM")):
+        return StoreError(f"{path}: cannot be opened ({e}); check that it exists and that you may read it "
+                          "(its permissions and its directory's)")
+    return StoreError(f"{path}: cannot be read as a results store ({e}); it is truncated, damaged or not a "
+                      "batchscope store: move it away and re-run into this directory, or give another one")
+
+
 def store_path(out_dir: str | Path) -> Path:
     """Where the store of an output directory lives."""
     return Path(out_dir) / STORE_NAME
@@ -167,37 +252,40 @@ class Store:
     def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
         self.path = path
         self.conn = conn
+        #: a read-only open: the columns each table has (the migration that would add the rest was not run)
+        self._columns: dict[str, set[str]] | None = None
 
     @classmethod
-    def open(cls, out_dir: str | Path, create: bool = True) -> Store:
-        """Open (and with ``create``, make) the store in ``out_dir``.
+    def open(cls, out_dir: str | Path, create: bool = True, readonly: bool = False) -> Store:
+        """Open (and with ``create``, make) the store in ``out_dir``; ``readonly`` for the commands that only read.
 
-        Anything that is not a readable store (a text file, a truncated file, a directory in its place, an
+        A read-only open writes nothing, not even the columns added since the store was made (its rows read as
+        NULL there), so a store on a read-only file, directory or medium is read as it is. Anything that is not
+        a readable store (a text file, a truncated file, a directory, FIFO or dangling link in its place, an
         output path that is a file or cannot be created) is refused with the path and what to do.
         """
         path = store_path(out_dir)
-        if path.is_dir():
-            raise StoreError(f"{path} is a directory, not a results store; move it away or give another "
-                             "output directory")
-        if not path.exists() and not create:
-            raise StoreError(f"{out_dir}: no results store ({STORE_NAME}) here; "
-                             "run `batchscope run EXPERIMENT --out DIR` first")
-        make_out_dir(Path(out_dir))
-        try:
-            conn = sqlite3.connect(path, timeout=30)
-        except sqlite3.Error as e:
-            raise StoreError(f"{path}: cannot be opened ({e}); check the path and its permissions") from e
+        _refuse_non_file(path, out_dir, create and not readonly)
+        if readonly:
+            conn = _connect_readonly(path)
+        else:
+            make_out_dir(Path(out_dir))
+            try:
+                conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S)
+            except sqlite3.Error as e:
+                raise StoreError(f"{path}: cannot be opened ({e}); check the path and its permissions") from e
         try:
             conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA synchronous=FULL")
             store = cls(path, conn)
-            store._init_schema(create)
+            if readonly:
+                store._check_schema()
+            else:
+                conn.execute("PRAGMA synchronous=FULL")
+                store._init_schema(create)
             store._check_integrity()
         except sqlite3.Error as e:
             conn.close()
-            raise StoreError(f"{path}: cannot be read as a results store ({e}); it is truncated, damaged or not "
-                             "a batchscope store: move it away and re-run into this directory, or give "
-                             "another one") from e
+            raise _open_error(path, e, readonly) from e
         except BaseException:
             conn.close()
             raise
@@ -210,7 +298,8 @@ class Store:
         if problems != ["ok"]:
             raise sqlite3.DatabaseError("; ".join(problems))
 
-    def _init_schema(self, create: bool) -> None:
+    def _schema_version(self, create: bool) -> set[str]:
+        """The store's tables, once its schema version is known to be the one this batchscope reads."""
         tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if "meta" in tables:
             row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -222,7 +311,21 @@ class Store:
                 raise StoreError(f"{self.path}: made by an older batchscope (schema {version}, this one reads "
                                  f"{SCHEMA_VERSION}); re-run the experiment into a new --out directory")
         elif tables or not create:
-            raise StoreError(f"{self.path}: not a batchscope results store (no schema version)")
+            what = "an empty file" if not tables and self.path.stat().st_size == 0 else "no schema version"
+            raise StoreError(f"{self.path}: not a batchscope results store ({what}); move it away, or point at "
+                             "the --out directory of a `batchscope run`")
+        return tables
+
+    def _check_schema(self) -> None:
+        """A read-only open: the schema version checked, the columns each table has noted (nothing added)."""
+        tables = self._schema_version(create=False)
+        missing = {"runs", "trials"} - tables
+        if missing:
+            raise StoreError(f"{self.path}: not a batchscope results store (no {', '.join(sorted(missing))} table)")
+        self._columns = {t: {r[1] for r in self.conn.execute(f"PRAGMA table_info({t})")} for t in tables}
+
+    def _init_schema(self, create: bool) -> None:
+        self._schema_version(create)
         with self.conn:
             self.conn.executescript(_SCHEMA)
             self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
@@ -233,6 +336,22 @@ class Store:
                 for name, typ in columns:
                     if name not in have:
                         self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {typ.split()[0]}")
+
+    def has_table(self, table: str) -> bool:
+        """Whether the store holds ``table`` (a read-only open of an older store may lack a newer one)."""
+        if self._columns is not None:
+            return table in self._columns
+        return self.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone() \
+            is not None
+
+    def _complete(self, table: str, names: tuple[str, ...], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Rows of an older store read without its migration: the columns it lacks read as NULL, as they would
+        after the migration a writing open does."""
+        have = self._columns.get(table) if self._columns is not None else None
+        if have is None:
+            return rows
+        absent = [n for n in names if n not in have]
+        return [r | dict.fromkeys(absent) for r in rows] if absent else rows
 
     def close(self) -> None:
         """Close the connection."""
@@ -305,10 +424,12 @@ class Store:
     def trials(self, where: str = "", params: Iterable[Any] = ()) -> list[dict[str, Any]]:
         """Trial rows as dicts (``where`` is an SQL condition on trials' columns)."""
         sql = "SELECT * FROM trials" + (f" WHERE {where}" if where else "") + " ORDER BY rowid"
-        return [dict(r) for r in self.conn.execute(sql, tuple(params))]
+        return self._complete("trials", TRIAL_COLUMN_NAMES, [dict(r) for r in self.conn.execute(sql, tuple(params))])
 
     def curves(self, trial_hash: str | None = None) -> list[dict[str, Any]]:
         """Curve rows as dicts (of one trial, or of all), by trial and point."""
+        if not self.has_table("curve"):  # a read-only open of a store made before curves
+            return []
         where, params = ("WHERE trial_hash=?", (trial_hash,)) if trial_hash else ("", ())
         return [dict(r) for r in self.conn.execute(f"SELECT * FROM curve {where} ORDER BY trial_hash, point", params)]
 
@@ -329,8 +450,11 @@ class Store:
 
     def maxbatch_results(self, where: str = "", params: Iterable[Any] = ()) -> list[dict[str, Any]]:
         """Max-batch rows as dicts, oldest first (``where`` is an SQL condition on its columns)."""
+        if not self.has_table("maxbatch"):
+            return []
         sql = "SELECT * FROM maxbatch" + (f" WHERE {where}" if where else "") + " ORDER BY result_id"
-        return [dict(r) for r in self.conn.execute(sql, tuple(params))]
+        return self._complete("maxbatch", MAXBATCH_COLUMN_NAMES,
+                              [dict(r) for r in self.conn.execute(sql, tuple(params))])
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

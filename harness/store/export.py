@@ -6,10 +6,14 @@ import sqlite3
 from pathlib import Path
 
 from harness.errors import ConfigError
-from harness.store import Store
+from harness.store import MAXBATCH_COLUMN_NAMES, SAMPLE_COLUMNS, TRIAL_COLUMN_NAMES, Store
+from harness.store.db import CURVE_COLUMN_NAMES, writable_dir
 
 #: every table a store holds (the schema version in ``meta`` is not data)
 TABLES = ("runs", "trials", "step_times", "samples", "maxbatch", "curve")
+#: the columns a store made today has: an older store read without its migration is exported with them (empty)
+KNOWN_COLUMNS = {"trials": TRIAL_COLUMN_NAMES, "maxbatch": MAXBATCH_COLUMN_NAMES,
+                 "samples": tuple(name for name, _ in SAMPLE_COLUMNS), "curve": CURVE_COLUMN_NAMES}
 
 
 def export(out_dir: Path, fmt: str, target: Path | None = None) -> list[Path]:
@@ -22,15 +26,22 @@ def export(out_dir: Path, fmt: str, target: Path | None = None) -> list[Path]:
         except ImportError:
             raise ConfigError("--format parquet needs pyarrow: pip install 'batchscope[report]' "
                               "(or use --format csv)") from None
-    target = target or out_dir / "export"
-    with Store.open(out_dir, create=False) as store:
-        target.mkdir(parents=True, exist_ok=True)
+    with Store.open(out_dir, create=False, readonly=True) as store:
+        hint = "give -o a directory you can write" if target else \
+            f"export writes into {out_dir / 'export'} by default: give -o a directory you can write"
+        target = target or out_dir / "export"
+        writable_dir(target, hint)
         written = []
         for table in TABLES:
+            known = KNOWN_COLUMNS.get(table, ())
             try:
-                frame = pd.read_sql_query(f"SELECT * FROM {table}", store.conn)
+                frame = (pd.read_sql_query(f"SELECT * FROM {table}", store.conn) if store.has_table(table)
+                         else pd.DataFrame(columns=list(known)))
             except (sqlite3.Error, pd.errors.DatabaseError) as e:
                 raise ConfigError(f"{store.path}: cannot read table {table}: {e}") from e
+            for name in known:  # an older store read as it is: the columns it lacks, empty
+                if name not in frame.columns:
+                    frame[name] = None
             path = target / f"{table}.{fmt}"
             tmp = path.with_suffix(path.suffix + ".tmp")
             if fmt == "csv":

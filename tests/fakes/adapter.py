@@ -21,10 +21,12 @@ from harness.models import ModelDescription
 
 BEHAVIOURS = ("ok", "hang", "sigkill", "oom", "error", "segfault", "exit0", "noisy", "oom_stderr",
               "hang_setup", "oom_large", "hang_large", "keeps_denormals", "ignores_precision",
-              "diverges", "nan_weights")
+              "diverges", "nan_weights", "flood", "flood_then_error", "hang_eval_large", "slow_steps")
 #: with behaviour "diverges" (NaN logits and weights) or "nan_weights" (NaN weights, finite logits), the training
 #: goes bad from this step on
 DIVERGES_AT_STEP = 3
+#: with behaviour "flood_then_error", what the first step prints before it raises (bytes)
+FLOOD_BYTES = 64 * 2**20
 #: the behaviour when the experiment sets none: lets a test steer workers that a CLI command starts
 BEHAVIOUR_ENV = "BATCHSCOPE_FAKE_BEHAVIOUR"
 #: with behaviour "oom_large", batches of at least this many samples "run out of memory" (doomed sizes)
@@ -48,6 +50,7 @@ class FakeAdapter(Adapter):
         self.behaviour = "ok"
         self.classes = 2
         self.steps = 0
+        self.last_batch = 0
         self.precision = "fp32"
 
     def versions(self) -> dict[str, str]:
@@ -93,6 +96,20 @@ class FakeAdapter(Adapter):
             time.sleep(3600)
         if b == "noisy":
             print("framework chatter on stdout {not json}", flush=True)
+        if b == "flood":  # a framework gone mad: prints without end (bounded only by the trial's timeout)
+            line = "flood " * 170 + "\n"
+            while True:
+                sys.stdout.write(line)
+        if b == "flood_then_error":  # prints FLOOD_BYTES, then fails with a traceback at the end of its output
+            line = "chatter " * 127 + "\n"  # 1 KiB
+            for _ in range(FLOOD_BYTES // len(line)):
+                sys.stdout.write(line)
+            sys.stdout.flush()
+            sys.stderr.write("fake: the flood ends here\n")
+            raise ValueError("fake: failed after a flood of output")
+        if b == "slow_steps":  # each step takes 0.2 s: a trial of a few seconds that needs no one to watch it
+            time.sleep(0.2)
+        self.last_batch = len(batch[0])
         if b == "transient":  # a 64 MiB scratch buffer mapped and unmapped within the step
             scratch = np.ones(TRANSIENT_MIB * 2**20, dtype=np.uint8)
             time.sleep(0.03)
@@ -120,6 +137,8 @@ class FakeAdapter(Adapter):
 
     def predict(self, batch: Any) -> np.ndarray:
         x, _ = batch
+        if self.behaviour == "hang_eval_large" and self.last_batch >= OOM_LARGE_BATCH:  # trains, then hangs in eval
+            time.sleep(3600)
         fill = np.nan if self.behaviour == "diverges" and self._gone_bad() else 0.0
         return np.full((len(x), self.classes), fill, dtype=np.float32)
 

@@ -22,9 +22,9 @@ ORPHAN_GRACE_S = 2.0
 
 
 def env_for(tmp_path: Path, behaviour: str | None = None, rlimit_data_mib: int | None = None,
-            adapters: str = FAKE_ADAPTERS) -> dict[str, str]:
-    """The environment of a ``batchscope`` started by a test."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), BATCHSCOPE_CACHE=str(tmp_path / "cache"))
+            adapters: str = FAKE_ADAPTERS, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a ``batchscope`` started by a test (``extra``: more variables)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), BATCHSCOPE_CACHE=str(tmp_path / "cache"), **(extra or {}))
     env[ADAPTERS_ENV] = adapters
     if behaviour:
         env["BATCHSCOPE_FAKE_BEHAVIOUR"] = behaviour
@@ -37,10 +37,11 @@ def command(*args: str) -> list[str]:
     return [sys.executable, "-m", "tests.faults.launch", *args]
 
 
-def bs(tmp_path: Path, *args: str, timeout: float = 300, **env_kw: Any) -> subprocess.CompletedProcess[str]:
-    """Run ``batchscope ARGS`` to completion."""
-    return subprocess.run(command(*args), cwd=ROOT, env=env_for(tmp_path, **env_kw), capture_output=True,
-                          text=True, timeout=timeout)
+def bs(tmp_path: Path, *args: str, timeout: float = 300, as_user: bool = False, cwd: Path = ROOT,
+       **env_kw: Any) -> subprocess.CompletedProcess[str]:
+    """Run ``batchscope ARGS`` to completion; ``as_user``: with file permissions applying even to root."""
+    return subprocess.run(command(*args), cwd=cwd, env=env_for(tmp_path, **env_kw), capture_output=True,
+                          text=True, timeout=timeout, preexec_fn=permissions_apply if as_user else None)
 
 
 def interruptible() -> None:
@@ -51,6 +52,28 @@ def interruptible() -> None:
     (measured: three Ctrl-C tests timed out that way, and passed run in the foreground).
     """
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+#: Linux capabilities that let root ignore permission bits: CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER
+_FILE_OVERRIDE_CAPS = (1, 2, 3)
+_PR_CAPBSET_DROP = 24
+
+
+def permissions_apply() -> None:
+    """``preexec_fn``: a read-only file or directory is read-only to the command, even run as root.
+
+    Tests that make a store read-only with ``chmod`` would see nothing as root (CI containers often run as
+    root): root ignores permission bits through three capabilities. Dropped from the bounding set before
+    ``exec``, they are gone from the command, which then meets the permissions a user would.
+    """
+    import ctypes
+
+    if os.geteuid() != 0:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in _FILE_OVERRIDE_CAPS:
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed: run the tests as a user, not root")
 
 
 def start(tmp_path: Path, *args: str, **env_kw: Any) -> subprocess.Popen[str]:

@@ -27,6 +27,9 @@ def die_with_parent(parent_pid: int | None, interval_s: float = PARENT_CHECK_S) 
     the kernel's OOM killer, a crash of the interpreter). When a parent dies its children are re-parented
     (to init or a subreaper), so ``getppid()`` changes: a daemon thread polls it. Not PR_SET_PDEATHSIG:
     that fires when the *thread* that forked us ends, which in a thread pool (Ray) is not the parent's end.
+    A stopped worker (SIGSTOP) cannot run this thread: the parent starts it in a process group of its own in the
+    parent's session, so when the parent dies the group is orphaned and the kernel sends it SIGHUP then SIGCONT
+    (POSIX's rule for orphaned groups with a stopped member; harness/run/executor.py), and it dies.
     """
     if not parent_pid:
         return
@@ -37,8 +40,11 @@ def die_with_parent(parent_pid: int | None, interval_s: float = PARENT_CHECK_S) 
         while True:
             time.sleep(interval_s)
             if os.getppid() != parent_pid:
-                sys.stderr.write("batchscope worker: the parent process is gone; exiting\n")
-                sys.stderr.flush()
+                try:  # stderr is a pipe the parent drained: with the parent gone, the write fails (EPIPE)
+                    sys.stderr.write("batchscope worker: the parent process is gone; exiting\n")
+                    sys.stderr.flush()
+                except (OSError, ValueError):
+                    pass
                 try:
                     os.killpg(os.getpgid(0), signal.SIGKILL)  # our group: ourselves and anything we started
                 finally:
