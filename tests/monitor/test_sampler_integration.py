@@ -28,6 +28,7 @@ threads = 1
 device = "cpu"
 sample_interval_ms = 20
 eval_batch_size = 64
+eval_points = 0  # phases in one order, each once (a phase resumed after an evaluation point: test_windows.py)
 """)
     out = tmp_path / "out"
     assert main(["run", str(toml), "--out", str(out)]) == 0
