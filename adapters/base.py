@@ -14,14 +14,19 @@ Adapter modules import their framework inside methods only: importing ``adapters
 cheap, because the parent imports it to list adapters and to validate their options.
 
 Third-party adapters subclass :class:`Adapter`, register under the ``batchscope.adapters`` entry-point
-group, and run ``tests/contract`` against themselves (see README, "Adding a framework adapter").
+group, and run ``tests/contract`` against themselves (docs/adapters.md, "Adding a framework adapter").
+
+The plugin API is versioned (:data:`API_VERSION`): what the contract suite asks of an adapter in each version
+is in CHANGELOG.md ("For plugin authors"). Beyond the abstract methods, an adapter has the optional
+:data:`CAPABILITIES` it overrides (:func:`capabilities`); the suite checks each of them on its own, and tells a
+plugin that lacks one "not supported: needs `<capability>`" for the cases that need it.
 """
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -42,12 +47,19 @@ from adapters.building import (
 from harness.config.precision import DESCRIPTIONS, PRECISIONS
 from harness.config.trial import OptimizerSpec  # re-exported: plugins import it from here
 from harness.errors import AdapterError, ConfigError
-from harness.models import Layer, ModelDescription
+from harness.models import LAYER_TYPES, Layer, ModelDescription
 
 __all__ = [
-    "Adapter", "EvalResult", "LayerSite", "MemoryStats", "OptimizerSpec", "PrecisionSeen", "RuntimeConfig",
-    "WeightFeed", "check_fits", "is_generic_oom", "layer_hook_name", "resolve_gpu", "softmax_cross_entropy",
+    "API_VERSION", "CAPABILITIES", "Adapter", "Capability", "EvalResult", "LayerSite", "MemoryStats", "OptimizerSpec",
+    "PrecisionSeen", "RuntimeConfig", "WeightFeed", "capabilities", "check_fits", "is_generic_oom", "layer_hook_name",
+    "missing_capabilities", "resolve_gpu", "softmax_cross_entropy",
 ]
+
+#: The plugin API's version: what the contract suite asks of an adapter (CHANGELOG.md, "For plugin authors").
+#: 1: the releases before the version existed (0.1.0 and 0.2.0.dev0); 2: optional capabilities, detected and
+#: checked one by one, and a train step that must wait for its work. An adapter says which version it was
+#: written against in :attr:`Adapter.api_version`.
+API_VERSION = 2
 
 #: the devices a precision is declared for (``auto`` is one of them, chosen in the worker)
 PRECISION_DEVICES = ("cpu", "gpu")
@@ -120,8 +132,14 @@ class Adapter(ABC):
     name: ClassVar[str]
     #: PyPI distributions whose versions are reported (the first one is "the framework").
     distributions: ClassVar[tuple[str, ...]]
-    #: Module to import to check the framework is installed (``torch``).
+    #: Module to import to check the framework is installed (``torch``). The parent never imports it: the
+    #: layering test, the contract suite and the user-model guard take their framework lists from this.
     import_name: ClassVar[str]
+    #: Other top-level modules of the framework that the parent must not import either (``keras``, ``jaxlib``).
+    framework_modules: ClassVar[tuple[str, ...]] = ()
+    #: The plugin API version the adapter was written against (:data:`API_VERSION`); 1 for one written before
+    #: the constant existed. Shown by ``batchscope adapters``; the capabilities are detected, not read from it.
+    api_version: ClassVar[int] = 1
     #: Adapter settings accepted under ``[adapters.<name>]`` (besides ``python``), with their allowed values.
     #: A type among the values (``(None, str)``) accepts any value of that type; a default of None is left out.
     options: ClassVar[Mapping[str, tuple[Any, ...]]] = {}
@@ -377,6 +395,76 @@ class Adapter(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook with a do-nothing default
         """Release what the framework holds (optional)."""
+
+
+@dataclass(frozen=True)
+class Capability:
+    """One optional part of the adapter contract, present when the adapter overrides its hooks.
+
+    ``required``: every built-in adapter must have it (the contract suite fails a built-in without it); the
+    others are features an adapter may lack, which the parent then refuses (``accumulate_steps > 1``, a
+    precision, a native model) and the suite reports as "not supported" for any adapter.
+    """
+
+    name: str
+    hooks: tuple[str, ...]
+    what: str
+    required: bool = True
+    #: presence decided otherwise than by overriding (a declaration such as ``precisions``); None: by the hooks
+    present: Callable[[type[Adapter]], bool] | None = None
+
+
+def _declares_mixed_precision(cls: type[Adapter]) -> bool:
+    return any(p != "fp32" for device in PRECISION_DEVICES for p in cls.precisions_on(device))
+
+
+def _layer_capability(layer_type: type) -> Capability:
+    hook = layer_hook_name(layer_type)
+    return Capability(hook, (hook,), f"builds {layer_type.__name__} layers (a build-template hook)")
+
+
+#: Every optional capability, in the order ``batchscope adapters`` lists them. To add one: a row here, then the
+#: contract checks that need it name it (tests/contract/checks.py), and the CHANGELOG says so under "For plugin
+#: authors". ``flat_gradient`` arrives with the gradient-noise measurement (issue 22).
+CAPABILITIES: tuple[Capability, ...] = (
+    *(_layer_capability(t) for t in LAYER_TYPES.values()),
+    Capability("batchnorm_state", ("batchnorm_state",), "reports BatchNorm running statistics"),
+    Capability("oom_examples", ("oom_examples",), "supplies the framework's real out-of-memory errors"),
+    Capability("accumulation", ("accumulate_gradients", "apply_accumulated"),
+               "gradient accumulation (accumulate_steps > 1)", required=False),
+    Capability("precisions", ("precisions", "device_precisions"), "a precision besides fp32 (bf16, amp)",
+               required=False, present=_declares_mixed_precision),
+    Capability("native_models", ("build_native",), "the framework's own models (native_model)", required=False),
+    Capability("flat_gradient", ("flat_gradient",), "the gradient as one flat array (gradient noise scale)",
+               required=False),
+    Capability("own_build", ("build",), "builds models in its own build(): which layers it builds is found by "
+               "trying, not declared by hooks", required=False),
+)
+_BY_NAME = {c.name: c for c in CAPABILITIES}
+
+
+def _overrides(cls: type, hook: str) -> bool:
+    """Whether ``cls`` defines ``hook`` differently from :class:`Adapter` (which may not define it at all)."""
+    mine = getattr(cls, hook, None)
+    base = getattr(Adapter, hook, None)
+    if base is None:
+        return mine is not None
+    return getattr(mine, "__func__", mine) is not getattr(base, "__func__", base)  # classmethods compare functions
+
+
+def capabilities(cls: type[Adapter]) -> tuple[str, ...]:
+    """The names of the :data:`CAPABILITIES` ``cls`` has, in table order (no framework is imported)."""
+    return tuple(c.name for c in CAPABILITIES
+                 if (c.present(cls) if c.present is not None else all(_overrides(cls, h) for h in c.hooks)))
+
+
+def missing_capabilities(cls: type[Adapter], needed: Sequence[str]) -> tuple[str, ...]:
+    """Which of ``needed`` (capability names) ``cls`` lacks; an unknown name is an error in the caller."""
+    unknown = [n for n in needed if n not in _BY_NAME]
+    if unknown:
+        raise ValueError(f"unknown capabilities {unknown}; known: {', '.join(_BY_NAME)}")
+    have = set(capabilities(cls))
+    return tuple(n for n in needed if n not in have)
 
 
 def is_generic_oom(exc: BaseException) -> bool:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from adapters.base import (
+    API_VERSION,
     Adapter,
     EvalResult,
     LayerSite,
@@ -102,6 +103,8 @@ class JAXAdapter(Adapter):
     label = "JAX"
     distributions = ("jax",)
     import_name = "jax"
+    framework_modules = ("jaxlib",)
+    api_version = API_VERSION
     options = {"memory_mode": MEMORY_MODES}
     # growth or preallocation of the GPU pool: nothing on a CPU, and a memory limit replaces it (setup)
     gpu_only_options = options_replaced_by_memory_limit = ("memory_mode",)

@@ -17,6 +17,7 @@ import numpy as np
 
 from adapters import fpenv
 from adapters.base import (
+    API_VERSION,
     Adapter,
     LayerSite,
     MemoryStats,
@@ -110,6 +111,7 @@ class MXNetAdapter(Adapter):
     label = "MXNet"
     distributions = ("mxnet", "mxnet-cu112", "mxnet-cu117", "mxnet-cu110", "mxnet-cu102", "mxnet-mkl")
     import_name = "mxnet"
+    api_version = API_VERSION
     oom_stderr_patterns = OOM_TEXTS
     supports_accumulation = True
     bn_running_variance = "biased"  # MXNet's BatchNorm updates running_var with the biased batch variance

@@ -19,6 +19,7 @@ import numpy as np
 
 from adapters import fpenv
 from adapters.base import (
+    API_VERSION,
     Adapter,
     LayerSite,
     MemoryStats,
@@ -86,6 +87,7 @@ class PyTorchAdapter(Adapter):
     label = "PyTorch"
     distributions = ("torch",)
     import_name = "torch"
+    api_version = API_VERSION
     oom_stderr_patterns = ("CUDA out of memory", "DefaultCPUAllocator: can't allocate memory")
     #: native_model: "package.module:function" returning a torch.nn.Module (harness.models.native)
     options = {"native_model": (None, str)}

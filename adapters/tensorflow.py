@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from adapters.base import (
+    API_VERSION,
     Adapter,
     LayerSite,
     MemoryStats,
@@ -134,6 +135,8 @@ class TensorFlowAdapter(Adapter):
     label = "TensorFlow"
     distributions = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu")
     import_name = "tensorflow"
+    framework_modules = ("keras", "tf_keras")
+    api_version = API_VERSION
     options = {"memory_mode": MEMORY_MODES}
     # growth or preallocation of the GPU pool: nothing on a CPU, and a memory limit replaces it (setup)
     gpu_only_options = options_replaced_by_memory_limit = ("memory_mode",)

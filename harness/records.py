@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, Protocol
 
 from harness.config.trial import TrialSpec
-from harness.data import PreparedData
+from harness.data.prepared import PreparedData
 
 #: how a trial ended: ran to the end; out of memory; a Python error; killed at its timeout; the worker died
 #: (signal, exit code, or it could not start); not run (larger than a size that ran out of memory); its training

@@ -3,6 +3,11 @@
 Listing reads entry-point metadata and imports the (import-light) adapter modules, never a framework:
 framework versions come from installed distribution metadata. A broken third-party adapter becomes a
 warning in the listing instead of a crash (the habit of xarray's backend plugins).
+
+A name belongs to one adapter. A plugin that registers a built-in adapter's name (``jax``) does not replace it:
+the built-in is used and the plugin is listed as shadowed, with a warning that says to register it under a name
+of its own. Stores, reports and experiment files say ``jax``, and that must mean one adapter, whatever else is
+installed; a plugin that wants to stand in for a built-in is chosen by its own name.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import importlib.util
 import warnings
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from harness.errors import AdapterError
 
@@ -37,24 +42,77 @@ class AdapterInfo:
     installed: bool
     version: str | None
     problem: str | None = None
+    builtin: bool = False  # one of batchscope's own adapters (its entry point is batchscope's)
+
+
+#: the distribution whose entry points are the built-in adapters
+BUILTIN_DISTRIBUTION = "batchscope"
+
+
+class Shadowed(NamedTuple):
+    """A plugin's entry point that is not used, because a built-in adapter has its name."""
+
+    name: str
+    target: str  # the plugin's "module:Class"
+    origin: str  # "from <distribution> <version>"
+    used: str  # the built-in's "module:Class"
+
+
+def _is_builtin_ep(ep: md.EntryPoint) -> bool:
+    dist = getattr(ep, "dist", None)
+    return dist is not None and _normalise(dist.name) == BUILTIN_DISTRIBUTION
+
+
+def _normalise(dist_name: str) -> str:
+    return dist_name.lower().replace("_", "-")
+
+
+def _rename_hint(name: str) -> str:
+    return (f"register it under a name of its own in the [project.entry-points.\"{GROUP}\"] table of its "
+            f"pyproject.toml (the class's `name` too), and name that in experiments instead of {name!r}")
 
 
 @cache
-def _entry_points() -> dict[str, md.EntryPoint]:
-    """The group's entry points by name; a name registered twice warns and the last one found is used."""
+def _registered() -> tuple[dict[str, md.EntryPoint], tuple[Shadowed, ...]]:
+    """The entry points in use by name, and the plugins shadowed by a built-in of the same name (warned)."""
     found: dict[str, md.EntryPoint] = {}
+    shadowed: list[Shadowed] = []
     for ep in md.entry_points(group=GROUP):
         earlier = found.get(ep.name)
-        if earlier is not None and earlier.value != ep.value:
+        if earlier is None or earlier.value == ep.value:
+            found[ep.name] = ep
+            continue
+        builtin, plugin = (earlier, ep) if _is_builtin_ep(earlier) else (ep, earlier)
+        if _is_builtin_ep(builtin):  # the built-in keeps its name, whichever was found first
+            shadowed.append(Shadowed(ep.name, plugin.value, _dist_name(plugin), builtin.value))
             warnings.warn(
-                f"adapter {ep.name!r} is registered twice: {earlier.value} ({_dist_name(earlier)}) and "
-                f"{ep.value} ({_dist_name(ep)}); using {ep.value}. Uninstall one of them, or rename its "
-                f"entry point in the [project.entry-points.\"{GROUP}\"] table of its pyproject.toml",
+                f"plugin {plugin.value} ({_dist_name(plugin)}) registers the adapter name {ep.name!r}, which is the "
+                f"built-in adapter's ({builtin.value}); the built-in is used and the plugin is not. To run the "
+                f"plugin, {_rename_hint(ep.name)}",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
+            found[ep.name] = builtin
+            continue
+        warnings.warn(
+            f"adapter {ep.name!r} is registered twice: {earlier.value} ({_dist_name(earlier)}) and "
+            f"{ep.value} ({_dist_name(ep)}); using {ep.value}. Uninstall one of them, or rename its "
+            f"entry point in the [project.entry-points.\"{GROUP}\"] table of its pyproject.toml",
+            RuntimeWarning,
+            stacklevel=4,
+        )
         found[ep.name] = ep
-    return found
+    return found, tuple(shadowed)
+
+
+def _entry_points() -> dict[str, md.EntryPoint]:
+    """The group's entry points in use, by name (see :func:`_registered` for names registered twice)."""
+    return _registered()[0]
+
+
+def shadowed_plugins() -> tuple[Shadowed, ...]:
+    """Plugins not used because they register a built-in adapter's name (each warned once when read)."""
+    return _registered()[1]
 
 
 def _dist_name(ep: md.EntryPoint) -> str:
@@ -64,7 +122,13 @@ def _dist_name(ep: md.EntryPoint) -> str:
 
 def refresh() -> None:
     """Forget the entry points read so far (after installing a plugin, or in tests that register one)."""
-    _entry_points.cache_clear()
+    _registered.cache_clear()
+
+
+def is_builtin(name_or_target: str) -> bool:
+    """Whether a registered name (or a ``module:Class``) is one of batchscope's own adapters."""
+    builtin = {n: ep.value for n, ep in _entry_points().items() if _is_builtin_ep(ep)}
+    return name_or_target in builtin.values() if ":" in name_or_target else name_or_target in builtin
 
 
 def known_adapter_names() -> frozenset[str]:
@@ -125,7 +189,7 @@ def list_adapters() -> list[AdapterInfo]:
             cls = adapter_class(name)
         except AdapterError as e:
             warnings.warn(str(e), RuntimeWarning, stacklevel=2)
-            out.append(AdapterInfo(name, target, "?", False, None, problem=str(e)))
+            out.append(AdapterInfo(name, target, "?", False, None, problem=str(e), builtin=is_builtin(name)))
             continue
         try:
             version = None
@@ -138,7 +202,26 @@ def list_adapters() -> list[AdapterInfo]:
             installed = version is not None or importlib.util.find_spec(cls.import_name) is not None
         except Exception as e:  # noqa: BLE001 - a plugin's bad metadata is listed as its problem
             problem = f"adapter {name!r} ({target}) has unusable metadata: {type(e).__name__}: {e}"
-            out.append(AdapterInfo(name, target, "?", False, None, problem=problem))
+            out.append(AdapterInfo(name, target, "?", False, None, problem=problem, builtin=is_builtin(name)))
             continue
-        out.append(AdapterInfo(name, target, dist_used, installed, version))
+        out.append(AdapterInfo(name, target, dist_used, installed, version, builtin=is_builtin(name)))
     return out
+
+
+
+def framework_modules() -> frozenset[str]:
+    """The top-level modules of every registered adapter's framework (``import_name`` and ``framework_modules``).
+
+    The parent must import none of them; the layering test, the contract suite and the user-model guard read
+    this instead of a list kept by hand, so a fifth adapter's framework is covered once it is registered. An
+    adapter that cannot be loaded is left out (the listing warns about it).
+    """
+    found: set[str] = set()
+    for name in _entry_points():
+        try:
+            cls = adapter_class(name)
+        except AdapterError:
+            continue
+        found.add(str(cls.import_name).partition(".")[0])
+        found.update(str(m).partition(".")[0] for m in getattr(cls, "framework_modules", ()))
+    return frozenset(found)

@@ -1,70 +1,96 @@
-"""The layers of docs/architecture.md, enforced: who may import whom.
+"""The layers of docs/architecture.md, enforced: who may import whom, and what the parent never loads.
 
-Two checks. A static one reads every ``import`` in the source tree, those inside functions too (a lazy
-import is still an edge), and fails on an edge the rules forbid. A runtime one imports the report, the
-store and the sweep in a fresh interpreter and lists what got loaded. The rules are data (:data:`RULES`),
-and the test below them shows that a deliberate back-edge is caught.
+The rules are data: :data:`LAYERS` (every module belongs to the layer of its longest listed prefix; a layer
+may import its own modules, the layers it names, and the exceptions it lists, each with its reason) and
+:data:`FRAMEWORK_RULES`. A static check reads every ``import`` in the source tree, those inside functions
+too (a lazy import is still an edge); runtime checks import the parent's modules in a fresh interpreter and
+list what got loaded. ``test_the_architecture_page_states_these_rules`` holds the page to this file: its
+layer table has exactly these layers, modules and may-import lists, and names every exception.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.registry import framework_modules
 from tests import ROOT
 
 PACKAGES = ("harness", "adapters", "report")
-FRAMEWORKS = ("torch", "tensorflow", "mxnet", "jax", "keras")
+#: every registered adapter's framework modules (import_name and framework_modules): a fifth adapter's is covered
+#: as soon as it is registered
+FRAMEWORKS = tuple(sorted(framework_modules()))
 
 
 @dataclass(frozen=True)
-class Rule:
-    """Modules under ``importer`` (a dotted prefix) must not import anything under ``forbidden``."""
+class Layer:
+    """A row of the architecture page's layer table."""
+
+    name: str  # the row's first cell, e.g. "0. vocabulary"
+    modules: tuple[str, ...]  # dotted prefixes; a module belongs to the layer of its longest matching prefix
+    may_import: tuple[str, ...] = ()  # other layers, by name (its own modules always)
+    #: modules it may import besides those layers: (importer prefix, target prefix, why)
+    exceptions: tuple[tuple[str, str, str], ...] = ()
+    #: the only modules outside the standard library and the three packages it may import (None: any but a
+    #: framework, see FRAMEWORK_RULES)
+    third_party: tuple[str, ...] | None = None
+
+
+VOCABULARY, DATA, MONITOR, STORE, RUN = "0. vocabulary", "1. data", "2. monitor", "2. store", "3. run"
+MAXBATCH, PIPELINE, CLI, REPORT, ADAPTERS = "4. max batch", "5. pipeline", "6. command line", "report", "adapters"
+
+LAYERS = (
+    Layer(VOCABULARY, ("harness", "harness.errors", "harness.models", "harness.config", "harness.records",
+                       "harness.monitor.fields", "harness.data.known", "harness.data.prepared", "harness.data.checks",
+                       "harness.cells", "harness.flops", "harness.registry", "harness.capture", "harness.tmpnames"),
+          exceptions=(
+              ("harness.config.experiment", "harness.data.npzfile",
+               "loading an experiment checks that its npz file exists and is readable"),
+              ("harness.data.prepared", "harness.data.footprint", "writing prepared data checks the disk space"),
+              ("harness.data.prepared", "harness.data.npzfile", "a prepared npz data set's cache is named after it"),
+              ("harness.registry", "adapters.base", "for type annotations only"),
+          ),
+          third_party=("numpy", "tomli")),
+    Layer(DATA, ("harness.data",), (VOCABULARY,)),
+    Layer(MONITOR, ("harness.monitor",), (VOCABULARY, DATA)),
+    Layer(STORE, ("harness.store",), (VOCABULARY, DATA)),
+    Layer(RUN, ("harness.run",), (VOCABULARY, DATA, MONITOR, STORE),
+          exceptions=(("harness.run.worker", "adapters.base", "the worker, in the child, drives the adapter"),
+                      ("harness.run.worker", "adapters.fpenv",
+                       "the worker sets the CPU's denormal mode before the adapter loads its framework"))),
+    Layer(MAXBATCH, ("harness.maxbatch",), (VOCABULARY, DATA, MONITOR, STORE, RUN)),
+    Layer(PIPELINE, ("harness.pipeline",), (VOCABULARY, DATA, MONITOR, STORE, RUN, MAXBATCH)),
+    Layer(REPORT, ("report",), (VOCABULARY, STORE),
+          exceptions=(("report", "harness.maxbatch.advice", "pure advice from stored numbers"),)),
+    Layer(CLI, ("harness.cli", "harness.__main__"),
+          (VOCABULARY, DATA, MONITOR, STORE, RUN, MAXBATCH, PIPELINE, REPORT, ADAPTERS)),
+    Layer(ADAPTERS, ("adapters",), exceptions=tuple(
+        ("adapters", target, "the contract, the model description, the errors and the trial's settings")
+        for target in ("harness.models", "harness.errors", "harness.config.trial", "harness.config.precision"))),
+)
+
+
+@dataclass(frozen=True)
+class FrameworkRule:
+    """Modules under ``importer`` import no framework (at all, or at module level only)."""
 
     importer: str
-    forbidden: tuple[str, ...]
     why: str
     exempt: tuple[str, ...] = ()
+    module_level_only: bool = False
 
 
-RULES = (
-    Rule("report", ("harness.run", "harness.monitor.sampler", "harness.monitor.probes", "harness.monitor.nvml",
-                    "harness.monitor.environment", "harness.maxbatch.prober", "harness.maxbatch.request",
-                    "harness.pipeline", "harness.cli", "harness.data.catalogue", "adapters", *FRAMEWORKS),
-         "the report reads only the store: it must rebuild with no framework, no GPU and no executor"),
-    Rule("harness.store", ("harness.run", "harness.monitor.sampler", "harness.maxbatch", "harness.pipeline",
-                           "harness.cli", "report", "adapters"),
-         "the store records outcomes; it must not know how they were produced"),
-    Rule("harness.run", ("harness.maxbatch", "harness.pipeline", "harness.cli", "report"),
-         "the sweep knows nothing of the max-batch search (harness.pipeline composes them)"),
-    Rule("harness.maxbatch", ("harness.pipeline", "harness.cli", "report"),
-         "the search is a library; commands and the pipeline sit above it"),
-    Rule("harness.monitor", ("harness.run", "harness.maxbatch", "harness.pipeline", "harness.cli", "report",
-                             "adapters", *FRAMEWORKS),
-         "the sampler watches a worker from outside; it needs only the records"),
-    Rule("harness.config", ("harness.run", "harness.monitor", "harness.maxbatch", "harness.store",
-                            "harness.pipeline", "harness.cli", "report"),
-         "configuration is the bottom layer: everything reads it, it reads nothing above it"),
-    Rule("harness.data", ("harness.run", "harness.monitor", "harness.maxbatch", "harness.store",
-                          "harness.pipeline", "harness.cli", "report", "adapters", *FRAMEWORKS),
-         "data preparation runs in the parent and knows no framework"),
-    Rule("harness.models", ("harness.run", "harness.monitor", "harness.maxbatch", "harness.store",
-                            "harness.pipeline", "harness.cli", "report", "adapters", *FRAMEWORKS),
-         "the model description is framework-neutral and imported by plugins"),
-    Rule("harness.records", ("harness.run", "harness.monitor", "harness.maxbatch", "harness.store",
-                             "harness.pipeline", "harness.cli", "report"),
-         "the seam types are a leaf every layer may use"),
-    Rule("adapters", ("harness.run", "harness.monitor", "harness.maxbatch", "harness.store", "harness.pipeline",
-                      "harness.cli", "report"),
-         "adapters see only the contract, the model description and the errors"),
-    Rule("harness", ("harness.cli",), "nothing below the command line imports it",
-         exempt=("harness.cli", "harness.__main__")),
-    Rule("harness", FRAMEWORKS, "the parent never imports a framework",
-         exempt=("harness.run.worker",)),
+FRAMEWORK_RULES = (
+    FrameworkRule("harness", "the parent never imports a framework; the worker, in the child, loads one adapter",
+                  exempt=("harness.run.worker",)),
+    FrameworkRule("report", "the report reads only the store: it rebuilds with no framework installed"),
+    FrameworkRule("adapters", "adapter modules import their framework inside methods, so listing adapters stays "
+                              "cheap", module_level_only=True),
 )
 
 
@@ -75,12 +101,16 @@ def module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
-def imports_of(path: Path, name: str) -> list[tuple[int, str]]:
-    """Every module ``path`` imports, at any depth of the file, with its line."""
+def imports_of(path: Path, name: str, module_level: bool = False, root: Path = ROOT) -> list[tuple[int, str]]:
+    """Every module ``path`` imports, at any depth of the file (or at module level only), with its line.
+
+    ``from pkg import x`` is an edge to ``pkg.x`` when that is a module under ``root``, else to ``pkg``.
+    """
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    nodes = _module_level(tree) if module_level else ast.walk(tree)
     out = []
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Import):
             out += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -90,13 +120,56 @@ def imports_of(path: Path, name: str) -> list[tuple[int, str]]:
                 mod = ".".join([*base, node.module] if node.module else base)
             else:
                 mod = node.module or ""
-            out.append((node.lineno, mod))
-            out += [(node.lineno, f"{mod}.{alias.name}") for alias in node.names]  # from pkg import submodule
+            out += [(node.lineno, f"{mod}.{alias.name}" if _is_module(root, f"{mod}.{alias.name}") else mod)
+                    for alias in node.names]
+    return out
+
+
+def _is_module(root: Path, dotted: str) -> bool:
+    where = root.joinpath(*dotted.split("."))
+    return where.with_suffix(".py").is_file() or (where / "__init__.py").is_file()
+
+
+def _module_level(tree: ast.Module) -> list[ast.AST]:
+    """The statements that run when the module is imported: all but those inside functions."""
+    out: list[ast.AST] = []
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack += [c for c in ast.iter_child_nodes(node) if not isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                              ast.Lambda))]
     return out
 
 
 def under(module: str, prefix: str) -> bool:
     return module == prefix or module.startswith(prefix + ".")
+
+
+def layer_of(module: str) -> Layer | None:
+    """The layer whose longest prefix holds ``module`` (None: outside the three packages)."""
+    best: tuple[int, Layer] | None = None
+    for layer in LAYERS:
+        for prefix in layer.modules:
+            if under(module, prefix) and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), layer)
+    return best[1] if best else None
+
+
+def _edge_problem(name: str, layer: Layer, target: str) -> str | None:
+    """Why ``name`` (in ``layer``) may not import ``target``, or None."""
+    target_layer = layer_of(target)
+    if target_layer is None:
+        top = target.partition(".")[0]
+        if layer.third_party is None or top in sys.stdlib_module_names or top in layer.third_party or not top:
+            return None
+        return f"{layer.name} imports only the standard library and {', '.join(layer.third_party)}"
+    if target_layer is layer or target_layer.name in layer.may_import:
+        return None
+    if any(under(name, imp) and under(target, tgt) for imp, tgt, _ in layer.exceptions):
+        return None
+    allowed = ", ".join(layer.may_import) or "only its listed exceptions"
+    return f"{layer.name} may import {allowed}, not {target_layer.name}"
 
 
 def violations(root: Path) -> list[str]:
@@ -105,12 +178,19 @@ def violations(root: Path) -> list[str]:
     for package in PACKAGES:
         for path in sorted((root / package).rglob("*.py")):
             name = module_name(path, root)
-            for line, target in imports_of(path, name):
-                for rule in RULES:
-                    if not under(name, rule.importer) or any(under(name, e) for e in rule.exempt):
-                        continue
-                    bad = next((f for f in rule.forbidden if under(target, f)), None)
-                    if bad is not None and not under(name, bad):
+            layer = layer_of(name)
+            if layer is None:
+                found.append(f"{path.relative_to(root)}: {name} is in no layer of docs/architecture.md")
+                continue
+            for line, target in imports_of(path, name, root=root):
+                problem = _edge_problem(name, layer, target)
+                if problem:
+                    found.append(f"{path.relative_to(root)}:{line}: {name} -> {target} ({problem})")
+            for rule in FRAMEWORK_RULES:
+                if not under(name, rule.importer) or any(under(name, e) for e in rule.exempt):
+                    continue
+                for line, target in imports_of(path, name, rule.module_level_only, root):
+                    if any(under(target, f) for f in FRAMEWORKS):
                         found.append(f"{path.relative_to(root)}:{line}: {name} -> {target} ({rule.why})")
     return sorted(set(found))
 
@@ -121,8 +201,9 @@ def test_the_source_tree_keeps_its_layers() -> None:
 
 
 def test_a_deliberate_back_edge_is_caught(tmp_path: Path) -> None:
-    """The check is not vacuous: a report module that imports the executor, a store that imports the sweep,
-    and a lazy import of the CLI inside a function are all reported."""
+    """The check is not vacuous: a report module that imports the executor, a store that imports the sweep, a
+    lazy import of the CLI inside a function, vocabulary importing pandas and an adapter importing its framework at
+    module level are all reported; an adapter's import inside a method is not."""
     for package in PACKAGES:
         (tmp_path / package).mkdir()
         (tmp_path / package / "__init__.py").write_text("")
@@ -130,20 +211,30 @@ def test_a_deliberate_back_edge_is_caught(tmp_path: Path) -> None:
     (tmp_path / "harness" / "store" / "__init__.py").write_text("from harness.run.sweep import run_sweep\n")
     (tmp_path / "report" / "load.py").write_text("from harness.run.executor import LocalExecutor\n")
     (tmp_path / "harness" / "models.py").write_text("def f():\n    from harness.cli import main\n    return main\n")
+    (tmp_path / "harness" / "flops.py").write_text("import pandas\n")
     (tmp_path / "report" / "fine.py").write_text("from harness.store import Store\nfrom harness.errors import X\n")
+    (tmp_path / "adapters" / "eager.py").write_text(f"import {FRAMEWORKS[0]}\n")
+    (tmp_path / "adapters" / "lazy.py").write_text(f"class A:\n    def setup(self):\n        import {FRAMEWORKS[0]}\n")
     found = violations(tmp_path)
     assert any("report.load -> harness.run.executor" in f for f in found), found
     assert any("harness.store -> harness.run.sweep" in f for f in found), found
     assert any("harness.models -> harness.cli" in f for f in found), found
-    assert not any("report.fine" in f for f in found), found
+    assert any("harness.flops -> pandas" in f for f in found), found
+    assert any(f"adapters.eager -> {FRAMEWORKS[0]} (adapter modules import their framework inside" in f
+               for f in found), found
+    assert not any("report.fine" in f or "adapters.lazy" in f for f in found), found
 
 
-def _loaded_after(*modules: str) -> list[str]:
-    code = ("import json, sys\n" + "".join(f"import {m}\n" for m in modules) +
+def _loaded_after(*modules: str, code: str = "") -> list[str]:
+    code = ("import json, sys\n" + "".join(f"import {m}\n" for m in modules) + code +
             "print(json.dumps(sorted(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
                           timeout=120)
     return json.loads(done.stdout)
+
+
+def _frameworks_in(loaded: list[str]) -> list[str]:
+    return [m for m in loaded if any(under(m, f) for f in FRAMEWORKS)]
 
 
 def test_importing_the_report_loads_no_executor_sampler_data_loader_or_framework() -> None:
@@ -161,3 +252,54 @@ def test_importing_the_store_loads_no_executor() -> None:
     loaded = _loaded_after("harness.store", "harness.store.export")
     bad = [m for m in loaded if under(m, "harness.run") or under(m, "harness.monitor.sampler")]
     assert not bad, f"importing the store loaded {bad}"
+
+
+def test_the_parent_loads_no_framework_listing_adapters_included() -> None:
+    """The command line, the sweep, the executor, the sampler, the max-batch search, and every registered adapter
+    class (as listing and validating options does) together load no framework."""
+    loaded = _loaded_after("harness.cli", "harness.pipeline", "harness.run.sweep", "harness.run.executor",
+                           "harness.monitor.sampler", "harness.maxbatch.prober", "harness.registry",
+                           code="[harness.registry.adapter_class(n) for n in harness.registry.known_adapter_names()]\n")
+    assert not _frameworks_in(loaded), f"the parent loaded {_frameworks_in(loaded)}"
+
+
+def test_package_inits_stay_light() -> None:
+    """Importing the data-set names loads no loader and no downloader (harness/data/__init__.py loads them on
+    first use)."""
+    loaded = _loaded_after("harness.data.known", "harness.data")
+    heavy = [m for m in loaded if m in ("harness.data.catalogue", "harness.data.cifar10", "harness.data.embedded",
+                                        "tarfile", "urllib.request")]
+    assert not heavy, f"importing harness.data loaded {heavy}"
+
+
+def _layer_table(text: str) -> dict[str, tuple[set[str], str]]:
+    """The page's layer table: row name -> (its modules as dotted names, its may-import cell)."""
+    section = text.split("## The layers", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, tuple[set[str], str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or cells[0] in ("layer", "") or set(cells[0]) <= {"-"}:
+            continue
+        modules = {m.removesuffix(".py").removesuffix("/").replace("/", ".").removesuffix(".__init__")
+                   for m in re.findall(r"`([^`]+)`", cells[1])}
+        rows[cells[0]] = (modules, cells[3])
+    return rows
+
+
+def test_the_architecture_page_states_these_rules() -> None:
+    """docs/architecture.md claims what this file checks: the same layers, modules and may-import lists, each
+    exception named, each framework rule stated."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    rows = _layer_table(text)
+    assert set(rows) == {layer.name for layer in LAYERS}, sorted(set(rows) ^ {layer.name for layer in LAYERS})
+    for layer in LAYERS:
+        modules, may_import = rows[layer.name]
+        assert modules == set(layer.modules), (layer.name, sorted(modules ^ set(layer.modules)))
+        said = may_import.split(";")[0]
+        assert said == (", ".join(layer.may_import) or "its exceptions only"), (layer.name, said)
+        for importer, target, why in layer.exceptions:
+            assert f"`{importer}` → `{target}`" in may_import and why in may_import, (layer.name, importer, target)
+        if layer.third_party is not None:
+            assert f"third party: {', '.join(layer.third_party)}" in may_import, layer.name
+    for rule in FRAMEWORK_RULES:
+        assert rule.why.lower() in text.lower(), rule.why

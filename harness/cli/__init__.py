@@ -19,14 +19,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from harness import __version__
-from harness.cli import compare, doctor, export, maxbatch, recommend, report, run
+from harness.cli import adapters, compare, doctor, export, maxbatch, recommend, report, run
 from harness.errors import BatchscopeError, BatchscopeWarning, ConfigError, Terminated
 
 Command = Callable[[argparse.Namespace], int]
 
 
 #: Every subcommand, in the order ``--help`` lists them; each module's ``register(sub)`` adds its parser.
-COMMANDS = (run, compare, report, recommend, maxbatch, export, doctor)
+COMMANDS = (run, compare, report, recommend, maxbatch, export, adapters, doctor)
 
 
 def build_parser() -> argparse.ArgumentParser:

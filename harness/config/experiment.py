@@ -277,7 +277,7 @@ def name_problem(name: str) -> str | None:
 
 
 def _validate(exp: Experiment) -> None:
-    from harness.data import DATASETS
+    from harness.data.known import DATASETS
     from harness.models import check_model_name
     from harness.registry import known_adapter_names
 

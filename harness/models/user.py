@@ -16,6 +16,7 @@ The module is looked up on ``sys.path`` with the current directory first, as ``p
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -29,9 +30,18 @@ from typing import Any
 from harness.errors import ConfigError
 from harness.models.description import ModelDescription
 
-#: top-level modules of the frameworks (and their runtimes) the parent must never import
-FRAMEWORK_MODULES = frozenset({"torch", "tensorflow", "keras", "tf_keras", "mxnet", "jax", "jaxlib", "paddle",
-                               "oneflow", "torchvision", "tensorflow_addons", "gluoncv"})
+#: frameworks no adapter is registered for, refused all the same (their add-ons, such as torchvision or gluoncv,
+#: import a registered framework and are refused through it)
+NO_ADAPTER_FRAMEWORKS = frozenset({"paddle", "oneflow"})
+
+
+@functools.cache
+def framework_modules() -> frozenset[str]:
+    """Top-level modules a model description must not import: every registered adapter's framework
+    (:func:`harness.registry.framework_modules`, from each adapter's ``import_name``) and a few without one."""
+    from harness.registry import framework_modules as registered  # lazily: a description alone needs no registry
+
+    return registered() | NO_ADAPTER_FRAMEWORKS
 
 
 def is_user_model(name: str) -> bool:
@@ -44,10 +54,11 @@ class _FrameworkBlocker(importlib.abc.MetaPathFinder):
 
     def __init__(self) -> None:
         self.blocked: list[str] = []
+        self.frameworks = framework_modules()  # read before the blocker is installed: it imports adapter modules
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname.partition(".")[0] in FRAMEWORK_MODULES:
+        if fullname.partition(".")[0] in self.frameworks:
             self.blocked.append(fullname)
             raise ImportError(f"batchscope: importing {fullname!r} is not allowed while a model description is "
                               "built in the parent", name=fullname)
@@ -112,7 +123,7 @@ def _framework_attributes(module: types.ModuleType) -> list[str]:
     for value in vars(module).values():
         mod_name = getattr(value, "__name__", "") if isinstance(value, types.ModuleType) else \
             getattr(value, "__module__", "") or ""
-        if isinstance(mod_name, str) and mod_name.partition(".")[0] in FRAMEWORK_MODULES:
+        if isinstance(mod_name, str) and mod_name.partition(".")[0] in framework_modules():
             found.append(mod_name)
     return sorted(set(found))
 

@@ -6,13 +6,15 @@ import importlib.metadata as md
 import json
 import subprocess
 import sys
+import types
 
 import pytest
 
 from harness import registry
 from harness.errors import AdapterError
+from tests.fakes.registry import register_fake
 
-FRAMEWORKS = ("torch", "tensorflow", "mxnet", "jax", "keras")
+FRAMEWORKS = tuple(sorted(registry.framework_modules()))  # every registered adapter's framework
 
 
 def _modules_after(code: str) -> list[str]:
@@ -78,3 +80,37 @@ def test_a_class_whose_name_differs_from_its_entry_point_warns(monkeypatch):
     monkeypatch.setattr(registry, "_entry_points", lambda: {**real, "notfake": renamed})
     with pytest.warns(RuntimeWarning, match="declares name = 'fake'; set the class's name to 'notfake'"):
         registry.adapter_class("notfake")
+
+
+def _from(dist_name: str, ep: md.EntryPoint) -> md.EntryPoint:
+    """``ep`` as if installed by the distribution ``dist_name``."""
+    return ep._for(types.SimpleNamespace(name=dist_name, version="0.3"))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("plugin_first", [True, False])
+def test_a_plugin_registering_a_builtin_name_is_shadowed_with_a_warning(monkeypatch, plugin_first):
+    """The built-in keeps its name whichever entry point is found first; the plugin is listed as shadowed."""
+    builtin = next(ep for ep in md.entry_points(group=registry.GROUP) if ep.name == "jax")
+    plugin = _from("batchscope-fastjax", md.EntryPoint(name="jax", value="fastjax.adapter:FastJAX",
+                                                       group=registry.GROUP))
+    monkeypatch.setattr(registry.md, "entry_points", lambda group: [plugin, builtin] if plugin_first
+                        else [builtin, plugin])
+    registry.refresh()
+    try:
+        with pytest.warns(RuntimeWarning, match=r"fastjax.adapter:FastJAX \(from batchscope-fastjax 0.3\) registers "
+                                                r"the adapter name 'jax', which is the built-in adapter's"):
+            assert registry.adapter_target("jax") == "adapters.jax:JAXAdapter"
+        assert registry.shadowed_plugins() == (registry.Shadowed("jax", "fastjax.adapter:FastJAX",
+                                                                 "from batchscope-fastjax 0.3", builtin.value),)
+        assert registry.is_builtin("jax") and not registry.is_builtin("fastjax.adapter:FastJAX")
+    finally:
+        monkeypatch.undo()
+        registry.refresh()
+    assert registry.shadowed_plugins() == ()
+
+
+def test_builtins_are_told_apart_from_plugins(monkeypatch):
+    infos = {a.name: a for a in registry.list_adapters()}
+    assert all(infos[n].builtin for n in ("pytorch", "tensorflow", "mxnet", "jax"))
+    register_fake(monkeypatch)
+    assert not registry.is_builtin("fake") and not next(a for a in registry.list_adapters() if a.name == "fake").builtin

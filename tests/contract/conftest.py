@@ -21,8 +21,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.registry import adapter_target, known_adapter_names, list_adapters
+from harness.registry import adapter_target, framework_modules, is_builtin, known_adapter_names, list_adapters
 from tests.contract import verdicts
+from tests.contract.checks import FAILING_STEP_BATCH
+from tests.contract.probe import PROGRESS
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PROBE_TIMEOUT_S = 600
@@ -38,17 +40,54 @@ class ProbeResult:
     result: dict[str, Any]
     arrays: dict[str, np.ndarray]
     log: str
+    builtin: bool = False
+
+    @property
+    def import_name(self) -> str:
+        return str(self.result.get("import_name") or "")
 
     def check(self, name: str) -> dict[str, Any]:
-        """One check's record; fails the calling test, with the probe's traceback, if the check raised."""
+        """One check's record. The calling test fails with the probe's traceback if the check raised, fails if a
+        built-in adapter lacks a required capability the check needs, and ends as "not supported" (see
+        :func:`pytest_report_teststatus`) if the adapter lacks one and did not manage the check anyway."""
         record = self.result["checks"].get(name)
         if record is None:
             pytest.fail(
                 f"{self.name}: check {name!r} did not run (an earlier check failed?)\n{self.log[-3000:]}"
             )
+        verdict = verdicts.capability_verdict(record, self.builtin, str(self.result.get("name") or self.name), name)
+        if verdict is not None:
+            kind, message = verdict
+            if kind == "fail":
+                pytest.fail(message)
+            pytest.skip(message)
         if record["error"]:
             pytest.fail(f"{self.name}: check {name!r} raised in the probe:\n{record['error']}")
         return record
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, Any] | None:
+    """A case the adapter cannot run, for lack of a capability, reads UNSUPPORTED (letter U) and is counted as
+    "unsupported" in the summary line: neither a pass nor an ordinary skip. Underneath it is a skip, so the run's
+    exit status and JUnit XML (a <skipped> with the message) treat it as not run."""
+    if report.skipped and _skip_reason(report).startswith(verdicts.UNSUPPORTED):
+        return "unsupported", "U", ("UNSUPPORTED", {"yellow": True})
+    return None
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Each unsupported case with what it needs, so that an adapter's author reads what to add."""
+    reports = terminalreporter.stats.get("unsupported", [])
+    if reports:
+        terminalreporter.section("not supported: what the adapters lack", sep="-", yellow=True)
+        for report in reports:
+            terminalreporter.line(f"{report.nodeid}: {_skip_reason(report)}")
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr or "")
+    return str(text).removeprefix("Skipped: ")
 
 
 def selected_adapters(config: pytest.Config) -> list[str]:
@@ -91,10 +130,19 @@ def _env() -> dict[str, str]:
     return env
 
 
-def import_loads(module: str) -> list[str]:
-    """The framework modules that importing ``module`` loads, in a fresh interpreter."""
-    code = (f"import json, sys\nimport {module}\n"
-            f"print(json.dumps(sorted(m for m in {verdicts.FRAMEWORK_MODULES!r} if m in sys.modules)))")
+def import_loads(module: str, attr: str = "") -> list[str]:
+    """The framework modules that importing ``module`` loads, in a fresh interpreter.
+
+    Which modules are frameworks comes from the registry (every registered adapter's ``import_name`` and
+    ``framework_modules``) and, when ``attr`` names the adapter class, from that class too (read after the
+    import), so an adapter given as ``module:Class`` is judged by its own framework even when not registered.
+    """
+    known = sorted(framework_modules())
+    own = (f"cls = getattr(sys.modules[{module!r}], {attr!r})\n"
+           "names |= {str(m).partition('.')[0] for m in (cls.import_name, *getattr(cls, 'framework_modules', ()))}\n"
+           ) if attr else ""
+    code = (f"import json, sys\nimport {module}\nnames = set({known!r})\n{own}"
+            "print(json.dumps(sorted(m for m in names if m in sys.modules)))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=PROJECT_ROOT, env=_env())
     if proc.returncode != 0:
@@ -120,7 +168,43 @@ def run_probe(name: str, out_dir: Path, checks: tuple[str, ...] | None = None) -
         pytest.fail(f"the contract probe for {name!r} ({target}) exited {proc.returncode}:\n{log[-4000:]}")
     with np.load(out_dir / "reference.npz") as npz:
         arrays = {k: npz[k] for k in npz.files}
-    return ProbeResult(name, target, json.loads(result_path.read_text()), arrays, log)
+    return ProbeResult(name, target, json.loads(result_path.read_text()), arrays, log, builtin=_builtin(name, target))
+
+
+def _builtin(name: str, target: str) -> bool:
+    return is_builtin(target) if ":" in name else is_builtin(name)
+
+
+def run_failing_step(name: str, out_dir: Path) -> ProbeResult:
+    """The ``failing_step`` check in a process of its own, which the framework may end (TensorFlow does).
+
+    The record comes from ``result.json`` when the process lived, else from its progress file: where the process
+    died (inside ``train_step``, or in the read after it returned) is the finding.
+    """
+    target = resolve_target(name)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.contract.probe", "--target", target, "--out", str(out_dir),
+         "--checks", "failing_step"],
+        capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, cwd=PROJECT_ROOT, env=_env(),
+    )
+    log = proc.stdout + proc.stderr
+    result_path = out_dir / "result.json"
+    progress = (out_dir / PROGRESS).read_text().splitlines() if (out_dir / PROGRESS).exists() else []
+    if proc.returncode == 0 and result_path.exists():
+        result = json.loads(result_path.read_text())
+    elif progress and (progress[-1] == "call" or progress[-1] == "read" or progress[-1].startswith("returned ")):
+        # the process ended inside the step (it did not return), or after it returned (it left its work behind)
+        outcome = "died_in_step" if progress[-1] == "call" else "died_in_read"
+        result = {"checks": {"failing_step": {"missing": [], "ran": True, "error": None, "outcome": outcome,
+                                              "exit_code": proc.returncode}}}
+    else:
+        pytest.fail(f"the failing-step probe for {name!r} ({target}) exited {proc.returncode} before its step:\n"
+                    f"{log[-4000:]}")
+    record = result["checks"].get("failing_step")
+    if record is not None:  # the step's duration, for the message
+        returned = next((line.split()[1] for line in progress if line.startswith("returned ")), None)
+        record.update(batch=FAILING_STEP_BATCH, returned_s=float(returned) if returned else float("nan"))
+    return ProbeResult(name, target, result, {}, log, builtin=_builtin(name, target))
 
 
 @pytest.fixture(scope="session")
@@ -131,6 +215,19 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], ProbeResu
     def get(name: str) -> ProbeResult:
         if name not in cache:
             cache[name] = run_probe(name, tmp_path_factory.mktemp(f"probe-{name.replace(':', '-')}"))
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def failing_step_probe(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], ProbeResult]:
+    """``failing_step_probe(name)``: the adapter's failing-step record, computed once per session."""
+    cache: dict[str, ProbeResult] = {}
+
+    def get(name: str) -> ProbeResult:
+        if name not in cache:
+            cache[name] = run_failing_step(name, tmp_path_factory.mktemp(f"failing-{name.replace(':', '-')}"))
         return cache[name]
 
     return get

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.contract import verdicts
-from tests.contract.conftest import REFERENCE_ADAPTER, ProbeResult, import_loads, run_probe
+from tests.contract.conftest import REFERENCE_ADAPTER, ProbeResult, import_loads, run_failing_step, run_probe
 from tests.contract.test_contract import batchnorm_verdict
 
 pytestmark = pytest.mark.slow
@@ -52,9 +52,32 @@ def test_a_module_level_framework_import_is_named():
 
 
 def test_a_step_that_returns_before_the_work_is_done_is_named(broken_probe):
-    record = broken_probe("lazy_step:LazyStep", ("blocks",)).check("blocks")
-    message = verdicts.blocking(record)
-    assert message is not None and "returns before the device has finished" in message, (message, record)
+    """A step that queues its work and returns: the first read after it waits for the whole step."""
+    this = broken_probe("lazy_step:LazyStep", ("step_timing",))
+    record = this.check("step_timing")
+    message = verdicts.step_waits(record, this.import_name)
+    assert message is not None and "train_step returns before its work is done" in message, (message, record)
+    assert "torch.cuda.synchronize()" in message, message  # the missing synchronisation, named
+
+
+def test_a_lazy_step_hides_its_failure_until_the_next_read(tmp_path):
+    """The same lazy step on a batch that cannot fit: the step returns, the read raises the step's failure."""
+    this = run_failing_step(f"{BROKEN}.lazy_step:LazyStep", tmp_path)
+    record = this.check("failing_step")
+    message = verdicts.failing_step(record, this.import_name)
+    assert record["outcome"] == "read_raised", record
+    assert message is not None and "train_step returned before its work was done" in message, message
+
+
+def test_jax_without_block_until_ready_is_named(tmp_path):
+    """JAX with donated buffers waits inside the call when the step succeeds (timing sees nothing), but an
+    out-of-memory step returns at once and its error surfaces at the next read: the failing-step check names
+    jax.block_until_ready."""
+    this = run_failing_step(f"{BROKEN}.jax_no_sync:JAXNoSync", tmp_path)
+    record = this.check("failing_step")
+    message = verdicts.failing_step(record, this.import_name)
+    assert record["outcome"] == "read_raised", record
+    assert message is not None and "jax.block_until_ready" in message, message
 
 
 def test_flatten_in_the_wrong_order_is_named(broken_probe):

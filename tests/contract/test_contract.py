@@ -1,8 +1,11 @@
 """The adapter contract: every registered adapter (or the ones given with --adapter) must pass these.
 
 Each test reads the probe result of one adapter (computed in its own subprocess, see ``probe.py``), so
-TensorFlow, MXNet and PyTorch never share a process. ``test_real_oom_trial_is_classified_oom`` goes
-further: it provokes a real out-of-memory failure in a real worker under an address-space limit.
+TensorFlow, MXNet and PyTorch never share a process. Each model and each capability is its own case: an
+adapter that lacks a capability (``layer_residual``) gets "not supported: needs `layer_residual`" for the
+cases that need it (``checks.py``; shown as UNSUPPORTED) and is judged on everything else. A built-in adapter
+lacking a required capability fails instead. ``test_real_oom_trial_is_classified_oom`` goes further: it
+provokes a real out-of-memory failure in a real worker under an address-space limit.
 """
 
 from __future__ import annotations
@@ -20,16 +23,16 @@ from harness.registry import adapter_class
 from harness.run.executor import LocalExecutor
 from tests.conftest import make_trial
 from tests.contract import verdicts
+from tests.contract.checks import MODELS, REFERENCE_COUNTS
 from tests.contract.conftest import REFERENCE_ADAPTER, ProbeResult, import_loads, resolve_target
-from tests.contract.probe import MODELS
 from tests.contract.verdicts import LOGITS_ATOL, LOGITS_RTOL, WEIGHTS_ATOL, WEIGHTS_RTOL
 
 pytestmark = pytest.mark.slow
 
 
 def test_importing_the_adapter_module_loads_no_framework(adapter_name):
-    module = resolve_target(adapter_name).partition(":")[0]
-    message = verdicts.imports_no_framework(module, import_loads(module))
+    module, _, attr = resolve_target(adapter_name).partition(":")
+    message = verdicts.imports_no_framework(module, import_loads(module, attr))
     assert message is None, message
 
 
@@ -48,26 +51,26 @@ def test_setup_returns_device_facts(adapter_name, probe):
 
 @pytest.mark.parametrize("model", [m[0] for m in MODELS])
 def test_param_count_matches_description(adapter_name, probe, model):
-    record = probe(adapter_name).check("models")[model]
+    record = probe(adapter_name).check(f"model/{model}")
     assert record["param_count"] == record["expected_param_count"]
 
 
-@pytest.mark.parametrize("model", ["resnet18", "resnet20"])
+@pytest.mark.parametrize("model", [m for m, _, _ in REFERENCE_COUNTS])
 def test_residual_networks_have_the_published_parameter_counts(adapter_name, probe, model):
     """ResNet-18 at 3x224x224/1000 classes: 11,689,512 (torchvision); ResNet-20 at 10 classes: ~0.27 M."""
-    record = probe(adapter_name).check("reference_counts")[model]
+    record = probe(adapter_name).check(f"reference_count/{model}")
     assert record["param_count"] == record["description"] == record["reference"], record
 
 
 @pytest.mark.parametrize("model", [m[0] for m in MODELS])
 def test_output_shape(adapter_name, probe, model):
-    record = probe(adapter_name).check("models")[model]
+    record = probe(adapter_name).check(f"model/{model}")
     assert record["output_shape"] == record["expected_output_shape"]
 
 
 @pytest.mark.parametrize("model", [m[0] for m in MODELS])
 def test_get_weights_round_trips_init_weights_exactly(adapter_name, probe, model):
-    record = probe(adapter_name).check("models")[model]
+    record = probe(adapter_name).check(f"model/{model}")
     assert record["round_trip_shapes"] == record["expected_shapes"]
     assert record["round_trip_exact"], (
         "get_weights() right after build() must give back init_weights() bit for bit"
@@ -86,8 +89,26 @@ def test_evaluate_gives_accuracy_in_unit_interval(adapter_name, probe):
     assert math.isfinite(record["loss"]) and record["loss"] > 0
 
 
-def test_train_step_returns_a_finished_update(adapter_name, probe):
-    message = verdicts.blocking(probe(adapter_name).check("blocks"))
+def test_train_step_returns_after_its_work(adapter_name, probe):
+    """The first read after a step finds nothing left to wait for (a step that waits has its work inside)."""
+    this = probe(adapter_name)
+    message = verdicts.step_waits(this.check("step_timing"), this.import_name)
+    assert message is None, message
+
+
+def test_a_step_whose_work_fails_fails_inside_train_step(adapter_name, failing_step_probe):
+    """A step on a batch far past a memory limit raises in train_step (or ends the process there): a step
+    that returns first hides the failure, and its trial would be stored ok at an impossible speed. On a CPU
+    this finds the missing wait that timing cannot: JAX with donated buffers waits inside the call when the
+    step succeeds, but not when it fails."""
+    this = failing_step_probe(adapter_name)
+    message = verdicts.failing_step(this.check("failing_step"), this.import_name)
+    assert message is None, message
+
+
+def test_accumulating_two_half_batches_equals_one_step(adapter_name, probe):
+    this = probe(adapter_name)
+    message = verdicts.accumulation(this.arrays, this.check("accumulation"))
     assert message is None, message
 
 
@@ -126,36 +147,35 @@ def test_inference_after_training_matches_the_reference(adapter_name, probe):
     assert message is None, message
 
 
-def test_same_first_batch_and_updates_as_the_reference(adapter_name, probe):
-    """Same init weights and batch: the same logits, loss, and weights after a few SGD and Adam steps."""
+@pytest.mark.parametrize("model", [m[0] for m in MODELS])
+def test_same_first_batch_and_updates_as_the_reference(adapter_name, probe, model):
+    """Same init weights and batch: the same logits, loss, and weights after a few SGD steps."""
     this, ref = probe(adapter_name), probe(REFERENCE_ADAPTER)
-    this.check("models")
-    ref.check("models")
-    keys = sorted(k for k in ref.arrays if k.startswith(tuple(f"{m}/" for m, _, _ in MODELS)))
-    for model, _, _ in MODELS:
-        np.testing.assert_allclose(
-            this.arrays[f"{model}/logits0"],
-            ref.arrays[f"{model}/logits0"],
-            rtol=LOGITS_RTOL,
-            atol=LOGITS_ATOL,
-            err_msg=f"{model}: first-batch logits (if only osu_cnn differs, look at Flatten -> Dense; if "
-            "tiny_cnn and deep_cnn differ, at BatchNorm in predict(): see the isolated-layer check)",
-        )
-        np.testing.assert_allclose(
-            this.arrays[f"{model}/loss0"],
-            ref.arrays[f"{model}/loss0"],
-            rtol=1e-5,
-            err_msg=f"{model}: first-batch loss",
-        )
+    steps = this.check(f"model/{model}")["steps"]
+    ref.check(f"model/{model}")
+    np.testing.assert_allclose(
+        this.arrays[f"{model}/logits0"], ref.arrays[f"{model}/logits0"], rtol=LOGITS_RTOL, atol=LOGITS_ATOL,
+        err_msg=f"{model}: first-batch logits (if only osu_cnn differs, look at Flatten -> Dense; if "
+        "tiny_cnn and deep_cnn differ, at BatchNorm in predict(): see the isolated-layer check)",
+    )
+    np.testing.assert_allclose(this.arrays[f"{model}/loss0"], ref.arrays[f"{model}/loss0"], rtol=1e-5,
+                               err_msg=f"{model}: first-batch loss")
+    keys = sorted(k for k in ref.arrays if k.startswith(f"{model}/sgd{steps}/"))
+    assert keys, f"the reference recorded no weights for {model}"
     for key in keys:
-        if "/sgd" in key or "/adam" in key:  # weights after the probe's SGD or Adam steps
-            np.testing.assert_allclose(
-                this.arrays[key],
-                ref.arrays[key],
-                rtol=WEIGHTS_RTOL,
-                atol=WEIGHTS_ATOL,
-                err_msg=f"{key}: weights after the probe's steps",
-            )
+        np.testing.assert_allclose(this.arrays[key], ref.arrays[key], rtol=WEIGHTS_RTOL, atol=WEIGHTS_ATOL,
+                                   err_msg=f"{key}: weights after the probe's SGD steps")
+
+
+def test_same_updates_as_the_reference_with_adam(adapter_name, probe):
+    this, ref = probe(adapter_name), probe(REFERENCE_ADAPTER)
+    this.check("adam")
+    ref.check("adam")
+    keys = sorted(k for k in ref.arrays if k.startswith("adam/"))
+    assert keys, "the reference recorded no weights after its Adam steps"
+    for key in keys:
+        np.testing.assert_allclose(this.arrays[key], ref.arrays[key], rtol=WEIGHTS_RTOL, atol=WEIGHTS_ATOL,
+                                   err_msg=f"{key}: weights after the probe's Adam steps")
 
 
 def test_real_oom_trial_is_classified_oom(adapter_name, cache_dir: Path, tmp_path: Path):

@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.models import BatchNorm, Dense, Flatten, GlobalAvgPool, ModelDescription
+from adapters.base import CAPABILITIES
+from harness.models import BatchNorm, Conv2D, Dense, Flatten, GlobalAvgPool, ModelDescription, ReLU
 
 # float32 kernels differ between frameworks (summation order, oneDNN vs Eigen vs XLA): first-batch logits
 # agree to about 1e-6 relative; after three SGD-momentum steps at lr 0.05 the weights still agree to ~1e-5.
@@ -30,7 +31,9 @@ ISOLATED = {
     # 1/sqrt(1 + eps); in training mode it would normalise with the batch's statistics instead.
     "bn_inference": ModelDescription("bn_inference", (3, 2, 2), 4, (BatchNorm(), GlobalAvgPool(), Dense(4))),
 }
-FRAMEWORK_MODULES = ("torch", "tensorflow", "keras", "mxnet", "jax", "jaxlib")
+#: The accumulation check's model: no BatchNorm, so two half batches' gradients, each weighted 1/2, are exactly
+#: the whole batch's (a BatchNorm would normalise each half with its own statistics).
+ACCUMULATION_MODEL = ModelDescription("conv_dense", (2, 6, 6), 3, (Conv2D(4, 3, "same"), ReLU(), Flatten(), Dense(3)))
 
 
 def _close(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> bool:
@@ -132,19 +135,119 @@ def predictions_after_training(this: np.ndarray, ref: np.ndarray) -> str | None:
             "statistics (training mode, or running statistics updated wrongly: see the BatchNorm checks)")
 
 
-def blocking(record: dict[str, Any]) -> str | None:
-    """After ``train_step`` returns, nothing may be pending: a forced synchronisation must find no work."""
+#: how each framework waits for its queued work, named in the messages of the two synchronisation checks
+SYNC_CALLS = {
+    "jax": "jax.block_until_ready(...) on the new parameters, optimizer state and loss",
+    "torch": "torch.cuda.synchronize() on a GPU (or read the loss back with loss.item())",
+    "mxnet": "mx.nd.waitall() (or read the loss back with loss.asnumpy())",
+    "tensorflow": "reading the loss back (loss.numpy()) at the end of the step",
+}
+_ANY_SYNC = "the framework's own wait for queued work (its synchronise call, or reading the loss back to the host)"
+
+
+def _sync_call(import_name: str) -> str:
+    return SYNC_CALLS.get(import_name.partition(".")[0], _ANY_SYNC)
+
+
+def step_waits(record: dict[str, Any], import_name: str = "") -> str | None:
+    """A step from idle, then the first blocking read: the step's work must be inside the call, not in the read.
+
+    ``record``: the probe's ``step_timing`` lists (seconds). The work left behind is what the first read waits
+    beyond an idle read. A step that waits has its whole work inside the call and ~nothing left; one that returns
+    early has the reverse, so the medians differ by one to three orders of magnitude either way and a loaded
+    machine's hiccups (one slow read among five) move neither median across the line.
+    """
     if not record["weights_changed"]:
-        return "the weights had not changed when train_step returned: the update is not applied (or not yet)"
-    steps, calls_s, sync_s, idle_s = record["steps"], record["calls_s"], record["sync_s"], record["idle_read_s"]
-    per_step_s = record["synced_step_s"]  # one step followed by a read: what a step really costs
-    # Queued work makes the first read wait for it: with `steps` steps queued, about steps * per_step_s.
-    if sync_s > 3 * idle_s + 0.5 * per_step_s:
-        return (f"{steps} train_step calls returned in {calls_s:.3g} s, but reading the weights right after "
-                f"took {sync_s:.3g} s (an idle read takes {idle_s:.3g} s, a step {per_step_s:.3g} s): train_step "
-                "returns before the device has finished. Synchronise at the end of train_step "
-                "(torch.cuda.synchronize(), jax.block_until_ready(...), mx.nd.waitall(), reading the loss)")
+        return "the weights had not changed after the steps: train_step does not apply the update (or not yet)"
+    call_s = float(np.median(record["call_s"]))
+    left_s = float(np.median(np.subtract(record["first_read_s"], record["idle_read_s"])))
+    if left_s > call_s:
+        return (f"train_step returns before its work is done: a step returned in {call_s * 1e3:.3g} ms, and reading "
+                f"the weights right after waited {left_s * 1e3:.3g} ms more than an idle read (medians of "
+                f"{len(record['call_s'])}). The worker reads its clock when train_step returns, so that work would be "
+                f"missing from the step time. End train_step with {_sync_call(import_name)}")
     return None
+
+
+def failing_step(record: dict[str, Any], import_name: str = "") -> str | None:
+    """A step whose work fails must fail inside ``train_step``; ``record`` is read from the progress file.
+
+    ``outcome``: ``raised`` (in the step), ``died_in_step`` (the framework ended the process inside the call),
+    ``returned`` then ``read_raised`` or ``died_in_read`` (the failure surfaced only at the next read), or
+    ``read_ok`` (nothing failed: the check could not provoke a failure).
+    """
+    outcome = record["outcome"]
+    if outcome in ("raised", "died_in_step"):
+        return None
+    if outcome in ("read_raised", "died_in_read"):
+        where = ("reading the weights after it raised " + record.get("exception", "")
+                 if outcome == "read_raised" else "the process died while reading the weights after it")
+        return (f"train_step returned before its work was done: a step on a batch that cannot fit under the memory "
+                f"limit returned in {record.get('returned_s', float('nan')) * 1e3:.3g} ms without an error, and only "
+                f"{where}. A trial would store such a step as ok, at an impossible speed. End train_step with "
+                f"{_sync_call(import_name)}, so that its failure is raised inside it")
+    return (f"a step on a batch of {record.get('batch', '?')} samples succeeded under a memory limit it cannot fit in "
+            "(the probe could not make its work fail): does the framework's allocator ignore RLIMIT_DATA?")
+
+
+def accumulation(arrays: dict[str, np.ndarray], record: dict[str, Any]) -> str | None:
+    """Two half batches accumulated with weight 1/2, then applied, must equal one step on the whole batch."""
+    if not record["declared"]:
+        return ("accumulate_gradients() and apply_accumulated() are implemented but supports_accumulation is False, "
+                "so the parent refuses accumulate_steps > 1 for this adapter: set supports_accumulation = True")
+    for i in range(record["weights"]):
+        init, held = arrays[f"accumulation/{i}/init"], arrays[f"accumulation/{i}/held"]
+        applied, whole = arrays[f"accumulation/{i}/applied"], arrays[f"accumulation/{i}/whole"]
+        if not np.array_equal(init, held):
+            return (f"weight {i} changed during accumulate_gradients(): it must only add to the accumulated "
+                    "gradients; the update happens in apply_accumulated()")
+        if not _close(applied, whole, WEIGHTS_RTOL, WEIGHTS_ATOL):
+            return (f"weight {i} after accumulating two half batches (weight 0.5 each) and apply_accumulated() differs "
+                    f"from one train_step on the whole batch ({_worst(applied, whole)}): add weight x the gradient of "
+                    "each micro-batch's mean loss, apply once, then clear the accumulated gradients")
+    return None
+
+
+_REQUIRED = {c.name: c.required for c in CAPABILITIES}
+#: how every "not supported" message starts (the suite's reporting keys on it)
+UNSUPPORTED = "not supported: needs"
+#: what to write for each capability, in the "not supported" messages
+HOW_TO_ADD = {
+    "layer_residual": "a layer_residual hook that builds each path with self.build_layers (docs/adapters.md, "
+                      "'Layer hooks')",
+    "batchnorm_state": "batchnorm_state() returning each BatchNorm's (running_mean, running_var), in layer order",
+    "oom_examples": "the classmethod oom_examples() with the framework's real out-of-memory errors (docs/adapters.md, "
+                    "'Out-of-memory examples')",
+    "accumulation": "accumulate_gradients(batch, weight) and apply_accumulated(), and supports_accumulation = True",
+}
+
+
+def capability_verdict(record: dict[str, Any], builtin: bool, adapter: str, check: str) -> tuple[str, str] | None:
+    """Whether a check's record is judged on its merits (None) or answered by what the adapter lacks.
+
+    Returns ("fail", message) for a built-in adapter that lacks a required capability the check needs (every
+    built-in must have them all), ("unsupported", message) for an adapter that lacks one and did not manage the
+    check anyway (an adapter with its own build() may build a layer without its hook: that is judged on its
+    merits). A feature (a capability not required of built-ins, such as accumulation) that a built-in lacks is
+    "unsupported" too: the built-in declares it, and the parent refuses the feature for it.
+    """
+    missing = list(record.get("missing") or ())
+    if not missing:
+        return None
+    required = [m for m in missing if _REQUIRED.get(m, True)]
+    if builtin and required:
+        return ("fail", f"the built-in adapter {adapter} lacks {', '.join(f'`{m}`' for m in required)}, which the "
+                        f"check {check!r} needs: every built-in adapter must have every required capability "
+                        "(adapters.base.CAPABILITIES)")
+    if record.get("ran") and not record.get("error"):
+        return None
+    lacks = list(record.get("lacks") or missing)  # narrowed by the probe to what no passing check showed it builds
+    how = "; ".join(HOW_TO_ADD.get(m, f"the {m} hook") for m in lacks)
+    tried = ""
+    if record.get("error"):
+        tried = f"; tried anyway: {record['error'].strip().splitlines()[-1][:300]}"
+    return ("unsupported", f"{UNSUPPORTED} {', '.join(f'`{m}`' for m in lacks)} ({adapter} has no {', '.join(lacks)}; "
+                           f"to add it: {how}){tried}")
 
 
 def oom_classification(record: dict[str, Any]) -> str | None:

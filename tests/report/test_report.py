@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from pypdf import PdfReader
 
+from harness.registry import framework_modules
 from harness.store import Store
 from report import figures as report_figures
 from report.aggregate import cells
@@ -30,7 +31,8 @@ from tests.report.test_recommend import recompute
 
 SECTIONS = ("Runs and exact command lines", "Environment", "Method", "Findings", "Figures", "Tables",
             "Appendix: resolved experiment specifications")
-FRAMEWORK_MODULES = ("torch", "tensorflow", "mxnet", "jax")
+#: every registered adapter's framework modules (a fifth adapter's framework is covered once it is registered)
+FRAMEWORK_MODULES = tuple(sorted(framework_modules()))
 
 
 @pytest.fixture(scope="session")

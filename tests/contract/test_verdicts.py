@@ -1,0 +1,101 @@
+"""The contract's judgements on made-up probe records: each can fail, and says what it found (no framework).
+
+The records are what ``probe.py`` writes; the real frameworks' records are judged in ``test_contract.py``, and
+deliberately broken adapters in ``test_broken_adapters.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tests.contract import verdicts
+from tests.contract.checks import BY_NAME, missing_for, runs_without
+from tests.fakes.adapter import FakeAdapter
+
+
+def _timing(call_ms: list[float], first_ms: list[float], idle_ms: list[float]) -> dict[str, object]:
+    return {"call_s": [v / 1e3 for v in call_ms], "first_read_s": [v / 1e3 for v in first_ms],
+            "idle_read_s": [v / 1e3 for v in idle_ms], "weights_changed": True}
+
+
+def test_a_step_that_waits_passes_even_with_one_slow_read():
+    # PyTorch's measured shape: 57 ms inside the step, reads of 2-3 ms; one read held up for 200 ms by the machine
+    record = _timing([57, 60, 55, 58, 61], [2.8, 200.0, 2.7, 3.0, 2.9], [2.4, 2.5, 2.3, 2.6, 2.4])
+    assert verdicts.step_waits(record, "torch") is None
+
+
+def test_a_step_that_returns_early_is_named_with_the_frameworks_wait():
+    record = _timing([0.1, 0.2, 0.1, 60.0, 0.1], [57, 58, 56, 2.5, 59], [2.4, 2.5, 2.3, 2.6, 2.4])
+    message = verdicts.step_waits(record, "jax")
+    assert message is not None and "returns before its work is done" in message
+    assert "jax.block_until_ready" in message
+    unknown = verdicts.step_waits(record, "myfw")
+    assert unknown is not None and "the framework's own wait for queued work" in unknown
+
+
+def test_a_step_that_changes_nothing_is_named():
+    record = {**_timing([50] * 5, [2] * 5, [2] * 5), "weights_changed": False}
+    assert "does not apply the update" in (verdicts.step_waits(record) or "")
+
+
+def test_a_failing_step_must_fail_inside_train_step():
+    assert verdicts.failing_step({"outcome": "raised"}) is None
+    assert verdicts.failing_step({"outcome": "died_in_step"}) is None
+    late = verdicts.failing_step({"outcome": "read_raised", "exception": "XlaRuntimeError: Out of memory",
+                                  "returned_s": 0.003}, "jax")
+    assert late is not None and "returned before its work was done" in late and "jax.block_until_ready" in late
+    assert "3 ms" in late and "XlaRuntimeError" in late
+    died = verdicts.failing_step({"outcome": "died_in_read", "returned_s": 0.001}, "torch")
+    assert died is not None and "the process died while reading" in died
+    fits = verdicts.failing_step({"outcome": "read_ok", "batch": 20000})
+    assert fits is not None and "could not make its work fail" in fits
+
+
+def _accumulation_arrays(applied_shift: float = 0.0, held_shift: float = 0.0) -> dict[str, np.ndarray]:
+    init = np.ones((3, 2), np.float32)
+    whole = init - 0.1
+    return {"accumulation/0/init": init, "accumulation/0/held": init + held_shift,
+            "accumulation/0/applied": whole + applied_shift, "accumulation/0/whole": whole}
+
+
+def test_accumulation_equals_one_step_or_says_what_differs():
+    record = {"weights": 1, "declared": True}
+    assert verdicts.accumulation(_accumulation_arrays(), record) is None
+    assert "changed during accumulate_gradients()" in (verdicts.accumulation(_accumulation_arrays(held_shift=0.1),
+                                                                            record) or "")
+    assert "differs from one train_step" in (verdicts.accumulation(_accumulation_arrays(applied_shift=0.05),
+                                                                   record) or "")
+    assert "set supports_accumulation = True" in (verdicts.accumulation(_accumulation_arrays(),
+                                                                        {**record, "declared": False}) or "")
+
+
+def test_a_plugin_lacking_a_capability_is_told_what_to_add():
+    record = {"missing": ["layer_residual"], "ran": True,
+              "error": "Traceback ...\nValueError: weight shape (16, 16, 3, 3) does not fit (10, 64)\n"}
+    kind, message = verdicts.capability_verdict(record, False, "pytorch_v1", "model/resnet20") or ("", "")
+    assert kind == "unsupported" and message.startswith("not supported: needs `layer_residual`")
+    assert "layer_residual hook" in message and "tried anyway: ValueError: weight shape" in message
+
+
+def test_a_plugin_that_builds_the_layer_in_its_own_build_is_judged_on_its_merits():
+    assert verdicts.capability_verdict({"missing": ["layer_residual"], "ran": True, "error": None},
+                                       False, "ownbuild", "model/resnet20") is None
+
+
+def test_a_builtin_lacking_a_required_capability_fails_and_a_feature_it_lacks_is_unsupported():
+    kind, message = verdicts.capability_verdict({"missing": ["batchnorm_state"], "ran": False, "error": None},
+                                                True, "jax", "batchnorm") or ("", "")
+    assert kind == "fail" and "built-in adapter jax lacks `batchnorm_state`" in message
+    kind, message = verdicts.capability_verdict({"missing": ["accumulation"], "ran": False, "error": None},
+                                                True, "jax", "accumulation") or ("", "")
+    assert kind == "unsupported" and "accumulate_gradients" in message
+
+
+def test_what_each_check_needs_comes_from_the_models_it_builds():
+    assert "layer_residual" in BY_NAME["model/resnet20"].capabilities()
+    assert "layer_residual" not in BY_NAME["model/deep_cnn"].capabilities()
+    assert BY_NAME["batchnorm"].capabilities()[-1] == "batchnorm_state"
+    # the fake builds in its own build(), so it has no layer hooks: resnet20 needs six it lacks
+    assert missing_for(FakeAdapter, "model/resnet20") == ("layer_batchnorm", "layer_conv2d", "layer_dense",
+                                                          "layer_globalavgpool", "layer_relu", "layer_residual")
+    assert runs_without(("layer_residual",)) and not runs_without(("layer_residual", "batchnorm_state"))
