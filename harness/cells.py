@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from harness.monitor.fields import FIELDS
+from harness.monitor.fields import FIELDS, SHOWN_COLUMNS
 
 #: trial columns whose combination makes a series within one framework: the experiment's named variant
 #: ([variants.<name>]), then settings as asked for, never as measured (the stored ``device`` is the framework's own
@@ -135,8 +135,9 @@ def _sampler(column: str) -> Metric:
     return Metric(column, label, f.unit, f.fmt)
 
 
-#: every per-cell figure, keyed by the name consumers use (the stored column, or a derived name); the
-#: sampler's columns take their labels, units and formats from the field table
+#: every per-cell figure, keyed by the name consumers use (the stored column, or a derived name): the worker's
+#: figures, then every sampler column the field table marks as shown (harness/monitor/fields.py), with its label,
+#: unit and format from there
 METRICS: dict[str, Metric] = {m.column if m.scale == 1.0 else f"{m.column}_pct": m for m in (
     Metric("step_samples_per_s", "step throughput", "samples/s", ".0f"),
     Metric("e2e_samples_per_s", "end-to-end throughput", "samples/s", ".0f"),
@@ -145,14 +146,8 @@ METRICS: dict[str, Metric] = {m.column if m.scale == 1.0 else f"{m.column}_pct":
     Metric("drift_change_pct", "step-time drift (late vs early)", "%", "+.0f"),
     Metric("achieved_gflop_per_s", "achieved compute", "GFLOP/s", ".1f"),
     Metric("mfu_pct", "model FLOPs utilisation", "%", ".1f"),
-    _sampler("gpu_util_pct"),
-    _sampler("gpu_mem_util_pct"),
     Metric("framework_peak_mib", "framework allocator peak", "MiB", ".0f"),
-    _sampler("proc_gpu_mem_peak_mib"),
-    _sampler("gpu_mem_used_peak_mib"),
-    _sampler("rss_peak_mib"),
-    _sampler("cpu_util_pct"),
-    _sampler("power_w"),
+    *(_sampler(column) for column in SHOWN_COLUMNS),
     Metric("j_per_sample", "energy per sample", "J", ".3g"),
     Metric("accuracy", "accuracy", "%", ".1f", scale=100.0),
 )}

@@ -17,7 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # the report never needs a display; must precede pyplot
 
-from collections.abc import Sequence  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -29,6 +29,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
 
+from harness.monitor.fields import FIELDS, Shown, shown_in  # noqa: E402
 from report.aggregate import ACCURACY, METRICS, Cell, has_metric  # noqa: E402
 from report.context import had_gpu  # noqa: E402
 from report.load import Experiment  # noqa: E402
@@ -193,6 +194,16 @@ def metric_figure(exp: Experiment, frame: pd.DataFrame, cell_list: Sequence[Cell
     return FigureResult(key=key, title=title, caption=caption, figure=fig, notes=notes)
 
 
+def _sampler_absent(place: Shown, gpu_absent: Callable[[str], str]) -> dict[str, str]:
+    """Why each sampler column shown in ``place`` may be missing, worded from the field table."""
+    out = {}
+    for f in FIELDS:
+        if f.trial_column and place in f.shown:
+            out[f.trial_column] = (gpu_absent(f"{f.label} figure") if f.source == "nvml" else
+                                   f"No {f.label}: the sampler did not record it for these trials.")
+    return out
+
+
 def build_figures(exp: Experiment, cell_list: Sequence[Cell], reference: Sequence[dict[str, Any]] = (),
                   ) -> list[FigureResult]:
     """Every figure of one experiment, in report order (open matplotlib figures: close them when saved).
@@ -221,18 +232,17 @@ def build_figures(exp: Experiment, cell_list: Sequence[Cell], reference: Sequenc
                               "e2e_samples_per_s": "No end-to-end throughput was recorded."}, log_y=True),
         metric_figure(exp, frame, cell_list, key="gpu_util", title="GPU utilisation vs batch size",
                       caption="NVML utilisation, mean over the timed phase: the share of time any kernel ran, "
-                              "not SM occupancy.",
-                      metrics=["gpu_util_pct"], absent={"gpu_util_pct": gpu_absent("GPU utilisation figure")},
+                              "not SM occupancy (and, where shown, the memory controller's).",
+                      metrics=list(shown_in("gpu_util figure")), absent=_sampler_absent("gpu_util figure", gpu_absent),
                       reference=reference),
         metric_figure(exp, frame, cell_list, key="gpu_memory", title="GPU memory vs batch size, in each view",
-                      caption="Left to right where measured: the framework allocator's peak, the worker "
-                              "tree's GPU memory (NVML, includes the cache and CUDA context), the whole "
-                              "device's used memory. Published points are the thesis's GPU memory.",
-                      metrics=["framework_peak_mib", "proc_gpu_mem_peak_mib", "gpu_mem_used_peak_mib"],
+                      caption="Left to right where measured: the framework allocator's peak, then the sampler's "
+                              "views (NVML: the whole device's used memory, the worker tree's GPU memory, which "
+                              "includes the cache and CUDA context). Published points are the thesis's GPU memory.",
+                      metrics=["framework_peak_mib", *shown_in("gpu_memory figure")],
                       absent={"framework_peak_mib": "The framework allocator reported no peak (e.g. PyTorch "
                                                     "keeps no CPU allocator statistics).",
-                              "proc_gpu_mem_peak_mib": gpu_absent("worker-tree GPU memory"),
-                              "gpu_mem_used_peak_mib": gpu_absent("device memory figure")},
+                              **_sampler_absent("gpu_memory figure", gpu_absent)},
                       reference=reference if gpu else ()),
     ]
     if not spec.get("epochs"):
@@ -261,11 +271,9 @@ def build_figures(exp: Experiment, cell_list: Sequence[Cell], reference: Sequenc
                               "trained in it.",
                       metrics=["j_per_sample"], absent={"j_per_sample": gpu_absent("energy figure")}),
         metric_figure(exp, frame, cell_list, key="host", title="CPU and host memory vs batch size",
-                      caption="CPU utilisation of the worker tree over the timed phase (100% = one core) and "
-                              "the worker's peak resident memory.",
-                      metrics=["cpu_util_pct", "rss_peak_mib"],
-                      absent={"cpu_util_pct": "No CPU utilisation: the sampler did not run for these trials.",
-                              "rss_peak_mib": "No host memory figure: no trial recorded its resident memory."}),
+                      caption="The host's view of the worker tree over the trial: CPU utilisation over the timed "
+                              "phase (100% = one core) and the worker's peak resident memory, where measured.",
+                      metrics=list(shown_in("host figure")), absent=_sampler_absent("host figure", gpu_absent)),
     ]
     return figures
 

@@ -12,17 +12,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.monitor.fields import shown_in
 from report.aggregate import METRICS, Cell, has_metric
 from report.load import Experiment
 from report.recommend import TABLE_COLUMNS as RECOMMEND_COLUMNS
 from report.recommend import Recommendation, show_variants, table_rows
 
 #: the headline table is printed in two parts so it fits a portrait page
+#: the headline tables' columns: the worker's figures, and the sampler columns the field table shows there
 SPEED_COLUMNS = ("step_samples_per_s", "e2e_samples_per_s", "step_time_ms_median", "step_time_ms_iqr",
-                 "drift_change_pct", "achieved_gflop_per_s", "mfu_pct", "gpu_util_pct", "cpu_util_pct", "power_w",
-                 "j_per_sample")
-MEMORY_COLUMNS = ("framework_peak_mib", "proc_gpu_mem_peak_mib", "gpu_mem_used_peak_mib", "rss_peak_mib",
-                  "accuracy_pct")
+                 "drift_change_pct", "achieved_gflop_per_s", "mfu_pct", *shown_in("speed table"), "j_per_sample")
+MEMORY_COLUMNS = ("framework_peak_mib", *shown_in("memory table"), "accuracy_pct")
 
 
 @dataclass(frozen=True)
