@@ -70,7 +70,7 @@ def _answer_page(pdf: PdfWriter, answered: list[tuple[Experiment, list[recommend
         table = tables.recommendation(recs)
         if table is None:
             continue
-        pdf.table(table, col_widths=[2.0 * 28.35, 2.0 * 28.35, 5.0 * 28.35, 2.2 * 28.35, 1.8 * 28.35, 2.0 * 28.35,
+        pdf.table(table, col_widths=[2.0 * 28.35, 2.3 * 28.35, 5.0 * 28.35, 2.0 * 28.35, 2.2 * 28.35, 1.5 * 28.35,
                                      None])  # type: ignore[list-item]
         path = tmp / "tables" / f"{slug}-recommendation.csv"
         table.write_csv(path)

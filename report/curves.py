@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import matplotlib.pyplot as plt
 import seaborn as sns
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter
 
 from harness.cells import Series
 from report.critical import REGIME_FACTOR
@@ -25,6 +28,12 @@ from report.load import Experiment
 from report.recommend import Recommendation
 
 _PANEL_W, _PANEL_H = 3.5, 2.6
+
+
+def plain_log(axis: Any) -> None:
+    """Log-scale ticks as plain numbers (0.5, 2, 100), not 5×10⁻¹, with no minor labels to collide."""
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}"[0] in "25" else ""))
 
 
 def _grid(n: int) -> tuple[int, int]:
@@ -72,6 +81,7 @@ def learning_curve_figure(exp: Experiment, recs: Sequence[Recommendation]) -> Fi
         if r.target is not None and r.target.accuracy is not None:
             ax.axhline(100 * r.target.accuracy, color="grey", ls="--", lw=0.9)
         ax.set_xscale("log")
+        plain_log(ax.xaxis)
         ax.set_title(r.name, fontsize=9)
         ax.set_xlabel("training time (s, log)")
         ax.set_ylabel("held-out accuracy (%)")
@@ -80,7 +90,7 @@ def learning_curve_figure(exp: Experiment, recs: Sequence[Recommendation]) -> Fi
     handles = [Line2D([], [], color=colours[b], lw=1.5, label=f"batch {b}") for b in batches]
     handles.append(Line2D([], [], color="grey", ls="--", label="target"))
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 7), fontsize=7.5, frameon=False)
-    fig.tight_layout(rect=(0, 0.5 / (_PANEL_H * rows + 0.5) + 0.04, 1, 1))
+    fig.tight_layout(rect=(0, 0.1 if rows == 1 else 0.05, 1, 1))
     caption = ("Each evaluation on the held-out split during training (eval_points, plus the end), against the "
                "training seconds so far (evaluation time left out); one line per trial, the second repeat fainter. "
                "The dashed line is the series' target; where a line first crosses it is the trial's time to target "
@@ -103,7 +113,7 @@ def critical_figure(exp: Experiment, recs: Sequence[Recommendation],
                             absent_reason="No steps-to-target figure: no size reached the target.")
     sns.set_theme(style="whitegrid", context="paper")
     rows, cols = _grid(len(usable))
-    fig, axes = plt.subplots(rows, cols, figsize=(_PANEL_W * cols, _PANEL_H * rows + 0.5), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(_PANEL_W * cols, _PANEL_H * rows + 0.7), squeeze=False)
     colours = palette([r.name for r in usable])
     notes = []
     for ax, r in zip(axes.flat, usable, strict=False):
@@ -140,6 +150,7 @@ def critical_figure(exp: Experiment, recs: Sequence[Recommendation],
                         xycoords=("data", "axes fraction"), xytext=(3, 0), textcoords="offset points", fontsize=7,
                         va="top")
         ax.set_yscale("log")
+        plain_log(ax.yaxis)
         _log2_axis(ax, sorted({t.batch_size for t in r.targets}))
         ax.set_xlim(grid[0] / 1.3, grid[-1] * 1.3)
         ax.set_ylabel("steps to target")
@@ -151,9 +162,11 @@ def critical_figure(exp: Experiment, recs: Sequence[Recommendation],
                       label="some repeats missed"),
                Line2D([], [], color="grey", ls=":", label="perfect scaling"),
                Line2D([], [], color="grey", lw=1.2, label="fit S_min(1+B_crit/B)"),
-               Line2D([], [], color="grey", ls="--", label="B_crit")]
-    fig.legend(handles=handles, loc="lower center", ncol=5, fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0.5 / (_PANEL_H * rows + 0.5) + 0.04, 1, 1))
+               Line2D([], [], color="grey", ls="--", label="B_crit"),
+               Patch(color="#4daf4a", alpha=0.15, label=f"perfect scaling (B < B_crit/{REGIME_FACTOR:g})"),
+               Patch(color="#e41a1c", alpha=0.15, label=f"no further gain (B > {REGIME_FACTOR:g} B_crit)")]
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.16 if rows == 1 else 0.09, 1, 1))
     caption = ("Mean optimizer steps to the target over the repeats, log-log. Dotted: perfect scaling through the "
                "smallest size (doubling the batch halves the steps). Solid: McCandlish et al. 2018's "
                "S = S_min (1 + B_crit / B), least squares on 1/B; dashed: B_crit. Shaded: the regimes of Shallue et "

@@ -27,7 +27,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
 from harness.monitor.fields import FIELDS, Shown, shown_in  # noqa: E402
 from report.aggregate import ACCURACY, METRICS, Cell, has_metric  # noqa: E402
@@ -313,6 +313,8 @@ def recommendation_figure(exp: Experiment, recs: Sequence[Recommendation]) -> Fi
             if rt is not None and rt.train_s is not None:
                 _ring(left, rt.batch_size, rt.train_s.mean, colours[r.name])
         left.set_yscale("log")
+        left.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        left.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if str(f"{v:g}")[0] in "25" else ""))
         left.set_ylabel("training time to target (s)")
         _log2_axis(left, batches)
         right = axes[0][1]

@@ -31,7 +31,7 @@ from harness.cells import Series, SeriesGroup, group
 from report import critical
 from report.knee import SHARE_OF_BEST, THROUGHPUT_COLUMN, SizeStats, knee, number, size_stats, throughput_of
 from report.load import Experiment
-from report.target import CHANCE_MARGIN_PTS, SizeTarget, Target, series_target, size_targets
+from report.target import CHANCE_MARGIN_PTS, SizeTarget, Target, seconds_fmt, series_target, size_targets
 
 __all__ = ["MIN_REPEATS", "RULE_TEXT", "SHARE_OF_BEST", "TABLE_COLUMNS", "THROUGHPUT_COLUMN", "MaxFit",
            "Recommendation", "SizeStats", "Summary", "accuracy_unusable", "knee", "recommend", "recommend_group",
@@ -230,6 +230,9 @@ def recommend_group(g: SeriesGroup, exp: Experiment | None = None, *, target_acc
     base |= dict(target=target, targets=tuple(targets), accuracy_cost_pts=cost, critical=fit, critical_why=fit_why)
     largest = max(int(r["batch_size"]) for r in rows)
     knee_text = f"; the throughput knee is batch {k_rec}" if k_rec is not None else ""
+    k_stats = next((s for s in sizes if s.batch_size == k_rec), None)
+    if k_stats is not None and k_stats.j_per_sample_mean is not None:
+        knee_text += f" ({k_stats.j_per_sample_mean:.3g} J/sample)"
     if target.accuracy is None:
         why = (f"no accuracy to reach ({accuracy_why or 'none was measured'}), so no time to target{knee_text}")
         return Recommendation(**base, batch_size=None, range_lo=None, range_hi=None,  # type: ignore[arg-type]
@@ -261,7 +264,8 @@ def recommend_group(g: SeriesGroup, exp: Experiment | None = None, *, target_acc
     lo, hi, close = _time_range(targets, rec_t)
     caveats, to_run = _caveats(sizes, targets, rec, lo, hi, close, max_fit, largest, exp.name)
     assert rec_t.train_s is not None and rec_t.steps is not None
-    why = (f"reaches the target {target.text()} soonest: {rec_t.train_s.text('.3g')} s of training, "
+    why = (f"reaches the target {target.text()} soonest: {rec_t.train_s.text(seconds_fmt(rec_t.train_s.mean))} s "
+           "of training, "
            f"{rec_t.steps.mean:,.0f} steps")
     others = [t for t in eligible if t is not rec_t]
     if others:
@@ -339,7 +343,7 @@ RULE_TEXT = ("Recommended: the batch size that reaches the target accuracy in th
 #: the columns of the recommendation table, as (key, header), shared by the PDF and the terminal
 TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("framework", "framework"), ("recommended", "recommended batch"), ("why", "why"),
-    ("time", "time to target: recommended"), ("knee", "throughput knee"), ("max_fit", "max that fits"),
+    ("time", "time to target"), ("knee", "throughput knee"), ("max_fit", "max that fits"),
     ("accuracy", "accuracy %: recommended vs best"),
 )
 

@@ -33,6 +33,11 @@ CHANCE_MARGIN_PTS = 5.0
 COUNTED = ("ok", "diverged")
 
 
+def seconds_fmt(seconds: float) -> str:
+    """A format for a time in seconds with about three significant digits (the sd printed to the same place)."""
+    return ".0f" if seconds >= 100 else ".1f" if seconds >= 10 else ".2f" if seconds >= 1 else ".3f"
+
+
 @dataclass(frozen=True)
 class Reach:
     """Where one trial first reached the target: training seconds, optimizer steps and samples seen."""
@@ -142,7 +147,7 @@ class SizeTarget:
                 return "no learning curve"
             return f"not reached in {self.epochs:g} epochs" if self.epochs else "not reached"
         assert self.train_s is not None
-        value = self.train_s.text(".3g") + " s"
+        value = self.train_s.text(seconds_fmt(self.train_s.mean)) + " s"
         if self.reached_n < self.trials_n:
             return (f"{self.reached_n} of {self.trials_n} reached: {value}"
                     + (f" ({self.diverged_n} diverged)" if self.diverged_n else ""))
