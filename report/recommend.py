@@ -247,6 +247,13 @@ def recommend_group(g: SeriesGroup, exp: Experiment | None = None, *, target_acc
                               supported=False, why=why,
                               to_run=("train longer (epochs), or lower the learning_rate",))
     eligible = [t for t in targets if t.eligible and t.train_s is not None]
+    if targets and all(t.no_curve_n == t.trials_n for t in targets):
+        why = ("the store holds no learning curve (eval_points = 0, or a store made before curves were recorded), "
+               f"so there is no time to target{knee_text}")
+        return Recommendation(**base, batch_size=None, range_lo=None, range_hi=None,  # type: ignore[arg-type]
+                              supported=False, why=why,
+                              to_run=("run the experiment with eval_points >= 1 (the default is 8) into a new "
+                                      "--out directory",))
     if not eligible:
         epochs = _epochs_text(targets, spec.get("epochs"))
         why = (f"no batch size reached the target {target.text()} in every repeat within {epochs}: "

@@ -271,3 +271,15 @@ def test_nothing_finished_gives_no_size_and_says_why(tmp_path: Path) -> None:
 def test_recommend_without_a_store_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["recommend", str(tmp_path)]) == 2
     assert "no results store" in capsys.readouterr().err
+
+
+def test_a_store_without_learning_curves_says_so_and_gives_the_knee(tmp_path: Path) -> None:
+    with Store.open(tmp_path) as store:
+        run_id = store.begin_run(EXP, _spec(["alpha"]), "pytest", {})
+        for bs in (8, 64):
+            for rep in (0, 1):
+                store.write_trial(TrialOutcome(trial=_trial("alpha", bs, rep), status="ok", metrics=WorkerMetrics(
+                    step_samples_per_s=10.0 * bs, accuracy=0.9)), run_id, {})
+    (rec,) = recommend(load(tmp_path).experiments[0])
+    assert rec.batch_size is None and "no learning curve" in rec.why and rec.knee_batch == 64
+    assert any("eval_points" in t for t in rec.to_run)
