@@ -12,13 +12,12 @@ import dataclasses
 import datetime as dt
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.errors import StoreError
-from harness.tmpnames import remove_stale, tmp_tag
+from harness.tmpnames import remove_stale, temporary_directory
 from report import aggregate, context, curves, figures, findings, recommend, studies, tables
 from report import thesis as compare
 from report.drift import drift_figure
@@ -285,7 +284,7 @@ def build_report(source_dir: str | Path, output: str | Path | None = None,
     pdf = PdfWriter(title=f"batchscope report: {', '.join(names)}",
                     footer=f"batchscope report · {data.store_path} · {now}")
     remove_stale(target.parent)  # the build directory of a report killed outright (SIGKILL)
-    with tempfile.TemporaryDirectory(prefix=tmp_tag("report"), dir=target.parent) as tmp_name:
+    with temporary_directory("report", target.parent) as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "figures").mkdir()
         (tmp / "tables").mkdir()
