@@ -8,7 +8,8 @@ report's first page, ``batchscope recommend`` (and ``--json``) and the end of ``
    accumulation) and then by batch size; every series gets its own answer, never an average of two settings.
 2. **The target** (:mod:`report.target`): the experiment's ``target_accuracy`` in percent, or by default the
    series' best mean final accuracy minus 1 point. Each trial's time to target is interpolated on its learning curve.
-3. A size is *eligible* when every finished repeat reached the target and none diverged. **The recommended size is
+3. A size is *eligible* when every finished repeat reached the target, none diverged, and its mean final accuracy
+   is still at the target. **The recommended size is
    the eligible size with the least mean training time to the target.** Sizes that missed it or diverged are never
    recommended; where none is eligible there is no answer, and what to run is said (more epochs, an ``lr_policy``);
    where the best accuracy is within 5 points of chance nothing was learned, and there is no answer either.
@@ -182,7 +183,7 @@ def _caveats(sizes: Sequence[SizeStats], targets: Sequence[SizeTarget], rec: int
         to_run.append(f"add larger sizes: --batch-sizes with sizes above {rec}")
     missed = [t.batch_size for t in targets if not t.eligible]
     if rec is not None and missed:
-        caveats.append("not eligible (missed the target in some repeat, or diverged): batch "
+        caveats.append("not eligible (missed the target in some repeat, diverged, or fell back by the end): batch "
                        + ", ".join(f"{t.batch_size} ({t.text()})" for t in targets if not t.eligible))
     if max_fit is None:
         to_run.append("set max_batch = true (or run `batchscope maxbatch`) for the largest size that fits")
@@ -256,7 +257,8 @@ def recommend_group(g: SeriesGroup, exp: Experiment | None = None, *, target_acc
                                       "--out directory",))
     if not eligible:
         epochs = _epochs_text(targets, spec.get("epochs"))
-        why = (f"no batch size reached the target {target.text()} in every repeat within {epochs}: "
+        why = (f"no batch size reached the target {target.text()} in every repeat and held it to the end, within "
+               f"{epochs}: "
                + "; ".join(f"batch {t.batch_size}: {t.text()}" for t in targets))
         policy = spec.get("lr_policy") or "fixed"
         to_run = [f"train longer: epochs = {2 * int(number(spec.get('epochs')) or 1)}, into a new --out directory "
@@ -339,7 +341,8 @@ class Summary:
 
 
 RULE_TEXT = ("Recommended: the batch size that reaches the target accuracy in the least mean training time over its "
-             "repeats, among the sizes every repeat brought to the target without diverging. The target is the "
+             "repeats, among the sizes every repeat brought to the target without diverging and whose mean final "
+             "accuracy stayed there. The target is the "
              "experiment's target_accuracy, or by default the best mean final accuracy of any size minus 1 point; "
              "each trial's time is interpolated linearly between the two evaluations around the crossing. Its range: "
              "the sizes whose time is within one sd; supported only with two or more repeats there and a range of "
