@@ -227,7 +227,10 @@ def recommend_group(g: SeriesGroup, exp: Experiment | None = None, *, target_acc
     targets = size_targets(g.by_batch, exp.curves, target.accuracy)
     accs = [(s.batch_size, s.accuracy_mean) for s in sizes if s.accuracy_mean is not None]
     cost = tuple((b, (target.best_mean - a) * 100.0) for b, a in accs) if target.best_mean is not None else ()
-    fit, fit_why = critical.fit([(t.batch_size, t.steps.mean) for t in targets if t.eligible and t.steps])
+    # the fit takes every size some repeat brought to the target (its steps are measured where it reached), not only
+    # the eligible ones: a size that reached in one repeat of two still says how many steps it took there
+    fit, fit_why = critical.fit([(t.batch_size, t.steps.mean) for t in targets
+                                 if t.steps is not None and not t.diverged_n])
     base |= dict(target=target, targets=tuple(targets), accuracy_cost_pts=cost, critical=fit, critical_why=fit_why)
     largest = max(int(r["batch_size"]) for r in rows)
     knee_text = f"; the throughput knee is batch {k_rec}" if k_rec is not None else ""
