@@ -216,6 +216,12 @@ def recommend_group(g: SeriesGroup, exp: Experiment | None = None, *, target_acc
                               range_hi=None, supported=False,
                               why=f"no trial finished ({', '.join(statuses) or 'none'}): nothing to recommend",
                               to_run=("see `batchscope report DIR` for why each trial failed",))
+    if not any(r.get("status") == "ok" for r in counted):
+        sizes_text = ", ".join(str(b) for b in sorted({int(r["batch_size"]) for r in counted}))
+        return Recommendation(**base, batch_size=None, best_batch=None, range_lo=None,  # type: ignore[arg-type]
+                              range_hi=None, supported=False,
+                              why=f"every trial that trained diverged (batch {sizes_text}): nothing to recommend",
+                              to_run=("lower the learning_rate (a non-finite loss or weights ended each trial)",))
     k_rec = k_best = k_lo = k_hi = None
     if sizes:
         k_rec, k_best, k_lo, k_hi = knee(sizes, share)

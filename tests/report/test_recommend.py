@@ -292,3 +292,14 @@ def test_a_store_without_learning_curves_says_so_and_gives_the_knee(tmp_path: Pa
     (rec,) = recommend(load(tmp_path).experiments[0])
     assert rec.batch_size is None and "no learning curve" in rec.why and rec.knee_batch == 64
     assert any("eval_points" in t for t in rec.to_run)
+
+
+def test_a_sweep_that_only_diverged_recommends_nothing_and_says_so(tmp_path: Path) -> None:
+    """As learning_rate = 1e6: every trial diverged; nothing is recommended, and the reason is the divergence."""
+    with Store.open(tmp_path) as store:
+        run_id = store.begin_run(EXP, _spec(["alpha"]), "pytest", {})
+        for bs in (8, 32):
+            _write(store, run_id, "alpha", bs, 0, 100.0, "diverged", [1.0], [0.1])
+    (rec,) = recommend(load(tmp_path).experiments[0])
+    assert rec.batch_size is None and "every trial that trained diverged (batch 8, 32)" in rec.why
+    assert any("learning_rate" in t for t in rec.to_run)
