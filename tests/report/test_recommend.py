@@ -124,8 +124,8 @@ def recompute(store_dir: Path, target_pct: float = 0.0) -> dict[str, dict[str, o
     """The documented rule, independently, in plain SQL on the store file: per framework, the target (best mean final
     accuracy of the ok sweep trials minus 1 point, or ``target_pct``), each trial's training seconds to its first
     curve point at or above it (linear between that point and the one before), and the size with the least mean
-    time among those where every ok repeat reached it, none diverged and the mean final accuracy is at the target.
-    Returns framework -> {"batch", "times"}."""
+    time among those where every ok repeat reached it, none diverged and the mean final accuracy is at the target;
+    none where the best mean accuracy is within 5 points of chance. Returns framework -> {"batch", "times"}."""
     conn = sqlite3.connect(store_dir / "results.sqlite")
     finals = conn.execute("SELECT framework, batch_size, AVG(accuracy) FROM trials WHERE status = 'ok' AND "
                           "accuracy IS NOT NULL AND (purpose IS NULL OR purpose = 'sweep') "
@@ -134,6 +134,10 @@ def recompute(store_dir: Path, target_pct: float = 0.0) -> dict[str, dict[str, o
     target = {}
     for fw, _, acc in finals:
         target[fw] = max(target.get(fw, 0.0), acc - 0.01)
+    # no answer where the best mean accuracy is within 5 points of chance (1 / classes, from the run's spec)
+    (spec_json,) = conn.execute("SELECT spec_json FROM runs ORDER BY run_id DESC LIMIT 1").fetchone()
+    classes = (json.loads(spec_json).get("data") or {}).get("classes")
+    learned = {fw: not classes or t + 0.01 - 1 / classes >= 0.05 for fw, t in target.items()}
     if target_pct:
         target = {fw: target_pct / 100 for fw in target}
     # each curve point with the point before it (SQL window function), for ok and diverged sweep trials
@@ -157,7 +161,8 @@ def recompute(store_dir: Path, target_pct: float = 0.0) -> dict[str, dict[str, o
         times = [reached[h] for h in hashes if h in reached]
         entry = out.setdefault(fw, {"batch": None, "times": {}})
         entry["times"][bs] = statistics.fmean(times) if times else None  # type: ignore[index]
-        if len(times) == len(hashes) and "diverged" not in hashes.values() and final[(fw, bs)] >= target[fw] - 1e-12:
+        if (learned[fw] and len(times) == len(hashes) and "diverged" not in hashes.values()
+                and final[(fw, bs)] >= target[fw] - 1e-12):
             best = entry["batch"]
             if best is None or statistics.fmean(times) < entry["times"][best]:  # type: ignore[index]
                 entry["batch"] = bs
