@@ -169,7 +169,10 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
         pdf.bullets([f.text for f in verdicts])
 
     pdf.heading("Figures", 1)
-    answer_figures = [curves.learning_curve_figure(original, recs), curves.critical_figure(original, recs)]
+    # the hook for the gradient noise scale: critical_figure(..., predicted={series name: B_simple}) draws it beside
+    # the fit's B_crit; harness.noise.estimate_from_rows (issue 22 item 4b) is to fill it
+    answer_figures = [curves.learning_curve_figure(original, recs),
+                      curves.critical_figure(original, recs, predicted=None)]
     for i, fig in enumerate([*figures.build_figures(exp, cell_list, reference), *answer_figures,
                              drift_figure(exp, cell_list)], 1):
         stem = f"{slug}-{i:02d}-{fig.key}"

@@ -1,9 +1,10 @@
 """The critical batch size: McCandlish et al. 2018's S = S_min (1 + B_crit / B), fitted to the measured steps.
 
-S is the optimizer steps to reach the target at batch size B (:mod:`report.target`, mean over repeats). The model
-is linear in 1/B: S = S_min + (S_min · B_crit) · (1/B), so an ordinary least-squares line through the points
-(1/B, S) gives S_min (its intercept) and B_crit (slope / intercept). Only sizes that every finished repeat brought
-to the target count (a size that missed it has no steps to count); at least :data:`MIN_POINTS` are needed.
+S is the optimizer steps to reach the target at batch size B (:mod:`report.target`, mean over the repeats that
+reached it). The model is linear in 1/B: S = S_min + (S_min · B_crit) · (1/B), so an ordinary least-squares line
+through the points (1/B, S) gives S_min (its intercept) and B_crit (slope / intercept). Every size that some repeat
+brought to the target counts, with the steps of the repeats that did (a repeat that missed it has no steps to
+count); a size with a diverged repeat does not; at least :data:`MIN_POINTS` sizes are needed.
 
 The three regimes of Shallue et al. 2019 follow from the curve's slope on log-log axes,
 d log S / d log B = -B_crit / (B + B_crit): **perfect scaling** (doubling the batch halves the steps) while the
@@ -60,8 +61,7 @@ def fit(points: Sequence[tuple[int, float]]) -> tuple[CriticalFit | None, str]:
     """(the fit, "") through (batch, mean steps to target), or (None, why there is none)."""
     pts = sorted((int(b), float(s)) for b, s in points if b > 0 and s > 0)
     if len(pts) < MIN_POINTS:
-        return None, (f"{len(pts)} batch size(s) reached the target in every repeat; the fit needs at least "
-                      f"{MIN_POINTS}")
+        return None, (f"{len(pts)} batch size(s) reached the target; the fit needs at least {MIN_POINTS}")
     line = linear_fit([(1.0 / b, s) for b, s in pts])
     if line is None:
         return None, "the sizes do not differ"

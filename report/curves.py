@@ -119,11 +119,11 @@ def critical_figure(exp: Experiment, recs: Sequence[Recommendation],
     for ax, r in zip(axes.flat, usable, strict=False):
         c = colours[r.name]
         pts = [t for t in r.targets if t.steps is not None]
-        full = [t for t in pts if t.eligible]
+        full = [t for t in pts if t.eligible]  # the rest: hollow, still in the fit (report/critical.py)
         xs = [t.batch_size for t in full]
         ax.errorbar(xs, [t.steps.mean for t in full], yerr=[t.steps.sd or 0.0 for t in full],  # type: ignore[union-attr]
                     color=c, marker="o", markersize=4, capsize=2, linestyle="none", label="measured")
-        part = [t for t in pts if not t.eligible]
+        part = [t for t in pts if not t.eligible and not t.diverged_n]
         ax.plot([t.batch_size for t in part], [t.steps.mean for t in part], color=c, marker="o",  # type: ignore[union-attr]
                 markerfacecolor="none", linestyle="none", label="some repeats missed")
         lo_b = min(t.batch_size for t in pts)
@@ -171,6 +171,7 @@ def critical_figure(exp: Experiment, recs: Sequence[Recommendation],
                "smallest size (doubling the batch halves the steps). Solid: McCandlish et al. 2018's "
                "S = S_min (1 + B_crit / B), least squares on 1/B; dashed: B_crit. Shaded: the regimes of Shallue et "
                f"al. 2019 by this tool's convention, green perfect scaling (B < B_crit/{REGIME_FACTOR:g}), red no "
-               f"further gain (B > {REGIME_FACTOR:g} B_crit), diminishing returns between. Hollow points (a size "
-               "some repeat did not bring to the target) are left out of the fit.")
+               f"further gain (B > {REGIME_FACTOR:g} B_crit), diminishing returns between. Hollow points: sizes "
+               "some repeat did not bring to the target (or that fell back by the end), drawn and fitted with the "
+               "steps of the repeats that reached it.")
     return FigureResult(key="critical_batch", title=title, caption=caption, figure=fig, notes=tuple(notes))

@@ -8,7 +8,8 @@ report's first page, ``batchscope recommend`` (and ``--json``) and the end of ``
    accumulation) and then by batch size; every series gets its own answer, never an average of two settings.
 2. **The target** (:mod:`report.target`): the experiment's ``target_accuracy`` in percent, or by default the
    series' best mean final accuracy minus 1 point. Each trial's time to target is interpolated on its learning curve.
-3. A size is *eligible* when every finished repeat reached the target and none diverged. **The recommended size is
+3. A size is *eligible* when every finished repeat reached the target, none diverged, and its mean final accuracy
+   is still at the target. **The recommended size is
    the eligible size with the least mean training time to the target.** Sizes that missed it or diverged are never
    recommended; where none is eligible there is no answer, and what to run is said (more epochs, an ``lr_policy``);
    where the best accuracy is within 5 points of chance nothing was learned, and there is no answer either.
@@ -182,7 +183,7 @@ def _caveats(sizes: Sequence[SizeStats], targets: Sequence[SizeTarget], rec: int
         to_run.append(f"add larger sizes: --batch-sizes with sizes above {rec}")
     missed = [t.batch_size for t in targets if not t.eligible]
     if rec is not None and missed:
-        caveats.append("not eligible (missed the target in some repeat, or diverged): batch "
+        caveats.append("not eligible (missed the target in some repeat, diverged, or fell back by the end): batch "
                        + ", ".join(f"{t.batch_size} ({t.text()})" for t in targets if not t.eligible))
     if max_fit is None:
         to_run.append("set max_batch = true (or run `batchscope maxbatch`) for the largest size that fits")
@@ -215,6 +216,12 @@ def recommend_group(g: SeriesGroup, exp: Experiment | None = None, *, target_acc
                               range_hi=None, supported=False,
                               why=f"no trial finished ({', '.join(statuses) or 'none'}): nothing to recommend",
                               to_run=("see `batchscope report DIR` for why each trial failed",))
+    if not any(r.get("status") == "ok" for r in counted):
+        sizes_text = ", ".join(str(b) for b in sorted({int(r["batch_size"]) for r in counted}))
+        return Recommendation(**base, batch_size=None, best_batch=None, range_lo=None,  # type: ignore[arg-type]
+                              range_hi=None, supported=False,
+                              why=f"every trial that trained diverged (batch {sizes_text}): nothing to recommend",
+                              to_run=("lower the learning_rate (a non-finite loss or weights ended each trial)",))
     k_rec = k_best = k_lo = k_hi = None
     if sizes:
         k_rec, k_best, k_lo, k_hi = knee(sizes, share)
@@ -226,7 +233,10 @@ def recommend_group(g: SeriesGroup, exp: Experiment | None = None, *, target_acc
     targets = size_targets(g.by_batch, exp.curves, target.accuracy)
     accs = [(s.batch_size, s.accuracy_mean) for s in sizes if s.accuracy_mean is not None]
     cost = tuple((b, (target.best_mean - a) * 100.0) for b, a in accs) if target.best_mean is not None else ()
-    fit, fit_why = critical.fit([(t.batch_size, t.steps.mean) for t in targets if t.eligible and t.steps])
+    # the fit takes every size some repeat brought to the target (its steps are measured where it reached), not only
+    # the eligible ones: a size that reached in one repeat of two still says how many steps it took there
+    fit, fit_why = critical.fit([(t.batch_size, t.steps.mean) for t in targets
+                                 if t.steps is not None and not t.diverged_n])
     base |= dict(target=target, targets=tuple(targets), accuracy_cost_pts=cost, critical=fit, critical_why=fit_why)
     largest = max(int(r["batch_size"]) for r in rows)
     knee_text = f"; the throughput knee is batch {k_rec}" if k_rec is not None else ""
@@ -247,9 +257,17 @@ def recommend_group(g: SeriesGroup, exp: Experiment | None = None, *, target_acc
                               supported=False, why=why,
                               to_run=("train longer (epochs), or lower the learning_rate",))
     eligible = [t for t in targets if t.eligible and t.train_s is not None]
+    if targets and all(t.no_curve_n == t.trials_n for t in targets):
+        why = ("the store holds no learning curve (eval_points = 0, or a store made before curves were recorded), "
+               f"so there is no time to target{knee_text}")
+        return Recommendation(**base, batch_size=None, range_lo=None, range_hi=None,  # type: ignore[arg-type]
+                              supported=False, why=why,
+                              to_run=("run the experiment with eval_points >= 1 (the default is 8) into a new "
+                                      "--out directory",))
     if not eligible:
         epochs = _epochs_text(targets, spec.get("epochs"))
-        why = (f"no batch size reached the target {target.text()} in every repeat within {epochs}: "
+        why = (f"no batch size reached the target {target.text()} in every repeat and held it to the end, within "
+               f"{epochs}: "
                + "; ".join(f"batch {t.batch_size}: {t.text()}" for t in targets))
         policy = spec.get("lr_policy") or "fixed"
         to_run = [f"train longer: epochs = {2 * int(number(spec.get('epochs')) or 1)}, into a new --out directory "
@@ -332,7 +350,8 @@ class Summary:
 
 
 RULE_TEXT = ("Recommended: the batch size that reaches the target accuracy in the least mean training time over its "
-             "repeats, among the sizes every repeat brought to the target without diverging. The target is the "
+             "repeats, among the sizes every repeat brought to the target without diverging and whose mean final "
+             "accuracy stayed there. The target is the "
              "experiment's target_accuracy, or by default the best mean final accuracy of any size minus 1 point; "
              "each trial's time is interpolated linearly between the two evaluations around the crossing. Its range: "
              "the sizes whose time is within one sd; supported only with two or more repeats there and a range of "

@@ -13,7 +13,9 @@ count steps to a result). Pure: reads a series' trial rows and their ``curve`` r
   that point's values are taken (an upper bound).
 * **A size** counts its finished and diverged trials: mean ± sd over the repeats that reached; *not reached in N
   epochs* when a finished trial never did; a diverged trial never reached (its accuracy means nothing), and a size
-  with one is never recommended.
+  with one is never recommended. A size is *eligible* when every repeat reached the target, none diverged, and its
+  mean final accuracy is still at the target (held curves are noisy: one that touched the target at an evaluation
+  and fell back by the end is not an answer to train with).
 """
 
 from __future__ import annotations
@@ -131,11 +133,19 @@ class SizeTarget:
     samples: Stat | None
     epochs: float | None  # the epochs each trial trained (the trial's setting, else its last curve point's)
     first_point_n: int = 0  # reaches taken at the first evaluation (no earlier point to interpolate from)
+    final_mean: float | None = None  # the mean final accuracy of the finished repeats (fraction)
+    target: float | None = None
+
+    @property
+    def held(self) -> bool:
+        """Whether the mean final accuracy is still at the target (a size that touched it and fell back is not)."""
+        return self.final_mean is not None and self.target is not None and self.final_mean >= self.target - 1e-12
 
     @property
     def eligible(self) -> bool:
-        """Reached by every finished repeat, none diverged: only such a size may be recommended."""
-        return self.reached_n > 0 and self.diverged_n == 0 and self.reached_n == self.trials_n
+        """Reached by every finished repeat, none diverged, and still there at the end (mean final accuracy): only
+        such a size may be recommended."""
+        return self.reached_n > 0 and self.diverged_n == 0 and self.reached_n == self.trials_n and self.held
 
     def text(self) -> str:
         """``12.3 ± 0.4 s``, ``not reached in 2 epochs``, ``diverged`` or ``1 of 2 reached: 5.0 s``."""
@@ -151,6 +161,8 @@ class SizeTarget:
         if self.reached_n < self.trials_n:
             return (f"{self.reached_n} of {self.trials_n} reached: {value}"
                     + (f" ({self.diverged_n} diverged)" if self.diverged_n else ""))
+        if not self.held and self.final_mean is not None:
+            return f"{value}, then fell back (final {self.final_mean * 100:.1f}%)"
         return value
 
     def to_dict(self) -> dict[str, Any]:
@@ -194,6 +206,13 @@ def size_targets(by_batch: Mapping[int, Sequence[Mapping[str, Any]]],
             train_s=Stat.of([x.train_s for x in reaches]), steps=Stat.of([x.steps for x in reaches]),
             samples=Stat.of([x.samples for x in reaches]),
             epochs=None if epochs_trained is None else round(epochs_trained, 2),
-            first_point_n=sum(1 for x in reaches if not x.interpolated)))
+            first_point_n=sum(1 for x in reaches if not x.interpolated),
+            final_mean=_mean([a for r in counted if r.get("status") == "ok"
+                              and (a := number(r.get("accuracy"))) is not None]),
+            target=target))
     return out
 
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None

@@ -32,12 +32,12 @@ def target_accuracy_arg(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--target-accuracy: {text!r} is not a number; give a percent such as "
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give a percent such as "
                                          "97.5 (0: the best mean accuracy minus 1 point)") from None
     if not 0 <= value <= 100 or value != value:
-        raise argparse.ArgumentTypeError(f"--target-accuracy: {text} is not a percent in [0, 100]")
+        raise argparse.ArgumentTypeError(f"{text} is not a percent in [0, 100]")
     if 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"--target-accuracy: {text} is read as a percent ({value:g} %, below any "
+        raise argparse.ArgumentTypeError(f"{text} is read as a percent ({value:g} %, below any "
                                          f"useful target); give {value * 100:g} for {value * 100:g} %")
     return value
 

@@ -81,6 +81,11 @@ CASES: dict[tuple[str, int], list[tuple[float, str, list[float], list[float]]]] 
                    (810.0, "diverged", [0.3, 0.6], [0.5, 0.1])],
     ("beta", 256): [(1000.0, "ok", [0.5, 1.0, 1.5, 2.0], [0.80, 0.90, 0.95, 0.955]),
                     (1005.0, "ok", [0.5, 1.0, 1.5, 2.0], [0.80, 0.91, 0.952, 0.955])],
+    # delta: 64 touches the target (0.94) first but falls back by the end (mean final 0.925): not an answer; 8 holds
+    ("delta", 8): [(100.0, "ok", [2, 4, 6, 8], [0.80, 0.90, 0.94, 0.950]),
+                   (100.0, "ok", [2, 4, 6, 8], [0.80, 0.90, 0.94, 0.950])],
+    ("delta", 64): [(600.0, "ok", [0.5, 1.0, 1.5, 2.0], [0.80, 0.945, 0.93, 0.925]),
+                    (600.0, "ok", [0.5, 1.0, 1.5, 2.0], [0.80, 0.945, 0.93, 0.925])],
     # gamma: at each size one repeat ends below the default target: no size is eligible, no answer
     ("gamma", 8): [(50.0, "ok", [1, 2, 3, 4], [0.5, 0.7, 0.8, 0.90]),
                    (50.0, "ok", [1, 2, 3, 4], [0.5, 0.6, 0.7, 0.80])],
@@ -105,7 +110,7 @@ def _spec(frameworks: Sequence[str], **extra: object) -> dict[str, object]:
 @pytest.fixture()
 def rule_store(tmp_path: Path) -> Path:
     with Store.open(tmp_path) as store:
-        run_id = store.begin_run(EXP, _spec(["alpha", "beta", "gamma"]), "pytest (rule test rows)", {})
+        run_id = store.begin_run(EXP, _spec(["alpha", "beta", "gamma", "delta"]), "pytest (rule test rows)", {})
         for (fw, bs), reps in CASES.items():
             for repeat, (tput, status, times, accs) in enumerate(reps):
                 _write(store, run_id, fw, bs, repeat, tput, status, times, accs)
@@ -119,14 +124,20 @@ def recompute(store_dir: Path, target_pct: float = 0.0) -> dict[str, dict[str, o
     """The documented rule, independently, in plain SQL on the store file: per framework, the target (best mean final
     accuracy of the ok sweep trials minus 1 point, or ``target_pct``), each trial's training seconds to its first
     curve point at or above it (linear between that point and the one before), and the size with the least mean
-    time among those where every ok repeat reached it and none diverged. Returns framework -> {"batch", "times"}."""
+    time among those where every ok repeat reached it, none diverged and the mean final accuracy is at the target;
+    none where the best mean accuracy is within 5 points of chance. Returns framework -> {"batch", "times"}."""
     conn = sqlite3.connect(store_dir / "results.sqlite")
     finals = conn.execute("SELECT framework, batch_size, AVG(accuracy) FROM trials WHERE status = 'ok' AND "
                           "accuracy IS NOT NULL AND (purpose IS NULL OR purpose = 'sweep') "
                           "GROUP BY framework, batch_size").fetchall()
+    final = {(fw, bs): acc for fw, bs, acc in finals}
     target = {}
     for fw, _, acc in finals:
         target[fw] = max(target.get(fw, 0.0), acc - 0.01)
+    # no answer where the best mean accuracy is within 5 points of chance (1 / classes, from the run's spec)
+    (spec_json,) = conn.execute("SELECT spec_json FROM runs ORDER BY run_id DESC LIMIT 1").fetchone()
+    classes = (json.loads(spec_json).get("data") or {}).get("classes")
+    learned = {fw: not classes or t + 0.01 - 1 / classes >= 0.05 for fw, t in target.items()}
     if target_pct:
         target = {fw: target_pct / 100 for fw in target}
     # each curve point with the point before it (SQL window function), for ok and diverged sweep trials
@@ -150,7 +161,8 @@ def recompute(store_dir: Path, target_pct: float = 0.0) -> dict[str, dict[str, o
         times = [reached[h] for h in hashes if h in reached]
         entry = out.setdefault(fw, {"batch": None, "times": {}})
         entry["times"][bs] = statistics.fmean(times) if times else None  # type: ignore[index]
-        if len(times) == len(hashes) and "diverged" not in hashes.values():
+        if (learned[fw] and len(times) == len(hashes) and "diverged" not in hashes.values()
+                and final[(fw, bs)] >= target[fw] - 1e-12):
             best = entry["batch"]
             if best is None or statistics.fmean(times) < entry["times"][best]:  # type: ignore[index]
                 entry["batch"] = bs
@@ -164,7 +176,7 @@ def test_time_to_target_and_the_recommended_size_are_recomputed_from_the_stored_
     recs = {r["framework"]: r for r in printed["experiments"][0]["recommendations"]}
     expected = recompute(rule_store)
     assert {fw: r["recommended_batch"] for fw, r in recs.items()} == {fw: e["batch"] for fw, e in expected.items()} \
-        == {"alpha": 64, "beta": 256, "gamma": None}
+        == {"alpha": 64, "beta": 256, "gamma": None, "delta": 8}
     for fw, r in recs.items():
         for size in r["sizes"]:
             tt = size["time_to_target"]
@@ -182,6 +194,8 @@ def test_time_to_target_and_the_recommended_size_are_recomputed_from_the_stored_
     assert alpha256["text"] == "not reached in 2 epochs" and not alpha256["eligible"]
     beta64 = next(s for s in recs["beta"]["sizes"] if s["batch_size"] == 64)["time_to_target"]
     assert beta64["diverged_n"] == 1 and not beta64["eligible"]
+    delta64 = next(s for s in recs["delta"]["sizes"] if s["batch_size"] == 64)["time_to_target"]
+    assert delta64["reached_n"] == 2 and not delta64["eligible"] and "fell back (final 92.5%)" in delta64["text"]
     assert recs["gamma"]["recommended_batch"] is None and "no batch size reached the target" in recs["gamma"]["why"]
     assert any("epochs = 4" in t for t in recs["gamma"]["to_run"])
     assert any("lr_policy" in t for t in recs["gamma"]["to_run"])
@@ -271,3 +285,26 @@ def test_nothing_finished_gives_no_size_and_says_why(tmp_path: Path) -> None:
 def test_recommend_without_a_store_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["recommend", str(tmp_path)]) == 2
     assert "no results store" in capsys.readouterr().err
+
+
+def test_a_store_without_learning_curves_says_so_and_gives_the_knee(tmp_path: Path) -> None:
+    with Store.open(tmp_path) as store:
+        run_id = store.begin_run(EXP, _spec(["alpha"]), "pytest", {})
+        for bs in (8, 64):
+            for rep in (0, 1):
+                store.write_trial(TrialOutcome(trial=_trial("alpha", bs, rep), status="ok", metrics=WorkerMetrics(
+                    step_samples_per_s=10.0 * bs, accuracy=0.9)), run_id, {})
+    (rec,) = recommend(load(tmp_path).experiments[0])
+    assert rec.batch_size is None and "no learning curve" in rec.why and rec.knee_batch == 64
+    assert any("eval_points" in t for t in rec.to_run)
+
+
+def test_a_sweep_that_only_diverged_recommends_nothing_and_says_so(tmp_path: Path) -> None:
+    """As learning_rate = 1e6: every trial diverged; nothing is recommended, and the reason is the divergence."""
+    with Store.open(tmp_path) as store:
+        run_id = store.begin_run(EXP, _spec(["alpha"]), "pytest", {})
+        for bs in (8, 32):
+            _write(store, run_id, "alpha", bs, 0, 100.0, "diverged", [1.0], [0.1])
+    (rec,) = recommend(load(tmp_path).experiments[0])
+    assert rec.batch_size is None and "every trial that trained diverged (batch 8, 32)" in rec.why
+    assert any("learning_rate" in t for t in rec.to_run)
