@@ -15,9 +15,9 @@ store keeps one ``gradient_noise`` row per evaluation point, and the report read
 :func:`estimate_from_rows`.
 
 How the worker measures (what :data:`BIG_FACTOR` means): a big batch is :data:`BIG_FACTOR` small batches of the
-trial's batch size, each drawn independently from the training set, and its gradient is their mean, as in
-McCandlish et al.'s data-parallel measurement (B_small per device, B_big the all-reduced batch). Every small
-gradient gives one X_small, every group one X_big; no batch is larger than the trial's own, so the measurement
+trial's batch size (at most :data:`B_SMALL_MAX`), each drawn independently from the training set, and its gradient
+is their mean, as in McCandlish et al.'s data-parallel measurement (B_small per device, B_big the all-reduced
+batch). Every small gradient gives one X_small, every group one X_big; no batch is larger than the trial's own, so the measurement
 never needs more memory than the training. Batches are drawn without replacement from the *finite* training set,
 so what is estimated is the noise of the training's own batches: tr(Σ) is scaled by (n − B)/(n − 1), which
 matters only where a batch is a large share of the data.
@@ -30,8 +30,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-#: a big batch is this many small (trial-size) batches, its gradient their mean
+#: a big batch is this many small batches, its gradient their mean
 BIG_FACTOR = 4
+#: the small batch is the trial's batch size up to this: the measurement's cost per point (BIG_FACTOR x
+#: ``gradient_noise`` gradients of B_small samples) stays bounded at large batch sizes, and never needs more memory
+#: than the training (docs/noise.md, "What it costs")
+B_SMALL_MAX = 64
 
 
 @dataclass(frozen=True)

@@ -135,3 +135,15 @@ def test_the_parents_hook_check_agrees_with_the_capability_table():
                 FakeAdapter):
         assert has_hook(cls, "flat_gradient") == ("flat_gradient" in capabilities(cls)), cls
     assert not has_hook(SimpleNamespace, "flat_gradient")  # a class that has none at all
+
+
+def test_the_small_batch_is_the_trials_up_to_the_cap():
+    from harness.noise import B_SMALL_MAX
+
+    x = np.ones((1000, 1, 2, 2), np.float32)
+    for batch, want in ((8, 8), (B_SMALL_MAX, B_SMALL_MAX), (1024, B_SMALL_MAX)):
+        ctx = PointContext(point=0, step=1, samples_seen=batch, final=False, trial=make_trial(batch_size=batch),
+                           adapter=_MeanOfInputs(), x_train=x, y_train=np.zeros(1000, np.int64),
+                           order=np.zeros((1, 1000), np.int64))  # type: ignore[arg-type]
+        record = measure_noise(ctx, groups=1)
+        assert (record.b_small, record.b_big) == (want, BIG_FACTOR * want), batch

@@ -2,9 +2,9 @@
 
 At each point (the seam :meth:`harness.run.worker.evaluation.EvalPoints.measure`, outside the training clock)
 the worker takes ``gradient_noise`` groups of :data:`harness.noise.BIG_FACTOR` batches of the trial's batch
-size, each drawn at random from the training set (and augmented as the training's batches are), and asks the
-adapter for each batch's gradient (:meth:`adapters.base.Adapter.flat_gradient`, which changes no weights,
-optimizer state or BatchNorm statistics). Every batch's squared gradient norm is an X_small, every group's mean
+size (at most :data:`harness.noise.B_SMALL_MAX`), each drawn at random from the training set (and augmented as
+the training's batches are), and asks the adapter for each batch's gradient
+(:meth:`adapters.base.Adapter.flat_gradient`, which changes no weights, optimizer state or BatchNorm statistics). Every batch's squared gradient norm is an X_small, every group's mean
 gradient's an X_big; their means are the point's :class:`harness.noise.NoiseRecord`. No batch is larger than the
 trial's, so the measurement needs no more device memory than the training, and only two float64 vectors of the
 model's size on the host.
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from harness.data.augment import Augmenter
-from harness.noise import BIG_FACTOR, NoiseRecord
+from harness.noise import B_SMALL_MAX, BIG_FACTOR, NoiseRecord
 
 if TYPE_CHECKING:  # evaluation.py calls this module: no import cycle at run time
     from harness.run.worker.evaluation import PointContext
@@ -33,7 +33,7 @@ def measure_noise(ctx: PointContext, groups: int) -> NoiseRecord:
     t0 = time.perf_counter()
     trial, adapter = ctx.trial, ctx.adapter
     n = len(ctx.y_train)
-    b_small = min(trial.batch_size, n)
+    b_small = min(trial.batch_size, B_SMALL_MAX, n)  # never more memory than the training, bounded cost
     # the same batches for every framework at the same step of the same trial settings (seed, step)
     rng = np.random.default_rng([_STREAM, trial.seed, ctx.step])
     augment = Augmenter(trial.augment, trial.augment_pad_px, trial.seed, n)
