@@ -8,19 +8,18 @@ estimates of both terms (McCandlish et al., appendix A.1)::
     |G|²  ≈ (B_big·X_big − B_small·X_small) / (B_big − B_small)
     tr(Σ) ≈ (X_small − X_big) / (1/B_small − 1/B_big)
 
-where X is a measured squared gradient norm. Each is averaged over many measurements *before* the ratio
-B_simple = tr(Σ)/|G|² is taken (the ratio of averages, not the average of ratios, which a noisy |G|² near
-zero would wreck). Nothing here imports a framework: the worker measures (:mod:`harness.run.worker.noise`), the
-store keeps one ``gradient_noise`` row per evaluation point, and the report reads them through
-:func:`estimate_from_rows`.
+where X is a measured squared gradient norm. Each is averaged over many measurements *before* the ratio B_simple =
+tr(Σ)/|G|² is taken (the ratio of averages, not the average of ratios, which a noisy |G|² near zero would wreck).
+Nothing here imports a framework: the worker measures (:mod:`harness.run.worker.noise`), the store keeps one
+``gradient_noise`` row per evaluation point, and the report reads them through :func:`estimate_from_rows`.
 
 How the worker measures (what :data:`BIG_FACTOR` means): a big batch is :data:`BIG_FACTOR` small batches of the
 trial's batch size (at most :data:`B_SMALL_MAX`), each drawn independently from the training set, and its gradient
 is their mean, as in McCandlish et al.'s data-parallel measurement (B_small per device, B_big the all-reduced
-batch). Every small gradient gives one X_small, every group one X_big; no batch is larger than the trial's own, so the measurement
-never needs more memory than the training. Batches are drawn without replacement from the *finite* training set,
-so what is estimated is the noise of the training's own batches: tr(Σ) is scaled by (n − B)/(n − 1), which
-matters only where a batch is a large share of the data.
+batch). Every small gradient gives one X_small, every group one X_big; no batch is larger than the trial's own, so
+the measurement never needs more memory than the training. Batches are drawn without replacement from the *finite*
+training set, so what is estimated is the noise of the training's own batches: tr(Σ) is scaled by (n − B)/(n − 1),
+which matters only where a batch is a large share of the data.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """The gradient-noise measurement at an evaluation point (experiment key ``gradient_noise``; docs/noise.md).
 
-At each point (the seam :meth:`harness.run.worker.evaluation.EvalPoints.measure`, outside the training clock)
-the worker takes ``gradient_noise`` groups of :data:`harness.noise.BIG_FACTOR` batches of the trial's batch
-size (at most :data:`harness.noise.B_SMALL_MAX`), each drawn at random from the training set (and augmented as
-the training's batches are), and asks the adapter for each batch's gradient
-(:meth:`adapters.base.Adapter.flat_gradient`, which changes no weights, optimizer state or BatchNorm statistics). Every batch's squared gradient norm is an X_small, every group's mean
-gradient's an X_big; their means are the point's :class:`harness.noise.NoiseRecord`. No batch is larger than the
-trial's, so the measurement needs no more device memory than the training, and only two float64 vectors of the
-model's size on the host.
+At each point (the seam :meth:`harness.run.worker.evaluation.EvalPoints.measure`, outside the training clock) the
+worker takes ``gradient_noise`` groups of :data:`harness.noise.BIG_FACTOR` batches of the trial's batch size (at
+most :data:`harness.noise.B_SMALL_MAX`), each drawn at random from the training set (and augmented as the training's
+batches are), and asks the adapter for each batch's gradient (:meth:`adapters.base.Adapter.flat_gradient`, which
+changes no weights, optimizer state or BatchNorm statistics). Every batch's squared gradient norm is an X_small,
+every group's mean gradient's an X_big; their means are the point's :class:`harness.noise.NoiseRecord`. No batch is
+larger than the trial's, so the measurement needs no more device memory than the training, and only two float64
+vectors of the model's size on the host.
 """
 
 from __future__ import annotations
