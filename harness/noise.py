@@ -104,6 +104,8 @@ class NoiseEstimate:
     trials_n: int
     step_min: int
     step_max: int
+    samples_min: int  # training samples seen at the first and last point used
+    samples_max: int
     b_small: tuple[int, ...]  # the small and big batch sizes the rows measured at
     b_big: tuple[int, ...]
     noise_s: float  # measurement seconds, summed
@@ -115,18 +117,22 @@ class NoiseEstimate:
         return out
 
 
-def estimate_from_rows(rows: Iterable[Mapping[str, Any]]) -> NoiseEstimate | None:
+def estimate_from_rows(rows: Iterable[Mapping[str, Any]], min_samples_seen: int = 0) -> NoiseEstimate | None:
     """B_simple from stored ``gradient_noise`` rows (dicts with :class:`NoiseRecord`'s fields and ``trial_hash``).
 
     Each row gives unbiased estimates of |G|² and tr(Σ) (linear in its X means, whatever its batch sizes); they
     are averaged over the rows, weighted by the row's big-batch count, and only then divided. Rows whose X means
     are missing (NULL) are left out. Returns None when no row is usable.
 
-    The noise scale grows as the loss falls (McCandlish et al., section 3), so the estimate describes the steps
-    the rows cover (``step_min``..``step_max``); pass a later window's rows for a later-training value.
+    The noise scale grows as the loss falls (McCandlish et al., section 3; on mnist5k's first epoch it went from
+    about 9 to 80, docs/noise.md), and early points, whose gradients are large, dominate both averaged terms. So
+    the estimate describes the stretch of training its rows cover: ``min_samples_seen`` keeps the points taken
+    after that many training samples (the same share of training for every batch size of a sweep), e.g. the
+    later half; ``samples_min``..``samples_max`` say what was used.
     """
     usable = [r for r in rows if _number(r.get("x_small_mean")) is not None and _number(r.get("x_big_mean"))
-              is not None and int(r.get("b_small") or 0) > 0 and int(r.get("b_big") or 0) > int(r.get("b_small") or 0)]
+              is not None and int(r.get("b_small") or 0) > 0 and int(r.get("b_big") or 0) > int(r.get("b_small") or 0)
+              and int(r.get("samples_seen") or 0) >= min_samples_seen]
     if not usable:
         return None
     weight_sum = g2_sum = trace_sum = 0.0
@@ -138,10 +144,12 @@ def estimate_from_rows(rows: Iterable[Mapping[str, Any]]) -> NoiseEstimate | Non
         trace_sum += weight * trace
     scale = ratio(g2_sum / weight_sum, trace_sum / weight_sum)
     steps = [int(r.get("step") or 0) for r in usable]
+    samples = [int(r.get("samples_seen") or 0) for r in usable]
     return NoiseEstimate(
         b_simple=scale.b_simple, g2=scale.g2, trace=scale.trace, points_n=len(usable),
         small_n=sum(int(r.get("small_n") or 0) for r in usable), big_n=sum(int(r.get("big_n") or 0) for r in usable),
         trials_n=len({r.get("trial_hash") for r in usable}), step_min=min(steps), step_max=max(steps),
+        samples_min=min(samples), samples_max=max(samples),
         b_small=tuple(sorted({int(r["b_small"]) for r in usable})),
         b_big=tuple(sorted({int(r["b_big"]) for r in usable})),
         noise_s=sum(float(r.get("noise_s") or 0.0) for r in usable))
@@ -152,7 +160,8 @@ def format_estimate(est: NoiseEstimate | None) -> str:
     if est is None:
         return "gradient noise scale: not measured (set gradient_noise = N in the experiment, docs/noise.md)"
     sizes = f"B_small {_sizes(est.b_small)}, B_big {_sizes(est.b_big)}"
-    basis = (f"{est.points_n} point(s) of {est.trials_n} trial(s), steps {est.step_min}-{est.step_max}, "
+    basis = (f"{est.points_n} point(s) of {est.trials_n} trial(s), steps {est.step_min}-{est.step_max} "
+             f"({est.samples_min:,}-{est.samples_max:,} samples seen), "
              f"{est.small_n} + {est.big_n} gradients, {sizes}")
     if est.b_simple is None:
         return (f"gradient noise scale: not estimable (|G|² came out {est.g2:.3g} <= 0: the measurement's noise "

@@ -147,7 +147,7 @@ class Experiment:
     augment_pad_px: int = _setting(4, ge=1)
     accumulate_steps: int = _setting(1, ge=1)
     #: gradient noise scale B_simple (docs/noise.md): at each evaluation point, this many big batches of 4 trial
-    #: batches each (so 4x as many gradients of the trial's batch size), outside the training clock; 0: off
+    #: batches each (4x as many gradients of the trial's batch size, at most 64), outside the training clock; 0: off
     gradient_noise: int = _setting(0, ge=0)
     study: Study = ""
     adapters: Mapping[str, AdapterSettings] = field(default_factory=dict)

@@ -56,8 +56,8 @@ def test_the_closed_form_noise_scale_is_recovered_within_10_percent():
 
 def test_rows_at_different_batch_sizes_are_averaged_before_the_ratio():
     _, _, trace, g2 = _problem()
-    rows = [{**_measure(b, groups=1500, seed=10 + i), "trial_hash": f"t{b}", "step": 100 * i, "noise_s": 0.5}
-            for i, b in enumerate((4, 8, 16))]
+    rows = [{**_measure(b, groups=1500, seed=10 + i), "trial_hash": f"t{b}", "step": 100 * i, "noise_s": 0.5,
+             "samples_seen": 1000 * i} for i, b in enumerate((4, 8, 16))]
     est = estimate_from_rows(rows)
     assert est is not None and est.b_simple is not None
     assert abs(est.b_simple - trace / g2) / (trace / g2) < 0.10, (est, trace / g2)
@@ -65,6 +65,9 @@ def test_rows_at_different_batch_sizes_are_averaged_before_the_ratio():
     assert est.b_small == (4, 8, 16) and est.b_big == (16, 32, 64) and est.big_n == 4500
     assert est.noise_s == pytest.approx(1.5)
     assert "B_simple ≈" in format_estimate(est) and "3 trial(s)" in format_estimate(est)
+    later = estimate_from_rows(rows, min_samples_seen=1000)  # a window of the training: the points after it
+    assert later is not None and (later.points_n, later.samples_min, later.samples_max) == (2, 1000, 2000)
+    assert estimate_from_rows(rows, min_samples_seen=5000) is None
 
 
 def test_the_estimator_is_the_papers_formula():
