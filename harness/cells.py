@@ -9,9 +9,13 @@ sd says how far the repeats disagree, which a reader needs to judge a difference
 Each trial's own figure is already robust: its step throughput is over the median step (see
 :mod:`harness.run.timing`). Trials that did not finish are counted in the cell's status, never averaged.
 
-A *variant* separates trials of one framework and batch size that ran under different settings
-(precision, denormals): it is empty when the trials given all share them, so a plain sweep
-keeps one cell per framework and batch size.
+A *series* is what one line of a figure or one recommendation is about: a framework under one set of
+settings (the experiment's named variant, precision, denormals and gradient accumulation). :func:`group` is
+the one grouping every consumer uses (the CLI's table, the report's cells, figures, studies, the thesis
+comparison and the recommendation), so no view averages two settings into one cell. Its cells are keyed by the
+micro-batch (what a trial's ``batch_size`` is) or by the effective batch (micro-batch x accumulation steps: the
+samples per optimizer update, what accuracy depends on). A plain sweep keeps one series per framework, and its
+label is the framework's name alone.
 """
 
 from __future__ import annotations
@@ -19,16 +23,91 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from harness.monitor.fields import FIELDS
+from harness.monitor.fields import FIELDS, SHOWN_COLUMNS
 
-#: trial columns whose combination makes a variant: the experiment's named variant ([variants.<name>]), then
-#: settings as asked for, never as measured (the stored ``device`` is the framework's own name for it, "cpu" /
-#: "/CPU:0" / "cpu(0)", and would split every sweep)
-VARIANT_COLUMNS = ("variant", "precision", "denormals")
+#: trial columns whose combination makes a series within one framework: the experiment's named variant
+#: ([variants.<name>]), then settings as asked for, never as measured (the stored ``device`` is the framework's own
+#: name for it, "cpu" / "/CPU:0" / "cpu(0)", and would split every sweep), then the gradient accumulation
+VARIANT_COLUMNS = ("variant", "precision", "denormals", "accumulate_steps")
+BatchKind = Literal["micro", "effective"]
+
+
+@dataclass(frozen=True, order=True)
+class Series:
+    """A framework under one set of settings: the unit of a recommendation and of a figure's line."""
+
+    framework: str
+    variant: str = ""  # the experiment's named variant ("" without variants)
+    precision: str = ""
+    denormals: str = ""
+    accumulate_steps: int = 1
+
+    @classmethod
+    def of(cls, trial: Mapping[str, Any]) -> Series:
+        """The series of one trial row (any status: a failed row carries its settings too)."""
+        return cls(framework=str(trial["framework"]), variant=str(trial.get("variant") or ""),
+                   precision=str(trial.get("precision") or ""), denormals=str(trial.get("denormals") or ""),
+                   accumulate_steps=int(trial.get("accumulate_steps") or 1))
+
+    def settings(self) -> tuple[str, ...]:
+        """The settings part, as words (``("sgd", "fp32", "flush", "accumulate x4")``)."""
+        return (self.variant, self.precision, self.denormals,
+                f"accumulate x{self.accumulate_steps}" if self.accumulate_steps > 1 else "")
+
+
+@dataclass(frozen=True)
+class SeriesGroup:
+    """One series' rows by batch size (micro or effective, as asked), with its printable label."""
+
+    series: Series
+    label: str  # the settings that tell it from the other series given ("" when it is the only one of its kind)
+    by_batch: dict[int, list[dict[str, Any]]]
+
+    @property
+    def framework(self) -> str:
+        """The series' framework."""
+        return self.series.framework
+
+    @property
+    def name(self) -> str:
+        """``framework`` or ``framework [label]``: how a table or a legend names it."""
+        return f"{self.framework} [{self.label}]" if self.label else self.framework
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """Every row of the series, by batch then as given."""
+        return [r for _, rows in sorted(self.by_batch.items()) for r in rows]
+
+
+def batch_of(trial: Mapping[str, Any], batch: BatchKind = "micro") -> int:
+    """A trial's batch size: the micro-batch it stepped with, or the samples per optimizer update."""
+    if batch == "effective":
+        return int(trial.get("effective_batch_size") or trial["batch_size"])
+    return int(trial["batch_size"])
+
+
+def group(trials: Iterable[Mapping[str, Any]], frameworks: Sequence[str] = (), *,
+          batch: BatchKind = "micro") -> list[SeriesGroup]:
+    """The one grouping: rows by series (framework x variant x precision x denormals x accumulation), then batch.
+
+    Ordered by framework (as given in ``frameworks``, then by name), then series. A series' label names only the
+    settings that vary among the rows given, so a plain sweep's labels are empty.
+    """
+    rows = [dict(t) for t in trials]
+    found: dict[Series, dict[int, list[dict[str, Any]]]] = {}
+    for t in rows:
+        found.setdefault(Series.of(t), {}).setdefault(batch_of(t, batch), []).append(t)
+    varying = [len({s.settings()[i] for s in found}) > 1 for i in range(len(VARIANT_COLUMNS))]
+    order = {fw: i for i, fw in enumerate(frameworks)}
+    out = []
+    for series in sorted(found, key=lambda s: (order.get(s.framework, len(order)), s)):
+        label = ", ".join(w for w, shown in zip(series.settings(), varying, strict=True) if shown and w)
+        out.append(SeriesGroup(series=series, label=label, by_batch=dict(sorted(found[series].items()))))
+    return out
 
 
 @dataclass(frozen=True)
@@ -56,8 +135,9 @@ def _sampler(column: str) -> Metric:
     return Metric(column, label, f.unit, f.fmt)
 
 
-#: every per-cell figure, keyed by the name consumers use (the stored column, or a derived name); the
-#: sampler's columns take their labels, units and formats from the field table
+#: every per-cell figure, keyed by the name consumers use (the stored column, or a derived name): the worker's
+#: figures, then every sampler column the field table marks as shown (harness/monitor/fields.py), with its label,
+#: unit and format from there
 METRICS: dict[str, Metric] = {m.column if m.scale == 1.0 else f"{m.column}_pct": m for m in (
     Metric("step_samples_per_s", "step throughput", "samples/s", ".0f"),
     Metric("e2e_samples_per_s", "end-to-end throughput", "samples/s", ".0f"),
@@ -66,14 +146,8 @@ METRICS: dict[str, Metric] = {m.column if m.scale == 1.0 else f"{m.column}_pct":
     Metric("drift_change_pct", "step-time drift (late vs early)", "%", "+.0f"),
     Metric("achieved_gflop_per_s", "achieved compute", "GFLOP/s", ".1f"),
     Metric("mfu_pct", "model FLOPs utilisation", "%", ".1f"),
-    _sampler("gpu_util_pct"),
-    _sampler("gpu_mem_util_pct"),
     Metric("framework_peak_mib", "framework allocator peak", "MiB", ".0f"),
-    _sampler("proc_gpu_mem_peak_mib"),
-    _sampler("gpu_mem_used_peak_mib"),
-    _sampler("rss_peak_mib"),
-    _sampler("cpu_util_pct"),
-    _sampler("power_w"),
+    *(_sampler(column) for column in SHOWN_COLUMNS),
     Metric("j_per_sample", "energy per sample", "J", ".3g"),
     Metric("accuracy", "accuracy", "%", ".1f", scale=100.0),
 )}
@@ -183,37 +257,31 @@ DRIFT_READINGS = {
 }
 
 
-def _variant_key(trial: dict[str, Any]) -> tuple[str, ...]:
-    return tuple(str(trial.get(c) or "") for c in VARIANT_COLUMNS)
-
-
-def cells(trials: Iterable[dict[str, Any]], frameworks: Sequence[str] = ()) -> list[Cell]:
-    """One :class:`Cell` per (framework, batch size, variant), ordered by framework (as given), batch, variant."""
-    trials = list(trials)
-    labelled = len({_variant_key(t) for t in trials}) > 1
-    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
-    for t in trials:
-        variant = ", ".join(v for v in _variant_key(t) if v) if labelled else ""
-        groups.setdefault((t["framework"], int(t["batch_size"]), variant), []).append(t)
-    order = {fw: i for i, fw in enumerate(frameworks)}
+def cells(trials: Iterable[dict[str, Any]], frameworks: Sequence[str] = (), *,
+          batch: BatchKind = "micro") -> list[Cell]:
+    """One :class:`Cell` per series and batch size (:func:`group`), ordered by framework (as given), series, batch."""
     out = []
-    for (fw, bs, variant), group in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], len(order)), kv[0])):
-        ok = [t for t in group if t.get("status") == "ok"]
-        stats = {}
-        for key, metric in METRICS.items():
-            stat = Stat.of([v for v in (metric.value(t) for t in ok) if v is not None])
-            if stat is not None:
-                stats[key] = stat
-        reasons = tuple(dict.fromkeys(str(t.get("reason") or "") for t in group if t.get("status") != "ok"))
-        out.append(Cell(framework=fw, batch_size=bs, statuses=dict(Counter(t.get("status") or "?" for t in group)),
-                        stats=stats, reasons=tuple(r for r in reasons if r), variant=variant,
-                        drift_flagged_n=sum(1 for t in ok if t.get("drift_flagged")),
-                        drift_changes=tuple(float(t["drift_change_pct"])
-                                            for t in sorted(ok, key=lambda t: t.get("repeat") or 0)
-                                            if t.get("drift_flagged") and t.get("drift_change_pct") is not None),
-                        cpu_denormals=tuple(sorted({str(t.get("cpu_denormals")) for t in ok
-                                                    if t.get("cpu_denormals")}))))
+    for g in group(trials, frameworks, batch=batch):
+        for bs, rows in g.by_batch.items():
+            out.append(_cell(g.framework, bs, g.label, rows))
     return out
+
+
+def _cell(fw: str, bs: int, variant: str, group_rows: Sequence[dict[str, Any]]) -> Cell:
+    ok = [t for t in group_rows if t.get("status") == "ok"]
+    stats = {}
+    for key, metric in METRICS.items():
+        stat = Stat.of([v for v in (metric.value(t) for t in ok) if v is not None])
+        if stat is not None:
+            stats[key] = stat
+    reasons = tuple(dict.fromkeys(str(t.get("reason") or "") for t in group_rows if t.get("status") != "ok"))
+    return Cell(framework=fw, batch_size=bs, statuses=dict(Counter(t.get("status") or "?" for t in group_rows)),
+                stats=stats, reasons=tuple(r for r in reasons if r), variant=variant,
+                drift_flagged_n=sum(1 for t in ok if t.get("drift_flagged")),
+                drift_changes=tuple(float(t["drift_change_pct"])
+                                    for t in sorted(ok, key=lambda t: t.get("repeat") or 0)
+                                    if t.get("drift_flagged") and t.get("drift_change_pct") is not None),
+                cpu_denormals=tuple(sorted({str(t.get("cpu_denormals")) for t in ok if t.get("cpu_denormals")})))
 
 
 def has_metric(cell_list: Iterable[Cell], metric: str) -> bool:

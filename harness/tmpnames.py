@@ -7,10 +7,16 @@ build directory).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
+import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 _STALE = re.compile(r"\.(?:tmp|report)-(\d+)-")
 
@@ -18,6 +24,47 @@ _STALE = re.compile(r"\.(?:tmp|report)-(\d+)-")
 def tmp_tag(kind: str = "tmp") -> str:
     """The part of a temporary file's name that says who writes it (see :func:`remove_stale`)."""
     return f".{kind}-{os.getpid()}-"
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP until the block ends, then hand each one received to the handler it
+    would have gone to, so that something made in the block and the note that it must be removed are made
+    together: a signal between ``mkdtemp`` and the code that owns its result left a ``.report-*`` directory
+    behind. The Python handlers are swapped (not the thread's signal mask: the kernel gives a process's
+    signal to any thread that does not block it). Only the main thread may do that; elsewhere the block
+    runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        received.append(signum)
+
+    before: dict[int, Any] = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        handler = signal.getsignal(sig)
+        if handler is not None and handler is not signal.SIG_IGN:  # an ignored signal stays ignored
+            before[sig] = signal.signal(sig, hold)
+    try:
+        yield
+    finally:
+        for held, handler in before.items():
+            signal.signal(held, handler)
+        for signum in received[:1]:  # the first one decides how the process unwinds, as it would have
+            handler = before[signum]
+            if callable(handler):
+                handler(signum, None)
+            else:  # SIG_DFL: what the signal does by default (for these three, end the process)
+                os.kill(os.getpid(), signum)
+
+
+def temporary_directory(kind: str, directory: Path) -> tempfile.TemporaryDirectory[str]:
+    """A ``TemporaryDirectory`` named by :func:`tmp_tag` in ``directory``, made with the signals held: once
+    it exists, its removal is registered (on leaving its ``with`` block or, at the latest, at exit)."""
+    with deferred_signals():
+        return tempfile.TemporaryDirectory(prefix=tmp_tag(kind), dir=directory)
 
 
 def _alive(pid: int) -> bool:

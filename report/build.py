@@ -12,14 +12,13 @@ import dataclasses
 import datetime as dt
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.errors import StoreError
-from harness.tmpnames import remove_stale, tmp_tag
-from report import aggregate, context, figures, findings, recommend, studies, tables
+from harness.tmpnames import remove_stale, temporary_directory
+from report import aggregate, context, curves, figures, findings, recommend, studies, tables
 from report import thesis as compare
 from report.drift import drift_figure
 from report.load import Experiment, ReportInput, load
@@ -55,9 +54,9 @@ def _accuracy_unusable(spec: dict[str, Any]) -> str | None:
     return recommend.accuracy_unusable(spec)
 
 
-def _answer_page(pdf: PdfWriter, data: ReportInput, tmp: Path, result: BuildResult) -> None:
+def _answer_page(pdf: PdfWriter, answered: list[tuple[Experiment, list[recommend.Recommendation]]], tmp: Path,
+                 result: BuildResult) -> None:
     """Page 1: the answer to the user's question, per experiment, before the measurements behind it."""
-    answered = [(exp, recommend.recommend(exp)) for exp in data.experiments if exp.trials]
     if not answered:
         return
     pdf.heading("The answer: which batch size to train with", 0)
@@ -70,7 +69,7 @@ def _answer_page(pdf: PdfWriter, data: ReportInput, tmp: Path, result: BuildResu
         table = tables.recommendation(recs)
         if table is None:
             continue
-        pdf.table(table, col_widths=[2.0 * 28.35, 2.3 * 28.35, 5.0 * 28.35, 2.0 * 28.35, 3.2 * 28.35,
+        pdf.table(table, col_widths=[2.0 * 28.35, 2.3 * 28.35, 5.0 * 28.35, 2.0 * 28.35, 2.2 * 28.35, 1.5 * 28.35,
                                      None])  # type: ignore[list-item]
         path = tmp / "tables" / f"{slug}-recommendation.csv"
         table.write_csv(path)
@@ -83,15 +82,20 @@ def _answer_page(pdf: PdfWriter, data: ReportInput, tmp: Path, result: BuildResu
             paths = figures.save(fig, tmp / "figures", f"{slug}-00-{fig.key}")
             result.figures += paths
             pdf.figure(paths[0], fig.title, fig.caption)
-        notes = [f"{r.framework}: {c}" for r in recs for c in r.caveats]
-        notes += [f"{r.framework}, to be sure: {w}" for r in recs for w in r.to_run]
+        notes = [f"{r.name}: time to target per size: " + "; ".join(f"{t.batch_size}: {t.text()}" for t in r.targets)
+                 for r in recs if r.targets]
+        notes += [f"{r.name}: critical batch size B_crit ≈ {r.critical.b_crit:,.0f} (S_min ≈ {r.critical.s_min:,.0f} "
+                  f"steps, fit over {r.critical.n} sizes; figure in the experiment's section)"
+                  for r in recs if r.critical is not None]
+        notes += [f"{r.name}: {c}" for r in recs for c in r.caveats]
+        notes += [f"{r.name}, to be sure: {w}" for r in recs for w in r.to_run]
         if notes:
             pdf.bullets(notes)
     pdf.page_break()
 
 
 def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: BuildResult,
-                        reference: list[dict[str, Any]]) -> None:
+                        reference: list[dict[str, Any]], recs: list[recommend.Recommendation]) -> None:
     """One experiment: runs, environment, method, findings, figures, tables.
 
     Long on purpose: the section's flowables in reading order (a document template); each block is one call.
@@ -101,6 +105,7 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
     variants = studies.variant_names(exp.trials, spec)
     study = studies.study_findings(spec, exp.trials)
     thesis_trials = exp.trials
+    original = exp
     if variants:  # one line, row and finding per framework x variant: the views below group by "framework"
         exp = dataclasses.replace(exp, trials=tuple(studies.by_series(exp.trials)))
     cell_list = aggregate.cells(exp.trials, exp.frameworks)
@@ -164,7 +169,9 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
         pdf.bullets([f.text for f in verdicts])
 
     pdf.heading("Figures", 1)
-    for i, fig in enumerate([*figures.build_figures(exp, cell_list, reference), drift_figure(exp, cell_list)], 1):
+    answer_figures = [curves.learning_curve_figure(original, recs), curves.critical_figure(original, recs)]
+    for i, fig in enumerate([*figures.build_figures(exp, cell_list, reference), *answer_figures,
+                             drift_figure(exp, cell_list)], 1):
         stem = f"{slug}-{i:02d}-{fig.key}"
         if fig.figure is None:
             pdf.absent(fig.title, fig.absent_reason or "no data")
@@ -253,8 +260,11 @@ def _remove_stale(folder: Path, keep: set[str]) -> None:
             p.unlink()
 
 
-def build_report(source_dir: str | Path, output: str | Path | None = None) -> BuildResult:
+def build_report(source_dir: str | Path, output: str | Path | None = None,
+                 target_accuracy: float | None = None) -> BuildResult:
     """Build the report of the store in ``source_dir`` into ``output`` (default DIR/report/report.pdf).
+
+    ``target_accuracy`` (percent; 0: the default target) overrides each experiment's ``target_accuracy``.
 
     Raises:
         StoreError: no store, an empty store, another schema (see :func:`report.load.load`).
@@ -274,7 +284,7 @@ def build_report(source_dir: str | Path, output: str | Path | None = None) -> Bu
     pdf = PdfWriter(title=f"batchscope report: {', '.join(names)}",
                     footer=f"batchscope report · {data.store_path} · {now}")
     remove_stale(target.parent)  # the build directory of a report killed outright (SIGKILL)
-    with tempfile.TemporaryDirectory(prefix=tmp_tag("report"), dir=target.parent) as tmp_name:
+    with temporary_directory("report", target.parent) as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "figures").mkdir()
         (tmp / "tables").mkdir()
@@ -284,11 +294,13 @@ def build_report(source_dir: str | Path, output: str | Path | None = None) -> Bu
             f"Built {now}, from the results store alone (no framework imported).",
         ])
         result = BuildResult(pdf=target)
-        _answer_page(pdf, data, tmp, result)
+        answered = [(exp, recommend.recommend(exp, target_accuracy=target_accuracy))
+                    for exp in data.experiments if exp.trials]
+        _answer_page(pdf, answered, tmp, result)
+        for exp, recs in answered:
+            _experiment_section(pdf, exp, tmp, result, reference, recs)
         for exp in data.experiments:
-            if exp.trials:
-                _experiment_section(pdf, exp, tmp, result, reference)
-            elif exp.maxbatch:
+            if not exp.trials and exp.maxbatch:
                 pdf.heading(f"Max-batch results “{exp.name}”", 0)
                 table = tables.maxbatch(exp.maxbatch)
                 assert table is not None

@@ -17,7 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # the report never needs a display; must precede pyplot
 
-from collections.abc import Sequence  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -27,8 +27,9 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
+from harness.monitor.fields import FIELDS, Shown, shown_in  # noqa: E402
 from report.aggregate import ACCURACY, METRICS, Cell, has_metric  # noqa: E402
 from report.context import had_gpu  # noqa: E402
 from report.load import Experiment  # noqa: E402
@@ -193,6 +194,16 @@ def metric_figure(exp: Experiment, frame: pd.DataFrame, cell_list: Sequence[Cell
     return FigureResult(key=key, title=title, caption=caption, figure=fig, notes=notes)
 
 
+def _sampler_absent(place: Shown, gpu_absent: Callable[[str], str]) -> dict[str, str]:
+    """Why each sampler column shown in ``place`` may be missing, worded from the field table."""
+    out = {}
+    for f in FIELDS:
+        if f.trial_column and place in f.shown:
+            out[f.trial_column] = (gpu_absent(f"{f.label} figure") if f.source == "nvml" else
+                                   f"No {f.label}: the sampler did not record it for these trials.")
+    return out
+
+
 def build_figures(exp: Experiment, cell_list: Sequence[Cell], reference: Sequence[dict[str, Any]] = (),
                   ) -> list[FigureResult]:
     """Every figure of one experiment, in report order (open matplotlib figures: close them when saved).
@@ -221,18 +232,17 @@ def build_figures(exp: Experiment, cell_list: Sequence[Cell], reference: Sequenc
                               "e2e_samples_per_s": "No end-to-end throughput was recorded."}, log_y=True),
         metric_figure(exp, frame, cell_list, key="gpu_util", title="GPU utilisation vs batch size",
                       caption="NVML utilisation, mean over the timed phase: the share of time any kernel ran, "
-                              "not SM occupancy.",
-                      metrics=["gpu_util_pct"], absent={"gpu_util_pct": gpu_absent("GPU utilisation figure")},
+                              "not SM occupancy (and, where shown, the memory controller's).",
+                      metrics=list(shown_in("gpu_util figure")), absent=_sampler_absent("gpu_util figure", gpu_absent),
                       reference=reference),
         metric_figure(exp, frame, cell_list, key="gpu_memory", title="GPU memory vs batch size, in each view",
-                      caption="Left to right where measured: the framework allocator's peak, the worker "
-                              "tree's GPU memory (NVML, includes the cache and CUDA context), the whole "
-                              "device's used memory. Published points are the thesis's GPU memory.",
-                      metrics=["framework_peak_mib", "proc_gpu_mem_peak_mib", "gpu_mem_used_peak_mib"],
+                      caption="Left to right where measured: the framework allocator's peak, then the sampler's "
+                              "views (NVML: the whole device's used memory, the worker tree's GPU memory, which "
+                              "includes the cache and CUDA context). Published points are the thesis's GPU memory.",
+                      metrics=["framework_peak_mib", *shown_in("gpu_memory figure")],
                       absent={"framework_peak_mib": "The framework allocator reported no peak (e.g. PyTorch "
                                                     "keeps no CPU allocator statistics).",
-                              "proc_gpu_mem_peak_mib": gpu_absent("worker-tree GPU memory"),
-                              "gpu_mem_used_peak_mib": gpu_absent("device memory figure")},
+                              **_sampler_absent("gpu_memory figure", gpu_absent)},
                       reference=reference if gpu else ()),
     ]
     if not spec.get("epochs"):
@@ -261,11 +271,9 @@ def build_figures(exp: Experiment, cell_list: Sequence[Cell], reference: Sequenc
                               "trained in it.",
                       metrics=["j_per_sample"], absent={"j_per_sample": gpu_absent("energy figure")}),
         metric_figure(exp, frame, cell_list, key="host", title="CPU and host memory vs batch size",
-                      caption="CPU utilisation of the worker tree over the timed phase (100% = one core) and "
-                              "the worker's peak resident memory.",
-                      metrics=["cpu_util_pct", "rss_peak_mib"],
-                      absent={"cpu_util_pct": "No CPU utilisation: the sampler did not run for these trials.",
-                              "rss_peak_mib": "No host memory figure: no trial recorded its resident memory."}),
+                      caption="The host's view of the worker tree over the trial: CPU utilisation over the timed "
+                              "phase (100% = one core) and the worker's peak resident memory, where measured.",
+                      metrics=list(shown_in("host figure")), absent=_sampler_absent("host figure", gpu_absent)),
     ]
     return figures
 
@@ -276,62 +284,75 @@ def _ring(ax: Any, x: float, y: float, colour: str) -> None:
 
 
 def recommendation_figure(exp: Experiment, recs: Sequence[Recommendation]) -> FigureResult:
-    """The first page's trade-off: throughput as a share of each framework's best against the batch size,
-    with the rule's bar and the recommendation ringed; and, where accuracy was measured, accuracy against
-    that share (each point labelled with its batch size), so the cost of a faster size is seen at once."""
-    title = "The trade-off behind the recommendation"
-    usable = [r for r in recs if r.batch_size is not None and r.best_batch is not None]
+    """The first page's answer: time to the target against the batch size per series, the recommendation ringed,
+    sizes that missed the target or diverged marked; beside it the throughput share (the knee, second column)."""
+    title = "The answer: training time to the target accuracy, and throughput"
+    usable = [r for r in recs if r.sizes or r.targets]
     if not usable:
         return FigureResult(key="recommendation", title=title, caption="",
                             absent_reason="No recommendation: no sweep trial finished.")
     sns.set_theme(style="whitegrid", context="paper")
+    timed = [r for r in usable if any(t.train_s is not None for t in r.targets)]
     share = usable[0].share_of_best
-    accuracy = any(s.accuracy_mean is not None for r in usable for s in r.sizes)
-    colours = palette([r.framework for r in usable])
-    fig, axes = plt.subplots(1, 2 if accuracy else 1, figsize=(7.2 if accuracy else 5.0, 2.9), squeeze=False)
-    left = axes[0][0]
+    colours = palette([r.name for r in usable])
+    fig, axes = plt.subplots(1, 2 if timed else 1, figsize=(7.2 if timed else 5.0, 2.9), squeeze=False)
+    batches = sorted({s.batch_size for r in usable for s in r.sizes} | {t.batch_size for r in usable
+                                                                           for t in r.targets})
+    if timed:
+        left = axes[0][0]
+        top = max(t.train_s.mean + (t.train_s.sd or 0.0) for r in timed for t in r.targets if t.train_s is not None)
+        for r in timed:
+            pts = [t for t in r.targets if t.train_s is not None and t.eligible]
+            left.errorbar([t.batch_size for t in pts], [t.train_s.mean for t in pts],  # type: ignore[union-attr]
+                          yerr=[t.train_s.sd or 0.0 for t in pts], color=colours[r.name],  # type: ignore[union-attr]
+                          marker="o", markersize=4, capsize=2, lw=1.2)
+            missed = [t.batch_size for t in r.targets if not t.eligible]
+            left.plot(missed, [top * 1.25] * len(missed), color=colours[r.name], marker="x", linestyle="none",
+                      markersize=6)
+            rt = r.target_at(r.batch_size)
+            if rt is not None and rt.train_s is not None:
+                _ring(left, rt.batch_size, rt.train_s.mean, colours[r.name])
+        left.set_yscale("log")
+        left.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        left.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if str(f"{v:g}")[0] in "25" else ""))
+        left.set_ylabel("training time to target (s)")
+        _log2_axis(left, batches)
+        right = axes[0][1]
+    else:
+        right = axes[0][0]
     for r in usable:
         best = r.at(r.best_batch)
-        assert best is not None
+        if best is None:
+            continue
         xs = [s.batch_size for s in r.sizes]
         ys = [100 * s.samples_per_s_mean / best.samples_per_s_mean for s in r.sizes]
         err = [100 * (s.samples_per_s_sd or 0.0) / best.samples_per_s_mean for s in r.sizes]
-        left.errorbar(xs, ys, yerr=err, color=colours[r.framework], marker="o", markersize=4, capsize=2, lw=1.2)
-        _ring(left, r.batch_size, ys[xs.index(r.batch_size)], colours[r.framework])  # type: ignore[arg-type]
-    left.axhline(100 * share, color="grey", ls="--", lw=1)
-    left.annotate(f"{share:.0%} of the best", (0.02, 100 * share), xycoords=("axes fraction", "data"),
-                  xytext=(0, 3), textcoords="offset points", fontsize=7, color="grey")
-    left.set_ylabel("throughput, % of the framework's best")
-    tops = [100 * s.samples_per_s_hi / r.at(r.best_batch).samples_per_s_mean  # type: ignore[union-attr]
-            for r in usable for s in r.sizes]
-    left.set_ylim(0, max(110.0, *tops) * 1.05)  # never clip a spread or the ring at the best
-    _log2_axis(left, sorted({s.batch_size for r in usable for s in r.sizes}))
-    if accuracy:
-        right = axes[0][1]
-        for r in usable:
-            best = r.at(r.best_batch)
-            assert best is not None
-            pts = [(100 * s.samples_per_s_mean / best.samples_per_s_mean, 100 * s.accuracy_mean, s.batch_size)
-                   for s in r.sizes if s.accuracy_mean is not None]
-            right.plot([p[0] for p in pts], [p[1] for p in pts], color=colours[r.framework], marker="o",
-                       markersize=4, lw=1.0)
-            for x, y, bs in pts:
-                right.annotate(str(bs), (x, y), xytext=(3, 3), textcoords="offset points", fontsize=6.5,
-                               color=colours[r.framework])
-                if bs == r.batch_size:
-                    _ring(right, x, y, colours[r.framework])
-        right.set_xlabel("throughput, % of the framework's best")
-        right.set_ylabel("held-out accuracy (%)")
-        right.grid(True, alpha=0.3)
-    handles = [Line2D([], [], color=c, marker="o", label=fw) for fw, c in colours.items()]
+        right.errorbar(xs, ys, yerr=err, color=colours[r.name], marker="o", markersize=4, capsize=2, lw=1.2)
+        if r.knee_batch in xs:
+            right.plot([r.knee_batch], [ys[xs.index(r.knee_batch)]], marker="s", markersize=9,  # type: ignore[arg-type]
+                       markerfacecolor="none", markeredgecolor=colours[r.name], linestyle="none")
+    right.axhline(100 * share, color="grey", ls="--", lw=1)
+    right.annotate(f"{share:.0%} of the best", (0.02, 100 * share), xycoords=("axes fraction", "data"),
+                   xytext=(0, 3), textcoords="offset points", fontsize=7, color="grey")
+    right.set_ylabel("throughput, % of the series' best")
+    right.set_ylim(0, 118)
+    _log2_axis(right, batches)
+    handles = [Line2D([], [], color=c, marker="o", label=name) for name, c in colours.items()]
     handles.append(Line2D([], [], color="grey", marker="o", markersize=10, markerfacecolor="none",
                           linestyle="none", label="recommended"))
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 5), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
-    caption = (f"Left: mean throughput over the repeats (± 1 sd) as a share of each framework's fastest size; "
-               f"the recommended size (ringed) is the smallest at or above the dashed {share:.0%} line."
-               + (" Right: accuracy against the same share, points labelled with the batch size: up and right "
-                  "is better." if accuracy else " No accuracy was measured, so no accuracy panel."))
+    if timed:
+        handles.append(Line2D([], [], color="grey", marker="x", linestyle="none", label="missed / diverged"))
+    handles.append(Line2D([], [], color="grey", marker="s", markersize=8, markerfacecolor="none",
+                          linestyle="none", label="throughput knee"))
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=7.5, frameon=False)
+    fig.tight_layout(rect=(0, 0.16 if len(handles) > 4 else 0.12, 1, 1))
+    caption = (("Left: mean training time to the target accuracy over the repeats (± 1 sd, log scale; the target "
+                "per series is in the table); the recommended size (ringed) is the lowest point; a cross at the top "
+                "marks a size that missed the target in some repeat or diverged, never recommended. " if timed else
+                "No size has a time to target (no accuracy measured, or none reached it). ")
+               + f"{'Right' if timed else 'The figure'}: mean throughput as a share of each series' fastest size; the "
+               f"knee (square) is the smallest size at or above the dashed {share:.0%} line: where larger batches stop "
+               "buying speed, which says nothing about whether they learn.")
     return FigureResult(key="recommendation", title=title, caption=caption, figure=fig)
 
 

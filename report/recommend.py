@@ -1,82 +1,44 @@
 """The answer to the user's question: which batch size to train with, and the largest that fits.
 
-Pure: reads only store rows (a :class:`report.load.Experiment`), imports no framework, and is used by
-both the report's first page and ``batchscope recommend``. The rule (also in ``docs/recommend.md``):
+Pure: reads only store rows (a :class:`report.load.Experiment`), imports no framework, and is used by the
+report's first page, ``batchscope recommend`` (and ``--json``) and the end of ``make quick``. The rule (also in
+``docs/recommend.md``):
 
-1. Per framework and variant (precision), the sweep's finished trials are grouped by batch size.
-   A size's throughput is the mean over its repeats, its spread the sample standard deviation.
-2. The *best* size has the highest mean throughput. The **recommended size is the smallest batch size
-   whose mean throughput is at least** :data:`SHARE_OF_BEST` **of the best mean** (the knee of the
-   curve: past it, larger batches buy little speed and usually cost accuracy and memory).
-3. The uncertainty is the same rule applied to mean − sd and mean + sd (against the best mean): the
-   smallest size that clears the bar even at its low end, and the smallest that clears it at its high
-   end. When the two differ, the spreads overlap and the range is reported, not one size.
-4. The accuracy cost of each size is the best mean accuracy minus its mean accuracy, in points (when
-   accuracy was measured); energy per sample is shown where there was a GPU; the largest size that fits
-   (and the one recommended with its margin) comes from the ``maxbatch`` table when a search ran.
-
-The recommendation is marked *supported* only when every size in the sweep that decides it has at
-least two repeats and the range is a single size; otherwise the caveats say why and ``to_run`` what to
-run to get one. The throughput column is read by name through :func:`throughput_of` only.
+1. Trials are grouped by series (:func:`harness.cells.group`: framework x variant x precision x denormals x
+   accumulation) and then by batch size; every series gets its own answer, never an average of two settings.
+2. **The target** (:mod:`report.target`): the experiment's ``target_accuracy`` in percent, or by default the
+   series' best mean final accuracy minus 1 point. Each trial's time to target is interpolated on its learning curve.
+3. A size is *eligible* when every finished repeat reached the target and none diverged. **The recommended size is
+   the eligible size with the least mean training time to the target.** Sizes that missed it or diverged are never
+   recommended; where none is eligible there is no answer, and what to run is said (more epochs, an ``lr_policy``);
+   where the best accuracy is within 5 points of chance nothing was learned, and there is no answer either.
+4. The range: every eligible size whose mean - sd of the time to target is at most the recommended size's
+   mean + sd. The recommendation is *supported* only when every eligible size in the range has at least two
+   repeats and the range is that one size; otherwise the caveats say why and ``to_run`` what to run.
+5. Beside it, the throughput knee (:mod:`report.knee`: the smallest size within 90 % of the best throughput),
+   the accuracy cost of each size (points below the best mean), energy per sample where there was a GPU, the
+   critical batch size (:mod:`report.critical`) and the largest size that fits (the ``maxbatch`` table).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.cells import Series, SeriesGroup, group
+from report import critical
+from report.knee import SHARE_OF_BEST, THROUGHPUT_COLUMN, SizeStats, knee, number, size_stats, throughput_of
 from report.load import Experiment
+from report.target import CHANCE_MARGIN_PTS, SizeTarget, Target, seconds_fmt, series_target, size_targets
 
-#: the share of the best mean throughput the recommended (smallest) size must reach
-SHARE_OF_BEST = 0.90
-#: the stored column the rule ranks by: the step throughput (batch / median time of forward, backward and update
-#: over every post-warm-up step), the device work a batch size changes; batch preparation, which the end-to-end
-#: figure adds, does not depend on the framework's batching (README, "What the numbers mean")
-THROUGHPUT_COLUMN = "step_samples_per_s"
+__all__ = ["MIN_REPEATS", "RULE_TEXT", "SHARE_OF_BEST", "TABLE_COLUMNS", "THROUGHPUT_COLUMN", "MaxFit",
+           "Recommendation", "SizeStats", "Summary", "accuracy_unusable", "knee", "recommend", "recommend_group",
+           "show_variants", "size_stats", "table_rows", "throughput_of"]
+
 #: below this many repeats a size's spread is unknown, so the recommendation cannot be supported
 MIN_REPEATS = 2
-
-
-def throughput_of(row: dict[str, Any]) -> float | None:
-    """The throughput (samples/s) of one stored trial row, or None where it was not measured."""
-    return _number(row.get(THROUGHPUT_COLUMN))
-
-
-def _number(value: Any) -> float | None:
-    if value is None:
-        return None
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
-
-
-@dataclass(frozen=True)
-class SizeStats:
-    """One batch size of one framework/variant: mean and spread over the repeats that finished."""
-
-    batch_size: int
-    repeats_n: int
-    samples_per_s_mean: float
-    samples_per_s_sd: float | None  # None with one repeat
-    accuracy_mean: float | None = None  # fraction in [0, 1]
-    accuracy_sd: float | None = None
-    j_per_sample_mean: float | None = None
-
-    @property
-    def samples_per_s_lo(self) -> float:
-        """Mean minus one sd (the mean itself with one repeat)."""
-        return self.samples_per_s_mean - (self.samples_per_s_sd or 0.0)
-
-    @property
-    def samples_per_s_hi(self) -> float:
-        """Mean plus one sd (the mean itself with one repeat)."""
-        return self.samples_per_s_mean + (self.samples_per_s_sd or 0.0)
 
 
 @dataclass(frozen=True)
@@ -92,13 +54,13 @@ class MaxFit:
 
 @dataclass(frozen=True)
 class Recommendation:
-    """The answer for one framework (and variant), with its reasons and how sure it is."""
+    """The answer for one series (a framework under one setting), with its reasons and how sure it is."""
 
     framework: str
-    variant: str  # the precision, e.g. "fp32"; one framework may have several
-    batch_size: int | None  # None: nothing finished
-    best_batch: int | None
-    range_lo: int | None  # the smallest size the spread allows ...
+    variant: str  # the experiment's named variant ("" without variants)
+    batch_size: int | None  # None: no size reached the target (or nothing finished, or no accuracy)
+    best_batch: int | None  # the fastest size (mean throughput)
+    range_lo: int | None  # the smallest size the spread of the time to target allows ...
     range_hi: int | None  # ... and the largest
     supported: bool
     why: str
@@ -108,75 +70,63 @@ class Recommendation:
     caveats: tuple[str, ...] = ()
     to_run: tuple[str, ...] = ()
     share_of_best: float = SHARE_OF_BEST
+    series: Series | None = None
+    label: str = ""  # the settings that tell this series from the others of the experiment ("" if none)
+    knee_batch: int | None = None  # the throughput knee (second column)
+    knee_range: tuple[int | None, int | None] = (None, None)
+    target: Target | None = None
+    targets: tuple[SizeTarget, ...] = ()
+    critical: critical.CriticalFit | None = None
+    critical_why: str = ""
+
+    @property
+    def name(self) -> str:
+        """``framework`` or ``framework [label]``."""
+        return f"{self.framework} [{self.label}]" if self.label else self.framework
 
     def at(self, batch_size: int | None) -> SizeStats | None:
-        """The statistics of one size, or None."""
+        """The throughput statistics of one size, or None."""
         return next((s for s in self.sizes if s.batch_size == batch_size), None)
+
+    def target_at(self, batch_size: int | None) -> SizeTarget | None:
+        """The time to target of one size, or None."""
+        return next((s for s in self.targets if s.batch_size == batch_size), None)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form (``batchscope recommend --json``)."""
         rec, best = self.at(self.batch_size), self.at(self.best_batch)
+        tt = {s.batch_size: s for s in self.targets}
+        batches = sorted({s.batch_size for s in self.sizes} | set(tt))
+        series = dataclasses.asdict(self.series) if self.series is not None else None
         return {
-            "framework": self.framework, "variant": self.variant, "recommended_batch": self.batch_size,
-            "best_throughput_batch": self.best_batch, "range": [self.range_lo, self.range_hi],
-            "supported": self.supported, "why": self.why, "share_of_best": self.share_of_best,
+            "framework": self.framework, "variant": self.variant, "series": series, "label": self.label,
+            "recommended_batch": self.batch_size, "range": [self.range_lo, self.range_hi],
+            "supported": self.supported, "why": self.why,
+            "target_accuracy": None if self.target is None else self.target.accuracy,
+            "target_how": None if self.target is None else self.target.how,
+            "best_mean_accuracy": None if self.target is None else self.target.best_mean,
+            "knee_batch": self.knee_batch, "knee_range": list(self.knee_range),
+            "best_throughput_batch": self.best_batch, "share_of_best": self.share_of_best,
             "throughput_column": THROUGHPUT_COLUMN,
-            "at_recommended": None if rec is None else _size_dict(rec),
-            "at_best": None if best is None else _size_dict(best),
-            "sizes": [_size_dict(s) for s in self.sizes],
+            "at_recommended": None if rec is None else _size_dict(rec, tt.get(rec.batch_size)),
+            "at_best": None if best is None else _size_dict(best, tt.get(best.batch_size)),
+            "sizes": [_size_dict(self.at(b), tt.get(b), b) for b in batches],
             "accuracy_cost_pts": {str(b): c for b, c in self.accuracy_cost_pts},
+            "critical_batch": None if self.critical is None else self.critical.to_dict(),
+            "critical_why": self.critical_why,
             "max_fit": None if self.max_fit is None else dataclasses.asdict(self.max_fit),
             "caveats": list(self.caveats), "to_run": list(self.to_run),
         }
 
 
-def _size_dict(s: SizeStats) -> dict[str, Any]:
-    return {"batch_size": s.batch_size, "repeats_n": s.repeats_n, "samples_per_s_mean": s.samples_per_s_mean,
-            "samples_per_s_sd": s.samples_per_s_sd, "accuracy_mean": s.accuracy_mean,
-            "accuracy_sd": s.accuracy_sd, "j_per_sample_mean": s.j_per_sample_mean}
-
-
-def _variant(row: dict[str, Any]) -> str:
-    """What else was varied per framework: the precision (a trial setting, so failed rows carry it too)."""
-    return str(row.get("precision") or "fp32")
-
-
-def _mean_sd(values: Sequence[float]) -> tuple[float | None, float | None]:
-    if not values:
-        return None, None
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
-
-
-def size_stats(rows: Iterable[dict[str, Any]]) -> list[SizeStats]:
-    """Per batch size, ascending: throughput (and accuracy, energy) over the ok rows with a throughput."""
-    groups: dict[int, list[dict[str, Any]]] = {}
-    for r in rows:
-        if r.get("status") == "ok" and throughput_of(r) is not None:
-            groups.setdefault(int(r["batch_size"]), []).append(r)
-    out = []
-    for bs, group in sorted(groups.items()):
-        tput = [v for v in (throughput_of(r) for r in group) if v is not None]
-        acc = [v for v in (_number(r.get("accuracy")) for r in group) if v is not None]
-        energy = [v for v in (_number(r.get("j_per_sample")) for r in group) if v is not None]
-        t_mean, t_sd = _mean_sd(tput)
-        a_mean, a_sd = _mean_sd(acc)
-        assert t_mean is not None
-        out.append(SizeStats(batch_size=bs, repeats_n=len(tput), samples_per_s_mean=t_mean, samples_per_s_sd=t_sd,
-                             accuracy_mean=a_mean, accuracy_sd=a_sd, j_per_sample_mean=_mean_sd(energy)[0]))
+def _size_dict(s: SizeStats | None, t: SizeTarget | None, batch: int | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"batch_size": s.batch_size if s is not None else batch}
+    if s is not None:
+        out |= {"repeats_n": s.repeats_n, "samples_per_s_mean": s.samples_per_s_mean,
+                "samples_per_s_sd": s.samples_per_s_sd, "accuracy_mean": s.accuracy_mean,
+                "accuracy_sd": s.accuracy_sd, "j_per_sample_mean": s.j_per_sample_mean}
+    out["time_to_target"] = None if t is None else t.to_dict()
     return out
-
-
-def knee(sizes: Sequence[SizeStats], share: float = SHARE_OF_BEST) -> tuple[int, int, int, int]:
-    """(recommended, best, range_lo, range_hi) batch sizes by the rule of this module's docstring.
-
-    ``sizes`` must be non-empty and ascending. The bar is ``share`` × the best mean throughput.
-    """
-    best = max(sizes, key=lambda s: s.samples_per_s_mean)
-    bar = share * best.samples_per_s_mean
-    rec = next(s.batch_size for s in sizes if s.samples_per_s_mean >= bar)
-    lo = next(s.batch_size for s in sizes if s.samples_per_s_hi >= bar)
-    hi = next(s.batch_size for s in sizes if s.samples_per_s_lo >= bar or s is best)
-    return rec, best.batch_size, lo, max(hi, rec)
 
 
 def _max_fit(rows: Sequence[dict[str, Any]], framework: str) -> MaxFit | None:
@@ -188,79 +138,149 @@ def _max_fit(rows: Sequence[dict[str, Any]], framework: str) -> MaxFit | None:
     plain = [r for r in found if r.get("setting") in (None, "", "plain")]
     r = (plain or found)[-1]
     return MaxFit(max_batch=r.get("max_batch"), recommended_batch=r.get("recommended_batch"),
-                  margin_mib=float(r.get("margin_mib") or 0.0), budget_mib=_number(r.get("budget_mib")),
+                  margin_mib=float(r.get("margin_mib") or 0.0), budget_mib=number(r.get("budget_mib")),
                   budget_kind=str(r.get("budget_kind") or ""))
 
 
-def _caveats(sizes: Sequence[SizeStats], rec: int, best: int, lo: int, hi: int, had_accuracy: bool,
-             max_fit: MaxFit | None, largest_tried: int, exp_name: str) -> tuple[list[str], list[str]]:
+def _time_range(targets: Sequence[SizeTarget], rec: SizeTarget) -> tuple[int, int, list[SizeTarget]]:
+    """(lo, hi, the eligible sizes whose time to target overlaps the recommended size's within one sd)."""
+    assert rec.train_s is not None
+    bar = rec.train_s.mean + (rec.train_s.sd or 0.0)
+    close = [t for t in targets if t.eligible and t.train_s is not None
+             and t.train_s.mean - (t.train_s.sd or 0.0) <= bar]
+    return min(t.batch_size for t in close), max(t.batch_size for t in close), close
+
+
+def _epochs_text(targets: Sequence[SizeTarget], spec_epochs: Any) -> str:
+    epochs = max((t.epochs for t in targets if t.epochs), default=None) or number(spec_epochs)
+    return f"{epochs:g} epoch(s)" if epochs else "the epochs trained"
+
+
+def _caveats(sizes: Sequence[SizeStats], targets: Sequence[SizeTarget], rec: int | None, lo: int | None,
+             hi: int | None, close: Sequence[SizeTarget], max_fit: MaxFit | None, largest_tried: int,
+             exp_name: str) -> tuple[list[str], list[str]]:
     """(caveats, commands to run) for one recommendation."""
     caveats: list[str] = []
     to_run: list[str] = []
-    one = [s.batch_size for s in sizes if s.repeats_n < MIN_REPEATS and s.batch_size <= max(hi, best)]
+    one = [t.batch_size for t in close if t.reached_n < MIN_REPEATS]
     if one:
-        caveats.append(f"only one repeat at batch {', '.join(map(str, one))}: the spread is unknown, so the "
-                       "knee cannot be told apart from timing noise")
+        caveats.append(f"only one repeat at batch {', '.join(map(str, one))}: the spread of the time to target is "
+                       "unknown, so the fastest size cannot be told apart from timing noise")
         to_run.append(f"batchscope run EXPERIMENT --out DIR --repeats 3 --resume  (experiment {exp_name!r})")
-    if lo != hi:
-        caveats.append(f"the spreads overlap: anything from batch {lo} to {hi} reaches the bar within one "
-                       "standard deviation")
+    if lo is not None and lo != hi:
+        caveats.append(f"the spreads overlap: batch sizes {lo} to {hi} reach the target within one standard "
+                       "deviation of the recommended size's time")
         if not one:
             to_run.append("more repeats narrow the spread: --repeats 5 --resume")
-    if best == largest_tried and len(sizes) > 1:
-        caveats.append(f"throughput was still rising at the largest size tried ({best}): a larger size "
-                       "may be faster")
-        to_run.append("add larger sizes: --batch-sizes with sizes above " + str(best))
-    if not had_accuracy:
-        caveats.append("no accuracy was measured (epochs = 0, synthetic labels or eval off), so the accuracy "
-                       "cost of larger batches is unknown")
-        to_run.append("set epochs >= 1 and eval = true on a real data set")
+    r = next((t for t in targets if t.batch_size == rec), None)
+    if r is not None and r.first_point_n:
+        caveats.append(f"batch {rec} reached the target by its first evaluation in {r.first_point_n} repeat(s): "
+                       "its time is that evaluation's (an upper bound), not interpolated")
+        to_run.append("more evaluation points resolve it: eval_points = 8 (or more) in the experiment file")
+    if rec is not None and rec == largest_tried and len(targets) > 1:
+        caveats.append(f"the largest size tried ({rec}) reached the target soonest: a larger size may be sooner")
+        to_run.append(f"add larger sizes: --batch-sizes with sizes above {rec}")
+    missed = [t.batch_size for t in targets if not t.eligible]
+    if rec is not None and missed:
+        caveats.append("not eligible (missed the target in some repeat, or diverged): batch "
+                       + ", ".join(f"{t.batch_size} ({t.text()})" for t in targets if not t.eligible))
     if max_fit is None:
         to_run.append("set max_batch = true (or run `batchscope maxbatch`) for the largest size that fits")
-    elif max_fit.max_batch is not None and rec > max_fit.max_batch:
+    elif rec is not None and max_fit.max_batch is not None and rec > max_fit.max_batch:
         caveats.append(f"the recommended size is above the largest that fits the max-batch budget "
                        f"({max_fit.max_batch}): use at most {max_fit.recommended_batch}")
+    if sizes and not any(s.accuracy_mean is not None for s in sizes):
+        to_run.append("set epochs >= 1 and eval = true on a real data set")
     return caveats, to_run
 
 
-def recommend_group(framework: str, variant: str, rows: Sequence[dict[str, Any]],
-                    maxbatch_rows: Sequence[dict[str, Any]] = (), exp_name: str = "",
-                    share: float = SHARE_OF_BEST) -> Recommendation:
-    """The recommendation for one framework/variant from its sweep rows (any status)."""
-    sizes = size_stats(rows)
-    max_fit = _max_fit(maxbatch_rows, framework)
-    if not sizes:
+def recommend_group(g: SeriesGroup, exp: Experiment | None = None, *, target_accuracy: float | None = None,
+                    share: float = SHARE_OF_BEST, accuracy_why: str | None = None) -> Recommendation:
+    """The recommendation for one series (its sweep rows, any status) of ``exp``.
+
+    ``target_accuracy`` (percent; 0 the default target) overrides the experiment's; ``accuracy_why`` says why the
+    stored accuracy means nothing (then no target and no answer, only the throughput knee).
+    """
+    exp = exp if exp is not None else Experiment(name="", runs=(), trials=())
+    spec = exp.spec
+    rows = g.rows
+    sizes = size_stats(g.by_batch)
+    max_fit = _max_fit(exp.maxbatch, g.framework)
+    base = dict(framework=g.framework, variant=g.series.variant, series=g.series, label=g.label, max_fit=max_fit,
+                share_of_best=share, sizes=tuple(sizes))
+    counted = [r for r in rows if r.get("status") in ("ok", "diverged")]
+    if not counted:
         statuses = sorted({str(r.get("status")) for r in rows})
-        return Recommendation(framework=framework, variant=variant, batch_size=None, best_batch=None,
-                              range_lo=None, range_hi=None, supported=False, max_fit=max_fit, share_of_best=share,
+        return Recommendation(**base, batch_size=None, best_batch=None, range_lo=None,  # type: ignore[arg-type]
+                              range_hi=None, supported=False,
                               why=f"no trial finished ({', '.join(statuses) or 'none'}): nothing to recommend",
                               to_run=("see `batchscope report DIR` for why each trial failed",))
-    rec, best, lo, hi = knee(sizes, share)
+    k_rec = k_best = k_lo = k_hi = None
+    if sizes:
+        k_rec, k_best, k_lo, k_hi = knee(sizes, share)
+    base |= dict(knee_batch=k_rec, knee_range=(k_lo, k_hi), best_batch=k_best)
+    pct = float(spec.get("target_accuracy") or 0.0) if target_accuracy is None else float(target_accuracy)
+    classes = (spec.get("data") or {}).get("classes")
+    target = series_target(g.by_batch, pct, int(classes) if classes else None) if not accuracy_why else \
+        Target(None, "", None, None, None)
+    targets = size_targets(g.by_batch, exp.curves, target.accuracy)
     accs = [(s.batch_size, s.accuracy_mean) for s in sizes if s.accuracy_mean is not None]
-    top_acc = max((a for _, a in accs), default=None)
-    cost = tuple((b, (top_acc - a) * 100.0) for b, a in accs) if top_acc is not None else ()
-    caveats, to_run = _caveats(sizes, rec, best, lo, hi, bool(accs), max_fit,
-                               max(int(r["batch_size"]) for r in rows), exp_name)
-    r_stats, b_stats = next(s for s in sizes if s.batch_size == rec), next(s for s in sizes if s.batch_size == best)
-    if rec == best:
-        why = f"batch {rec} is the fastest ({r_stats.samples_per_s_mean:,.0f} samples/s) and no smaller size " \
-              f"reaches {share:.0%} of it"
-    else:
-        why = (f"the smallest batch within {share:.0%} of the best throughput: {r_stats.samples_per_s_mean:,.0f} "
-               f"samples/s = {r_stats.samples_per_s_mean / b_stats.samples_per_s_mean:.0%} of batch {best}'s "
-               f"{b_stats.samples_per_s_mean:,.0f}")
+    cost = tuple((b, (target.best_mean - a) * 100.0) for b, a in accs) if target.best_mean is not None else ()
+    fit, fit_why = critical.fit([(t.batch_size, t.steps.mean) for t in targets if t.eligible and t.steps])
+    base |= dict(target=target, targets=tuple(targets), accuracy_cost_pts=cost, critical=fit, critical_why=fit_why)
+    largest = max(int(r["batch_size"]) for r in rows)
+    knee_text = f"; the throughput knee is batch {k_rec}" if k_rec is not None else ""
+    k_stats = next((s for s in sizes if s.batch_size == k_rec), None)
+    if k_stats is not None and k_stats.j_per_sample_mean is not None:
+        knee_text += f" ({k_stats.j_per_sample_mean:.3g} J/sample)"
+    if target.accuracy is None:
+        why = (f"no accuracy to reach ({accuracy_why or 'none was measured'}), so no time to target{knee_text}")
+        return Recommendation(**base, batch_size=None, range_lo=None, range_hi=None,  # type: ignore[arg-type]
+                              supported=False, why=why,
+                              caveats=("without a measured accuracy the answer cannot be judged on learning; the "
+                                       "knee says only where larger batches stop buying speed",),
+                              to_run=("set epochs >= 1 and eval = true on a real data set",))
+    if target.near_chance:
+        why = (f"the best mean accuracy ({target.best_mean * 100:.1f}%) is within {CHANCE_MARGIN_PTS:g} points "  # type: ignore[operator]
+               f"of chance ({target.chance * 100:.1f}%): nothing was learned, so no size is recommended")  # type: ignore[operator]
+        return Recommendation(**base, batch_size=None, range_lo=None, range_hi=None,  # type: ignore[arg-type]
+                              supported=False, why=why,
+                              to_run=("train longer (epochs), or lower the learning_rate",))
+    eligible = [t for t in targets if t.eligible and t.train_s is not None]
+    if not eligible:
+        epochs = _epochs_text(targets, spec.get("epochs"))
+        why = (f"no batch size reached the target {target.text()} in every repeat within {epochs}: "
+               + "; ".join(f"batch {t.batch_size}: {t.text()}" for t in targets))
+        policy = spec.get("lr_policy") or "fixed"
+        to_run = [f"train longer: epochs = {2 * int(number(spec.get('epochs')) or 1)}, into a new --out directory "
+                  "(epochs changes how a trial runs, so --resume refuses it)"]
+        if policy == "fixed":
+            to_run.append('scale the learning rate with the batch: lr_policy = "sqrt" (or "linear") with '
+                          "lr_base_batch = the smallest size")
+        return Recommendation(**base, batch_size=None, range_lo=None, range_hi=None,  # type: ignore[arg-type]
+                              supported=False, why=why, to_run=tuple(to_run))
+    rec_t = min(eligible, key=lambda t: (t.train_s.mean, t.batch_size))  # type: ignore[union-attr]
+    rec = rec_t.batch_size
+    lo, hi, close = _time_range(targets, rec_t)
+    caveats, to_run = _caveats(sizes, targets, rec, lo, hi, close, max_fit, largest, exp.name)
+    assert rec_t.train_s is not None and rec_t.steps is not None
+    why = (f"reaches the target {target.text()} soonest: {rec_t.train_s.text(seconds_fmt(rec_t.train_s.mean))} s "
+           "of training, "
+           f"{rec_t.steps.mean:,.0f} steps")
+    others = [t for t in eligible if t is not rec_t]
+    if others:
+        runner = min(others, key=lambda t: t.train_s.mean)  # type: ignore[union-attr]
+        why += f" (next: batch {runner.batch_size}, {runner.text()})"
     rec_cost = dict(cost).get(rec)
     if rec_cost is not None:
-        why += f"; accuracy {rec_cost:.1f} points below the best" if rec_cost > 0.05 else "; the best accuracy"
-    if r_stats.j_per_sample_mean is not None and b_stats.j_per_sample_mean is not None:
-        why += (f"; energy {r_stats.j_per_sample_mean:.3g} J/sample (batch {best}: "
-                f"{b_stats.j_per_sample_mean:.3g})" if rec != best else
-                f"; energy {r_stats.j_per_sample_mean:.3g} J/sample")
-    one_repeat = any(s.repeats_n < MIN_REPEATS for s in sizes if s.batch_size <= max(hi, best))
-    return Recommendation(framework=framework, variant=variant, batch_size=rec, best_batch=best, range_lo=lo,
-                          range_hi=hi, supported=not one_repeat and lo == hi, why=why, sizes=tuple(sizes),
-                          accuracy_cost_pts=cost, max_fit=max_fit, caveats=tuple(caveats), to_run=tuple(to_run),
-                          share_of_best=share)
+        why += f"; final accuracy {rec_cost:.1f} points below the best" if rec_cost > 0.05 else \
+            "; the best final accuracy"
+    r_stats = next((s for s in sizes if s.batch_size == rec), None)
+    if r_stats is not None and r_stats.j_per_sample_mean is not None:
+        why += f"; energy {r_stats.j_per_sample_mean:.3g} J/sample"
+    supported = lo == hi and all(t.reached_n >= MIN_REPEATS for t in close)
+    return Recommendation(**base, batch_size=rec, range_lo=lo, range_hi=hi,  # type: ignore[arg-type]
+                          supported=supported, why=why, caveats=tuple(caveats), to_run=tuple(to_run))
 
 
 def accuracy_unusable(spec: dict[str, Any]) -> str | None:
@@ -273,22 +293,22 @@ def accuracy_unusable(spec: dict[str, Any]) -> str | None:
     return None
 
 
-def recommend(exp: Experiment, share: float = SHARE_OF_BEST) -> list[Recommendation]:
-    """One recommendation per framework and variant of ``exp``, in the experiment's framework order.
+def sweep_groups(exp: Experiment) -> list[SeriesGroup]:
+    """The experiment's sweep trials by series and batch size (max-batch probes time too few steps to rank by)."""
+    return group([t for t in exp.trials if t.get("purpose") in (None, "sweep")], exp.frameworks)
 
-    Only sweep trials count (max-batch probes time too few steps to rank by). Frameworks with only a
+
+def recommend(exp: Experiment, share: float = SHARE_OF_BEST, target_accuracy: float | None = None,
+              ) -> list[Recommendation]:
+    """One recommendation per series of ``exp`` (:func:`harness.cells.group`), in the experiment's framework order.
+
+    ``target_accuracy`` (percent, 0: the default target) overrides the experiment's key. Frameworks with only a
     max-batch result get a recommendation that says no sweep ran. An accuracy that means nothing
-    (:func:`accuracy_unusable`) is dropped, so no accuracy cost is computed from it.
+    (:func:`accuracy_unusable`) gives no target, so no answer but the throughput knee.
     """
-    sweep = [t for t in exp.trials if t.get("purpose") in (None, "sweep")]
-    if accuracy_unusable(exp.spec):
-        sweep = [t | {"accuracy": None} for t in sweep]
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for t in sweep:
-        groups.setdefault((t["framework"], _variant(t)), []).append(t)
-    order = {fw: i for i, fw in enumerate(exp.frameworks)}
-    out = [recommend_group(fw, variant, rows, exp.maxbatch, exp.name, share)
-           for (fw, variant), rows in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0]))]
+    why = accuracy_unusable(exp.spec)
+    out = [recommend_group(g, exp, target_accuracy=target_accuracy, share=share, accuracy_why=why)
+           for g in sweep_groups(exp)]
     for fw in dict.fromkeys(r["framework"] for r in exp.maxbatch):
         if not any(r.framework == fw for r in out):
             out.append(Recommendation(framework=fw, variant="", batch_size=None, best_batch=None, range_lo=None,
@@ -311,26 +331,21 @@ class Summary:
                                 for name, recs in self.experiments]}
 
 
-RULE_TEXT = (f"Recommended: the smallest batch size whose mean throughput over the repeats is at least "
-             f"{SHARE_OF_BEST:.0%} of the best mean throughput (the knee of the curve). Its range applies the "
-             "same bar to mean - sd and mean + sd; it is supported only with two or more repeats at every "
-             "size up to the best and a range of one size. Accuracy cost = best mean accuracy - the size's "
-             "mean accuracy (points). The largest size that fits comes from the max-batch search.")
+RULE_TEXT = ("Recommended: the batch size that reaches the target accuracy in the least mean training time over its "
+             "repeats, among the sizes every repeat brought to the target without diverging. The target is the "
+             "experiment's target_accuracy, or by default the best mean final accuracy of any size minus 1 point; "
+             "each trial's time is interpolated linearly between the two evaluations around the crossing. Its range: "
+             "the sizes whose time is within one sd; supported only with two or more repeats there and a range of "
+             f"one size. Beside it, the throughput knee (the smallest size within {SHARE_OF_BEST:.0%} of the best "
+             "throughput) and the largest size that fits (max-batch search).")
 
 
 #: the columns of the recommendation table, as (key, header), shared by the PDF and the terminal
 TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("framework", "framework"), ("recommended", "recommended batch"), ("why", "why"),
-    ("max_fit", "max that fits"), ("throughput", "samples/s: recommended vs best"),
+    ("time", "time to target"), ("knee", "throughput knee"), ("max_fit", "max that fits"),
     ("accuracy", "accuracy %: recommended vs best"),
 )
-
-
-def _tput_text(s: SizeStats | None) -> str:
-    if s is None:
-        return "-"
-    sd = f" ± {s.samples_per_s_sd:,.0f}" if s.samples_per_s_sd is not None else ""
-    return f"{s.samples_per_s_mean:,.0f}{sd} (bs {s.batch_size})"
 
 
 def _acc_text(s: SizeStats | None) -> str:
@@ -344,7 +359,7 @@ def table_rows(recs: Sequence[Recommendation], show_variant: bool = False) -> li
     """The recommendation table as text cells (keys of :data:`TABLE_COLUMNS`)."""
     rows = []
     for r in recs:
-        name = f"{r.framework} ({r.variant})" if show_variant and r.variant else r.framework
+        name = r.name if show_variant else r.framework
         if r.batch_size is None:
             size = "none"
         else:
@@ -353,14 +368,19 @@ def table_rows(recs: Sequence[Recommendation], show_variant: bool = False) -> li
         fit = "-" if r.max_fit is None or r.max_fit.max_batch is None else str(r.max_fit.max_batch)
         if r.max_fit is not None and r.max_fit.max_batch is not None and r.max_fit.margin_mib:
             fit += f" ({r.max_fit.recommended_batch} with a {r.max_fit.margin_mib:g} MiB margin)"
-        best = r.at(r.best_batch)
-        rows.append({"framework": name, "recommended": size, "why": r.why, "max_fit": fit,
-                     "throughput": f"{_tput_text(r.at(r.batch_size))} vs {_tput_text(best)}",
-                     "accuracy": f"{_acc_text(r.at(r.batch_size))} vs {_acc_text(best)}"})
+        t = r.target_at(r.batch_size)
+        time = "-" if t is None else t.text()
+        knee_text = "-" if r.knee_batch is None else str(r.knee_batch)
+        if r.knee_batch is not None and r.knee_range[0] != r.knee_range[1]:
+            knee_text += f" (range {r.knee_range[0]}–{r.knee_range[1]})"
+        best_acc = None if r.target is None else r.target.best_batch
+        rows.append({"framework": name, "recommended": size, "why": r.why, "max_fit": fit, "time": time,
+                     "knee": knee_text,
+                     "accuracy": f"{_acc_text(r.at(r.batch_size))} vs {_acc_text(r.at(best_acc))}"})
     return rows
 
 
 def show_variants(recs: Sequence[Recommendation]) -> bool:
-    """Whether some framework has more than one variant (then the variant is printed with its name)."""
+    """Whether some framework has more than one series (then the series' label is printed with its name)."""
     names = [r.framework for r in recs]
     return len(names) != len(set(names))

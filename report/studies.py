@@ -21,10 +21,12 @@ judge (a variant missing, no repeats to tell noise) says so. Cells are keyed by 
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.cells import group
 from report.aggregate import Stat
 
 #: a memory saving smaller than this share of the baseline's peak is not called a saving
@@ -80,20 +82,23 @@ def variant_names(trials: Iterable[dict[str, Any]], spec: dict[str, Any] | None 
 
 
 # ---------------------------------------------------------------- cells
-def _effective(t: dict[str, Any]) -> int:
-    return int(t.get("effective_batch_size") or t["batch_size"])
-
-
 def _stat(rows: Sequence[dict[str, Any]], column: str, scale: float = 1.0) -> Stat | None:
     return Stat.of([float(r[column]) * scale for r in rows if r.get(column) is not None])
 
 
 def cells(trials: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[int, list[dict[str, Any]]]]:
-    """(framework, variant) -> effective batch -> the ok sweep trials there."""
+    """(framework, series label) -> effective batch -> the ok sweep trials there (:func:`harness.cells.group`).
+
+    The label is the variant's name where only named variants differ (the usual study); where precision or
+    denormals also differ it names them too, so two settings are never one cell.
+    """
+    ok = [t for t in trials if t.get("status") == "ok" and t.get("purpose") in (None, "sweep")]
+    groups = group(ok, batch="effective")
+    named = Counter((g.framework, g.series.variant) for g in groups)
     out: dict[tuple[str, str], dict[int, list[dict[str, Any]]]] = {}
-    for t in trials:
-        if t.get("status") == "ok" and t.get("purpose") in (None, "sweep"):
-            out.setdefault((t["framework"], t.get("variant") or ""), {}).setdefault(_effective(t), []).append(t)
+    for g in groups:
+        key = g.series.variant if named[(g.framework, g.series.variant)] == 1 else g.label
+        out[(g.framework, key)] = g.by_batch
     return out
 
 

@@ -12,17 +12,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.monitor.fields import shown_in
 from report.aggregate import METRICS, Cell, has_metric
 from report.load import Experiment
 from report.recommend import TABLE_COLUMNS as RECOMMEND_COLUMNS
 from report.recommend import Recommendation, show_variants, table_rows
 
 #: the headline table is printed in two parts so it fits a portrait page
+#: the headline tables' columns: the worker's figures, and the sampler columns the field table shows there
 SPEED_COLUMNS = ("step_samples_per_s", "e2e_samples_per_s", "step_time_ms_median", "step_time_ms_iqr",
-                 "drift_change_pct", "achieved_gflop_per_s", "mfu_pct", "gpu_util_pct", "cpu_util_pct", "power_w",
-                 "j_per_sample")
-MEMORY_COLUMNS = ("framework_peak_mib", "proc_gpu_mem_peak_mib", "gpu_mem_used_peak_mib", "rss_peak_mib",
-                  "accuracy_pct")
+                 "drift_change_pct", "achieved_gflop_per_s", "mfu_pct", *shown_in("speed table"), "j_per_sample")
+MEMORY_COLUMNS = ("framework_peak_mib", *shown_in("memory table"), "accuracy_pct")
 
 
 @dataclass(frozen=True)
@@ -186,24 +186,27 @@ def runs(exp: Experiment) -> Table:
 
 
 def recommendation(recs: Sequence[Recommendation]) -> Table | None:
-    """The report's first table: per framework, the recommended batch size, why, the largest that fits,
-    and throughput and accuracy at the recommendation vs at the fastest size (text shared with the CLI)."""
+    """The report's first table: per series, the recommended batch size, why, its time to target, the throughput
+    knee, the largest that fits, and accuracy at the recommendation vs the best (text shared with the CLI)."""
     if not recs:
         return None
     text = table_rows(recs, show_variants(recs))
-    csv_headers = ("framework", "variant", "recommended_batch", "range_lo", "range_hi", "supported",
-                   "best_throughput_batch", "samples_per_s_at_recommended", "samples_per_s_at_best",
-                   "accuracy_at_recommended", "accuracy_at_best", "max_batch_fits", "why")
+    csv_headers = ("framework", "series", "variant", "recommended_batch", "range_lo", "range_hi", "supported",
+                   "target_accuracy", "train_s_to_target_at_recommended", "steps_to_target_at_recommended",
+                   "knee_batch", "best_throughput_batch", "samples_per_s_at_recommended", "samples_per_s_at_best",
+                   "accuracy_at_recommended", "best_mean_accuracy", "b_crit", "max_batch_fits", "why")
     csv_rows = []
     for r in recs:
-        rec, best = r.at(r.batch_size), r.at(r.best_batch)
-        csv_rows.append((r.framework, r.variant, r.batch_size, r.range_lo, r.range_hi, r.supported, r.best_batch,
+        rec, best, t = r.at(r.batch_size), r.at(r.best_batch), r.target_at(r.batch_size)
+        csv_rows.append((r.framework, r.name, r.variant, r.batch_size, r.range_lo, r.range_hi, r.supported,
+                         r.target and r.target.accuracy, t and t.train_s and t.train_s.mean,
+                         t and t.steps and t.steps.mean, r.knee_batch, r.best_batch,
                          rec and rec.samples_per_s_mean, best and best.samples_per_s_mean,
-                         rec and rec.accuracy_mean, best and best.accuracy_mean,
-                         r.max_fit.max_batch if r.max_fit else None, r.why))
+                         rec and rec.accuracy_mean, r.target and r.target.best_mean,
+                         r.critical and r.critical.b_crit, r.max_fit.max_batch if r.max_fit else None, r.why))
     return Table(key="recommendation", title="Which batch size to train with",
                  headers=tuple(h for _, h in RECOMMEND_COLUMNS),
                  rows=tuple(tuple(row[k] for k, _ in RECOMMEND_COLUMNS) for row in text),
                  csv_headers=csv_headers, csv_rows=tuple(csv_rows),
-                 note="samples/s and accuracy: mean ± sd over the repeats; 'best' is the fastest batch size; "
-                      "tentative: the data cannot support one size (see the caveats)")
+                 note="time to target and accuracy: mean ± sd over the repeats; the knee: the smallest size within "
+                      "90% of the best throughput; tentative: the data cannot support one size (see the caveats)")

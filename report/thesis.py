@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any
 
+from harness import cells
 from harness.cells import Stat
 
 REFERENCE_FILE = "osu_yin2020.csv"
@@ -96,7 +97,10 @@ def _mean_sd(values: Sequence[float]) -> tuple[float | None, float | None]:
 
 
 def side_by_side(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per framework, batch size and metric: ours (mean over ok repeats) beside the thesis's figure.
+    """Per series (:func:`harness.cells.group`), batch size and metric: ours (mean over ok repeats) beside the thesis's.
+
+    A series is a framework under one setting; a plain sweep's series are named by the framework alone, so its
+    rows line up with the thesis's. Rows of another setting are named ``framework [setting]`` and never averaged in.
 
     Args:
         trials: rows of the store's ``trials`` table.
@@ -108,9 +112,7 @@ def side_by_side(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
         than the thesis's CIFAR-10), unit. Sorted by framework, batch size, metric.
     """
     ref = {(r["framework"], r["batch_size"], r["metric"]): r["value"] for r in load_reference()}
-    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for t in _sweep_rows(trials):
-        groups.setdefault((t["framework"], int(t["batch_size"])), []).append(t)
+    groups = {(g.name, bs): rows for g in cells.group(_sweep_rows(trials)) for bs, rows in g.by_batch.items()}
     out = []
     for (fw, bs), group in sorted(groups.items()):
         same_data = all(t.get("dataset") == REFERENCE_DATASET for t in group)

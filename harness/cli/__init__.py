@@ -47,8 +47,18 @@ _AFTER_INTERRUPT = {
 }
 
 
+#: the signals received by this process while a command ran (see the last resort in :func:`main`)
+_RECEIVED: list[int] = []
+
+
 def _raise_terminated(signum: int, frame: object) -> None:
+    _RECEIVED.append(signum)
     raise Terminated(signum)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    _RECEIVED.append(signum)
+    raise KeyboardInterrupt
 
 
 def install_signal_handlers() -> dict[int, Any]:
@@ -57,7 +67,11 @@ def install_signal_handlers() -> dict[int, Any]:
     once and leave the worker running with no parent (issue 13, item 2). Returns the previous handlers."""
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set them
         return {}
-    return {sig: signal.signal(sig, _raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    _RECEIVED.clear()
+    previous: dict[int, Any] = {sig: signal.signal(sig, _raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # left alone where SIGINT is ignored
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _raise_interrupt)
+    return previous
 
 
 def _call(args: argparse.Namespace) -> int:
@@ -123,6 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
               "space (finished trials are kept in the store)", file=sys.stderr)
         return 2
     except Exception:  # noqa: BLE001 - last resort: an internal error, reported with its traceback
+        if _RECEIVED:  # a library caught the signal's exception and raised its own (seen in reportlab)
+            got = signal.Signals(_RECEIVED[0])
+            print(f"\nbatchscope: stopped: got {got.name}; the worker in flight was stopped; {after}.", file=sys.stderr)
+            return 128 + got.value
         traceback.print_exc()
         print("batchscope: internal error (exit 1); please report it with the traceback above", file=sys.stderr)
         return 1

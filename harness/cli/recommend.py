@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli.table import path_arg, print_table
+from harness.cli.table import TARGET_HELP, path_arg, print_table, target_accuracy_arg
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
@@ -21,7 +21,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     from report.recommend import RULE_TEXT, TABLE_COLUMNS, Summary, recommend, show_variants, table_rows
 
     data = load(Path(args.dir))  # StoreError (exit 2) for no store, an empty one, another schema
-    summary = Summary(tuple((exp.name, tuple(recommend(exp))) for exp in data.experiments))
+    summary = Summary(tuple((exp.name, tuple(recommend(exp, target_accuracy=args.target_accuracy)))
+                              for exp in data.experiments))
     if args.json:
         json.dump(summary.to_dict(), sys.stdout, indent=2)
         print()
@@ -32,6 +33,11 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         print_table(rows, [(key, header, "") for key, header in TABLE_COLUMNS if key != "why"])
         for r, row in zip(recs, rows, strict=True):
             print(f"\n{row['framework']}: {row['recommended']}: {r.why}")
+            if r.targets:
+                print("  time to target per size: " + "; ".join(f"{t.batch_size}: {t.text()}" for t in r.targets))
+            if r.critical is not None:
+                print(f"  critical batch size (S = S_min (1 + B_crit / B) over {r.critical.n} sizes): "
+                      f"B_crit = {r.critical.b_crit:,.0f}")
             for caveat in r.caveats:
                 print(f"  caveat: {caveat}")
             for what in r.to_run:
@@ -45,10 +51,11 @@ def register(sub: Any) -> None:
     """Add the ``recommend`` subcommand."""
     p = sub.add_parser("recommend", help="which batch size to train with, and the largest that fits, from a "
                                          "results directory",
-                       description="Reads only DIR/results.sqlite. The recommended batch size is the smallest "
-                                   "whose throughput is within a stated share of the best (docs/recommend.md), "
-                                   "with its range over the repeats, its accuracy cost and the largest size "
-                                   "that fits where a max-batch search ran.")
+                       description="Reads only DIR/results.sqlite. The recommended batch size is the one that "
+                                   "reaches the target accuracy in the least training time (docs/recommend.md), "
+                                   "with its range over the repeats, the throughput knee beside it and the "
+                                   "largest size that fits where a max-batch search ran.")
     p.add_argument("dir", type=path_arg("DIR"), help="output directory of a run (holds results.sqlite)")
     p.add_argument("--json", action="store_true", help="print every number behind the recommendation as JSON")
+    p.add_argument("--target-accuracy", type=target_accuracy_arg, metavar="PCT", help=TARGET_HELP)
     p.set_defaults(func=cmd_recommend)

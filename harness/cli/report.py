@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from harness.cli.table import path_arg
+from harness.cli.table import TARGET_HELP, path_arg, target_accuracy_arg
 
 #: where the report goes without -o, under DIR (report.build.default_output, not imported: it loads matplotlib)
 DEFAULT_REPORT = Path("report") / "report.pdf"
@@ -31,7 +31,8 @@ def cmd_report(args: argparse.Namespace) -> int:
                  f"the report goes to {target} by default: give -o a path in a directory you can write")
     from report.build import build_report
 
-    result = build_report(Path(args.dir), Path(args.output) if args.output else None)
+    result = build_report(Path(args.dir), Path(args.output) if args.output else None,
+                          target_accuracy=args.target_accuracy)
     print(f"report: {result.pdf}")
     if result.figures:
         print(f"figures: {len(result.figures)} file(s) in {result.figures[0].parent}")
@@ -50,4 +51,5 @@ def register(sub: Any) -> None:
     p.add_argument("dir", type=path_arg("DIR"), help="output directory of a run (holds results.sqlite)")
     p.add_argument("-o", "--output", type=path_arg("-o"),
                    help="PDF to write (default: DIR/report/report.pdf); figures/ and tables/ go in the same folder")
+    p.add_argument("--target-accuracy", type=target_accuracy_arg, metavar="PCT", help=TARGET_HELP)
     p.set_defaults(func=cmd_report)

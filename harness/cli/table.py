@@ -27,6 +27,25 @@ def path_arg(name: str) -> Callable[[str], str]:
     return check
 
 
+def target_accuracy_arg(text: str) -> float:
+    """An argparse ``type`` for ``--target-accuracy``: a percent in (0, 100], or 0 for the default target."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--target-accuracy: {text!r} is not a number; give a percent such as "
+                                         "97.5 (0: the best mean accuracy minus 1 point)") from None
+    if not 0 <= value <= 100 or value != value:
+        raise argparse.ArgumentTypeError(f"--target-accuracy: {text} is not a percent in [0, 100]")
+    if 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"--target-accuracy: {text} is read as a percent ({value:g} %, below any "
+                                         f"useful target); give {value * 100:g} for {value * 100:g} %")
+    return value
+
+
+TARGET_HELP = ("the accuracy (percent) the time to target is measured to, instead of the experiment's "
+               "target_accuracy; 0: each series' best mean final accuracy minus 1 point (docs/recommend.md)")
+
+
 def _csv_names(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 

@@ -135,6 +135,9 @@ class Experiment:
     #: curve, and where divergence is caught); 0: the final evaluation only. Outside the training clock.
     eval_points: int = _setting(8, ge=0)
     eval_batch_size: int = _setting(256, ge=1)
+    #: the accuracy (percent) the recommendation's time to target is measured to; 0: each series' best mean final
+    #: accuracy minus 1 point (report/target.py). An analysis key: changing it re-reads the store, reruns nothing
+    target_accuracy: float = _setting(0.0, ge=0, le=100, unit="%", why="0: the best mean accuracy minus 1 point")
     train_samples: int = _setting(0, ge=0)
     synthetic_shape: tuple[int, int, int] = (3, 32, 32)
     synthetic_classes: int = _setting(10, ge=2)
@@ -425,6 +428,10 @@ def _validate_ranges(exp: Experiment, bad: Any) -> None:
     if exp.seed + exp.repeats - 1 > SQLITE_INT_MAX:
         raise bad("seed", f"{exp.seed} + {exp.repeats} repeats passes the store's largest integer "
                           f"({SQLITE_INT_MAX}): repeat r uses seed + r; lower the seed")
+    if 0 < exp.target_accuracy < 1:
+        raise bad("target_accuracy", f"{exp.target_accuracy!r} is read as a percent ({exp.target_accuracy:g} %, "
+                                     f"below any useful target); write {exp.target_accuracy * 100:g} for "
+                                     f"{exp.target_accuracy * 100:g} %")
     n = len(exp.frameworks) * len(exp.batch_sizes) * exp.repeats
     if n > MAX_TRIALS:
         raise bad("repeats", f"{len(exp.frameworks)} framework(s) x {len(exp.batch_sizes)} batch size(s) x "

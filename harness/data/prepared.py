@@ -15,7 +15,7 @@ import numpy as np
 
 from harness.data.checks import cache_error, npy_file_problem
 from harness.errors import BatchscopeWarning, DataError
-from harness.tmpnames import tmp_tag
+from harness.tmpnames import deferred_signals, tmp_tag
 
 ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 
@@ -166,12 +166,14 @@ def _write_prepared(target: Path, name: str, arrays: dict[str, np.ndarray], clas
         classes=classes, n_train=len(final["x_train"]), n_test=len(final["x_test"]), key=key,
         accuracy_meaningful=accuracy_meaningful,
     )
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}{tmp_tag()}"))
-    except OSError as e:
-        raise cache_error(target.parent, e) from e
+    tmp: Path | None = None
     try:  # Ctrl-C, SIGTERM or a full disk half-way: the partial copy (hundreds of MiB) goes with it
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with deferred_signals():  # made and named in `tmp` before a signal can unwind
+                tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}{tmp_tag()}"))
+        except OSError as e:
+            raise cache_error(target.parent, e) from e
         for a in ARRAYS:
             np.save(tmp / f"{a}.npy", final[a])
         (tmp / "meta.json").write_text(json.dumps(prepared.to_dict() | {"directory": None}, indent=1))
@@ -180,7 +182,8 @@ def _write_prepared(target: Path, name: str, arrays: dict[str, np.ndarray], clas
             return load_prepared(target)
         os.replace(tmp, target)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     return prepared
 

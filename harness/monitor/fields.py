@@ -16,6 +16,10 @@ Source = Literal["nvml", "host"]
 #: how the trial row summarises a field: the mean over the timed phase, the peak over the training phases
 #: (warm-up, timed, rest of the epochs), the timed phase's energy from the cumulative counter, or not at all
 Statistic = Literal["timed-mean", "training-peak", "timed-counter", "none"]
+#: where the report shows a field's trial column: one of its two headline tables, and the figures it is a panel of
+#: (by figure key). The report's metric list, tables and figures follow from these, so a new sampler metric needs
+#: this table and its probe, nothing in report/
+Shown = Literal["speed table", "memory table", "gpu_util figure", "gpu_memory figure", "host figure"]
 
 
 @dataclass(frozen=True)
@@ -29,22 +33,27 @@ class Field:
     statistic: Statistic
     trial_column: str | None = None  # the trial row's column that summarises it (None: samples only)
     fmt: str = ".1f"  # how the report prints it
+    shown: tuple[Shown, ...] = ()  # where the report shows its trial column (none: stored and exported only)
 
 
 FIELDS: tuple[Field, ...] = (
-    Field("gpu_util_pct", "%", "nvml", "GPU utilisation (NVML)", "timed-mean", "gpu_util_pct"),
-    Field("gpu_mem_util_pct", "%", "nvml", "GPU memory-controller utilisation", "timed-mean", "gpu_mem_util_pct"),
+    Field("gpu_util_pct", "%", "nvml", "GPU utilisation (NVML)", "timed-mean", "gpu_util_pct",
+          shown=("speed table", "gpu_util figure")),
+    Field("gpu_mem_util_pct", "%", "nvml", "GPU memory-controller utilisation", "timed-mean", "gpu_mem_util_pct",
+          shown=("speed table", "gpu_util figure")),
     Field("gpu_mem_used_mib", "MiB", "nvml", "device memory used", "training-peak", "gpu_mem_used_peak_mib",
-          ".0f"),
+          ".0f", shown=("memory table", "gpu_memory figure")),
     Field("gpu_mem_total_mib", "MiB", "nvml", "device memory total", "none"),
     Field("proc_gpu_mem_mib", "MiB", "nvml", "worker-tree GPU memory", "training-peak", "proc_gpu_mem_peak_mib",
-          ".0f"),
-    Field("power_w", "W", "nvml", "GPU power", "timed-mean", "power_w", ".0f"),
+          ".0f", shown=("memory table", "gpu_memory figure")),
+    Field("power_w", "W", "nvml", "GPU power", "timed-mean", "power_w", ".0f", shown=("speed table",)),
     Field("energy_mj", "mJ", "nvml", "GPU energy counter", "timed-counter", "energy_j"),
     Field("sm_clock_mhz", "MHz", "nvml", "SM clock", "none"),
     Field("temperature_c", "°C", "nvml", "GPU temperature", "none"),
-    Field("cpu_util_pct", "%", "host", "CPU utilisation", "timed-mean", "cpu_util_pct", ".0f"),
-    Field("rss_mib", "MiB", "host", "host RSS", "training-peak", "rss_peak_mib", ".0f"),
+    Field("cpu_util_pct", "%", "host", "CPU utilisation", "timed-mean", "cpu_util_pct", ".0f",
+          shown=("speed table", "host figure")),
+    Field("rss_mib", "MiB", "host", "host RSS", "training-peak", "rss_peak_mib", ".0f",
+          shown=("memory table", "host figure")),
     Field("sys_mem_used_mib", "MiB", "host", "host memory used", "none"),
 )
 BY_NAME = {f.name: f for f in FIELDS}
@@ -63,3 +72,12 @@ SAMPLE_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 #: the trial row's sampler columns, beside the worker's own figures
 TRIAL_COLUMNS: tuple[tuple[str, str], ...] = tuple((f.trial_column, "REAL") for f in FIELDS if f.trial_column)
+
+
+def shown_in(place: Shown, fields: tuple[Field, ...] = FIELDS) -> tuple[str, ...]:
+    """The trial columns the report shows in ``place`` (a table or a figure), in the field table's order."""
+    return tuple(f.trial_column for f in fields if f.trial_column and place in f.shown)
+
+
+#: every trial column the report shows (its per-cell metrics), in the field table's order
+SHOWN_COLUMNS = tuple(f.trial_column for f in FIELDS if f.trial_column and f.shown)

@@ -18,6 +18,7 @@ import csv
 import math
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -61,7 +62,7 @@ class ProcessTree:
     ``children`` files where the kernel has them, else through psutil (which scans every process on
     the machine, about 2 ms on a busy box); the worker itself is checked at every tick (one /proc
     read). A child started between listings is found at the next one, and its CPU time since it
-    started is still counted (see :class:`HostProbe`).
+    started is counted from when it is first seen (see :class:`HostProbe`).
     """
 
     def __init__(self, pid: int, relist_every_s: float = 1.0,
@@ -123,12 +124,25 @@ def _proc_descendants(pid: int) -> list[int] | None:
     return out
 
 
+#: The shortest span a CPU rate is taken over. Linux counts a process's CPU time in clock ticks (10 ms), so a
+#: rate over the 1-5 ms between two readings that a loaded machine can squeeze together reads one tick as
+#: 200-1000 % of a core (seen: 455 % and 1404 % for a one-thread worker). Over 50 ms a tick is 20 %.
+CPU_RATE_WINDOW_S = 0.05
+
+
 class HostProbe:
     """CPU and resident memory of the worker's process tree, and the system's memory in use.
 
-    ``cpu_util_pct`` is the tree's CPU time over the wall time since the previous reading, in percent
-    of one core (200 = two cores busy), like ``top``; summing per-process CPU time rather than asking
-    psutil for ``cpu_percent()`` keeps one reading exact for processes that appear between readings.
+    ``cpu_util_pct`` is the tree's CPU time over the wall time since a reference reading, in percent
+    of one core (200 = two cores busy), like ``top``. The reference is the latest reading at least
+    ``window_s`` (:data:`CPU_RATE_WINDOW_S`) before this one, so each value is a trailing mean over
+    50-70 ms at the sampler's 20 ms ticks: never a ratio of one CPU tick to a few milliseconds. Summing
+    per-process CPU time rather than asking psutil for ``cpu_percent()`` keeps the sum exact: every
+    process's CPU time since the reference counts once. The first readings (within ``window_s`` of the
+    start) count the worker's CPU time since it was made: its start-up. A process first seen later (a
+    child started between two listings of the tree, up to a second apart) counts from when it is first
+    seen; its CPU time before that is not attributed to any reading (counting it all at once put a
+    second of a child's work into one 50 ms reading).
     ``rss_mib`` sums the tree's resident sets (pages shared between processes count once per process).
     ``sys_mem_used_mib`` is total minus available memory: what the machine cannot hand out now.
     """
@@ -136,42 +150,56 @@ class HostProbe:
     name = "host"
     fields: tuple[str, ...] = HOST_FIELDS
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, window_s: float = CPU_RATE_WINDOW_S,
+                 process: Callable[[int], psutil.Process] = psutil.Process) -> None:
         self._clock = clock
+        self._window_s = window_s
+        self._process = process
         self._procs: dict[int, psutil.Process] = {}
-        self._cpu_s: dict[int, float] = {}
-        self._last_t = clock()  # made when the worker starts: its first reading covers start-up
+        self._first_cpu_s: dict[int, float] = {}  # each pid's CPU time when first seen
+        # (time, CPU time by pid) of recent readings, oldest first; the first stands for the worker's start,
+        # made when the worker starts: readings taken against it count every process's CPU time in full
+        self._history: deque[tuple[float, dict[int, float] | None]] = deque([(clock(), None)])
 
     def read(self, pids: frozenset[int]) -> dict[str, float]:
         """One reading (see the class docstring)."""
         now = self._clock()
-        cpu_delta_s = 0.0
         rss = 0
         seen: dict[int, float] = {}
         for pid in pids:
             proc = self._procs.get(pid)
             try:
                 if proc is None:
-                    proc = self._procs[pid] = psutil.Process(pid)
+                    proc = self._procs[pid] = self._process(pid)
                 with proc.oneshot():
                     times = proc.cpu_times()
                     rss_bytes = proc.memory_info().rss
             except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
                 self._procs.pop(pid, None)  # a child that just exited, or one we may not read
+                self._first_cpu_s.pop(pid, None)  # if it is back later, it counts from then
                 continue
-            cpu_s = times.user + times.system
-            # a process first seen now ran all its CPU time since it was made, after the last reading
-            cpu_delta_s += cpu_s - self._cpu_s.get(pid, 0.0)
-            seen[pid] = cpu_s
+            seen[pid] = times.user + times.system
             rss += rss_bytes  # 0 for a process caught exiting: its memory is already released
         for gone in set(self._procs) - set(seen):
             self._procs.pop(gone, None)
-        self._cpu_s = seen
-        wall_s = now - self._last_t
-        self._last_t = now
+        while len(self._history) > 1 and now - self._history[1][0] >= self._window_s:
+            self._history.popleft()  # the reference: the latest reading at least window_s old
+        ref_t, ref_cpu = self._history[0]
+        cpu_delta_s = 0.0
+        for pid, cpu_s in seen.items():
+            if ref_cpu is None:  # against the start: everything since the process was made
+                base = 0.0
+            elif pid in ref_cpu:
+                base = ref_cpu[pid]
+            else:  # first seen since the reference (or back after a failed read): from its first sighting
+                base = self._first_cpu_s.get(pid, cpu_s)
+            cpu_delta_s += max(cpu_s - base, 0.0)
+            self._first_cpu_s.setdefault(pid, cpu_s)
+        self._history.append((now, seen))
+        wall_s = now - ref_t
         vm = psutil.virtual_memory()
         return {
-            "cpu_util_pct": 100.0 * max(cpu_delta_s, 0.0) / wall_s if wall_s > 0 else NAN,
+            "cpu_util_pct": 100.0 * cpu_delta_s / wall_s if wall_s > 0 else NAN,
             "rss_mib": rss / MIB if rss else NAN,
             "sys_mem_used_mib": (vm.total - vm.available) / MIB,
         }
@@ -179,6 +207,7 @@ class HostProbe:
     def close(self) -> None:
         """Forget the processes."""
         self._procs.clear()
+        self._history.clear()
 
 
 class NullGpuProbe:

@@ -199,3 +199,25 @@ def test_eval_points_default_to_eight_reach_the_trial_and_change_its_hash_only_w
     assert old.eval_points == 0
     assert make_trial(eval_points=0).trial_hash == old.trial_hash
     assert make_trial(eval_points=8).trial_hash != old.trial_hash
+
+
+def test_target_accuracy_is_a_percent_defaulting_to_zero_and_refuses_a_fraction():
+    assert parse().target_accuracy == 0.0 and parse(target_accuracy=97.5).target_accuracy == 97.5
+    for bad, words in ((0.95, ["target_accuracy", "percent", "write 95"]), (101, ["target_accuracy", "101"]),
+                       (-1, ["target_accuracy", "-1"])):
+        with pytest.raises(ConfigError) as e:
+            parse(target_accuracy=bad)
+        assert all(w in str(e.value) for w in words), (bad, str(e.value))
+
+
+def test_target_accuracy_is_an_analysis_key_resume_accepts_and_no_trial_hash_holds():
+    from harness.run.sweep import changed_settings
+
+    before, after = parse(), parse(target_accuracy=90.0)
+    assert changed_settings(before.to_dict(), after.to_dict()) == []  # --resume keeps the finished trials
+    assert changed_settings(before.to_dict(), parse(epochs=3).to_dict())  # a setting of how trials run still counts
+    from dataclasses import fields
+
+    from harness.config.trial import TrialSpec
+
+    assert "target_accuracy" not in {f.name for f in fields(TrialSpec)}  # so no trial's hash depends on it

@@ -1,8 +1,9 @@
-"""The batch-size recommendation (report/recommend.py): the rule on hand-made sizes, and recomputed from a store.
+"""The batch-size recommendation (report/recommend.py): time to target, recomputed from a store with plain SQL.
 
-The store test writes rows through the real :meth:`Store.write_trial` (numbers chosen by the test, so
-each case of the rule is hit on purpose), then recomputes every recommended size with plain SQL and the
-rule as docs/recommend.md states it, independently of the module, and compares with ``--json``.
+The store tests write rows and learning curves through the real :meth:`Store.write_trial` (numbers chosen by the
+test, so each case of the rule is hit on purpose), then recompute every time to target and recommended size with
+plain SQL on the store file and the rule as docs/recommend.md states it, independently of the module, and compare
+with ``recommend --json``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -17,31 +19,24 @@ import pytest
 from adapters.base import OptimizerSpec
 from harness.cli import main
 from harness.config.trial import TrialSpec
-from harness.records import TrialOutcome, WorkerMetrics
+from harness.records import CurvePoint, TrialOutcome, WorkerMetrics
 from harness.store import Store
 from report.load import load
-from report.recommend import SHARE_OF_BEST, THROUGHPUT_COLUMN, SizeStats, knee, recommend, throughput_of
+from report.recommend import THROUGHPUT_COLUMN, SizeStats, knee, recommend, throughput_of
 
 EXP = "rule_test"
+TRAIN_N = 4000
 
 
 def _size(bs: int, mean: float, sd: float | None = None, n: int = 2) -> SizeStats:
     return SizeStats(batch_size=bs, repeats_n=n, samples_per_s_mean=mean, samples_per_s_sd=sd)
 
 
-def test_knee_is_the_smallest_size_within_the_share_of_the_best() -> None:
+def test_the_throughput_knee_is_the_smallest_size_within_the_share_of_the_best() -> None:
     sizes = [_size(4, 100, 2), _size(16, 300, 3), _size(64, 950, 5), _size(256, 1000, 5)]
     assert knee(sizes) == (64, 256, 64, 64)  # 950 >= 0.9 * 1000; 300 is far below
-
-
-def test_knee_reports_a_range_when_the_spreads_overlap_the_bar() -> None:
     # 860 ± 60 straddles the bar of 900: the data allow 16 (high end) or 64 (low end clears it)
-    sizes = [_size(4, 100, 2), _size(16, 860, 60), _size(64, 980, 10), _size(256, 1000, 5)]
-    rec, best, lo, hi = knee(sizes)
-    assert (rec, best, lo, hi) == (64, 256, 16, 64)
-
-
-def test_knee_when_the_best_is_the_smallest() -> None:
+    assert knee([_size(4, 100, 2), _size(16, 860, 60), _size(64, 980, 10), _size(256, 1000, 5)]) == (64, 256, 16, 64)
     assert knee([_size(4, 500, 5), _size(16, 300, 5)]) == (4, 4, 4, 4)
 
 
@@ -51,100 +46,218 @@ def test_throughput_is_read_from_the_named_column_only() -> None:
     assert throughput_of({THROUGHPUT_COLUMN: float("nan")}) is None
 
 
-def _trial(fw: str, bs: int, repeat: int) -> TrialSpec:
+def _trial(fw: str, bs: int, repeat: int, variant: str = "", optimizer: str = "sgd") -> TrialSpec:
     return TrialSpec(experiment=EXP, framework=fw, model="tiny_cnn", dataset="digits", batch_size=bs,
-                     repeat=repeat, seed=repeat, epochs=1, warmup_steps=1, timed_steps=3,
-                     optimizer=OptimizerSpec(lr=0.01), device="cpu", threads=1, timeout_s=60.0, eval=True,
-                     eval_batch_size=32)
+                     repeat=repeat, seed=repeat, epochs=2, warmup_steps=1, timed_steps=3,
+                     optimizer=OptimizerSpec(name=optimizer, lr=0.01), device="cpu", threads=1, timeout_s=60.0,
+                     eval=True, eval_batch_size=32, variant=variant)
 
 
-#: (framework, batch) -> per-repeat (samples/s, accuracy); chosen so the three frameworks hit three cases
-CASES: dict[tuple[str, int], list[tuple[float, float]]] = {
-    # clear knee at 64: two repeats everywhere, tight spreads
-    ("alpha", 8): [(100.0, 0.95), (104.0, 0.96)], ("alpha", 64): [(930.0, 0.93), (940.0, 0.94)],
-    ("alpha", 256): [(1000.0, 0.90), (1010.0, 0.89)],
-    # overlapping spreads at 64 (range 64..256)
-    ("beta", 8): [(100.0, 0.95), (110.0, 0.95)], ("beta", 64): [(810.0, 0.94), (1000.0, 0.94)],
-    ("beta", 256): [(1000.0, 0.91), (1005.0, 0.90)],
-    # one repeat: a recommendation, never "supported"; fastest at 256, and 1024 ran out of memory
-    ("gamma", 8): [(50.0, 0.9)], ("gamma", 64): [(400.0, 0.9)], ("gamma", 256): [(800.0, 0.8)],
+def _curve(bs: int, times: Sequence[float], accs: Sequence[float]) -> list[CurvePoint]:
+    """Evaluations spread evenly over 2 epochs of TRAIN_N samples at batch ``bs``."""
+    steps = 2 * TRAIN_N // bs
+    out = []
+    for i, (t, a) in enumerate(zip(times, accs, strict=True)):
+        step = steps * (i + 1) // len(times)
+        out.append(CurvePoint(point=i, step=step, samples_seen=step * bs, epoch=step * bs / TRAIN_N, train_s=t,
+                              accuracy=a, eval_loss=1.0 - a, eval_samples=500, eval_s=0.1))
+    return out
+
+
+#: (framework, batch) -> per repeat (samples/s, status, training seconds at each of 4 evaluations, accuracies)
+CASES: dict[tuple[str, int], list[tuple[float, str, list[float], list[float]]]] = {
+    # alpha: best mean final 0.956 at 64 -> target 0.946. 64 crosses between 1.5 s (0.93) and 2 s (0.955); 8 only at
+    # its last points; 256 is the fastest per sample (the knee) but never gets there
+    ("alpha", 8): [(100.0, "ok", [2, 4, 6, 8], [0.80, 0.90, 0.94, 0.950]),
+                   (104.0, "ok", [2.1, 4.1, 6.1, 8.1], [0.80, 0.90, 0.945, 0.952])],
+    ("alpha", 64): [(600.0, "ok", [0.5, 1.0, 1.5, 2.0], [0.60, 0.85, 0.93, 0.955]),
+                    (610.0, "ok", [0.5, 1.0, 1.5, 2.0], [0.62, 0.86, 0.935, 0.957])],
+    ("alpha", 256): [(1000.0, "ok", [0.2, 0.4, 0.6, 0.8], [0.30, 0.50, 0.70, 0.85]),
+                     (1010.0, "ok", [0.2, 0.4, 0.6, 0.8], [0.31, 0.52, 0.71, 0.86])],
+    # beta: batch 64 would be soonest, but one repeat diverged: never recommended; 256 is the answer
+    ("beta", 8): [(100.0, "ok", [2, 4, 6, 8], [0.70, 0.85, 0.92, 0.95]),
+                  (110.0, "ok", [2, 4, 6, 8], [0.70, 0.86, 0.93, 0.95])],
+    ("beta", 64): [(800.0, "ok", [0.3, 0.6, 0.9, 1.2], [0.90, 0.95, 0.955, 0.96]),
+                   (810.0, "diverged", [0.3, 0.6], [0.5, 0.1])],
+    ("beta", 256): [(1000.0, "ok", [0.5, 1.0, 1.5, 2.0], [0.80, 0.90, 0.95, 0.955]),
+                    (1005.0, "ok", [0.5, 1.0, 1.5, 2.0], [0.80, 0.91, 0.952, 0.955])],
+    # gamma: at each size one repeat ends below the default target: no size is eligible, no answer
+    ("gamma", 8): [(50.0, "ok", [1, 2, 3, 4], [0.5, 0.7, 0.8, 0.90]),
+                   (50.0, "ok", [1, 2, 3, 4], [0.5, 0.6, 0.7, 0.80])],
+    ("gamma", 64): [(400.0, "ok", [1, 2, 3, 4], [0.5, 0.7, 0.8, 0.91]),
+                    (400.0, "ok", [1, 2, 3, 4], [0.5, 0.6, 0.7, 0.8])],
 }
+
+
+def _write(store: Store, run_id: int, fw: str, bs: int, repeat: int, tput: float, status: str, times: Sequence[float],
+           accs: Sequence[float], variant: str = "", optimizer: str = "sgd") -> None:
+    final = accs[-1] if status == "ok" else None
+    store.write_trial(TrialOutcome(trial=_trial(fw, bs, repeat, variant, optimizer), status=status,  # type: ignore[arg-type]
+                                   device={"device": "cpu"}, curve=_curve(bs, times, accs),
+                                   metrics=WorkerMetrics(step_samples_per_s=tput, accuracy=final)), run_id, {})
+
+
+def _spec(frameworks: Sequence[str], **extra: object) -> dict[str, object]:
+    return {"name": EXP, "frameworks": list(frameworks), "epochs": 2, "lr_policy": "fixed",
+            "data": {"name": "digits", "classes": 10, "n_train": TRAIN_N}, **extra}
 
 
 @pytest.fixture()
 def rule_store(tmp_path: Path) -> Path:
-    env = {"cpu_count": 2, "note": "rule test rows, written by tests/report/test_recommend.py"}
     with Store.open(tmp_path) as store:
-        run_id = store.begin_run(EXP, {"name": EXP, "frameworks": ["alpha", "beta", "gamma"], "epochs": 1,
-                                       "data": {"name": "digits"}}, "pytest (rule test rows)", env)
+        run_id = store.begin_run(EXP, _spec(["alpha", "beta", "gamma"]), "pytest (rule test rows)", {})
         for (fw, bs), reps in CASES.items():
-            for repeat, (tput, acc) in enumerate(reps):
-                metrics = WorkerMetrics(step_samples_per_s=tput, accuracy=acc)
-                store.write_trial(TrialOutcome(trial=_trial(fw, bs, repeat), status="ok", device={"device": "cpu"},
-                                               metrics=metrics), run_id, env)
-        store.write_trial(TrialOutcome(trial=_trial("gamma", 1024, 0), status="oom", reason="made up"), run_id, env)
+            for repeat, (tput, status, times, accs) in enumerate(reps):
+                _write(store, run_id, fw, bs, repeat, tput, status, times, accs)
+        store.write_trial(TrialOutcome(trial=_trial("gamma", 1024, 0), status="oom", reason="made up"), run_id, {})
         store.write_maxbatch({"experiment": EXP, "framework": "alpha", "max_batch": 700, "recommended_batch": 512,
                               "margin_mib": 256.0, "budget_mib": 4096.0, "budget_kind": "os-rlimit"})
     return tmp_path
 
 
-def recompute(store_dir: Path, share: float = SHARE_OF_BEST) -> dict[str, int]:
-    """The documented rule, independently: per framework, the smallest batch whose mean throughput over
-    ok sweep trials is >= share x the best mean."""
+def recompute(store_dir: Path, target_pct: float = 0.0) -> dict[str, dict[str, object]]:
+    """The documented rule, independently, in plain SQL on the store file: per framework, the target (best mean final
+    accuracy of the ok sweep trials minus 1 point, or ``target_pct``), each trial's training seconds to its first
+    curve point at or above it (linear between that point and the one before), and the size with the least mean
+    time among those where every ok repeat reached it and none diverged. Returns framework -> {"batch", "times"}."""
     conn = sqlite3.connect(store_dir / "results.sqlite")
-    rows = conn.execute(f"SELECT framework, batch_size, {THROUGHPUT_COLUMN} FROM trials WHERE status = 'ok' "
-                        f"AND {THROUGHPUT_COLUMN} IS NOT NULL AND (purpose IS NULL OR purpose = 'sweep')").fetchall()
+    finals = conn.execute("SELECT framework, batch_size, AVG(accuracy) FROM trials WHERE status = 'ok' AND "
+                          "accuracy IS NOT NULL AND (purpose IS NULL OR purpose = 'sweep') "
+                          "GROUP BY framework, batch_size").fetchall()
+    target = {}
+    for fw, _, acc in finals:
+        target[fw] = max(target.get(fw, 0.0), acc - 0.01)
+    if target_pct:
+        target = {fw: target_pct / 100 for fw in target}
+    # each curve point with the point before it (SQL window function), for ok and diverged sweep trials
+    rows = conn.execute("""
+        SELECT t.framework, t.batch_size, t.trial_hash, t.status, c.accuracy, c.train_s,
+               LAG(c.accuracy) OVER w, LAG(c.train_s) OVER w
+        FROM trials t JOIN curve c USING (trial_hash)
+        WHERE t.status IN ('ok', 'diverged') AND (t.purpose IS NULL OR t.purpose = 'sweep')
+        WINDOW w AS (PARTITION BY c.trial_hash ORDER BY c.point)
+        ORDER BY t.trial_hash, c.point""").fetchall()
     conn.close()
-    means: dict[str, dict[int, list[float]]] = {}
-    for fw, bs, v in rows:
-        means.setdefault(fw, {}).setdefault(bs, []).append(v)
-    out = {}
-    for fw, by_bs in means.items():
-        avg = {bs: statistics.fmean(v) for bs, v in by_bs.items()}
-        bar = share * max(avg.values())
-        out[fw] = min(bs for bs, m in avg.items() if m >= bar)
+    reached: dict[str, float] = {}
+    trials: dict[tuple[str, int], dict[str, str]] = {}
+    for fw, bs, h, status, acc, t, prev_acc, prev_t in rows:
+        trials.setdefault((fw, bs), {})[h] = status
+        if status != "ok" or h in reached or acc < target[fw]:
+            continue
+        reached[h] = t if prev_acc is None else prev_t + (t - prev_t) * (target[fw] - prev_acc) / (acc - prev_acc)
+    out: dict[str, dict[str, object]] = {}
+    for (fw, bs), hashes in trials.items():
+        times = [reached[h] for h in hashes if h in reached]
+        entry = out.setdefault(fw, {"batch": None, "times": {}})
+        entry["times"][bs] = statistics.fmean(times) if times else None  # type: ignore[index]
+        if len(times) == len(hashes) and "diverged" not in hashes.values():
+            best = entry["batch"]
+            if best is None or statistics.fmean(times) < entry["times"][best]:  # type: ignore[index]
+                entry["batch"] = bs
     return out
 
 
-def test_every_recommended_size_is_recomputed_from_the_stored_rows(rule_store: Path,
-                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_time_to_target_and_the_recommended_size_are_recomputed_from_the_stored_rows(
+        rule_store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["recommend", str(rule_store), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     recs = {r["framework"]: r for r in printed["experiments"][0]["recommendations"]}
-    assert {fw: r["recommended_batch"] for fw, r in recs.items()} == recompute(rule_store) \
-        == {"alpha": 64, "beta": 64, "gamma": 256}
+    expected = recompute(rule_store)
+    assert {fw: r["recommended_batch"] for fw, r in recs.items()} == {fw: e["batch"] for fw, e in expected.items()} \
+        == {"alpha": 64, "beta": 256, "gamma": None}
+    for fw, r in recs.items():
+        for size in r["sizes"]:
+            tt = size["time_to_target"]
+            want = expected[fw]["times"].get(size["batch_size"])  # type: ignore[attr-defined]
+            got = tt and tt["train_s"] and tt["train_s"]["mean"]
+            assert got == pytest.approx(want), (fw, size["batch_size"])
+    # alpha: 64 crosses 0.946 between (1.5 s, 0.93) and (2.0 s, 0.955) in repeat 0: 1.5 + 0.5 x 0.016 / 0.025
+    assert recs["alpha"]["target_accuracy"] == pytest.approx(0.946)
+    alpha64 = next(s for s in recs["alpha"]["sizes"] if s["batch_size"] == 64)["time_to_target"]
+    assert alpha64["train_s"]["n"] == 2 and alpha64["eligible"]
+    assert recs["alpha"]["knee_batch"] == 256  # the throughput knee stays as the second column, not the answer
     assert recs["alpha"]["supported"] and recs["alpha"]["range"] == [64, 64]
-    assert not recs["beta"]["supported"] and recs["beta"]["range"] == [64, 256]
-    assert not recs["gamma"]["supported"]
-    assert any("one repeat" in c for c in recs["gamma"]["caveats"])
-    assert any("still rising" in c for c in recs["alpha"]["caveats"])  # 256 was its largest size
-    assert not any("still rising" in c for c in recs["gamma"]["caveats"])  # 1024 above it ran out of memory
-    assert recs["alpha"]["max_fit"]["max_batch"] == 700 and recs["alpha"]["max_fit"]["recommended_batch"] == 512
-    # accuracy cost against the best mean accuracy (alpha: 0.955 at 8; 0.895 at 256 -> 6.0 points)
-    assert recs["alpha"]["accuracy_cost_pts"]["256"] == pytest.approx(6.0)
-    assert recs["alpha"]["accuracy_cost_pts"]["8"] == pytest.approx(0.0)
+    assert recs["alpha"]["max_fit"]["max_batch"] == 700
+    alpha256 = next(s for s in recs["alpha"]["sizes"] if s["batch_size"] == 256)["time_to_target"]
+    assert alpha256["text"] == "not reached in 2 epochs" and not alpha256["eligible"]
+    beta64 = next(s for s in recs["beta"]["sizes"] if s["batch_size"] == 64)["time_to_target"]
+    assert beta64["diverged_n"] == 1 and not beta64["eligible"]
+    assert recs["gamma"]["recommended_batch"] is None and "no batch size reached the target" in recs["gamma"]["why"]
+    assert any("epochs = 4" in t for t in recs["gamma"]["to_run"])
+    assert any("lr_policy" in t for t in recs["gamma"]["to_run"])
 
 
-def test_the_terminal_table_and_the_rule_are_printed(rule_store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_absolute_target_from_the_command_line_changes_the_answer(rule_store: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # at 80 % every alpha size reaches the target; 256 gets there first (between 0.6 s at 0.70 and 0.8 s at 0.85)
+    assert main(["recommend", str(rule_store), "--json", "--target-accuracy", "80"]) == 0
+    recs = {r["framework"]: r for r in json.loads(capsys.readouterr().out)["experiments"][0]["recommendations"]}
+    expected = recompute(rule_store, 80.0)
+    assert recs["alpha"]["recommended_batch"] == expected["alpha"]["batch"] == 256
+    assert recs["alpha"]["target_how"] == "absolute" and recs["alpha"]["target_accuracy"] == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize("bad", ["0.9", "101", "abc", "-1"])
+def test_a_bad_target_is_a_usage_error(rule_store: Path, bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["recommend", str(rule_store), "--target-accuracy", bad])
+    assert e.value.code == 2 and "--target-accuracy" in capsys.readouterr().err
+
+
+def test_the_terminal_shows_the_answer_the_knee_and_the_rule(rule_store: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["recommend", str(rule_store)]) == 0
     out = capsys.readouterr().out
-    assert "alpha: 64: the smallest batch within 90% of the best throughput" in out
-    assert "64 (range 64–256), tentative" in out
+    assert "alpha: 64: reaches the target 94.6%" in out
+    assert "time to target per size: 8: " in out and "256: not reached in 2 epochs" in out
     assert "700 (512 with a 256 MiB margin)" in out
-    assert "rule: Recommended: the smallest batch size" in out
+    assert "rule: Recommended: the batch size that reaches the target accuracy" in out
 
 
-def test_no_accuracy_is_said_plainly(tmp_path: Path) -> None:
+def test_two_variants_are_two_answers_never_averaged(tmp_path: Path) -> None:
+    """As experiments/optimizer_batch.toml: sgd and adam on one framework. Averaged into one cell, batch 64 would
+    win (sgd's slow 8 and adam's missed 64 mixed); kept apart, sgd's answer is 64 and adam's is 8."""
     with Store.open(tmp_path) as store:
-        run_id = store.begin_run(EXP, {"name": EXP}, "pytest", {})
+        run_id = store.begin_run(EXP, _spec(["alpha"], variants=[{"name": "sgd", "settings": {"optimizer": "sgd"}},
+                                                                  {"name": "adam",
+                                                                   "settings": {"optimizer": "adam"}}]), "pytest", {})
+        for rep in (0, 1):
+            _write(store, run_id, "alpha", 8, rep, 100.0, "ok", [2, 4, 6, 8], [0.5, 0.7, 0.85, 0.90], "sgd", "sgd")
+            _write(store, run_id, "alpha", 64, rep, 900.0, "ok", [1, 2, 3, 4], [0.6, 0.8, 0.9, 0.92], "sgd", "sgd")
+            _write(store, run_id, "alpha", 8, rep, 100.0, "ok", [1, 2, 3, 4], [0.9, 0.97, 0.98, 0.985], "adam", "adam")
+            _write(store, run_id, "alpha", 64, rep, 900.0, "ok", [1, 2, 3, 4], [0.5, 0.6, 0.7, 0.80], "adam", "adam")
+    recs = recommend(load(tmp_path).experiments[0])
+    by_variant = {r.variant: r for r in recs}
+    assert len(recs) == 2 and set(by_variant) == {"sgd", "adam"}
+    assert by_variant["sgd"].batch_size == 64 and by_variant["adam"].batch_size == 8
+    assert by_variant["sgd"].target.accuracy == pytest.approx(0.91)  # type: ignore[union-attr]
+    assert by_variant["adam"].target.accuracy == pytest.approx(0.975)  # type: ignore[union-attr]
+    assert {r.name for r in recs} == {"alpha [sgd]", "alpha [adam]"}
+    # every size of each answer holds only that variant's two repeats
+    assert all(s.repeats_n == 2 for r in recs for s in r.sizes)
+
+
+def test_no_accuracy_gives_no_answer_but_the_knee(tmp_path: Path) -> None:
+    with Store.open(tmp_path) as store:
+        run_id = store.begin_run(EXP, {"name": EXP, "epochs": 0}, "pytest", {})
         for bs, tput in ((8, 10.0), (64, 50.0)):
             for rep in (0, 1):
                 store.write_trial(TrialOutcome(trial=_trial("alpha", bs, rep), status="ok",
                                                metrics=WorkerMetrics(step_samples_per_s=tput + rep)), run_id, {})
     (rec,) = recommend(load(tmp_path).experiments[0])
-    assert rec.batch_size == 64
-    assert any("no accuracy" in c for c in rec.caveats)
+    assert rec.batch_size is None and rec.knee_batch == 64
+    assert "no accuracy to reach" in rec.why and "knee is batch 64" in rec.why
     assert any("epochs >= 1" in t for t in rec.to_run)
+
+
+def test_a_best_accuracy_near_chance_gives_no_answer(tmp_path: Path) -> None:
+    with Store.open(tmp_path) as store:
+        run_id = store.begin_run(EXP, _spec(["alpha"]), "pytest", {})
+        for bs in (8, 64):
+            for rep in (0, 1):
+                _write(store, run_id, "alpha", bs, rep, 100.0 * bs, "ok", [1, 2, 3, 4], [0.10, 0.11, 0.12, 0.13])
+    (rec,) = recommend(load(tmp_path).experiments[0])
+    assert rec.batch_size is None and "within 5 points of chance (10.0%)" in rec.why
 
 
 def test_nothing_finished_gives_no_size_and_says_why(tmp_path: Path) -> None:

@@ -302,14 +302,19 @@ def test_page_one_leads_with_a_recommendation_recomputed_from_the_store(
     for store_dir, (pdf, _) in ((cpu_dir, cpu_report), (gpu_dir, gpu_report)):
         page1 = _flat(PdfReader(pdf).pages[0].extract_text() or "")
         assert "The answer: which batch size to train with" in page1
-        assert "The trade-off behind the recommendation" in page1  # the figure is on page 1 too
-        expected = recompute(store_dir)  # the documented rule, in plain SQL (tests/report/test_recommend.py)
-        assert expected
+        assert "The answer: training time to the target accuracy, and throughput" in page1  # the figure is on page 1
+        # the documented rule, in plain SQL on the curve rows (tests/report/test_recommend.py); the GPU replay trained
+        # no epochs, so it has no accuracy, no target and no answer
+        expected = {fw: e["batch"] for fw, e in recompute(store_dir).items()}
         for framework, batch in expected.items():
-            assert re.search(rf"\b{framework} {batch}\b", page1), (framework, batch, page1[:1500])
+            if batch is not None:
+                assert re.search(rf"\b{framework} {batch}\b", page1), (framework, batch, page1[:1500])
         with open(pdf.parent / "tables" / f"{load(store_dir).experiments[0].name}-recommendation.csv") as f:
-            stored = {r["framework"]: int(r["recommended_batch"]) for r in csv.DictReader(f)}
-        assert stored == expected
+            stored = {r["framework"]: int(r["recommended_batch"]) if r["recommended_batch"] else None
+                      for r in csv.DictReader(f)}
+        assert {fw: b for fw, b in stored.items() if fw in expected} == expected
+        if store_dir == gpu_dir:
+            assert set(stored.values()) == {None} and "no accuracy to reach" in page1
     gpu_page1 = _flat(PdfReader(gpu_report[0]).pages[0].extract_text() or "")
     assert "J/sample" in gpu_page1  # energy per sample where there was a (replayed) GPU
     assert "J/sample" not in _flat(PdfReader(cpu_report[0]).pages[0].extract_text() or "")
