@@ -25,7 +25,7 @@ which matters only where a batch is a large share of the data.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -153,6 +153,24 @@ def estimate_from_rows(rows: Iterable[Mapping[str, Any]], min_samples_seen: int 
         b_small=tuple(sorted({int(r["b_small"]) for r in usable})),
         b_big=tuple(sorted({int(r["b_big"]) for r in usable})),
         noise_s=sum(float(r.get("noise_s") or 0.0) for r in usable))
+
+
+def estimates_by_group(rows: Iterable[Mapping[str, Any]], group_of: Callable[[str], str | None],
+                       min_samples_seen: int = 0) -> dict[str, NoiseEstimate]:
+    """One estimate per group of trials (a series, for the report's ``predicted`` B beside B_crit): ``group_of``
+    maps a row's ``trial_hash`` to its group's name, or None to leave the row out. Groups without usable rows are
+    absent."""
+    grouped: dict[str, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        name = group_of(str(r.get("trial_hash")))
+        if name is not None:
+            grouped.setdefault(name, []).append(r)
+    out = {}
+    for name, mine in grouped.items():
+        est = estimate_from_rows(mine, min_samples_seen)
+        if est is not None:
+            out[name] = est
+    return out
 
 
 def format_estimate(est: NoiseEstimate | None) -> str:

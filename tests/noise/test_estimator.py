@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from harness.noise import BIG_FACTOR, estimate_from_rows, format_estimate, noise_scale, terms
+from harness.noise import BIG_FACTOR, estimate_from_rows, estimates_by_group, format_estimate, noise_scale, terms
 
 
 def _problem(d: int = 20, sigma: float = 1.0, seed: int = 0) -> tuple[np.ndarray, np.ndarray, float, float]:
@@ -88,3 +88,12 @@ def test_no_usable_rows_give_none_and_a_negative_mean_gradient_gives_no_ratio():
                                "x_big_mean": 2.0, "small_n": 8, "big_n": 2}])
     assert est is not None and est.b_simple is None and est.g2 < 0
     assert "not estimable" in format_estimate(est)
+
+
+def test_estimates_by_group_gives_one_per_series_and_leaves_out_what_it_is_told_to():
+    rows = [{**_measure(8, groups=200, seed=s), "trial_hash": h, "step": 1, "samples_seen": 10}
+            for s, h in enumerate(("a1", "a2", "b1", "x"))]
+    series = {"a1": "pytorch", "a2": "pytorch", "b1": "jax"}
+    got = estimates_by_group(rows, series.get)
+    assert set(got) == {"pytorch", "jax"} and got["pytorch"].trials_n == 2 and got["jax"].trials_n == 1
+    assert estimates_by_group(rows, series.get, min_samples_seen=11) == {}
