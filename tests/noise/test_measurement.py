@@ -147,3 +147,18 @@ def test_the_small_batch_is_the_trials_up_to_the_cap():
                            order=np.zeros((1, 1000), np.int64))  # type: ignore[arg-type]
         record = measure_noise(ctx, groups=1)
         assert (record.b_small, record.b_big) == (want, BIG_FACTOR * want), batch
+
+
+def test_the_cli_refuses_it_for_a_plugin_without_the_capability_and_writes_nothing(monkeypatch, tmp_path, capsys):
+    from harness.cli import main
+
+    real = dict(registry._entry_points())
+    legacy = md.EntryPoint(name="pytorch_v1", value=LEGACY, group=registry.GROUP)
+    monkeypatch.setattr(registry, "_entry_points", lambda: {**real, "pytorch_v1": legacy})
+    exp = tmp_path / "noise.toml"
+    exp.write_text('name = "n"\nframeworks = ["pytorch_v1"]\nbatch_sizes = [8]\ngradient_noise = 2\n')
+    assert main(["run", str(exp), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "pytorch_v1 adapter has no flat_gradient()" in err and "`flat_gradient`" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "out").exists()  # refused before anything was written
