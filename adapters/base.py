@@ -385,6 +385,16 @@ class Adapter(ABC):
         """One optimizer update with the accumulated gradients, then clear them. Returns once the device is idle."""
         raise NotImplementedError(f"adapter {self.name!r} does not implement gradient accumulation")
 
+    def flat_gradient(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The gradient of the mean loss over the batch (x: float32 NCHW, y: int64) at the current weights, as
+        one float64 array: every trainable weight's gradient in :meth:`get_weights`' order and layouts, flattened
+        C-order and concatenated (so that adapters agree element for element). BatchNorm normalises with the
+        batch's statistics (training mode). It must change nothing: not the weights, not the optimizer state
+        (no update, no momentum), not BatchNorm's running statistics (restore them, or do not let them move).
+        Optional: the gradient-noise measurement (``gradient_noise``, docs/noise.md) needs it, and is refused in
+        the parent for an adapter without it."""
+        raise NotImplementedError(f"adapter {self.name!r} does not implement flat_gradient()")
+
     def precision_seen(self) -> PrecisionSeen | None:
         """What the latest training forward pass computed in, observed (see :class:`PrecisionSeen`).
 
@@ -425,7 +435,7 @@ def _layer_capability(layer_type: type) -> Capability:
 
 #: Every optional capability, in the order ``batchscope adapters`` lists them. To add one: a row here, then the
 #: contract checks that need it name it (tests/contract/checks.py), and the CHANGELOG says so under "For plugin
-#: authors". ``flat_gradient`` arrives with the gradient-noise measurement (issue 22).
+#: authors".
 CAPABILITIES: tuple[Capability, ...] = (
     *(_layer_capability(t) for t in LAYER_TYPES.values()),
     Capability("batchnorm_state", ("batchnorm_state",), "reports BatchNorm running statistics"),
@@ -435,8 +445,9 @@ CAPABILITIES: tuple[Capability, ...] = (
     Capability("precisions", ("precisions", "device_precisions"), "a precision besides fp32 (bf16, amp)",
                required=False, present=_declares_mixed_precision),
     Capability("native_models", ("build_native",), "the framework's own models (native_model)", required=False),
-    Capability("flat_gradient", ("flat_gradient",), "the gradient as one flat array (gradient noise scale)",
-               required=False),
+    # required of the built-ins (the contract suite fails one without it); a plugin without it is told
+    # "unsupported" and gradient_noise is refused for it in the parent
+    Capability("flat_gradient", ("flat_gradient",), "the gradient as one flat array (gradient noise scale)"),
     Capability("own_build", ("build",), "builds models in its own build(): which layers it builds is found by "
                "trying, not declared by hooks", required=False),
 )

@@ -313,6 +313,8 @@ class JAXAdapter(Adapter):
         # frameworks' optimizers do: without it the step's peak memory holds two copies of both.
         self._step = jax.jit(step, donate_argnums=(0, 1, 2))
         self._infer = jax.jit(lambda params, state, x: forward(params, state, x, False)[0])
+        # the gradient alone: the BatchNorm state it returns (as aux) is dropped, the parameters are not donated
+        self._gradient = jax.jit(lambda params, state, x, y: jax.grad(loss_fn, has_aux=True)(params, state, x, y)[0])
 
     def precision_seen(self) -> PrecisionSeen | None:
         return PrecisionSeen(self._seen_dtype) if self._seen_dtype is not None else None
@@ -359,6 +361,15 @@ class JAXAdapter(Adapter):
             return super().evaluate(x, y, batch_size)
         finally:
             self._evaluating = False
+
+    def flat_gradient(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The mean loss's gradient at the current parameters; BatchNorm normalises with the batch's statistics,
+        and the running ones it would update are discarded (``self.state`` is not touched)."""
+        xb = self._put(np.ascontiguousarray(x, dtype=np.float32))
+        yb = self._put(np.ascontiguousarray(y, dtype=np.int32))
+        grads = self._gradient(self.params, self.state, xb, yb)
+        arrays = [np.asarray(g, dtype=np.float64).ravel() for g in grads]  # canonical layouts already
+        return np.concatenate(arrays) if arrays else np.zeros(0)
 
     def predict(self, batch: Any) -> np.ndarray:
         x, _ = batch

@@ -345,6 +345,31 @@ class MXNetAdapter(Adapter):
         self._accumulated = None
         self.mx.nd.waitall()
 
+    def flat_gradient(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The mean loss's gradient: one forward in ``record()`` (training mode: BatchNorm uses the batch's
+        statistics) and ``backward()``, with no ``trainer.step``. The backward writes the parameters' gradient
+        buffers, which the next step's backward overwrites (grad_req "write"; an accumulation in progress keeps its
+        sum apart, in ``_accumulated``); BatchNorm's running statistics, which the training-mode forward moves,
+        are put back as they were."""
+        mx = self.mx
+        xb, yb = self.prepare_batch(x, y)
+        running = [p for p in self.net.collect_params().values() if p.grad_req == "null"]
+        saved = [p.data(self.ctx).copy() for p in running]
+        try:
+            with mx.autograd.record():
+                loss = self._forward_loss(xb, yb)
+            loss.backward()  # gradients of the summed per-sample losses
+            scale = 1.0 / xb.shape[0]
+            out = []
+            for param, transposed in self._params:
+                grad = param.grad(self.ctx).asnumpy().astype(np.float64) * scale
+                out.append((grad.T if transposed else grad).ravel())
+        finally:
+            for param, value in zip(running, saved, strict=True):
+                param.set_data(value)
+            mx.nd.waitall()
+        return np.concatenate(out) if out else np.zeros(0)
+
     def predict(self, batch: Any) -> np.ndarray:
         x, _ = batch
         return np.asarray(self.net(x).asnumpy(), dtype=np.float32)  # outside record(): inference mode

@@ -401,6 +401,27 @@ class PyTorchAdapter(Adapter):
         if self.cuda:
             self.torch.cuda.synchronize()
 
+    def flat_gradient(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The mean loss's gradient, through ``torch.autograd.grad`` (``.grad`` and the optimizer are left alone);
+        BatchNorm normalises with the batch's statistics, its running ones are restored afterwards."""
+        torch = self.torch
+        xt, yt = self.prepare_batch(x, y)
+        params = self._order or [p for p in self.model.parameters() if p.requires_grad]
+        saved = [b.detach().clone() for b in self.model.buffers()]
+        try:
+            loss = self._forward_loss(xt, yt)
+            scale = float(self.scaler.get_scale()) if self.scaler is not None else 1.0  # amp: no float16 underflow
+            grads = torch.autograd.grad(loss * scale if scale != 1.0 else loss, params)
+        finally:
+            with torch.no_grad():
+                for buffer, value in zip(self.model.buffers(), saved, strict=True):
+                    buffer.copy_(value)
+        out = []
+        for grad in grads:
+            array = grad.detach().double().cpu().numpy() / scale
+            out.append((array.T if array.ndim == 2 and self._order else array).ravel())  # get_weights' layout
+        return np.concatenate(out) if out else np.zeros(0)
+
     def predict(self, batch: Any) -> np.ndarray:
         x, _ = batch
         self.model.eval()

@@ -380,7 +380,17 @@ class TensorFlowAdapter(Adapter):
         def infer(x: Any) -> Any:
             return net(x, training=False)
 
-        self._step_fn, self._predict_fn = step, infer
+        @tf.function(input_signature=signature)
+        def gradient(x: Any, y: Any) -> Any:
+            with tf.GradientTape() as tape:
+                loss = self._loss(net(x, training=True), y)
+                scaled = self._scale_loss(loss)
+            grads = tape.gradient(scaled, self._variables)  # canonical order: get_weights' variables
+            if scaled is not loss:  # amp: the gradients of the scaled loss, unscaled here
+                grads = [g / self.optimizer.dynamic_scale for g in grads]
+            return grads
+
+        self._step_fn, self._predict_fn, self._gradient_fn = step, infer, gradient
         self._signature = signature
 
     def _loss(self, logits: Any, y: Any) -> Any:
@@ -480,6 +490,22 @@ class TensorFlowAdapter(Adapter):
             self.tf.test.experimental.sync_devices()
         else:
             iterations.numpy()
+
+    def flat_gradient(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The mean loss's gradient (a traced function of its own: no optimizer update). BatchNorm runs in training
+        mode, normalising with the batch's statistics, which also moves its moving statistics: those (every
+        non-trainable variable of the model) are put back as they were."""
+        xt, yt = self.prepare_batch(x, y)
+        saved = [(v, np.array(v.numpy())) for v in self.model.non_trainable_variables]
+        try:
+            with self.tf.device(self.device_name):
+                grads = self._gradient_fn(xt, yt)
+            arrays = [conv(np.asarray(g.numpy(), dtype=np.float64))
+                      for g, conv in zip(grads, self._from_keras, strict=True)]
+        finally:
+            for var, value in saved:
+                var.assign(value)
+        return np.concatenate([a.ravel() for a in arrays]) if arrays else np.zeros(0)
 
     def predict(self, batch: Any) -> np.ndarray:
         x, _ = batch

@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol
 
 from harness.config.trial import TrialSpec
 from harness.data.prepared import PreparedData
+from harness.noise import NoiseRecord
 
 #: how a trial ended: ran to the end; out of memory; a Python error; killed at its timeout; the worker died
 #: (signal, exit code, or it could not start); not run (larger than a size that ran out of memory); its training
@@ -214,3 +215,5 @@ class TrialOutcome:
     finished_at: str = ""
     monitor: MonitorResult = field(default_factory=MonitorResult)
     curve: list[CurvePoint] = field(default_factory=list)  # one point per evaluation, in training order
+    #: the gradient-noise measurement of each evaluation point (harness.noise.NoiseRecord), where it was asked for
+    gradient_noise: list[NoiseRecord] = field(default_factory=list)

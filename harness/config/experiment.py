@@ -149,6 +149,9 @@ class Experiment:
     augment: Augment = "none"
     augment_pad_px: int = _setting(4, ge=1)
     accumulate_steps: int = _setting(1, ge=1)
+    #: gradient noise scale B_simple (docs/noise.md): at each evaluation point, this many big batches of 4 trial
+    #: batches each (4x as many gradients of the trial's batch size, at most 64), outside the training clock; 0: off
+    gradient_noise: int = _setting(0, ge=0)
     study: Study = ""
     adapters: Mapping[str, AdapterSettings] = field(default_factory=dict)
     variants: tuple[Variant, ...] = ()
@@ -327,6 +330,7 @@ def _validate(exp: Experiment) -> None:
     _check_fields(exp, bad)
     _validate_ranges(exp, bad)
     _check_precision(exp, bad)
+    _check_gradient_noise(exp, bad)
     _check_device_settings(exp, bad)
     if len(exp.synthetic_shape) != 3 or min(exp.synthetic_shape) <= 0:
         raise bad("synthetic_shape", f"{list(exp.synthetic_shape)!r} must be [channels, height, width], all > 0")
@@ -368,6 +372,33 @@ def _check_precision(exp: Experiment, bad: Callable[[str, str], ConfigError]) ->
             adapter_class(fw).validate_precision(exp.precision, exp.device)
         except ConfigError as e:
             raise bad("precision", str(e)) from None
+
+
+def has_hook(cls: type, hook: str) -> bool:
+    """Whether the adapter class ``cls`` defines ``hook`` itself rather than inheriting the base class's default:
+    :func:`adapters.base.capabilities`' rule, read without importing :mod:`adapters.base` (the parent's
+    configuration layer does not import the adapters' package)."""
+    for klass in cls.__mro__:
+        if hook in vars(klass):
+            return klass.__module__ != "adapters.base"
+    return False
+
+
+def _check_gradient_noise(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:
+    """Refuse a gradient-noise measurement that would not happen: without evaluation points (it runs at them), or
+    for an adapter without ``flat_gradient`` (a plugin may lack it), rather than record nothing."""
+    if not exp.gradient_noise:
+        return
+    if not exp.eval:
+        raise bad("gradient_noise", f"{exp.gradient_noise!r}: the measurement runs at the evaluation points, but "
+                                    "eval = false turns them off; set eval = true, or leave gradient_noise out")
+    from harness.registry import adapter_class
+
+    for fw in exp.frameworks:
+        if not has_hook(adapter_class(fw), "flat_gradient"):
+            raise bad("gradient_noise", f"{exp.gradient_noise!r}: the {fw} adapter has no flat_gradient() (the "
+                                        "capability `flat_gradient`), which the gradient-noise measurement needs; "
+                                        f"leave gradient_noise out, or run {fw} in an experiment without it")
 
 
 def _check_device_settings(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:

@@ -56,6 +56,9 @@ class TrialSpec:
     augment: Augment = "none"  # harness-side augmentation, identical for every framework (harness/data/augment.py)
     augment_pad_px: int = 4  # random-crop padding
     accumulate_steps: int = 1  # micro-batches of batch_size per optimizer update
+    #: big batches (of harness.noise.BIG_FACTOR trial batches) whose gradients each evaluation point measures for
+    #: the gradient noise scale; 0: none (Experiment.gradient_noise)
+    gradient_noise: int = 0
 
     @property
     def effective_batch_size(self) -> int:
@@ -95,4 +98,4 @@ class TrialSpec:
 
 #: fields left out of :attr:`TrialSpec.trial_hash` while they hold these defaults
 _HASHED_WHEN_SET: dict[str, Any] = {"variant": "", "augment": "none", "augment_pad_px": 4, "accumulate_steps": 1,
-                                    "eval_points": 0}
+                                    "eval_points": 0, "gradient_noise": 0}

@@ -229,6 +229,7 @@ class LocalExecutor:
             trial=trial, status=status, reason=reason, metrics=result.metrics if result else None,
             step_times_ms=list(result.step_times_ms) if result else [],
             phase_steps=dict(result.phase_steps) if result else {}, curve=list(result.curve) if result else [],
+            gradient_noise=list(result.gradient_noise) if result else [],
             versions=dict(report.hello.versions) if report.hello else {},
             device=ready.device.to_dict() if ready else {}, param_count=ready.param_count if ready else None,
             phases=list(report.phases), exit_code=proc.returncode, stderr_tail=stderr_tail if status != "ok" else "",

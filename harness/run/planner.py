@@ -88,4 +88,5 @@ def _trial(v: Experiment, variant: str, framework: str, batch_size: int, repeat:
         train_samples=v.train_samples,
         data_key=data.key, variant=variant, augment=v.augment, augment_pad_px=v.augment_pad_px,
         accumulate_steps=v.accumulate_steps,
+        gradient_noise=v.gradient_noise if v.eval else 0,
     )

@@ -14,7 +14,8 @@ Messages, in the order a good trial sends them::
     ready    {device: {...}, param_count, model}   after setup
     progress {phase, step, steps_total, epoch, epochs, step_ms}   during training, at most every
                                               ``progress_interval_s`` (the request's; None: never)
-    result   {metrics: {...}, step_times_ms: [...], phase_steps: {...}, curve: [{...}], diverged}
+    result   {metrics: {...}, step_times_ms: [...], phase_steps: {...}, curve: [{...}], diverged,
+              gradient_noise: [{...}]}
     failure  {oom: bool, error_type, message, traceback, phase}
     end      {}
 
@@ -36,6 +37,7 @@ from typing import IO, Any, ClassVar
 from harness.config.trial import TrialSpec
 from harness.data import PreparedData
 from harness.errors import ProtocolMismatchError, WorkerProtocolError
+from harness.noise import NoiseRecord
 from harness.records import PROGRESS_INTERVAL_S, CurvePoint, WorkerMetrics
 
 __all__ = ["EVENTS", "PHASES", "PROGRESS_INTERVAL_S", "PROTOCOL_VERSION", "Channel", "End", "Failure", "Hello",
@@ -43,8 +45,9 @@ __all__ = ["EVENTS", "PHASES", "PROGRESS_INTERVAL_S", "PROTOCOL_VERSION", "Chann
            "WorkerRequest", "decode", "encode"]
 
 #: 2: typed messages, each line carries the version (1 sent it in the request only, and no one checked it);
-#: 3: ``result`` carries the learning curve and whether (and where) the training diverged
-PROTOCOL_VERSION = 3
+#: 3: ``result`` carries the learning curve and whether (and where) the training diverged;
+#: 4: ``result`` carries the gradient-noise measurement of each evaluation point (``gradient_noise``)
+PROTOCOL_VERSION = 4
 PHASES = ("setup", "warmup", "timed", "train", "eval")
 
 
@@ -238,13 +241,14 @@ class Result(Message):
     phase_steps: Mapping[str, int]
     curve: tuple[CurvePoint, ...] = ()
     diverged: str | None = None
+    gradient_noise: tuple[NoiseRecord, ...] = ()  # one per evaluation point where the trial measured it
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Result:  # noqa: D102
         return cls(metrics=WorkerMetrics.from_dict(dict(raw["metrics"])),
                    step_times_ms=tuple(raw["step_times_ms"]), phase_steps=dict(raw["phase_steps"]),
                    curve=tuple(CurvePoint(**p) for p in raw.get("curve", ())), diverged=raw.get("diverged"),
-                   t=raw["t"])
+                   gradient_noise=tuple(NoiseRecord(**p) for p in raw.get("gradient_noise", ())), t=raw["t"])
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ Tables:
 * ``samples``: the sampler's raw samples, phase-tagged.
 * ``maxbatch``: one row per max-batch search (its probes are ``trials`` rows with purpose ``probe``).
 * ``curve``: one row per evaluation of a trial (its learning curve), columns from :class:`~harness.records.CurvePoint`.
+* ``gradient_noise``: one row per evaluation point of a trial that measured the gradient noise (experiment key
+  ``gradient_noise``), columns from :class:`~harness.noise.NoiseRecord`; a store made before has no such table.
 
 A trial's rows are written in a single transaction the moment it finishes, so a killed sweep loses
 at most the trial in flight, and ``--resume`` skips every trial whose hash is stored. The report
@@ -33,6 +35,7 @@ from harness.errors import BatchscopeError, OutputError, StoreError
 from harness.flops import mfu_pct
 from harness.monitor.fields import SAMPLE_COLUMNS
 from harness.monitor.fields import TRIAL_COLUMNS as SAMPLER_TRIAL_COLUMNS
+from harness.noise import NoiseRecord
 from harness.records import CurvePoint, TrialOutcome, WorkerMetrics
 
 STORE_NAME = "results.sqlite"
@@ -128,6 +131,10 @@ MAXBATCH_COLUMN_NAMES = tuple(name for name, _ in MAXBATCH_COLUMNS)
 #: the end of the training and equals the trial row's accuracy and eval_loss), from the CurvePoint record
 CURVE_COLUMNS: tuple[tuple[str, str], ...] = (("trial_hash", "TEXT NOT NULL"), *record_columns(CurvePoint))
 CURVE_COLUMN_NAMES = tuple(name for name, _ in CURVE_COLUMNS)
+#: gradient-noise columns: one row per evaluation point that measured it (mean squared gradient norms at two batch
+#: sizes, how many, and the seconds it took), from the NoiseRecord record; harness.noise.estimate_from_rows reads them
+NOISE_COLUMNS: tuple[tuple[str, str], ...] = (("trial_hash", "TEXT NOT NULL"), *record_columns(NoiseRecord))
+NOISE_COLUMN_NAMES = tuple(name for name, _ in NOISE_COLUMNS)
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -142,6 +149,8 @@ CREATE TABLE IF NOT EXISTS samples ({", ".join(f"{n} {t}" for n, t in SAMPLE_COL
 CREATE INDEX IF NOT EXISTS samples_by_trial ON samples (trial_hash);
 CREATE TABLE IF NOT EXISTS maxbatch ({", ".join(f"{n} {t}" for n, t in MAXBATCH_COLUMNS)});
 CREATE TABLE IF NOT EXISTS curve ({", ".join(f"{n} {t}" for n, t in CURVE_COLUMNS)}, PRIMARY KEY (trial_hash, point));
+CREATE TABLE IF NOT EXISTS gradient_noise ({", ".join(f"{n} {t}" for n, t in NOISE_COLUMNS)},
+    PRIMARY KEY (trial_hash, point));
 """
 
 
@@ -331,7 +340,8 @@ class Store:
             self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             # columns added since a store was made are added to it (nullable, so old rows stay valid)
             for table, columns in (("trials", TRIAL_COLUMNS), ("samples", SAMPLE_COLUMNS),
-                                   ("maxbatch", MAXBATCH_COLUMNS), ("curve", CURVE_COLUMNS)):
+                                   ("maxbatch", MAXBATCH_COLUMNS), ("curve", CURVE_COLUMNS),
+                                   ("gradient_noise", NOISE_COLUMNS)):
                 have = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
                 for name, typ in columns:
                     if name not in have:
@@ -408,6 +418,7 @@ class Store:
             self.conn.execute("DELETE FROM step_times WHERE trial_hash=?", (h,))
             self.conn.execute("DELETE FROM samples WHERE trial_hash=?", (h,))
             self.conn.execute("DELETE FROM curve WHERE trial_hash=?", (h,))
+            self.conn.execute("DELETE FROM gradient_noise WHERE trial_hash=?", (h,))
             cols = ", ".join(row)
             self.conn.execute(f"INSERT OR REPLACE INTO trials ({cols}) VALUES ({', '.join('?' * len(row))})",
                               tuple(row.values()))
@@ -420,6 +431,10 @@ class Store:
             self.conn.executemany(
                 f"INSERT INTO curve ({', '.join(CURVE_COLUMN_NAMES)}) VALUES ({', '.join('?' * len(CURVE_COLUMNS))})",
                 ((h, *(p.to_dict()[n] for n in CURVE_COLUMN_NAMES[1:])) for p in outcome.curve))
+            self.conn.executemany(
+                f"INSERT INTO gradient_noise ({', '.join(NOISE_COLUMN_NAMES)}) "
+                f"VALUES ({', '.join('?' * len(NOISE_COLUMNS))})",
+                ((h, *(r.to_dict()[n] for n in NOISE_COLUMN_NAMES[1:])) for r in outcome.gradient_noise))
 
     def trials(self, where: str = "", params: Iterable[Any] = ()) -> list[dict[str, Any]]:
         """Trial rows as dicts (``where`` is an SQL condition on trials' columns)."""
@@ -432,6 +447,15 @@ class Store:
             return []
         where, params = ("WHERE trial_hash=?", (trial_hash,)) if trial_hash else ("", ())
         return [dict(r) for r in self.conn.execute(f"SELECT * FROM curve {where} ORDER BY trial_hash, point", params)]
+
+    def gradient_noise(self, trial_hash: str | None = None) -> list[dict[str, Any]]:
+        """Gradient-noise rows as dicts (of one trial, or of all), by trial and point; none in a store made before
+        the measurement existed (read-only: the table is not added)."""
+        if not self.has_table("gradient_noise"):
+            return []
+        where, params = ("WHERE trial_hash=?", (trial_hash,)) if trial_hash else ("", ())
+        return [dict(r) for r in self.conn.execute(
+            f"SELECT * FROM gradient_noise {where} ORDER BY trial_hash, point", params)]
 
     def runs(self) -> list[dict[str, Any]]:
         """Run rows as dicts."""

@@ -7,13 +7,14 @@ from pathlib import Path
 
 from harness.errors import ConfigError
 from harness.store import MAXBATCH_COLUMN_NAMES, SAMPLE_COLUMNS, TRIAL_COLUMN_NAMES, Store
-from harness.store.db import CURVE_COLUMN_NAMES, writable_dir
+from harness.store.db import CURVE_COLUMN_NAMES, NOISE_COLUMN_NAMES, writable_dir
 
 #: every table a store holds (the schema version in ``meta`` is not data)
-TABLES = ("runs", "trials", "step_times", "samples", "maxbatch", "curve")
+TABLES = ("runs", "trials", "step_times", "samples", "maxbatch", "curve", "gradient_noise")
 #: the columns a store made today has: an older store read without its migration is exported with them (empty)
 KNOWN_COLUMNS = {"trials": TRIAL_COLUMN_NAMES, "maxbatch": MAXBATCH_COLUMN_NAMES,
-                 "samples": tuple(name for name, _ in SAMPLE_COLUMNS), "curve": CURVE_COLUMN_NAMES}
+                 "samples": tuple(name for name, _ in SAMPLE_COLUMNS), "curve": CURVE_COLUMN_NAMES,
+                 "gradient_noise": NOISE_COLUMN_NAMES}
 
 
 def export(out_dir: Path, fmt: str, target: Path | None = None) -> list[Path]:

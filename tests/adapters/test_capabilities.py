@@ -18,10 +18,10 @@ BUILTINS = ("pytorch", "tensorflow", "mxnet", "jax")
 #: the features (not required of built-ins) each built-in adapter deliberately lacks; the parent refuses them
 #: for it (accumulate_steps > 1, a precision, a native model). A built-in losing any other capability fails here.
 BUILTIN_LACKS = {
-    "pytorch": {"flat_gradient", "own_build"},
-    "tensorflow": {"native_models", "flat_gradient", "own_build"},
-    "mxnet": {"precisions", "native_models", "flat_gradient", "own_build"},
-    "jax": {"accumulation", "precisions", "native_models", "flat_gradient", "own_build"},
+    "pytorch": {"own_build"},
+    "tensorflow": {"native_models", "own_build"},
+    "mxnet": {"precisions", "native_models", "own_build"},
+    "jax": {"accumulation", "precisions", "native_models", "own_build"},
 }
 
 
@@ -82,3 +82,16 @@ def test_missing_capabilities_names_what_is_lacking_and_refuses_unknown_names():
         "layer_residual", "batchnorm_state")
     with pytest.raises(ValueError, match="unknown capabilities"):
         missing_capabilities(_Legacy, ("layer_resdiual",))
+
+
+def test_flat_gradient_is_a_capability_the_builtins_must_have_and_a_plugin_may_lack():
+    from adapters.base import CAPABILITIES as caps
+
+    row = next(c for c in caps if c.name == "flat_gradient")
+    assert row.required  # required of the built-ins: the contract fails one without it
+    from tests.contract.legacy.pytorch_v1 import PyTorchV1Adapter
+
+    # a plugin written before it (the 0.1.0 adapter): unsupported in the suite, refused in the parent
+    assert "flat_gradient" not in capabilities(PyTorchV1Adapter)
+    for name in BUILTINS:
+        assert "flat_gradient" in capabilities(adapter_class(name)), name

@@ -40,6 +40,9 @@ TIMING_BATCH = 128
 FAILING_STEP = ("osu_cnn", (1, 28, 28), 10)
 FAILING_STEP_BATCH = 20_000
 FAILING_STEP_HEADROOM_MIB = 256
+#: the flat-gradient check's models: deep_cnn has BatchNorm (batch statistics in the gradient, running ones that
+#: must not move), osu_cnn a Flatten -> Dense whose kernel an NHWC framework must permute back
+GRADIENT_MODELS = ("deep_cnn", "osu_cnn")
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,8 @@ CHECKS: tuple[Check, ...] = (
     Check("failing_step", "failing_step", builds=(_desc(*FAILING_STEP),), alone=True),
     Check("oom", "oom", needs=("oom_examples",)),
     Check("accumulation", "accumulation", builds=(ACCUMULATION_MODEL,), needs=("accumulation",)),
+    Check("flat_gradient", "flat_gradient", builds=tuple(_BY_MODEL[m] for m in GRADIENT_MODELS),
+          needs=("flat_gradient",)),
 )
 BY_NAME = {c.name: c for c in CHECKS}
 #: the checks the shared probe runs, in order (the others run in a process each)

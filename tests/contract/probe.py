@@ -37,6 +37,7 @@ from tests.contract.checks import (
     FAILING_STEP,
     FAILING_STEP_BATCH,
     FAILING_STEP_HEADROOM_MIB,
+    GRADIENT_MODELS,
     LEARNS,
     MODELS,
     REFERENCE_COUNTS,
@@ -299,6 +300,43 @@ class Probe:
             self.arrays[f"accumulation/{i}/init"], self.arrays[f"accumulation/{i}/held"] = w0, w1
             self.arrays[f"accumulation/{i}/applied"], self.arrays[f"accumulation/{i}/whole"] = w2, whole[i]
         return {"weights": len(weights), "declared": bool(getattr(self.adapter, "supports_accumulation", False))}
+
+    def flat_gradient(self) -> dict[str, Any]:
+        """The gradient at the initial weights (which the first SGD step, momentum or not, subtracts times the
+        learning rate), and again after one step; around the second call, the weights and the inference-mode
+        logits (running statistics) before and after, and the next step's weights against a second build that
+        trained the same two steps without asking for gradients (the optimizer state left alone)."""
+        out: dict[str, Any] = {"lr": SGD.lr, "models": list(GRADIENT_MODELS)}
+        for model in GRADIENT_MODELS:
+            _, shape, classes = next(m for m in MODELS if m[0] == model)
+            desc = build_description(model, shape, classes)
+            weights = init_weights(desc, SEED)
+            (x0, y0), (x1, y1) = fixed_batch(shape, classes, 8), fixed_batch(shape, classes, 8, seed=321)
+            self.adapter.build(desc, weights, SGD)
+            g0 = self.adapter.flat_gradient(x0, y0)
+            self.adapter.train_step(self.adapter.prepare_batch(x0, y0))
+            after_step = self.adapter.get_weights()
+            probe_batch = self.adapter.prepare_batch(x1, y1)
+            logits_before = self.adapter.predict(probe_batch)
+            g1 = self.adapter.flat_gradient(x1, y1)
+            g1_again = self.adapter.flat_gradient(x1, y1)
+            held = self.adapter.get_weights()
+            logits_after = self.adapter.predict(probe_batch)
+            self.adapter.train_step(probe_batch)
+            with_gradients = self.adapter.get_weights()
+            self.adapter.build(desc, weights, SGD)
+            for x, y in ((x0, y0), (x1, y1)):
+                self.adapter.train_step(self.adapter.prepare_batch(x, y))
+            without = self.adapter.get_weights()
+            flat = lambda ws: np.concatenate([np.asarray(w, dtype=np.float64).ravel() for w in ws])  # noqa: E731
+            self.arrays.update({
+                f"grad/{model}/g0": np.asarray(g0), f"grad/{model}/g1": np.asarray(g1),
+                f"grad/{model}/g1_again": np.asarray(g1_again), f"grad/{model}/w0": flat(weights),
+                f"grad/{model}/w1": flat(after_step), f"grad/{model}/w1_held": flat(held),
+                f"grad/{model}/logits_before": logits_before, f"grad/{model}/logits_after": logits_after,
+                f"grad/{model}/w2_with": flat(with_gradients), f"grad/{model}/w2_without": flat(without)})
+            out[f"{model}/dtype"] = str(np.asarray(g0).dtype)
+        return out
 
     def oom(self) -> dict[str, Any]:
         cls = type(self.adapter)

@@ -112,6 +112,16 @@ def test_accumulating_two_half_batches_equals_one_step(adapter_name, probe):
     assert message is None, message
 
 
+def test_flat_gradient_is_the_references_and_changes_nothing(adapter_name, probe):
+    """The gradient-noise hook: the gradient the first SGD step applies, equal to PyTorch's for the same weights
+    and batch, and no change to weights, running statistics or the optimizer's state."""
+    this, ref = probe(adapter_name), probe(REFERENCE_ADAPTER)
+    record = this.check("flat_gradient")
+    ref.check("flat_gradient")
+    message = verdicts.flat_gradient(this.arrays, record, ref.arrays)
+    assert message is None, message
+
+
 def test_is_oom_recognises_the_frameworks_real_errors(adapter_name, probe):
     message = verdicts.oom_classification(probe(adapter_name).check("oom"))
     assert message is None, message

@@ -99,3 +99,37 @@ def test_what_each_check_needs_comes_from_the_models_it_builds():
     assert missing_for(FakeAdapter, "model/resnet20") == ("layer_batchnorm", "layer_conv2d", "layer_dense",
                                                           "layer_globalavgpool", "layer_relu", "layer_residual")
     assert runs_without(("layer_residual",)) and not runs_without(("layer_residual", "batchnorm_state"))
+
+
+def _gradient_record(**change: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, object]]:
+    """A flat-gradient probe record as a correct adapter leaves it (one model), with ``change`` replacing arrays."""
+    rng = np.random.default_rng(3)
+    w0, g0, g1 = rng.normal(size=30), rng.normal(size=30), rng.normal(size=30)
+    w1 = w0 - 0.05 * g0
+    logits = rng.normal(size=(8, 4)).astype(np.float32)
+    a = {"g0": g0, "g1": g1, "g1_again": g1.copy(), "w0": w0, "w1": w1, "w1_held": w1.copy(),
+         "logits_before": logits, "logits_after": logits.copy(), "w2_with": w1 - 0.1, "w2_without": w1 - 0.1}
+    a.update(change)
+    return {f"grad/m/{k}": v for k, v in a.items()}, {"lr": 0.05, "models": ["m"], "m/dtype": "float64"}
+
+
+def test_a_correct_flat_gradient_passes_and_each_defect_is_named():
+    arrays, record = _gradient_record()
+    assert verdicts.flat_gradient(arrays, record, dict(arrays)) is None
+    w1 = arrays["grad/m/w1"]
+    cases = {
+        "weights changed during flat_gradient": _gradient_record(w1_held=w1 + 1e-3),
+        "moved BatchNorm's running statistics": _gradient_record(
+            logits_after=arrays["grad/m/logits_before"] + 0.01),
+        "changed the optimizer state": _gradient_record(w2_with=arrays["grad/m/w2_without"] + 1e-3),
+        "not what the first SGD step subtracted": _gradient_record(g0=arrays["grad/m/g0"][::-1].copy()),
+    }
+    for expected, (bad_arrays, bad_record) in cases.items():
+        message = verdicts.flat_gradient(bad_arrays, bad_record)
+        assert message is not None and expected in message, (expected, message)
+    ref = dict(arrays)
+    ref["grad/m/g1"] = arrays["grad/m/g1"] * 1.01  # 1 %: past the 0.1 % tolerance
+    message = verdicts.flat_gradient(arrays, record, ref)
+    assert message is not None and "differs from the reference" in message
+    message = verdicts.flat_gradient(arrays, {**record, "m/dtype": "float32"})
+    assert message is not None and "float64" in message

@@ -208,6 +208,53 @@ def accumulation(arrays: dict[str, np.ndarray], record: dict[str, Any]) -> str |
     return None
 
 
+#: the flat gradient against the reference's: the same float32 kernels as the first-batch logits, summed over
+#: the batch (``max|g|`` scales the absolute part: gradients of different layers differ by orders of magnitude)
+GRADIENT_RTOL, GRADIENT_ATOL_OF_MAX = 1e-3, 1e-4
+
+
+def flat_gradient(arrays: dict[str, np.ndarray], record: dict[str, Any],
+                  ref: dict[str, np.ndarray] | None = None) -> str | None:
+    """``flat_gradient()`` gives the gradient (what the first SGD step subtracts, the reference's), as float64 in
+    get_weights' order, and changes nothing: weights, running statistics, optimizer state."""
+    lr = float(record["lr"])
+    for model in record["models"]:
+        a = {k.split("/")[-1]: v for k, v in arrays.items() if k.startswith(f"grad/{model}/")}
+        g0, w0 = a["g0"], a["w0"]
+        if record.get(f"{model}/dtype") != "float64" or g0.ndim != 1 or g0.shape != w0.shape:
+            return (f"{model}: flat_gradient() gave a {record.get(f'{model}/dtype')} array of shape {g0.shape}; it "
+                    f"must be one float64 array of every trainable weight's gradient ({w0.size} numbers for "
+                    "get_weights()' arrays), flattened and concatenated in get_weights()' order")
+        if not np.array_equal(a["w1"], a["w1_held"]):
+            return (f"{model}: the weights changed during flat_gradient() ({_worst(a['w1_held'], a['w1'])}): it must "
+                    "compute the gradient only, with no optimizer update")
+        if not _close(a["logits_after"], a["logits_before"], 1e-6, 1e-6):
+            worst = _worst(a["logits_after"], a["logits_before"])
+            return (f"{model}: inference-mode logits differ after flat_gradient() ({worst}): its training-mode "
+                    "forward moved BatchNorm's running statistics; restore them (or use a forward that does not "
+                    "update them)")
+        if not _close(a["w2_with"], a["w2_without"], 1e-6, 1e-7):
+            return (f"{model}: the step after flat_gradient() differs from the same step without it "
+                    f"({_worst(a['w2_with'], a['w2_without'])}): flat_gradient() changed the optimizer state or the "
+                    "gradients the next step applies")
+        step = (w0 - a["w1"]) / lr  # the first SGD step, with or without momentum, is w - lr * g
+        scale = float(np.abs(step).max()) or 1.0
+        if not _close(g0, step, GRADIENT_RTOL, GRADIENT_ATOL_OF_MAX * scale):
+            return (f"{model}: flat_gradient() at the initial weights is not what the first SGD step subtracted, "
+                    f"(w0 - w1) / lr ({_worst(g0, step)}): check the order (get_weights'), the layouts (a transposed "
+                    "or permuted kernel must be converted back as get_weights does) and the mean over the batch")
+        if not _close(a["g1_again"], a["g1"], 1e-9, 1e-12):
+            worst = _worst(a["g1_again"], a["g1"])
+            return f"{model}: two calls of flat_gradient() on the same batch disagree ({worst})"
+        if ref is not None:
+            for key in ("g0", "g1"):
+                want = ref[f"grad/{model}/{key}"]
+                atol = GRADIENT_ATOL_OF_MAX * float(np.abs(want).max() or 1.0)
+                if not _close(a[key], want, GRADIENT_RTOL, atol):
+                    return f"{model}: the gradient {key} differs from the reference adapter's ({_worst(a[key], want)})"
+    return None
+
+
 _REQUIRED = {c.name: c.required for c in CAPABILITIES}
 #: how every "not supported" message starts (the suite's reporting keys on it)
 UNSUPPORTED = "not supported: needs"
@@ -219,6 +266,8 @@ HOW_TO_ADD = {
     "oom_examples": "the classmethod oom_examples() with the framework's real out-of-memory errors (docs/adapters.md, "
                     "'Out-of-memory examples')",
     "accumulation": "accumulate_gradients(batch, weight) and apply_accumulated(), and supports_accumulation = True",
+    "flat_gradient": "flat_gradient(x, y) returning the mean loss's gradient as one float64 array in get_weights' "
+                     "order, changing no weights, optimizer state or BatchNorm statistics (docs/noise.md)",
 }
 
 

@@ -11,8 +11,9 @@ phase for each point, so the sampler's timed and training aggregates leave the e
 **The seam for more measurements** (docs/architecture.md): :meth:`EvalPoints.measure` is called at every point,
 the final one included, after the evaluation and before the divergence check, with a :class:`PointContext` (the
 adapter, the step, the training data and its order). A measurement of the training's state at that point (the
-gradient noise scale) is added there: it must leave the weights, the optimizer state and BatchNorm statistics as
-they were, keep its rows on this object, and have :func:`harness.run.worker.trial` put them in the result.
+gradient noise scale, :mod:`harness.run.worker.noise`) is added there: it must leave the weights, the optimizer
+state and BatchNorm statistics as they were, keep its rows on this object, and have
+:func:`harness.run.worker.trial` put them in the result.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ import numpy as np
 
 from adapters.base import Adapter, MemoryStats
 from harness.config.trial import TrialSpec
+from harness.noise import NoiseRecord
 from harness.records import CurvePoint
+from harness.run.worker.noise import measure_noise
 
 
 def eval_steps(total_steps: int, points_n: int) -> list[int]:
@@ -84,6 +87,8 @@ class EvalPoints:
     #: the framework's peak memory of each stretch of training before an intermediate point (the peak is reset
     #: after each point's evaluation, so that evaluating at its own batch size is not taken for training's peak)
     training_peaks: list[MemoryStats] = field(default_factory=list)
+    #: the gradient-noise measurement of each point (``trial.gradient_noise`` > 0; harness.run.worker.noise)
+    noise: list[NoiseRecord] = field(default_factory=list)
 
     def at(self, step: int, samples_seen: int, train_s: float, final: bool = False) -> CurvePoint:
         """Evaluate after ``step`` updates (``train_s`` seconds of training so far), take the point's measurements
@@ -108,7 +113,10 @@ class EvalPoints:
         return point
 
     def measure(self, ctx: PointContext) -> None:
-        """Measurements at an evaluation point besides the curve: none yet (the seam; see the module docstring)."""
+        """Measurements at an evaluation point besides the curve (the seam; see the module docstring): the gradient
+        noise, where the trial asks for it."""
+        if self.trial.gradient_noise > 0:
+            self.noise.append(measure_noise(ctx, self.trial.gradient_noise))
 
     def check(self, ctx: PointContext, loss: float) -> str | None:
         """Why the training has diverged at this point (a non-finite evaluation loss or weights), or None."""

@@ -202,7 +202,7 @@ def _train_and_evaluate(request: WorkerRequest, adapter: Adapter, setup: SetUp, 
                   vmdata_end_mib=end_mem["VmData"], vmdata_peak_mib=watcher.stop() if watcher else None)
     metrics = _metrics(trial, setup, plan, trained, runner, data.n_train, seen, mem, {**memory, **evaluated})
     return Result(metrics=metrics, step_times_ms=tuple(trained.step_ms), phase_steps=trained.phase_steps(plan),
-                  curve=tuple(points.curve), diverged=points.diverged)
+                  curve=tuple(points.curve), diverged=points.diverged, gradient_noise=tuple(points.noise))
 
 
 def _failure(exc: Exception, adapter: Adapter | None, phase: str) -> Failure:

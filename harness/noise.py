@@ -1,0 +1,201 @@
+"""The gradient noise scale B_simple (McCandlish et al. 2018, "An Empirical Model of Large-Batch Training"), a
+*prediction* of the critical batch size from gradients, to set beside the B_crit fitted to steps-to-target.
+
+For a loss whose per-example gradients have mean G and covariance Σ, the squared norm of a batch-B gradient
+has expectation ``E|G_B|² = |G|² + tr(Σ)/B``. Measuring it at two batch sizes B_small < B_big gives unbiased
+estimates of both terms (McCandlish et al., appendix A.1)::
+
+    |G|²  ≈ (B_big·X_big − B_small·X_small) / (B_big − B_small)
+    tr(Σ) ≈ (X_small − X_big) / (1/B_small − 1/B_big)
+
+where X is a measured squared gradient norm. Each is averaged over many measurements *before* the ratio B_simple =
+tr(Σ)/|G|² is taken (the ratio of averages, not the average of ratios, which a noisy |G|² near zero would wreck).
+Nothing here imports a framework: the worker measures (:mod:`harness.run.worker.noise`), the store keeps one
+``gradient_noise`` row per evaluation point, and the report reads them through :func:`estimate_from_rows`.
+
+How the worker measures (what :data:`BIG_FACTOR` means): a big batch is :data:`BIG_FACTOR` small batches of the
+trial's batch size (at most :data:`B_SMALL_MAX`), each drawn independently from the training set, and its gradient
+is their mean, as in McCandlish et al.'s data-parallel measurement (B_small per device, B_big the all-reduced
+batch). Every small gradient gives one X_small, every group one X_big; no batch is larger than the trial's own, so
+the measurement never needs more memory than the training. Batches are drawn without replacement from the *finite*
+training set, so what is estimated is the noise of the training's own batches: tr(Σ) is scaled by (n − B)/(n − 1),
+which matters only where a batch is a large share of the data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+#: a big batch is this many small batches, its gradient their mean
+BIG_FACTOR = 4
+#: the small batch is the trial's batch size up to this: the measurement's cost per point (BIG_FACTOR x
+#: ``gradient_noise`` gradients of B_small samples) stays bounded at large batch sizes, and never needs more memory
+#: than the training (docs/noise.md, "What it costs")
+B_SMALL_MAX = 64
+
+
+@dataclass(frozen=True)
+class NoiseRecord:
+    """One evaluation point's measurement: the worker's result item and the store's ``gradient_noise`` row.
+
+    ``x_small_mean``: the mean squared norm of ``small_n`` gradients of ``b_small`` samples; ``x_big_mean``: of
+    ``big_n`` gradients of ``b_big`` samples; ``noise_s``: what the measurement took (outside the training clock).
+    """
+
+    point: int
+    step: int
+    samples_seen: int
+    b_small: int
+    b_big: int
+    x_small_mean: float | None  # None: not finite (a diverged training's gradient)
+    x_big_mean: float | None
+    small_n: int
+    big_n: int
+    noise_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (the protocol's ``result.gradient_noise`` items, the store's row)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class NoiseScale:
+    """The two estimated terms and their ratio; ``b_simple`` is None where |G|² is not positive (the noise of
+    the measurement swamps the mean gradient: more batches, or a larger B_big, are needed)."""
+
+    g2: float  # |G|², the squared norm of the true (full-data) gradient
+    trace: float  # tr(Σ), the per-example gradient covariance's trace
+    b_simple: float | None
+
+
+def terms(b_small: float, x_small: float, b_big: float, x_big: float) -> tuple[float, float]:
+    """(|G|², tr(Σ)) from mean squared gradient norms at two batch sizes (each estimate unbiased)."""
+    if not 0 < b_small < b_big:
+        raise ValueError(f"need 0 < b_small < b_big, got b_small={b_small}, b_big={b_big}")
+    g2 = (b_big * x_big - b_small * x_small) / (b_big - b_small)
+    trace = (x_small - x_big) / (1.0 / b_small - 1.0 / b_big)
+    return g2, trace
+
+
+def ratio(g2: float, trace: float) -> NoiseScale:
+    """B_simple = tr(Σ)/|G|², None where |G|² <= 0 or either term is not finite."""
+    ok = math.isfinite(g2) and math.isfinite(trace) and g2 > 0
+    return NoiseScale(g2=g2, trace=trace, b_simple=trace / g2 if ok else None)
+
+
+def noise_scale(b_small: float, x_small: float, b_big: float, x_big: float) -> NoiseScale:
+    """B_simple from mean squared gradient norms at two batch sizes."""
+    return ratio(*terms(b_small, x_small, b_big, x_big))
+
+
+@dataclass(frozen=True)
+class NoiseEstimate:
+    """B_simple from a set of stored measurements (one series' trials, typically), with what it rests on."""
+
+    b_simple: float | None  # None where the averaged |G|² is not positive
+    g2: float
+    trace: float
+    points_n: int  # evaluation points (rows) averaged
+    small_n: int  # small-batch gradients measured, over every row
+    big_n: int
+    trials_n: int
+    step_min: int
+    step_max: int
+    samples_min: int  # training samples seen at the first and last point used
+    samples_max: int
+    b_small: tuple[int, ...]  # the small and big batch sizes the rows measured at
+    b_big: tuple[int, ...]
+    noise_s: float  # measurement seconds, summed
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (``--json``)."""
+        out = asdict(self)
+        out["b_small"], out["b_big"] = list(self.b_small), list(self.b_big)
+        return out
+
+
+def estimate_from_rows(rows: Iterable[Mapping[str, Any]], min_samples_seen: int = 0) -> NoiseEstimate | None:
+    """B_simple from stored ``gradient_noise`` rows (dicts with :class:`NoiseRecord`'s fields and ``trial_hash``).
+
+    Each row gives unbiased estimates of |G|² and tr(Σ) (linear in its X means, whatever its batch sizes); they
+    are averaged over the rows, weighted by the row's big-batch count, and only then divided. Rows whose X means
+    are missing (NULL) are left out. Returns None when no row is usable.
+
+    The noise scale grows as the loss falls (McCandlish et al., section 3; on mnist5k's first epoch it went from
+    about 9 to 80, docs/noise.md), and early points, whose gradients are large, dominate both averaged terms. So
+    the estimate describes the stretch of training its rows cover: ``min_samples_seen`` keeps the points taken
+    after that many training samples (the same share of training for every batch size of a sweep), e.g. the
+    later half; ``samples_min``..``samples_max`` say what was used.
+    """
+    usable = [r for r in rows if _number(r.get("x_small_mean")) is not None and _number(r.get("x_big_mean"))
+              is not None and int(r.get("b_small") or 0) > 0 and int(r.get("b_big") or 0) > int(r.get("b_small") or 0)
+              and int(r.get("samples_seen") or 0) >= min_samples_seen]
+    if not usable:
+        return None
+    weight_sum = g2_sum = trace_sum = 0.0
+    for r in usable:
+        g2, trace = terms(int(r["b_small"]), float(r["x_small_mean"]), int(r["b_big"]), float(r["x_big_mean"]))
+        weight = max(int(r.get("big_n") or 1), 1)
+        weight_sum += weight
+        g2_sum += weight * g2
+        trace_sum += weight * trace
+    scale = ratio(g2_sum / weight_sum, trace_sum / weight_sum)
+    steps = [int(r.get("step") or 0) for r in usable]
+    samples = [int(r.get("samples_seen") or 0) for r in usable]
+    return NoiseEstimate(
+        b_simple=scale.b_simple, g2=scale.g2, trace=scale.trace, points_n=len(usable),
+        small_n=sum(int(r.get("small_n") or 0) for r in usable), big_n=sum(int(r.get("big_n") or 0) for r in usable),
+        trials_n=len({r.get("trial_hash") for r in usable}), step_min=min(steps), step_max=max(steps),
+        samples_min=min(samples), samples_max=max(samples),
+        b_small=tuple(sorted({int(r["b_small"]) for r in usable})),
+        b_big=tuple(sorted({int(r["b_big"]) for r in usable})),
+        noise_s=sum(float(r.get("noise_s") or 0.0) for r in usable))
+
+
+def estimates_by_group(rows: Iterable[Mapping[str, Any]], group_of: Callable[[str], str | None],
+                       min_samples_seen: int = 0) -> dict[str, NoiseEstimate]:
+    """One estimate per group of trials (a series, for the report's ``predicted`` B beside B_crit): ``group_of``
+    maps a row's ``trial_hash`` to its group's name, or None to leave the row out. Groups without usable rows are
+    absent."""
+    grouped: dict[str, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        name = group_of(str(r.get("trial_hash")))
+        if name is not None:
+            grouped.setdefault(name, []).append(r)
+    out = {}
+    for name, mine in grouped.items():
+        est = estimate_from_rows(mine, min_samples_seen)
+        if est is not None:
+            out[name] = est
+    return out
+
+
+def format_estimate(est: NoiseEstimate | None) -> str:
+    """One line for ``recommend`` and the report: the prediction and what it rests on."""
+    if est is None:
+        return "gradient noise scale: not measured (set gradient_noise = N in the experiment, docs/noise.md)"
+    sizes = f"B_small {_sizes(est.b_small)}, B_big {_sizes(est.b_big)}"
+    basis = (f"{est.points_n} point(s) of {est.trials_n} trial(s), steps {est.step_min}-{est.step_max} "
+             f"({est.samples_min:,}-{est.samples_max:,} samples seen), "
+             f"{est.small_n} + {est.big_n} gradients, {sizes}")
+    if est.b_simple is None:
+        return (f"gradient noise scale: not estimable (|G|² came out {est.g2:.3g} <= 0: the measurement's noise "
+                f"swamps the mean gradient; raise gradient_noise) [{basis}]")
+    return f"gradient noise scale B_simple ≈ {est.b_simple:,.0f} (predicted critical batch) [{basis}]"
+
+
+def _sizes(values: tuple[int, ...]) -> str:
+    return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
+
+
+def _number(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
