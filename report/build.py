@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import StoreError
+from harness.noise import format_estimate
 from harness.tmpnames import remove_stale, temporary_directory
 from report import aggregate, context, curves, figures, findings, recommend, studies, tables
 from report import thesis as compare
@@ -87,6 +88,8 @@ def _answer_page(pdf: PdfWriter, answered: list[tuple[Experiment, list[recommend
         notes += [f"{r.name}: critical batch size B_crit ≈ {r.critical.b_crit:,.0f} (S_min ≈ {r.critical.s_min:,.0f} "
                   f"steps, fit over {r.critical.n} sizes; figure in the experiment's section)"
                   for r in recs if r.critical is not None]
+        notes += [f"{r.name}: {format_estimate(r.noise)} (later half of each trial's training)"
+                  for r in recs if r.noise is not None]
         notes += [f"{r.name}: {c}" for r in recs for c in r.caveats]
         notes += [f"{r.name}, to be sure: {w}" for r in recs for w in r.to_run]
         if notes:
@@ -169,10 +172,10 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
         pdf.bullets([f.text for f in verdicts])
 
     pdf.heading("Figures", 1)
-    # the hook for the gradient noise scale: critical_figure(..., predicted={series name: B_simple}) draws it beside
-    # the fit's B_crit; harness.noise.estimate_from_rows (issue 22 item 4b) is to fill it
+    # the gradient noise scale (measured where the experiment set gradient_noise) drawn beside the fit's B_crit
+    predicted = {r.name: r.noise.b_simple for r in recs if r.noise is not None and r.noise.b_simple is not None}
     answer_figures = [curves.learning_curve_figure(original, recs),
-                      curves.critical_figure(original, recs, predicted=None)]
+                      curves.critical_figure(original, recs, predicted=predicted or None)]
     for i, fig in enumerate([*figures.build_figures(exp, cell_list, reference), *answer_figures,
                              drift_figure(exp, cell_list)], 1):
         stem = f"{slug}-{i:02d}-{fig.key}"

@@ -45,6 +45,8 @@ class Experiment:
     step_times: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     #: each trial's learning curve by trial hash: its ``curve`` rows (dicts of CURVE_COLUMNS), in training order
     curves: Mapping[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
+    #: each trial's gradient-noise measurements by trial hash: its ``gradient_noise`` rows, in point order
+    gradient_noise: Mapping[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -138,6 +140,9 @@ def load(source_dir: str | Path) -> ReportInput:
             curves: dict[str, list[dict[str, Any]]] = {}
             for row in store.curves():  # none in a store made before curves (read-only: not added)
                 curves.setdefault(row["trial_hash"], []).append(row)
+            noise: dict[str, list[dict[str, Any]]] = {}
+            for row in store.gradient_noise():  # none in a store made before the table
+                noise.setdefault(row["trial_hash"], []).append(row)
         except sqlite3.Error as e:
             raise StoreError(f"{path}: damaged results store ({e}); re-run the experiment into a new "
                              "--out directory") from e
@@ -161,6 +166,8 @@ def load(source_dir: str | Path) -> ReportInput:
                         if (t.get("experiment") or "") == name and t["trial_hash"] in step_times},
             curves={t["trial_hash"]: tuple(curves[t["trial_hash"]]) for t in trials
                     if (t.get("experiment") or "") == name and t["trial_hash"] in curves},
+            gradient_noise={t["trial_hash"]: tuple(noise[t["trial_hash"]]) for t in trials
+                            if (t.get("experiment") or "") == name and t["trial_hash"] in noise},
         )
         if exp.trials or exp.maxbatch:
             experiments.append(exp)

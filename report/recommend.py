@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.cells import Series, SeriesGroup, group
+from harness.noise import NoiseEstimate, estimate_from_rows
 from report import critical
 from report.knee import SHARE_OF_BEST, THROUGHPUT_COLUMN, SizeStats, knee, number, size_stats, throughput_of
 from report.load import Experiment
@@ -79,6 +80,8 @@ class Recommendation:
     targets: tuple[SizeTarget, ...] = ()
     critical: critical.CriticalFit | None = None
     critical_why: str = ""
+    #: the gradient noise scale B_simple over the later half of the series' trials (None: not measured)
+    noise: NoiseEstimate | None = None
 
     @property
     def name(self) -> str:
@@ -115,6 +118,7 @@ class Recommendation:
             "accuracy_cost_pts": {str(b): c for b, c in self.accuracy_cost_pts},
             "critical_batch": None if self.critical is None else self.critical.to_dict(),
             "critical_why": self.critical_why,
+            "gradient_noise": None if self.noise is None else self.noise.to_dict(),
             "max_fit": None if self.max_fit is None else dataclasses.asdict(self.max_fit),
             "caveats": list(self.caveats), "to_run": list(self.to_run),
         }
@@ -208,7 +212,7 @@ def recommend_group(g: SeriesGroup, exp: Experiment | None = None, *, target_acc
     sizes = size_stats(g.by_batch)
     max_fit = _max_fit(exp.maxbatch, g.framework)
     base = dict(framework=g.framework, variant=g.series.variant, series=g.series, label=g.label, max_fit=max_fit,
-                share_of_best=share, sizes=tuple(sizes))
+                share_of_best=share, sizes=tuple(sizes), noise=noise_estimate(rows, exp))
     counted = [r for r in rows if r.get("status") in ("ok", "diverged")]
     if not counted:
         statuses = sorted({str(r.get("status")) for r in rows})
@@ -299,6 +303,19 @@ def recommend_group(g: SeriesGroup, exp: Experiment | None = None, *, target_acc
     supported = lo == hi and all(t.reached_n >= MIN_REPEATS for t in close)
     return Recommendation(**base, batch_size=rec, range_lo=lo, range_hi=hi,  # type: ignore[arg-type]
                           supported=supported, why=why, caveats=tuple(caveats), to_run=tuple(to_run))
+
+
+def noise_estimate(rows: Sequence[dict[str, Any]], exp: Experiment) -> NoiseEstimate | None:
+    """B_simple (:func:`harness.noise.estimate_from_rows`) over the series' trials' gradient-noise rows, each
+    trial's from the later half of its training: the noise scale grows as the loss falls (docs/noise.md), and
+    the critical batch it predicts is the one near the target, late in training. None without rows."""
+    later: list[dict[str, Any]] = []
+    for t in rows:
+        mine = exp.gradient_noise.get(str(t.get("trial_hash")), ())
+        if mine and t.get("status") == "ok":
+            half = max(int(r.get("samples_seen") or 0) for r in mine) / 2
+            later += [r for r in mine if int(r.get("samples_seen") or 0) >= half]
+    return estimate_from_rows(later)
 
 
 def accuracy_unusable(spec: dict[str, Any]) -> str | None:

@@ -17,6 +17,7 @@ from harness.cli.table import TARGET_HELP, path_arg, print_table, target_accurac
 
 def cmd_recommend(args: argparse.Namespace) -> int:
     """Print the recommendation of every experiment in the store."""
+    from harness.noise import format_estimate
     from report.load import load
     from report.recommend import RULE_TEXT, TABLE_COLUMNS, Summary, recommend, show_variants, table_rows
 
@@ -38,6 +39,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             if r.critical is not None:
                 print(f"  critical batch size (S = S_min (1 + B_crit / B) over {r.critical.n} sizes): "
                       f"B_crit = {r.critical.b_crit:,.0f}")
+            if r.noise is not None:
+                print(f"  {format_estimate(r.noise)} (later half of each trial's training)")
             for caveat in r.caveats:
                 print(f"  caveat: {caveat}")
             for what in r.to_run:

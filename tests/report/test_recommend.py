@@ -19,6 +19,7 @@ import pytest
 from adapters.base import OptimizerSpec
 from harness.cli import main
 from harness.config.trial import TrialSpec
+from harness.noise import NoiseRecord
 from harness.records import CurvePoint, TrialOutcome, WorkerMetrics
 from harness.store import Store
 from report.load import load
@@ -308,3 +309,48 @@ def test_a_sweep_that_only_diverged_recommends_nothing_and_says_so(tmp_path: Pat
     (rec,) = recommend(load(tmp_path).experiments[0])
     assert rec.batch_size is None and "every trial that trained diverged (batch 8, 32)" in rec.why
     assert any("learning_rate" in t for t in rec.to_run)
+
+
+def _noise_rows(curve: Sequence[CurvePoint], early_g2: float, late_g2: float, trace: float) -> list[NoiseRecord]:
+    """A measurement at each curve point whose X means follow E|G_B|² = |G|² + tr(Σ)/B exactly: |G|² = early_g2
+    before half the training, late_g2 from then on."""
+    half = curve[-1].samples_seen / 2
+    out = []
+    for p in curve:
+        g2 = late_g2 if p.samples_seen >= half else early_g2
+        out.append(NoiseRecord(point=p.point, step=p.step, samples_seen=p.samples_seen, b_small=8, b_big=32,
+                               x_small_mean=g2 + trace / 8, x_big_mean=g2 + trace / 32, small_n=16, big_n=4,
+                               noise_s=0.2))
+    return out
+
+
+def test_the_gradient_noise_scale_of_the_later_half_of_training_is_shown_beside_the_answer(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """B_simple = tr(Σ)/|G|² over each trial's later half (|G|² 1, tr(Σ) 100: 100); the early points (|G|² 10) would
+    pull an all-points average to 100/3.25 ≈ 31."""
+    curves = []
+    with Store.open(tmp_path) as store:
+        run_id = store.begin_run(EXP, _spec(["alpha"], gradient_noise=4), "pytest (noise rows)", {})
+        for bs in (8, 64):
+            for repeat, (tput, status, times, accs) in enumerate(CASES[("alpha", bs)]):
+                curve = _curve(bs, times, accs)
+                curves.append(curve)
+                store.write_trial(TrialOutcome(
+                    trial=_trial("alpha", bs, repeat), status=status, device={"device": "cpu"},  # type: ignore[arg-type]
+                    curve=curve, gradient_noise=_noise_rows(curve, 10.0, 1.0, 100.0),
+                    metrics=WorkerMetrics(step_samples_per_s=tput, accuracy=accs[-1])), run_id, {})
+    assert main(["recommend", str(tmp_path), "--json"]) == 0
+    (rec,) = json.loads(capsys.readouterr().out)["experiments"][0]["recommendations"]
+    noise = rec["gradient_noise"]
+    later = sum(p.samples_seen >= c[-1].samples_seen / 2 for c in curves for p in c)
+    assert noise["b_simple"] == pytest.approx(100.0) and noise["trials_n"] == 4 and noise["points_n"] == later < 16
+    assert main(["recommend", str(tmp_path)]) == 0
+    assert "B_simple ≈ 100 (predicted critical batch)" in capsys.readouterr().out
+
+
+def test_a_store_without_gradient_noise_shows_none(rule_store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["recommend", str(rule_store), "--json"]) == 0
+    recs = json.loads(capsys.readouterr().out)["experiments"][0]["recommendations"]
+    assert recs and all(r["gradient_noise"] is None for r in recs)
+    assert main(["recommend", str(rule_store)]) == 0
+    assert "B_simple" not in capsys.readouterr().out
