@@ -36,7 +36,7 @@ from harness.models import build_description, is_native_model
 from harness.monitor import environment
 from harness.records import Monitor, TrialOutcome, TrialUnit, WorkerMetrics
 from harness.registry import adapter_class, adapter_target
-from harness.run.executor import CPU_ALLOCATOR_ENV, LocalExecutor, adapter_worker_env
+from harness.run.executor import LocalExecutor, adapter_worker_env
 from harness.store import Store
 
 MIB = 1024.0 * 1024.0
@@ -45,7 +45,6 @@ SETUP_MEMORY_ERRORS = ("failed to map segment from shared object", "Cannot alloc
                        "cannot allocate memory")
 CONTROL_FACTOR = 2  # a CPU probe that fails without saying "memory" is run again with this much more,
 CONTROL_FLOOR_MIB = 1024.0  # and at least this much more: a budget below the framework's start-up needs more than 2x
-CPU_PROBE_ENV = CPU_ALLOCATOR_ENV  # the probes' allocator setting, the same as every CPU worker's
 
 
 def probe_peak_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
@@ -124,11 +123,12 @@ class WorkerProber:
         self.on_outcome, self.on_event = on_outcome, on_event
         self.outcomes: list[TrialOutcome] = []
         self.order_path = str(data.write_order(req.seed, 0))
-        # On CPU a fixed glibc mmap threshold makes a probe's peak repeatable (CPU_ALLOCATOR_ENV); the answer
-        # then holds under that setting only, so it is stored and printed with the answer (advice.answer_env)
-        self.env: dict[str, str] = dict(CPU_PROBE_ENV) if budget.kind == "cpu-rlimit-data" else {}
-        # and what the adapter's settings need at import (PyTorch's CUDA allocator settings), part of the answer too
-        self.env |= adapter_worker_env(req.framework, req.adapter_options, budget.device)
+        # Nothing of the probes' own (issue 22): they run under the allocator the user trains with (on CPU glibc's
+        # defaults, whose heap variation the recommendation's margin covers: advice.Margin); only what the adapter's
+        # settings need at import (PyTorch's CUDA allocator settings) and a "what helps" setting's variables
+        # (``--env``), each part of the answer, stored and printed with it (advice.answer_env)
+        self.env: dict[str, str] = adapter_worker_env(req.framework, req.adapter_options, budget.device)
+        self.env |= dict(req.env)
 
     def trial(self, batch: int, confirm: bool) -> TrialSpec:
         """The probe's trial: a warm-up step, a few timed steps (more to confirm), then eval at ``batch``."""
@@ -313,10 +313,10 @@ def result_row(req: MaxBatchRequest, budget: Budget, result: SearchResult, param
     """
     fit = result.fit
     probes = [asdict(p) for p in result.probes]
-    margin = Margin.measure(probes, result.max_batch, budget.kind, req.margin_mib)
     # the analytic per-sample size: every layer's output kept for backward, plus its gradient (x2), fp32
     analytic_mib = activation_floats * 4 * 2 / MIB
     per_sample = fit.b_mib_per_sample if fit is not None else analytic_mib
+    margin = Margin.measure(probes, result.max_batch, budget.kind, req.margin_mib, train_env or {}, per_sample)
     formula = Formula.compute(param_count, req.optimizer, req.momentum, budget.mib, per_sample)
     analytic = Formula.compute(param_count, req.optimizer, req.momentum, budget.mib, analytic_mib)
     rec, rec_pow2, rec_mult8 = recommend(result.max_batch, margin.total_mib, fit, analytic_mib)
@@ -347,11 +347,12 @@ def result_row(req: MaxBatchRequest, budget: Budget, result: SearchResult, param
         "capped": int(result.capped), "versions_json": json.dumps(ok_outcome.versions if ok_outcome else {}),
         "confirm_steps": req.confirm_steps, "margin_jitter_mib": margin.jitter_mib,
         "margin_growth_mib": margin.growth_mib, "margin_total_mib": margin.total_mib,
+        "margin_heap_mib": margin.heap_mib,
         "train_env_json": json.dumps(train_env or {}),
         # issue 14, item 5: which setting this search ran with, so the searches of one "what helps" run (and any
         # other rows) can be told apart; max_batch is the micro-batch, effective_batch what one update trains
         "setting": setting_label(req.precision, req.accumulate_steps, req.adapter_options,
-                                 _default_options(req.framework)),
+                                 _default_options(req.framework), env=req.env),
         "accumulate_steps": req.accumulate_steps, "effective_batch": result.max_batch * req.accumulate_steps,
         "adapter_options_json": json.dumps(dict(req.adapter_options), sort_keys=True, default=str),
         "answer_peak_mib": max(at_answer) if at_answer else None,

@@ -160,6 +160,39 @@ def test_an_adapter_option_is_a_search_of_its_own(fake_executor, tmp_path, capsy
     assert {tuple(u.trial.adapter_options.items()) for u in made[0].units} == {()}
 
 
+def test_a_fixed_mmap_threshold_is_a_setting_with_its_measured_cost(fake_executor, tmp_path, capsys, monkeypatch):
+    # issue 22: what every CPU worker had until then is a setting to try, beside the plain search (glibc's defaults)
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    made = fake_executor()
+    assert _maxbatch(tmp_path / "out", "--env", "MALLOC_MMAP_THRESHOLD_=131072") == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    plain, fixed = _rows(tmp_path / "out")
+    assert (plain["setting"], fixed["setting"]) == ("plain", "MALLOC_MMAP_THRESHOLD_=131072")
+    assert json.loads(plain["train_env_json"]) == {}
+    assert json.loads(fixed["train_env_json"]) == {"MALLOC_MMAP_THRESHOLD_": "131072"}
+    assert all("MALLOC_MMAP_THRESHOLD_" not in u.env for u in made[0].units)
+    assert {u.env.get("MALLOC_MMAP_THRESHOLD_") for u in made[1].units} == {"131072"}
+    # the same boundary in the stand-in (its memory law ignores the allocator); the plain one keeps the heap allowance
+    assert plain["max_batch"] == fixed["max_batch"] == 28
+    assert plain["margin_heap_mib"] > 0 and fixed["margin_heap_mib"] == 0.0
+    assert fixed["recommended_batch"] > plain["recommended_batch"]
+    assert "cost: MALLOC_MMAP_THRESHOLD_" in printed and "0.57x" in printed
+    assert list(_table(printed)) == ["plain", "MALLOC_MMAP_THRESHOLD_=131072"]
+
+
+@pytest.mark.parametrize("text,message", [
+    ("NOT_AN_ALLOCATOR=1", "not an allocator setting batchscope knows"),
+    ("MALLOC_MMAP_THRESHOLD_", "is not KEY=VALUE"),
+])
+def test_an_env_setting_that_is_not_an_allocator_variable_is_refused(text, message, fake_executor, tmp_path,
+                                                                     capsys):
+    made = fake_executor()
+    assert _maxbatch(tmp_path / "out", "--env", text) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists() and not made
+
+
 def test_a_setting_that_makes_the_model_fit_is_an_answer_when_plain_does_not(fake_executor, tmp_path,
                                                                                capsys):
     fake_executor()
