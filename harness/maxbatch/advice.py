@@ -30,7 +30,7 @@ CPU_PEAK_JITTER_MIB = 3.0
 #: jitter and the confirm run's growth, so that it trains in a plain process under the same budget (measured:
 #: docs/maxbatch.md, "10 of 10 under glibc's defaults"). Not applied where the probes ran with a fixed mmap
 #: threshold (the "what helps" setting ``--env MALLOC_MMAP_THRESHOLD_=131072``), whose peaks repeat to the MiB.
-CPU_HEAP_ALLOWANCE = 0.35
+CPU_HEAP_ALLOWANCE = 0.15
 
 
 @dataclass(frozen=True)
