@@ -344,6 +344,13 @@ def print_recommendation(row: dict[str, Any], file: Any) -> None:
                   "PYTORCH_CUDA_ALLOC_CONF, MALLOC_MMAP_THRESHOLD_) changes the answer", file=file)
     if row.get("confirm_steps"):
         print(f"confirm run: {row['confirm_steps']} steps + eval at {row['max_batch']}", file=file)
+    if row.get("heap_settle_json"):
+        runs = json.loads(row["heap_settle_json"])
+        tried = sorted({r["batch"] for r in runs if r["batch"]}, reverse=True)
+        failed = [f"{r['batch']} ({r['status']})" for r in runs if r["status"] != "ok" and r["batch"]]
+        print(f"settled under glibc's default malloc: {len(runs)} fresh run(s) of {row.get('heap_settle_steps')} "
+              f"steps + eval at {', '.join(map(str, tried))}"
+              + (f"; failed: {', '.join(failed)}" if failed else "; all trained"), file=file)
     if row.get("verify_status"):
         how = f": {row['verify_reason']}" if row.get("verify_reason") else ""
         print(f"verify: {row['recommended_batch']} trained {row['verify_steps']} steps + eval in a fresh worker "

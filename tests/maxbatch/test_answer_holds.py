@@ -180,3 +180,43 @@ def test_no_settings_are_said_as_such(capsys):
     print_recommendation(row, None)
     out = capsys.readouterr().out
     assert "the probes ran with no allocator settings" in out and "train with them" not in out
+
+
+def test_under_glibcs_default_the_recommendation_is_walked_down_until_it_trains_in_fresh_runs(
+        fake_executor, tmp_path, capsys, monkeypatch):
+    # issue 22: a heap that grows 1 MiB per step fails the longer settling runs (200 steps here) well below the
+    # boundary the short probes found; each failure lowers the candidate by CPU_HEAP_ALLOWANCE of itself
+    from harness.maxbatch import prober
+
+    monkeypatch.setattr(prober, "HEAP_SETTLE_STEPS", 200)
+    made = fake_executor(growth_mib_per_step=1.0)
+    assert _maxbatch(tmp_path / "out") == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    row = _row(tmp_path / "out")
+    runs = json.loads(row["heap_settle_json"])
+    # peak = 100 + 10 * batch + 200: only batch <= 8 stays under 385 MiB
+    assert [(r["batch"], r["status"]) for r in runs] == [
+        (22, "oom"), (18, "oom"), (15, "oom"), (12, "oom"), (10, "oom"), (8, "ok"), (8, "ok")]
+    assert row["recommended_batch"] == 8 and row["heap_settle_steps"] == 200 and row["max_batch"] == 27
+    settle_units = [u for u in made[0].units if u.trial.timed_steps == 200]
+    assert len(settle_units) == 7 and all(u.env == {} and u.os_memory_limit_mib == BUDGET_MIB for u in settle_units)
+    assert row["margin_total_mib"] == pytest.approx(row["margin_jitter_mib"] + row["margin_growth_mib"]
+                                                    + row["margin_heap_mib"])
+    assert "settled under glibc's default malloc: 7 fresh run(s) of 200 steps + eval at 22, 18, 15, 12, 10, 8" in out
+    assert ": 8  (power of two: 8" in out
+
+
+def test_nothing_settles_means_no_recommendation_and_a_fixed_threshold_needs_no_settling(
+        fake_executor, tmp_path, capsys, monkeypatch):
+    from harness.maxbatch import prober
+
+    monkeypatch.setattr(prober, "HEAP_SETTLE_STEPS", 1000)  # 1000 MiB of growth: no size trains that long
+    fake_executor(growth_mib_per_step=1.0)
+    assert _maxbatch(tmp_path / "none") == 0
+    row = _row(tmp_path / "none")
+    assert row["recommended_batch"] == 0 and json.loads(row["heap_settle_json"])[-1]["status"] == "none settled"
+    assert "no batch size leaves that margin" in capsys.readouterr().out
+    fake_executor(growth_mib_per_step=1.0)
+    assert _maxbatch(tmp_path / "fixed", "--env", "MALLOC_MMAP_THRESHOLD_=131072", "--no-plain") == 0
+    row = _row(tmp_path / "fixed")
+    assert row["heap_settle_json"] is None and row["margin_heap_mib"] == 0.0 and row["recommended_batch"] > 8
