@@ -212,7 +212,7 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     def on_probe(o: Any) -> None:
         peak = probe_peak_mib(o, budget.kind) if o.status == "ok" else None
         extra = (f"peak {peak:.0f} MiB" if peak is not None else "") if o.status == "ok" else shorten(o.reason, 110)
-        kind = ("verify" if o.trial.purpose == "verify"
+        kind = (o.trial.purpose if o.trial.purpose in ("verify", "settle")
                 else "confirm" if o.trial.timed_steps == req.confirm_steps else "probe")
         display.done(len(probes), 0, o, text=f"{kind:<7} {o.status:<8} {o.elapsed_s:5.1f} s  {extra}")
 

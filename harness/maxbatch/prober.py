@@ -196,8 +196,9 @@ class WorkerProber:
 
     def settle(self, batch: int, steps: int, run: int) -> TrialOutcome:
         """One heap-settling run (issue 22): ``batch`` for ``steps`` timed steps, then eval, in a fresh worker under
-        the budget, stored as a probe (``repeat`` = ``run``, so each run keeps its own row); no retry."""
-        trial = replace(self.trial(batch, True), timed_steps=steps, repeat=run)
+        the budget, stored as a trial with purpose ``settle`` (``repeat`` = ``run``, so each run keeps its own row);
+        no retry: a user's run gets none."""
+        trial = replace(self.trial(batch, True), timed_steps=steps, repeat=run, purpose="settle")
         unit = TrialUnit(trial=trial, data=self.data, order_path=self.order_path,
                          adapter_target=adapter_target(self.req.framework),
                          python=self.req.python or sys.executable,
