@@ -56,7 +56,7 @@ CONTROL_FACTOR = 2  # a CPU probe that fails without saying "memory" is run agai
 CONTROL_FLOOR_MIB = 1024.0  # and at least this much more: a budget below the framework's start-up needs more than 2x
 #: the recommendation under glibc's default malloc must train this many fresh runs of this many timed steps in a row
 #: (settle_heap); each failure lowers it by CPU_HEAP_ALLOWANCE of itself, at most this many times (issue 22)
-HEAP_SETTLE_RUNS = 2
+HEAP_SETTLE_RUNS = 3
 HEAP_SETTLE_STEPS = 20
 HEAP_SETTLE_ROUNDS = 8
 

@@ -196,13 +196,13 @@ def test_under_glibcs_default_the_recommendation_is_walked_down_until_it_trains_
     runs = json.loads(row["heap_settle_json"])
     # peak = 100 + 10 * batch + 200: only batch <= 8 stays under 385 MiB
     assert [(r["batch"], r["status"]) for r in runs] == [
-        (22, "oom"), (18, "oom"), (15, "oom"), (12, "oom"), (10, "oom"), (8, "ok"), (8, "ok")]
+        (22, "oom"), (18, "oom"), (15, "oom"), (12, "oom"), (10, "oom"), (8, "ok"), (8, "ok"), (8, "ok")]
     assert row["recommended_batch"] == 8 and row["heap_settle_steps"] == 200 and row["max_batch"] == 27
     settle_units = [u for u in made[0].units if u.trial.timed_steps == 200]
-    assert len(settle_units) == 7 and all(u.env == {} and u.os_memory_limit_mib == BUDGET_MIB for u in settle_units)
+    assert len(settle_units) == 8 and all(u.env == {} and u.os_memory_limit_mib == BUDGET_MIB for u in settle_units)
     assert row["margin_total_mib"] == pytest.approx(row["margin_jitter_mib"] + row["margin_growth_mib"]
                                                     + row["margin_heap_mib"])
-    assert "settled under glibc's default malloc: 7 fresh run(s) of 200 steps + eval at 22, 18, 15, 12, 10, 8" in out
+    assert "settled under glibc's default malloc: 8 fresh run(s) of 200 steps + eval at 22, 18, 15, 12, 10, 8" in out
     assert ": 8  (power of two: 8" in out
 
 
