@@ -108,7 +108,7 @@ def one_run(args: argparse.Namespace, run: int, data_dir: str, probe_data: Any, 
         env = json.loads(row["train_env_json"] or "{}")
         words = " ".join(f"{k}={v}" for k, v in env.items())
         print(f"search {run}: boundary {row['max_batch']}, slope {row['fit_b_mib_per_sample']} MiB/sample; "
-              f"{train_advice(row)}", file=sys.stderr, flush=True)
+              f"{train_advice(row)}; settling runs {row.get('heap_settle_json')}", file=sys.stderr, flush=True)
         for label, batch in (("exact boundary", row["max_batch"]), ("recommended", row["recommended_batch"])):
             default = verify(batch, {})  # the printed settings are glibc's defaults unless the user set some
             how = f"{trained(verify(batch, env))} (with {words}); " if env else ""
