@@ -28,6 +28,7 @@ from harness.monitor import environment  # noqa: E402
 from harness.records import PROGRESS_INTERVAL_S, TrialOutcome, TrialUnit  # noqa: E402
 from harness.registry import adapter_class, adapter_target  # noqa: E402
 from harness.run.executor import LocalExecutor  # noqa: E402
+from harness.run.sweep import worker_env  # noqa: E402
 
 FRAMEWORKS = ("pytorch", "tensorflow", "mxnet", "jax")
 SHAPE = (1, 28, 28)  # MNIST-sized, the seed study's input
@@ -78,19 +79,15 @@ def synthetic_data(samples: int = 2048) -> PreparedData:
     )
 
 
-def harness_trial(
+def bench_unit(
     framework: str, data: PreparedData, batch_size: int, threads: int, warmup: int, steps: int,
-    on_event: Callable[[dict[str, Any]], None] | None = None,
-    progress_interval_s: float | None = PROGRESS_INTERVAL_S,
-    env: dict[str, str] | None = None,
-    bounded_log: bool = True,
-) -> TrialOutcome:
-    """One real harness trial (fresh worker); raises if it did not end ok.
+    progress_interval_s: float | None = PROGRESS_INTERVAL_S, extra_env: dict[str, str] | None = None,
+) -> TrialUnit:
+    """The unit of a benchmark's harness trial, its worker environment built exactly as a sweep's is.
 
-    ``bounded_log`` False: the worker writes its log file itself, as before issue 24 (``worker_log_cost.py``).
-
-    ``env``: extra worker environment. A sweep's CPU trials get ``harness.run.executor.CPU_ALLOCATOR_ENV``
-    (``harness_overhead.py --allocator-compare`` measures what that costs); None gives none.
+    The environment is ``harness.run.sweep.worker_env`` of the trial (the one function the sweep uses: issue 22, so
+    a setting a sweep's workers get cannot hide from ``make bench`` again), plus ``extra_env``, a setting a
+    benchmark compares on purpose (``harness_overhead.py --allocator-compare``).
     """
     trial = TrialSpec(
         experiment="bench",
@@ -110,15 +107,31 @@ def harness_trial(
         eval=False,
         data_key=data.key,
     )
-    unit = TrialUnit(
+    return TrialUnit(
         trial=trial,
         data=data,
         order_path=str(data.write_order(0, 0)),
         adapter_target=adapter_target(framework),
         oom_patterns=adapter_class(framework).oom_stderr_patterns,
         progress_interval_s=progress_interval_s,  # None: the worker sends no progress (the bare-harness figure)
-        env=dict(env or {}),
+        env=worker_env(trial, environment.capture()) | dict(extra_env or {}),
     )
+
+
+def harness_trial(
+    framework: str, data: PreparedData, batch_size: int, threads: int, warmup: int, steps: int,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    progress_interval_s: float | None = PROGRESS_INTERVAL_S,
+    extra_env: dict[str, str] | None = None,
+    bounded_log: bool = True,
+) -> TrialOutcome:
+    """One real harness trial (fresh worker, :func:`bench_unit`: the sweep's worker environment); raises if it did
+    not end ok.
+
+    ``bounded_log`` False: the worker writes its log file itself, as before issue 24 (``worker_log_cost.py``).
+    ``extra_env``: a setting on top of the sweep's environment, compared on purpose.
+    """
+    unit = bench_unit(framework, data, batch_size, threads, warmup, steps, progress_interval_s, extra_env)
     outcome = LocalExecutor(log_dir=Path(tempfile.gettempdir()) / "batchscope-bench-logs",
                             bounded_log=bounded_log).run(unit, on_event)
     if outcome.status != "ok":

@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--progress-interval-s", type=float, default=0.5,
                         help="the worker's progress bound for --progress-compare (0: every step)")
     parser.add_argument("--allocator-compare", action="store_true",
-                        help="harness with vs without the CPU allocator setting a sweep's workers get, against bare")
+                        help="the sweep's worker environment vs the same with a fixed glibc mmap threshold (the "
+                             "max-batch 'what helps' setting), each against bare")
     args = parser.parse_args(argv)
     frameworks = frameworks_option(parser, args.frameworks)
     if args.progress_compare:
@@ -204,20 +205,27 @@ def progress_compare(args: argparse.Namespace, frameworks: list[str]) -> int:
 
 
 
-def allocator_compare(args: argparse.Namespace, frameworks: list[str]) -> int:
-    """A sweep's CPU worker environment (a fixed glibc mmap threshold, issue 18) vs none, each against bare.
+#: the "what helps" setting ``maxbatch --env`` offers, which every CPU worker had until issue 22
+MMAP_THRESHOLD_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
-    The sweep and the max-batch probes give every CPU worker ``CPU_ALLOCATOR_ENV`` so that a size the search
-    found fits trains the same way; this measures what that setting costs a trial's throughput. Order rotated
-    every repeat.
+
+def allocator_compare(args: argparse.Namespace, frameworks: list[str]) -> int:
+    """A sweep's CPU worker environment vs the same with a fixed glibc mmap threshold, each against bare.
+
+    Both harness sides build their environment with the sweep's own function (``common.bench_unit``); the
+    threshold side adds ``MALLOC_MMAP_THRESHOLD_=131072``, which every CPU worker had until issue 22 and which is
+    now a max-batch "what helps" setting (``maxbatch --env``): this measures what it costs a trial's throughput.
+    Order rotated every repeat.
     """
-    from harness.run.executor import CPU_ALLOCATOR_ENV
+    from harness.run.sweep import worker_allocator_env
 
     print(machine_facts())
+    sweep_env = worker_allocator_env({})
     print(f"model osu_cnn {SHAPE_TEXT}, CPU, {args.threads} thread(s), {args.warmup} warm-up + {args.steps} "
-          f"timed steps per run, batch {args.batch}; sweep env = {CPU_ALLOCATOR_ENV}\n")
+          f"timed steps per run, batch {args.batch}; the sweep's CPU workers' allocator settings: "
+          f"{sweep_env or 'none (glibc defaults)'}; threshold = {MMAP_THRESHOLD_ENV}\n")
     data = synthetic_data()
-    sides = ("sweep env", "no env", "bare")
+    sides = ("sweep env", "threshold", "bare")
     for fw in frameworks:
         rows: list[dict[str, float]] = []
         print(f"{fw}, batch {args.batch}:")
@@ -228,16 +236,17 @@ def allocator_compare(args: argparse.Namespace, frameworks: list[str]) -> int:
                 if side == "bare":
                     res[side] = bare_loop(fw, args.batch, args.threads, args.warmup, args.steps)["samples_per_s"]
                 else:
-                    env = dict(CPU_ALLOCATOR_ENV) if side == "sweep env" else {}
+                    extra = MMAP_THRESHOLD_ENV if side == "threshold" else None
                     res[side] = _step_rate(harness_trial(fw, data, args.batch, args.threads, args.warmup,
-                                                         args.steps, progress_interval_s=None, env=env))
+                                                         args.steps, progress_interval_s=None, extra_env=extra))
             rows.append(res)
-            print(f"  repeat {r + 1} ({'/'.join(order)}): sweep env {res['sweep env']:8.1f}  no env "
-                  f"{res['no env']:8.1f}  bare {res['bare']:8.1f} samples/s;  sweep env/no env "
-                  f"{res['sweep env'] / res['no env']:.3f}  no env/bare {res['no env'] / res['bare']:.3f}", flush=True)
-        print(f"  medians: sweep env/no env {median([x['sweep env'] / x['no env'] for x in rows]):.3f}, "
-              f"sweep env/bare {median([x['sweep env'] / x['bare'] for x in rows]):.3f}, "
-              f"no env/bare {median([x['no env'] / x['bare'] for x in rows]):.3f}\n", flush=True)
+            print(f"  repeat {r + 1} ({'/'.join(order)}): sweep env {res['sweep env']:8.1f}  threshold "
+                  f"{res['threshold']:8.1f}  bare {res['bare']:8.1f} samples/s;  sweep env/bare "
+                  f"{res['sweep env'] / res['bare']:.3f}  threshold/sweep env "
+                  f"{res['threshold'] / res['sweep env']:.3f}", flush=True)
+        print(f"  medians: sweep env/bare {median([x['sweep env'] / x['bare'] for x in rows]):.3f}, "
+              f"threshold/sweep env {median([x['threshold'] / x['sweep env'] for x in rows]):.3f}, "
+              f"threshold/bare {median([x['threshold'] / x['bare'] for x in rows]):.3f}\n", flush=True)
     return 0
 
 

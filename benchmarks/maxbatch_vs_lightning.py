@@ -40,6 +40,7 @@ from common import machine_facts
 
 from harness.data import DataRequest, prepare
 from harness.errors import BatchscopeError
+from harness.maxbatch.advice import train_advice
 from harness.maxbatch.prober import run_maxbatch
 from harness.maxbatch.request import MaxBatchRequest
 from harness.store import Store
@@ -105,11 +106,14 @@ def one_run(args: argparse.Namespace, run: int, data_dir: str, probe_data: Any, 
     if found is not None:
         row, wall = found.row, time.monotonic() - t0
         env = json.loads(row["train_env_json"] or "{}")
-        words = " ".join(f"{k}={v}" for k, v in env.items()) or "no settings"
+        words = " ".join(f"{k}={v}" for k, v in env.items())
+        print(f"search {run}: boundary {row['max_batch']}, slope {row['fit_b_mib_per_sample']} MiB/sample; "
+              f"{train_advice(row)}; settling runs {row.get('heap_settle_json')}", file=sys.stderr, flush=True)
         for label, batch in (("exact boundary", row["max_batch"]), ("recommended", row["recommended_batch"])):
-            with_env, default = verify(batch, env), verify(batch, {})
+            default = verify(batch, {})  # the printed settings are glibc's defaults unless the user set some
+            how = f"{trained(verify(batch, env))} (with {words}); " if env else ""
             rows.append(f"| {run} | batchscope maxbatch, {label} | {batch} | {row['probes_n']} probes, {wall:.0f} s "
-                        f"| never | {trained(with_env)} (with {words}); {trained(default)} (glibc default) |")
+                        f"| never | {how}{trained(default)} (glibc default) |")
     reason = None if args.no_lightning else lightning_available(args.lightning_python)
     if args.no_lightning or reason is not None:
         print(f"Lightning: skipped ({'--no-lightning' if args.no_lightning else reason}); install it as this "
@@ -131,11 +135,9 @@ def one_run(args: argparse.Namespace, run: int, data_dir: str, probe_data: Any, 
 
 def repeat(args: argparse.Namespace) -> int:
     """Train ``--repeat-batch`` ``--repeat-runs`` times in fresh plain processes; 0 when every run passed."""
-    from harness.run.executor import CPU_ALLOCATOR_ENV
-
-    env = dict(kv.split("=", 1) for kv in args.repeat_env) if args.repeat_env else dict(CPU_ALLOCATOR_ENV)
+    env = dict(kv.split("=", 1) for kv in args.repeat_env)  # none: glibc's defaults, as batchscope's probes run
     print(machine_facts())
-    words = " ".join(f"{k}={v}" for k, v in env.items())
+    words = " ".join(f"{k}={v}" for k, v in env.items()) or "no allocator settings (glibc's defaults)"
     print(f"batch {args.repeat_batch}, {args.steps} steps + eval, RLIMIT_DATA {args.budget_mib:g} MiB, {words}")
     passed = 0
     with tempfile.TemporaryDirectory(prefix="mb-repeat-") as tmp:
@@ -164,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                              "the settings batchscope prints (--repeat-env), and count the passes")
     parser.add_argument("--repeat-runs", type=int, default=10)
     parser.add_argument("--repeat-env", action="append", default=[], metavar="KEY=VALUE",
-                        help="the settings to train with (default: MALLOC_MMAP_THRESHOLD_=131072)")
+                        help="a setting to train with (repeatable; default none: glibc's defaults, as the probes run)")
     args = parser.parse_args(argv)
     if args.repeat_batch:
         return repeat(args)

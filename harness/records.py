@@ -25,6 +25,25 @@ STATUSES: tuple[Status, ...] = ("ok", "oom", "error", "timeout", "crashed", "ski
 #: check between steps is one comparison (docs/benchmarks.md: no measurable effect on the timing)
 PROGRESS_INTERVAL_S = 0.5
 
+#: environment variables that decide how a framework or the C library allocates, and so what a worker's memory and
+#: speed are: the values a worker ran with are part of what it measured (issue 18: a max-batch answer holds only
+#: under them; issue 22: a sweep records them). glibc's malloc tunables; PyTorch's caching allocator on a GPU;
+#: TensorFlow's GPU memory mode and allocator, and its oneDNN CPU path (which halves the CPU answer: see
+#: docs/maxbatch.md); JAX/XLA's preallocation; MXNet's GPU pool; the OpenMP threads that oneDNN scratch scales with.
+ALLOCATOR_VARS = (
+    "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_ARENA_MAX", "MALLOC_TOP_PAD_",
+    "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "TF_FORCE_GPU_ALLOW_GROWTH", "TF_GPU_ALLOCATOR",
+    "TF_ENABLE_ONEDNN_OPTS", "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_ALLOCATOR", "MXNET_GPU_MEM_POOL_TYPE", "MXNET_GPU_MEM_POOL_RESERVE", "OMP_NUM_THREADS",
+)
+
+
+def allocator_env(unit_env: Mapping[str, str], parent_env: Mapping[str, str]) -> dict[str, str]:
+    """The allocator settings (:data:`ALLOCATOR_VARS`) a worker runs with: its environment is the parent's plus
+    ``unit_env`` (harness/run/executor.py), so a variable from the user's shell counts as much as one set for it."""
+    merged = {**parent_env, **unit_env}
+    return {k: merged[k] for k in ALLOCATOR_VARS if k in merged}
+
 
 @dataclass(frozen=True)
 class MonitorResult:

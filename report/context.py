@@ -78,7 +78,22 @@ def environment_rows(exp: Experiment) -> list[tuple[str, str]]:
     devices = sorted({str(t.get("device")) for t in exp.trials if t.get("device")})
     if devices:
         rows.append(("Device(s) trained on", ", ".join(devices)))
+    rows.append(("CPU workers' allocator settings", cpu_worker_env_words(env)))
     return rows
+
+
+def cpu_worker_env_words(env: dict[str, Any]) -> str:
+    """What the run's CPU workers ran with (``cpu_worker_env``, issue 22): the allocator variables, or the defaults.
+
+    Runs from issues 18-21 recorded ``MALLOC_MMAP_THRESHOLD_=131072``, which every CPU worker then had (PyTorch's
+    throughput at 0.57x); runs from before issue 18 recorded nothing.
+    """
+    if "cpu_worker_env" not in env:
+        return "not recorded (a run from before issue 18)"
+    recorded = env.get("cpu_worker_env") or {}
+    if not isinstance(recorded, dict) or not recorded:
+        return "none: glibc's and the frameworks' defaults, as a plain training script runs"
+    return " ".join(f"{k}={v}" for k, v in sorted(recorded.items()))
 
 
 def _distinct(exp: Experiment, column: str) -> list[Any]:

@@ -91,7 +91,7 @@ MAXBATCH_COLUMNS = (
     "max_batch", "first_fail_batch", "first_fail_status", "recommended_batch", "recommended_pow2",
     "recommended_mult8", "formula_batch", "formula_error_pct", "probes_n", "wall_s", "param_count",
     "per_sample_activation_mib", "fit_a_mib", "fit_b_mib_per_sample", "first_fail_reason", "finished_at",
-    "confirm_steps", "margin_jitter_mib", "margin_growth_mib", "margin_total_mib", "train_env_json",
+    "confirm_steps", "margin_jitter_mib", "margin_growth_mib", "margin_heap_mib", "margin_total_mib", "train_env_json",
     "verify_steps", "verify_status", "verify_reason", "setting", "accumulate_steps", "effective_batch",
     "answer_peak_mib", "answer_samples_per_s")
 

@@ -56,8 +56,13 @@ def register(sub: Any) -> None:
     p.add_argument("--adapter-option", action="append", default=[], metavar="KEY=VALUE",
                    help="an adapter setting, as under [adapters.<name>] (e.g. memory_mode=preallocate for "
                         "tensorflow on a GPU); repeatable; also searches without it, and compares")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", dest="env_setting",
+                   help="an allocator environment variable for the probes (e.g. MALLOC_MMAP_THRESHOLD_=131072: a "
+                        "fixed glibc mmap threshold, measured to cost PyTorch 0.57x of its CPU throughput); "
+                        "repeatable; also searches without it, and compares")
     p.add_argument("--no-plain", action="store_true",
-                   help="with settings to try: skip the plain search (fp32, K = 1, default adapter settings)")
+                   help="with settings to try: skip the plain search (fp32, K = 1, default adapter settings, no "
+                        "--env)")
     p.add_argument("--device", choices=DEVICES, default="auto")
     p.add_argument("--strategy", choices=STRATEGIES, default="model",
                    help="model: fit memory(batch) from small probes and probe near the prediction (default); "
@@ -147,6 +152,7 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     from harness.maxbatch import whathelps
 
     options = whathelps.adapter_options(args.adapter_option, adapter_class(args.framework))
+    env_setting = whathelps.parse_env_settings(args.env_setting)
     from harness.models import check_model_name
 
     check_model_name(args.model)  # a user's "module:function" is imported here, framework imports refused
@@ -164,18 +170,18 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
                           timeout_s=args.timeout_s, optimizer=args.optimizer, momentum=args.momentum,
                           threads=args.threads, max_batch_cap=args.max_batch_cap,
                           synthetic_shape=args.synthetic_shape, verify_steps=verify_steps,
-                          accumulate_steps=args.accumulate_steps, adapter_options=options)
+                          accumulate_steps=args.accumulate_steps, adapter_options=options, env=env_setting)
     out = Path(args.out or Path("results") / "maxbatch")
     env = environment.capture()
     from harness.maxbatch.prober import probe_peak_mib
     from harness.maxbatch.request import resolve_budget
 
     budget = resolve_budget(req, list(env.get("gpus") or []))  # refuse bad options before writing anything
-    compare = whathelps.asks_what_helps(req.precision, req.accumulate_steps, req.adapter_options)
+    compare = whathelps.asks_what_helps(req.precision, req.accumulate_steps, req.adapter_options, req.env)
     searches = _what_helps_searches(req, args.no_plain, budget) if compare else [req]
     if args.no_plain and not compare:
         raise ConfigError("--no-plain applies only with a setting to try (--accumulate-steps K > 1, --precision "
-                          "other than fp32, --adapter-option); add one or leave --no-plain out")
+                          "other than fp32, --adapter-option, --env); add one or leave --no-plain out")
     adapter_class(req.framework)
     # data and model before the store: a bad file or a model that does not fit the input leaves nothing written
     data = prepare(DataRequest(name=req.dataset, seed=req.seed, train_samples=req.train_samples,
@@ -206,7 +212,7 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     def on_probe(o: Any) -> None:
         peak = probe_peak_mib(o, budget.kind) if o.status == "ok" else None
         extra = (f"peak {peak:.0f} MiB" if peak is not None else "") if o.status == "ok" else shorten(o.reason, 110)
-        kind = ("verify" if o.trial.purpose == "verify"
+        kind = (o.trial.purpose if o.trial.purpose in ("verify", "settle")
                 else "confirm" if o.trial.timed_steps == req.confirm_steps else "probe")
         display.done(len(probes), 0, o, text=f"{kind:<7} {o.status:<8} {o.elapsed_s:5.1f} s  {extra}")
 
@@ -243,7 +249,7 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
 def _label(req: Any) -> str:
     from harness.maxbatch.whathelps import setting_label
 
-    return setting_label(req.precision, req.accumulate_steps, req.adapter_options)
+    return setting_label(req.precision, req.accumulate_steps, req.adapter_options, env=req.env)
 
 
 def _what_helps_searches(req: Any, no_plain: bool, budget: Any) -> list[Any]:
@@ -259,9 +265,9 @@ def _what_helps_searches(req: Any, no_plain: bool, budget: Any) -> list[Any]:
     whathelps.check_precision(cls, req.precision, budget.device)
     whathelps.check_options_apply(cls, req.adapter_options, budget.device, budget.trial_limit_mib)
     settings = whathelps.plan_settings(req.precision, req.accumulate_steps, req.adapter_options,
-                                       include_plain=not no_plain)
+                                       include_plain=not no_plain, env=req.env)
     return [replace(req, precision=s.precision, accumulate_steps=s.accumulate_steps,
-                    adapter_options=dict(s.adapter_options)) for s in settings]
+                    adapter_options=dict(s.adapter_options), env=dict(s.env)) for s in settings]
 
 
 def _search_compared(req: Any, store: Any, run_id: int, run: Any) -> Any:
@@ -282,7 +288,7 @@ def _search_compared(req: Any, store: Any, run_id: int, run: Any) -> Any:
 def _print_what_helps(done: list[Any], out: Path) -> int:
     """The plain search's answer in full, then one table of every search. Exit 0 when every search finished and
     something fits; 3 when nothing fits even at a micro-batch of 1; 1 when a search aborted or a --verify failed."""
-    from harness.maxbatch.whathelps import PLAIN, TABLE_NOTE, render_table, table_rows
+    from harness.maxbatch.whathelps import PLAIN, TABLE_NOTE, cost_notes, render_table, table_rows
 
     first = done[0]  # the plain search (or, with --no-plain, the first setting): its answer in full
     if first.row is not None and first.row.get("max_batch"):
@@ -294,6 +300,8 @@ def _print_what_helps(done: list[Any], out: Path) -> int:
     print("\nwhat helps (one search per row; the change is against the plain search):")
     print("\n".join(render_table(table_rows(done))))
     print(f"note: {TABLE_NOTE}")
+    for cost in cost_notes(done):
+        print(f"cost: {cost}")
     print(f"\nstored in {out / 'results.sqlite'} (table maxbatch, one row per search, told apart by its setting; "
           "probes in trials with purpose 'probe')")
     if any(s.row is None or (s.row.get("verify_status") == "fail") for s in done):
@@ -315,6 +323,7 @@ def print_recommendation(row: dict[str, Any], file: Any) -> None:
         parts = ", ".join(f"{what} {mib:.1f}" for what, mib in (
             ("run-to-run jitter", row.get("margin_jitter_mib") or 0.0),
             ("growth over the confirm run", row.get("margin_growth_mib") or 0.0),
+            ("glibc heap allowance", row.get("margin_heap_mib") or 0.0),
             ("--margin-mib", row.get("margin_mib") or 0.0)) if mib)
     margin = f" leaving {total:.1f} MiB unused at the boundary ({parts})" if total else ""
     if not row["recommended_batch"]:
@@ -330,10 +339,18 @@ def print_recommendation(row: dict[str, Any], file: Any) -> None:
             print(f"the probes ran with: {env_words(train_env)}; the answer holds only under the same settings, "
                   f"so train with them too (e.g. `{env_words(train_env)} python train.py`)", file=file)
         else:
-            print("the probes ran with no allocator settings (none set by batchscope or in your environment); "
-                  "setting one in training (e.g. PYTORCH_CUDA_ALLOC_CONF) changes the answer", file=file)
+            print("the probes ran with no allocator settings (none set by batchscope or in your environment: glibc's "
+                  "and the framework's defaults, as a plain `python train.py` runs); setting one in training (e.g. "
+                  "PYTORCH_CUDA_ALLOC_CONF, MALLOC_MMAP_THRESHOLD_) changes the answer", file=file)
     if row.get("confirm_steps"):
         print(f"confirm run: {row['confirm_steps']} steps + eval at {row['max_batch']}", file=file)
+    if row.get("heap_settle_json"):
+        runs = json.loads(row["heap_settle_json"])
+        tried = sorted({r["batch"] for r in runs if r["batch"]}, reverse=True)
+        failed = [f"{r['batch']} ({r['status']})" for r in runs if r["status"] != "ok" and r["batch"]]
+        print(f"settled under glibc's default malloc: {len(runs)} fresh run(s) of {row.get('heap_settle_steps')} "
+              f"steps + eval at {', '.join(map(str, tried))}"
+              + (f"; failed: {', '.join(failed)}" if failed else "; all trained"), file=file)
     if row.get("verify_status"):
         how = f": {row['verify_reason']}" if row.get("verify_reason") else ""
         print(f"verify: {row['recommended_batch']} trained {row['verify_steps']} steps + eval in a fresh worker "

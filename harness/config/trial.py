@@ -50,7 +50,7 @@ class TrialSpec:
     eval_batch_size: int = 256
     train_samples: int = 0
     data_key: str = ""  # identifies the prepared data (name + shape + seed), part of the hash
-    purpose: str = "sweep"  # "sweep" or "probe" (max-batch search)
+    purpose: str = "sweep"  # "sweep", or a max-batch search's "probe", "settle" (issue 22) or "verify"
     # Study settings (issue 14). At their defaults they are left out of the hash (see trial_hash).
     variant: str = ""  # the named variant of the experiment ("" when it has none)
     augment: Augment = "none"  # harness-side augmentation, identical for every framework (harness/data/augment.py)

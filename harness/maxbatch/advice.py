@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.maxbatch.search import LinearFit
+from harness.records import ALLOCATOR_VARS as ALLOCATOR_VARS  # re-exported: docs/maxbatch.md names it here
+from harness.records import allocator_env
 
 MIB = 1024.0 * 1024.0
 
@@ -20,6 +22,15 @@ MIB = 1024.0 * 1024.0
 #: arenas mapped or not depending on thread timing, in about 1 run in 5; docs/maxbatch.md). An answer with less
 #: spare memory than this may fail on a later run: the CLI and the report say so and give a size with a margin.
 CPU_PEAK_JITTER_MIB = 3.0
+
+#: Under glibc's default malloc (no MALLOC_* set: how users train, issue 22) the memory a CPU batch needs varies
+#: with the heap's history: glibc raises its mmap threshold as large blocks are freed, later blocks land on a heap
+#: that fragments, and how much that costs differs from one fresh process to the next and grows over steps. The
+#: recommendation leaves this fraction of the batch's own memory (measured slope x the answer) unused on top of the
+#: jitter and the confirm run's growth, so that it trains in a plain process under the same budget (measured:
+#: docs/maxbatch.md, "10 of 10 under glibc's defaults"). Not applied where the probes ran with a fixed mmap
+#: threshold (the "what helps" setting ``--env MALLOC_MMAP_THRESHOLD_=131072``), whose peaks repeat to the MiB.
+CPU_HEAP_ALLOWANCE = 0.15
 
 
 @dataclass(frozen=True)
@@ -62,31 +73,23 @@ def recommend(max_batch: int, margin_mib: float, fit: LinearFit | None, fallback
     return batch, pow2_at_or_below(batch), (batch // 8 * 8) or None
 
 
-#: environment variables that decide how a framework or the C library allocates, and so where the boundary lies:
-#: the probes' values are part of the answer (issue 18). glibc's malloc tunables; PyTorch's caching allocator on a
-#: GPU; TensorFlow's GPU memory mode and allocator, and its oneDNN CPU path (which halves the CPU answer: see
-#: docs/maxbatch.md); JAX/XLA's preallocation; MXNet's GPU pool; the OpenMP threads that oneDNN scratch scales with.
-ALLOCATOR_VARS = (
-    "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_ARENA_MAX", "MALLOC_TOP_PAD_",
-    "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "TF_FORCE_GPU_ALLOW_GROWTH", "TF_GPU_ALLOCATOR",
-    "TF_ENABLE_ONEDNN_OPTS", "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION",
-    "XLA_PYTHON_CLIENT_ALLOCATOR", "MXNET_GPU_MEM_POOL_TYPE", "MXNET_GPU_MEM_POOL_RESERVE", "OMP_NUM_THREADS",
-)
-
-
 def answer_env(probe_env: dict[str, str], parent_env: dict[str, str]) -> dict[str, str]:
     """The allocator settings the probes ran with: what the user must train with for the answer to hold.
 
     A probe's environment is the parent's plus ``probe_env`` (harness/run/executor.py), so a variable the user
     had set (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``) shaped the answer as much as one the probe set.
     """
-    merged = {**parent_env, **probe_env}
-    return {k: merged[k] for k in ALLOCATOR_VARS if k in merged}
+    return allocator_env(probe_env, parent_env)
 
 
 def env_words(env: dict[str, str]) -> str:
     """``env`` as a shell prefix (``K=V K2=V2``), or the words for none."""
     return " ".join(f"{k}={v}" for k, v in env.items()) if env else "(no allocator settings)"
+
+
+def glibc_heap_varies(budget_kind: str, train_env: dict[str, str]) -> bool:
+    """Whether a CPU search ran under glibc's adaptive mmap threshold (no MALLOC_MMAP_THRESHOLD_ fixed)."""
+    return budget_kind == "cpu-rlimit-data" and "MALLOC_MMAP_THRESHOLD_" not in train_env
 
 
 @dataclass(frozen=True)
@@ -97,21 +100,25 @@ class Margin:
     CPU_PEAK_JITTER_MIB (measured over 72 fresh workers, docs/maxbatch.md) and the spread this search saw at one
     size; on a GPU only the spread this search saw (no run-to-run measurement there yet). ``growth_mib``: how
     much more the longer confirm run needed than the short probe at the answer (the heap or a caching allocator
-    growing over steps), a sign of more growth to come in a longer run.
+    growing over steps), a sign of more growth to come in a longer run. ``heap_mib``: on CPU under glibc's
+    default malloc, CPU_HEAP_ALLOWANCE of the batch's own memory at the answer (0 elsewhere).
     """
 
     user_mib: float
     jitter_mib: float
     growth_mib: float
+    heap_mib: float = 0.0
 
     @property
     def total_mib(self) -> float:
         """What the recommendation leaves unused at the boundary."""
-        return self.user_mib + self.jitter_mib + self.growth_mib
+        return self.user_mib + self.jitter_mib + self.growth_mib + self.heap_mib
 
     @classmethod
-    def measure(cls, probes: list[dict[str, Any]], answer: int, budget_kind: str, user_mib: float) -> Margin:
-        """From the search's probes (``asdict(ProbeResult)``): the spread at one size and the growth at ``answer``."""
+    def measure(cls, probes: list[dict[str, Any]], answer: int, budget_kind: str, user_mib: float,
+                train_env: dict[str, str] | None = None, per_sample_mib: float = 0.0) -> Margin:
+        """From the search's probes (``asdict(ProbeResult)``): the spread at one size and the growth at ``answer``;
+        with ``per_sample_mib`` (the fit's slope), the heap allowance when glibc's threshold was left adaptive."""
         by_size: dict[tuple[int, bool], list[float]] = {}
         for p in probes:
             if p.get("status") == "ok" and p.get("peak_mib") is not None:
@@ -120,7 +127,9 @@ class Margin:
         jitter = max(spread, CPU_PEAK_JITTER_MIB) if budget_kind == "cpu-rlimit-data" else spread
         short, long = by_size.get((answer, False)), by_size.get((answer, True))
         growth = max(0.0, max(long) - max(short)) if short and long else 0.0
-        return cls(user_mib, jitter, growth)
+        heap = (CPU_HEAP_ALLOWANCE * max(per_sample_mib, 0.0) * answer
+                if glibc_heap_varies(budget_kind, train_env or {}) else 0.0)
+        return cls(user_mib, jitter, growth, heap)
 
 
 def answer_headroom_mib(row: dict[str, Any]) -> float | None:
@@ -177,7 +186,8 @@ def train_advice(row: dict[str, Any]) -> str | None:
     head = (f"recommended {rec} leaves {float(row['margin_total_mib']):.1f} MiB at the boundary "
             f"(run-to-run jitter {float(row.get('margin_jitter_mib') or 0):.1f}, growth over the "
             f"{row.get('confirm_steps') or '?'}-step confirm run {float(row.get('margin_growth_mib') or 0):.1f}, "
-            f"--margin-mib {float(row.get('margin_mib') or 0):g})" if rec else
+            + (f"glibc heap allowance {float(row['margin_heap_mib']):.1f}, " if row.get("margin_heap_mib") else "")
+            + f"--margin-mib {float(row.get('margin_mib') or 0):g})" if rec else
             f"no size leaves the {float(row['margin_total_mib']):.1f} MiB margin: give a larger budget")
     how = f"; train with {env_words(env)}, as the probes ran" if env else ""
     check = ""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -28,7 +29,15 @@ from harness.config.experiment import MAX_TIMEOUT_S
 from harness.config.trial import OptimizerSpec, TrialSpec
 from harness.data import DataRequest, PreparedData, default_cache_dir, prepare
 from harness.errors import DoesNotFitError
-from harness.maxbatch.advice import Formula, Margin, answer_env, recommend
+from harness.maxbatch.advice import (
+    CPU_HEAP_ALLOWANCE,
+    Formula,
+    Margin,
+    answer_env,
+    glibc_heap_varies,
+    pow2_at_or_below,
+    recommend,
+)
 from harness.maxbatch.request import Budget, MaxBatchRequest, resolve_budget
 from harness.maxbatch.search import ProbeResult, SearchResult, SearchSettings, search
 from harness.maxbatch.whathelps import setting_label
@@ -36,7 +45,7 @@ from harness.models import build_description, is_native_model
 from harness.monitor import environment
 from harness.records import Monitor, TrialOutcome, TrialUnit, WorkerMetrics
 from harness.registry import adapter_class, adapter_target
-from harness.run.executor import CPU_ALLOCATOR_ENV, LocalExecutor, adapter_worker_env
+from harness.run.executor import LocalExecutor, adapter_worker_env
 from harness.store import Store
 
 MIB = 1024.0 * 1024.0
@@ -45,7 +54,11 @@ SETUP_MEMORY_ERRORS = ("failed to map segment from shared object", "Cannot alloc
                        "cannot allocate memory")
 CONTROL_FACTOR = 2  # a CPU probe that fails without saying "memory" is run again with this much more,
 CONTROL_FLOOR_MIB = 1024.0  # and at least this much more: a budget below the framework's start-up needs more than 2x
-CPU_PROBE_ENV = CPU_ALLOCATOR_ENV  # the probes' allocator setting, the same as every CPU worker's
+#: the recommendation under glibc's default malloc must train this many fresh runs of this many timed steps in a row
+#: (settle_heap); each failure lowers it by CPU_HEAP_ALLOWANCE of itself, at most this many times (issue 22)
+HEAP_SETTLE_RUNS = 3
+HEAP_SETTLE_STEPS = 20
+HEAP_SETTLE_ROUNDS = 8
 
 
 def probe_peak_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
@@ -124,11 +137,12 @@ class WorkerProber:
         self.on_outcome, self.on_event = on_outcome, on_event
         self.outcomes: list[TrialOutcome] = []
         self.order_path = str(data.write_order(req.seed, 0))
-        # On CPU a fixed glibc mmap threshold makes a probe's peak repeatable (CPU_ALLOCATOR_ENV); the answer
-        # then holds under that setting only, so it is stored and printed with the answer (advice.answer_env)
-        self.env: dict[str, str] = dict(CPU_PROBE_ENV) if budget.kind == "cpu-rlimit-data" else {}
-        # and what the adapter's settings need at import (PyTorch's CUDA allocator settings), part of the answer too
-        self.env |= adapter_worker_env(req.framework, req.adapter_options, budget.device)
+        # Nothing of the probes' own (issue 22): they run under the allocator the user trains with (on CPU glibc's
+        # defaults, whose heap variation the recommendation's margin covers: advice.Margin); only what the adapter's
+        # settings need at import (PyTorch's CUDA allocator settings) and a "what helps" setting's variables
+        # (``--env``), each part of the answer, stored and printed with it (advice.answer_env)
+        self.env: dict[str, str] = adapter_worker_env(req.framework, req.adapter_options, budget.device)
+        self.env |= dict(req.env)
 
     def trial(self, batch: int, confirm: bool) -> TrialSpec:
         """The probe's trial: a warm-up step, a few timed steps (more to confirm), then eval at ``batch``."""
@@ -176,6 +190,22 @@ class WorkerProber:
                          oom_patterns=adapter_class(self.req.framework).oom_stderr_patterns,
                          os_memory_limit_mib=self.budget.os_limit_mib, env=dict(self.env))
         outcome = self.executor.run(unit)
+        if self.on_outcome is not None:
+            self.on_outcome(outcome)
+        return outcome
+
+    def settle(self, batch: int, steps: int, run: int) -> TrialOutcome:
+        """One heap-settling run (issue 22): ``batch`` for ``steps`` timed steps, then eval, in a fresh worker under
+        the budget, stored as a trial with purpose ``settle`` (``repeat`` = ``run``, so each run keeps its own row);
+        no retry: a user's run gets none."""
+        trial = replace(self.trial(batch, True), timed_steps=steps, repeat=run, purpose="settle")
+        unit = TrialUnit(trial=trial, data=self.data, order_path=self.order_path,
+                         adapter_target=adapter_target(self.req.framework),
+                         python=self.req.python or sys.executable,
+                         oom_patterns=adapter_class(self.req.framework).oom_stderr_patterns,
+                         os_memory_limit_mib=self.budget.os_limit_mib, env=dict(self.env))
+        outcome = self.executor.run(unit)
+        self.outcomes.append(outcome)
         if self.on_outcome is not None:
             self.on_outcome(outcome)
         return outcome
@@ -270,8 +300,10 @@ def run_maxbatch(req: MaxBatchRequest, store: Store, run_id: int, *, data: Prepa
         param_count, activation_floats = desc.param_count(), desc.activation_floats_per_sample()
     else:
         param_count, activation_floats = next((o.param_count for o in prober.outcomes if o.param_count), 0), 0
-    row = result_row(req, budget, result, param_count, activation_floats, run_id, env, prober.outcomes,
-                     answer_env(prober.env, dict(os.environ)))
+    train_env = answer_env(prober.env, dict(os.environ))
+    row = result_row(req, budget, result, param_count, activation_floats, run_id, env, prober.outcomes, train_env)
+    if glibc_heap_varies(budget.kind, train_env) and row["recommended_batch"]:
+        row |= settled_columns(row, settle_heap(prober, row["recommended_batch"]))
     if req.verify_steps and row["recommended_batch"]:
         row |= verify_columns(prober.verify(row["recommended_batch"], req.verify_steps), budget.kind)
     store.write_maxbatch(row)
@@ -296,6 +328,49 @@ def answer_throughput(outcomes: list[TrialOutcome], answer: int, confirm_steps: 
     return float(at_answer[-1].metrics.step_samples_per_s) if at_answer else None  # type: ignore[union-attr,arg-type]
 
 
+def settle_heap(prober: WorkerProber, start: int) -> list[tuple[int, int, str]]:
+    """Walk the recommendation down until it trains HEAP_SETTLE_RUNS times in a row under glibc's default malloc.
+
+    Under the default the memory a CPU batch needs is not monotone in the batch size and varies between fresh
+    processes and over steps (docs/maxbatch.md, issue 22), so a size a short probe passed can fail in a plain
+    process. Each candidate trains HEAP_SETTLE_STEPS timed steps + eval in HEAP_SETTLE_RUNS fresh workers under the
+    budget; a failure lowers it by CPU_HEAP_ALLOWANCE of itself (at least 1) and starts again, at most
+    HEAP_SETTLE_ROUNDS times. Returns (batch, run, status) per run, the last candidate's runs last; the settled size
+    is the last batch when all its runs passed, else 0.
+    """
+    runs: list[tuple[int, int, str]] = []
+    batch = start
+    for _ in range(HEAP_SETTLE_ROUNDS):
+        statuses = []
+        for run in range(HEAP_SETTLE_RUNS):
+            outcome = prober.settle(batch, HEAP_SETTLE_STEPS, run)
+            runs.append((batch, run, outcome.status))
+            statuses.append(outcome.status)
+            if outcome.status != "ok":
+                break
+        if all(st == "ok" for st in statuses) and len(statuses) == HEAP_SETTLE_RUNS:
+            return runs
+        lower = batch - max(1, math.ceil(CPU_HEAP_ALLOWANCE * batch))
+        if lower < 1:
+            break
+        batch = lower
+    return runs + [(0, -1, "none settled")]
+
+
+def settled_columns(row: dict[str, Any], runs: list[tuple[int, int, str]]) -> dict[str, Any]:
+    """The recommendation after :func:`settle_heap`, the heap allowance it leaves (in MiB by the fitted slope, on
+    top of jitter and growth), and the runs that decided it (``heap_settle_json``)."""
+    settled = runs[-1][0] if runs else 0
+    per_sample = float(row.get("fit_b_mib_per_sample") or row.get("per_sample_activation_mib") or 0.0)
+    before = int(row["recommended_batch"])
+    heap = float(row.get("margin_heap_mib") or 0.0) + max(0, before - settled) * per_sample
+    total = float(row.get("margin_total_mib") or 0.0) - float(row.get("margin_heap_mib") or 0.0) + heap
+    return {"recommended_batch": settled, "recommended_pow2": pow2_at_or_below(settled),
+            "recommended_mult8": (settled // 8 * 8) or None, "margin_heap_mib": heap, "margin_total_mib": total,
+            "heap_settle_json": json.dumps([{"batch": b, "run": r, "status": st} for b, r, st in runs]),
+            "heap_settle_steps": HEAP_SETTLE_STEPS}
+
+
 def verify_columns(outcome: TrialOutcome, budget_kind: str) -> dict[str, Any]:
     """The ``verify_*`` columns of a verification run: ``pass`` only when every step and the eval ran."""
     ok = outcome.status == "ok"
@@ -313,10 +388,10 @@ def result_row(req: MaxBatchRequest, budget: Budget, result: SearchResult, param
     """
     fit = result.fit
     probes = [asdict(p) for p in result.probes]
-    margin = Margin.measure(probes, result.max_batch, budget.kind, req.margin_mib)
     # the analytic per-sample size: every layer's output kept for backward, plus its gradient (x2), fp32
     analytic_mib = activation_floats * 4 * 2 / MIB
     per_sample = fit.b_mib_per_sample if fit is not None else analytic_mib
+    margin = Margin.measure(probes, result.max_batch, budget.kind, req.margin_mib, train_env or {}, per_sample)
     formula = Formula.compute(param_count, req.optimizer, req.momentum, budget.mib, per_sample)
     analytic = Formula.compute(param_count, req.optimizer, req.momentum, budget.mib, analytic_mib)
     rec, rec_pow2, rec_mult8 = recommend(result.max_batch, margin.total_mib, fit, analytic_mib)
@@ -347,11 +422,12 @@ def result_row(req: MaxBatchRequest, budget: Budget, result: SearchResult, param
         "capped": int(result.capped), "versions_json": json.dumps(ok_outcome.versions if ok_outcome else {}),
         "confirm_steps": req.confirm_steps, "margin_jitter_mib": margin.jitter_mib,
         "margin_growth_mib": margin.growth_mib, "margin_total_mib": margin.total_mib,
+        "margin_heap_mib": margin.heap_mib,
         "train_env_json": json.dumps(train_env or {}),
         # issue 14, item 5: which setting this search ran with, so the searches of one "what helps" run (and any
         # other rows) can be told apart; max_batch is the micro-batch, effective_batch what one update trains
         "setting": setting_label(req.precision, req.accumulate_steps, req.adapter_options,
-                                 _default_options(req.framework)),
+                                 _default_options(req.framework), env=req.env),
         "accumulate_steps": req.accumulate_steps, "effective_batch": result.max_batch * req.accumulate_steps,
         "adapter_options_json": json.dumps(dict(req.adapter_options), sort_keys=True, default=str),
         "answer_peak_mib": max(at_answer) if at_answer else None,

@@ -73,6 +73,9 @@ class MaxBatchRequest:
     #: micro-batches per optimizer update: every probe trains k micro-batches of the probed size per step, so
     #: the answer is the largest micro-batch and the effective batch is k times it (issue 14, item 5)
     accumulate_steps: int = 1
+    #: environment variables every probe gets on top of the parent's (issue 22: a "what helps" setting such as
+    #: ``MALLOC_MMAP_THRESHOLD_=131072``; none by default, so the probes run under the allocator users train with)
+    env: dict[str, str] = field(default_factory=dict)
 
     def _check_precision_runs(self) -> None:
         """Refuse a precision the adapter would not run on this device, and adapter settings that would do nothing

@@ -33,11 +33,12 @@ def _word(value: Any) -> str:
 
 
 def setting_label(precision: str, accumulate_steps: int, adapter_options: Mapping[str, Any],
-                  defaults: Mapping[str, Any] | None = None) -> str:
+                  defaults: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> str:
     """The name of a search's setting: what differs from the plain search, ``plain`` when nothing does.
 
     ``defaults``: the adapter's default options; an option set to its default is no setting (a sweep passes
-    the resolved options, defaults included).
+    the resolved options, defaults included). ``env``: the environment variables the search's probes were given
+    (``--env``), named as the user types them (``MALLOC_MMAP_THRESHOLD_=131072``).
     """
     defaults = defaults or {}
     parts = [f"accumulate_steps={accumulate_steps}"] if accumulate_steps > 1 else []
@@ -45,30 +46,33 @@ def setting_label(precision: str, accumulate_steps: int, adapter_options: Mappin
         parts.append(f"precision={precision}")
     parts += [f"{key}={_word(value)}" for key, value in sorted(adapter_options.items())
               if key not in defaults or defaults[key] != value]
+    parts += [f"{key}={value}" for key, value in sorted((env or {}).items())]
     return " + ".join(parts) or PLAIN
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One search of a "what helps" run: its precision, accumulation steps and adapter options."""
+    """One search of a "what helps" run: its precision, accumulation steps, adapter options and environment."""
 
     precision: str = "fp32"
     accumulate_steps: int = 1
     adapter_options: Mapping[str, Any] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
         """The ``setting`` column of its row."""
-        return setting_label(self.precision, self.accumulate_steps, self.adapter_options)
+        return setting_label(self.precision, self.accumulate_steps, self.adapter_options, env=self.env)
 
 
-def asks_what_helps(precision: str, accumulate_steps: int, adapter_options: Mapping[str, Any]) -> bool:
+def asks_what_helps(precision: str, accumulate_steps: int, adapter_options: Mapping[str, Any],
+                    env: Mapping[str, str] | None = None) -> bool:
     """Whether the command line gave a setting to try (then maxbatch compares it with the plain search)."""
-    return precision != "fp32" or accumulate_steps > 1 or bool(adapter_options)
+    return precision != "fp32" or accumulate_steps > 1 or bool(adapter_options) or bool(env)
 
 
 def plan_settings(precision: str, accumulate_steps: int, adapter_options: Mapping[str, Any],
-                  include_plain: bool = True) -> list[Setting]:
+                  include_plain: bool = True, env: Mapping[str, str] | None = None) -> list[Setting]:
     """The searches to run, in order: plain, each kind of setting alone, then all together (if more than one).
 
     A kind is the accumulation, the precision, or one adapter option: ``--adapter-option a=1 --adapter-option
@@ -81,7 +85,8 @@ def plan_settings(precision: str, accumulate_steps: int, adapter_options: Mappin
     if precision != "fp32":
         kinds.append(Setting(precision=precision))
     kinds += [Setting(adapter_options={key: value}) for key, value in adapter_options.items()]
-    combined = [Setting(precision, accumulate_steps, dict(adapter_options))] if len(kinds) > 1 else []
+    kinds += [Setting(env={key: value}) for key, value in (env or {}).items()]
+    combined = [Setting(precision, accumulate_steps, dict(adapter_options), dict(env or {}))] if len(kinds) > 1 else []
     return ([Setting()] if include_plain else []) + kinds + combined
 
 
@@ -130,6 +135,43 @@ def adapter_options(pairs: Sequence[str], adapter_cls: Any) -> dict[str, Any]:
             raise ConfigError(f"--adapter-option {key}={_word(value)} is the {adapter_cls.name} adapter's default, "
                               "which the plain search runs with already; give another value, or leave it out")
     return options
+
+
+def parse_env_settings(pairs: Sequence[str]) -> dict[str, str]:
+    """The ``--env KEY=VALUE`` settings: each an allocator variable (advice.ALLOCATOR_VARS: what decides how a
+    framework or the C library allocates, so a row never names a variable that cannot change its answer), once."""
+    from harness.records import ALLOCATOR_VARS
+
+    env: dict[str, str] = {}
+    for text in pairs:
+        key, sep, value = text.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise ConfigError(f"--env {text!r} is not KEY=VALUE (e.g. MALLOC_MMAP_THRESHOLD_=131072)")
+        if key not in ALLOCATOR_VARS:
+            raise ConfigError(f"--env {key}: not an allocator setting batchscope knows; one of: "
+                              f"{', '.join(ALLOCATOR_VARS)}")
+        if key in env:
+            raise ConfigError(f"--env {key} is given twice ({env[key]} and {value}); give each setting once")
+        env[key] = value
+    return env
+
+
+#: what a setting is known to cost the throughput of training, measured with repeats (the table's own samples/s
+#: comes from one short confirm run); printed under the table when a search used it
+KNOWN_COSTS = {
+    "MALLOC_MMAP_THRESHOLD_": (
+        "MALLOC_MMAP_THRESHOLD_ (a fixed glibc mmap threshold: peaks repeat to the MiB and stop growing over steps) "
+        "was measured to cost PyTorch 0.57x of its training throughput on CPU (a bare loop at batch 16: 1,896 -> "
+        "1,088 samples/s; a harness trial at batch 64, median of repeats: docs/benchmarks.md); JAX, TensorFlow and "
+        "MXNet barely moved. Train with it only if the larger batch is worth that"),
+}
+
+
+def cost_notes(searched: Sequence[Searched]) -> list[str]:
+    """The measured costs (KNOWN_COSTS) of the environment settings the searches used, once each."""
+    used = {key for s in searched for key in KNOWN_COSTS if f"{key}=" in s.setting}
+    return [KNOWN_COSTS[key] for key in KNOWN_COSTS if key in used]
 
 
 def check_precision(adapter_cls: Any, precision: str, device: str) -> None:

@@ -32,12 +32,6 @@ GENERIC_OOM_PATTERNS = ("MemoryError", "std::bad_alloc", "out of memory", "Canno
                         # glibc under RLIMIT_DATA while loading a framework (seen with torch at ~150 MiB)
                         "cannot allocate memory", "failed to map segment from shared object")
 STDERR_TAIL_LINES = 40
-#: The allocator setting of every worker that trains on CPU: max-batch probes and sweep trials alike, so that a
-#: size the max-batch search found fits trains the same way in a sweep (issue 18). glibc raises its mmap threshold
-#: as large blocks are freed, so later steps put big tensors on the heap, which fragments: the memory a batch
-#: needs then grows over steps, is not monotone in the batch size, and moves between runs. Fixed at its starting
-#: value, every block over 128 KiB gets its own mapping, returned to the OS when freed (docs/maxbatch.md).
-CPU_ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
 
 #: Popen's arguments for a worker in a process group of its own, in the parent's session: ``process_group`` from

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,9 +19,9 @@ from harness.data.footprint import require_disk
 from harness.errors import ConfigError, StoreError
 from harness.models import build_description, is_native_model
 from harness.monitor import environment
-from harness.records import Executor, Monitor, TrialOutcome, TrialUnit
+from harness.records import Executor, Monitor, TrialOutcome, TrialUnit, allocator_env
 from harness.registry import adapter_class, adapter_target
-from harness.run.executor import CPU_ALLOCATOR_ENV, LocalExecutor, adapter_worker_env
+from harness.run.executor import LocalExecutor, adapter_worker_env
 from harness.run.planner import data_request, plan
 from harness.store import Store, store_path
 from harness.store.db import make_out_dir
@@ -56,12 +57,23 @@ class SweepContext:
 
 
 def worker_env(trial: TrialSpec, env: dict[str, Any]) -> dict[str, str]:
-    """What a trial's worker gets in its environment: on CPU the allocator setting the max-batch probes use;
-    and what the adapter's settings need before its framework is imported (PyTorch's CUDA allocator settings:
-    ``adapters.base.Adapter.worker_env``)."""
-    on_cpu = trial.device == "cpu" or (trial.device == "auto" and not env.get("gpus"))
-    out = dict(CPU_ALLOCATOR_ENV) if on_cpu else {}
-    return out | adapter_worker_env(trial.framework, trial.adapter_options, trial.device)
+    """What a trial's worker gets in its environment on top of the parent's: only what the adapter's settings need
+    before its framework is imported (PyTorch's CUDA allocator settings: ``adapters.base.Adapter.worker_env``).
+
+    Nothing else, on purpose: a trial is timed under the allocator the user trains with (issue 22). A fixed glibc
+    mmap threshold here once cost PyTorch's trials 0.57x of their throughput; such settings are a max-batch "what
+    helps" setting now (``maxbatch --env``). The benchmarks build their harness trials' environment with this very
+    function (benchmarks/common.py), so a setting added here shows in ``make bench`` too.
+    ``env``: the captured environment (unused today; kept so a setting can depend on the device found).
+    """
+    del env
+    return adapter_worker_env(trial.framework, trial.adapter_options, trial.device)
+
+
+def worker_allocator_env(unit_env: dict[str, str], parent_env: dict[str, str] | None = None) -> dict[str, str]:
+    """The allocator settings a worker ran with: those it inherited from the parent's environment (the user's
+    shell) and those the sweep set (``unit_env``), as stored in the run's environment (``cpu_worker_env``)."""
+    return allocator_env(unit_env, dict(os.environ) if parent_env is None else parent_env)
 
 
 def unit_for(exp: Experiment, trial: TrialSpec, data: PreparedData, os_memory_limit_mib: float | None = None,
@@ -123,8 +135,9 @@ def run_sweep(
     for framework in exp.frameworks:
         adapter_class(framework)  # an adapter that cannot be loaded: AdapterError (exit 2)
     env = environment.capture()
-    # stored with the run: what CPU workers ran with (the same as the max-batch probes: harness/run/executor.py)
-    env["cpu_worker_env"] = dict(CPU_ALLOCATOR_ENV)
+    # stored with the run: the allocator settings the CPU workers ran with, as they ran (the sweep sets none of its
+    # own on CPU: these are what the user's shell gave every worker; {} means glibc's and the frameworks' defaults)
+    env["cpu_worker_env"] = worker_allocator_env({})
     if exp.device == "gpu" and not env.get("gpus"):
         raise ConfigError(f"{exp.source}: device = \"gpu\" was asked for, but NVML sees no GPU here "
                           f"({env.get('gpu_note') or 'no GPU'}); use device = \"cpu\" or \"auto\", or run "

@@ -124,6 +124,12 @@ MAXBATCH_COLUMNS: tuple[tuple[str, str], ...] = (
     # and step throughput measured at the answer. NULL in rows stored before.
     ("setting", "TEXT"), ("accumulate_steps", "INTEGER"), ("effective_batch", "INTEGER"),
     ("adapter_options_json", "TEXT"), ("answer_peak_mib", "REAL"), ("answer_samples_per_s", "REAL"),
+    # issue 22: the probes run under glibc's default malloc; the part of margin_total_mib left for its heap
+    # variation (harness.maxbatch.advice.CPU_HEAP_ALLOWANCE). NULL in rows stored before.
+    ("margin_heap_mib", "REAL"),
+    # issue 22: the runs that settled the recommendation under glibc's default malloc ([{batch, run, status}], the
+    # last candidate's last) and their length in timed steps (harness.maxbatch.prober.settle_heap)
+    ("heap_settle_json", "TEXT"), ("heap_settle_steps", "INTEGER"),
 )
 MAXBATCH_COLUMN_NAMES = tuple(name for name, _ in MAXBATCH_COLUMNS)
 

@@ -16,9 +16,8 @@ import pytest
 
 from harness.cli import main
 from harness.data import DataRequest, prepare
-from harness.maxbatch.advice import CPU_PEAK_JITTER_MIB, Margin, answer_env, train_advice
+from harness.maxbatch.advice import CPU_HEAP_ALLOWANCE, CPU_PEAK_JITTER_MIB, Margin, answer_env, train_advice
 from harness.maxbatch.request import CONFIRM_STEPS, MaxBatchRequest
-from harness.run.executor import CPU_ALLOCATOR_ENV
 from harness.store import Store
 from tests.fakes.memory_executor import BUDGET_MIB
 
@@ -53,9 +52,21 @@ def test_margin_is_made_of_what_varied():
     assert Margin.measure([], 28, "gpu-card", 0.0).total_mib == 0.0
 
 
+def test_under_glibcs_default_malloc_the_margin_leaves_a_share_of_the_batchs_memory_for_the_heap():
+    probes = [{"batch": 28, "status": "ok", "peak_mib": 380.0, "confirm": False}]
+    plain = Margin.measure(probes, 28, "cpu-rlimit-data", 0.0, train_env={}, per_sample_mib=10.0)
+    assert plain.heap_mib == pytest.approx(CPU_HEAP_ALLOWANCE * 10.0 * 28)
+    assert plain.total_mib == pytest.approx(CPU_PEAK_JITTER_MIB + plain.heap_mib)
+    # a fixed mmap threshold (the "what helps" setting, or the user's shell) makes peaks repeat: no allowance
+    fixed = Margin.measure(probes, 28, "cpu-rlimit-data", 0.0, {"MALLOC_MMAP_THRESHOLD_": "131072"}, 10.0)
+    assert fixed.heap_mib == 0.0 and fixed.total_mib == CPU_PEAK_JITTER_MIB
+    # glibc's heap is not what a GPU budget counts
+    assert Margin.measure(probes, 28, "gpu-card", 0.0, {}, 10.0).heap_mib == 0.0
+
+
 def test_answer_env_is_the_allocator_settings_the_probes_saw():
     parent = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "HOME": "/root", "MALLOC_MMAP_THRESHOLD_": "1"}
-    env = answer_env(dict(CPU_ALLOCATOR_ENV), parent)
+    env = answer_env({"MALLOC_MMAP_THRESHOLD_": "131072"}, parent)
     # the probe's own setting wins over the parent's (as in the executor), unrelated variables are left out
     assert env == {"MALLOC_MMAP_THRESHOLD_": "131072", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
     assert answer_env({}, {"HOME": "/root"}) == {}
@@ -72,18 +83,25 @@ def test_the_recommendation_leaves_the_measured_margin_and_says_how_to_train(fak
     growth = 0.25 * (CONFIRM_STEPS - 2)
     assert row["margin_growth_mib"] == pytest.approx(growth)
     assert row["margin_jitter_mib"] == CPU_PEAK_JITTER_MIB
-    assert row["margin_total_mib"] == pytest.approx(CPU_PEAK_JITTER_MIB + growth)
-    # 4.5 MiB at the measured 10 MiB per sample: one sample below the boundary
-    assert row["recommended_batch"] == 28 - math.ceil((CPU_PEAK_JITTER_MIB + growth) / 10.0) == 27
+    # under glibc's default malloc (no MALLOC_* set: issue 22) a share of the batch's memory is left for the heap
+    heap = CPU_HEAP_ALLOWANCE * 10.0 * 28
+    assert row["margin_heap_mib"] == pytest.approx(heap)
+    assert row["margin_total_mib"] == pytest.approx(CPU_PEAK_JITTER_MIB + growth + heap)
+    # the margin at the measured 10 MiB per sample, in whole samples below the boundary
+    rec = 28 - math.ceil((CPU_PEAK_JITTER_MIB + growth + heap) / 10.0)
+    assert row["recommended_batch"] == rec and 0 < rec < 28
     train_env = json.loads(row["train_env_json"])
-    assert train_env == {**CPU_ALLOCATOR_ENV, "TF_ENABLE_ONEDNN_OPTS": "0"}
-    # every probe ran with the setting the answer is printed with
-    assert all(u.env.get("MALLOC_MMAP_THRESHOLD_") == "131072" for u in made[0].units)
-    assert "the probes ran with: MALLOC_MMAP_THRESHOLD_=131072 TF_ENABLE_ONEDNN_OPTS=0" in out
-    assert "recommended leaving 4.5 MiB unused at the boundary" in out and ": 27  (power of two: 16" in out
+    assert train_env == {"TF_ENABLE_ONEDNN_OPTS": "0"}
+    # no probe got an allocator setting of batchscope's own: they ran as a plain `python train.py` does
+    assert all(not any(k.startswith("MALLOC_") for k in u.env) for u in made[0].units)
+    assert "the probes ran with: TF_ENABLE_ONEDNN_OPTS=0" in out
+    total = CPU_PEAK_JITTER_MIB + growth + heap
+    assert f"recommended leaving {total:.1f} MiB unused at the boundary" in out
+    assert f"glibc heap allowance {heap:.1f}" in out and f": {rec}  (power of two: 16" in out
     assert f"confirm run: {CONFIRM_STEPS} steps + eval at 28" in out
     advice = train_advice(row)
-    assert advice is not None and "recommended 27 leaves 4.5 MiB" in advice and "MALLOC_MMAP_THRESHOLD_" in advice
+    assert advice is not None and f"recommended {rec} leaves {total:.1f} MiB" in advice
+    assert "glibc heap allowance" in advice
 
 
 def test_verify_trains_the_recommendation_in_a_fresh_worker_with_the_printed_settings(fake_executor, tmp_path,
@@ -93,13 +111,14 @@ def test_verify_trains_the_recommendation_in_a_fresh_worker_with_the_printed_set
     out = capsys.readouterr().out
     row = _row(tmp_path / "out")
     verify = made[0].units[-1]
-    assert verify.trial.purpose == "verify" and verify.trial.batch_size == row["recommended_batch"] == 27
+    rec = row["recommended_batch"]
+    assert verify.trial.purpose == "verify" and verify.trial.batch_size == rec and 0 < rec < row["max_batch"]
     assert verify.trial.timed_steps == 20 and verify.trial.eval
-    assert verify.os_memory_limit_mib == BUDGET_MIB and verify.env == CPU_ALLOCATOR_ENV
+    assert verify.os_memory_limit_mib == BUDGET_MIB and verify.env == {}  # glibc's defaults, as the probes ran
     assert (row["verify_status"], row["verify_steps"], row["verify_reason"]) == ("pass", 20, "")
-    assert "verify: 27 trained 20 steps + eval in a fresh worker under the same budget and settings: PASS" in out
+    assert f"verify: {rec} trained 20 steps + eval in a fresh worker under the same budget and settings: PASS" in out
     with Store.open(tmp_path / "out", create=False) as store:
-        assert [t["batch_size"] for t in store.trials("purpose = 'verify'")] == [27]
+        assert [t["batch_size"] for t in store.trials("purpose = 'verify'")] == [rec]
 
 
 def test_a_failed_verification_exits_1_and_says_why(fake_executor, tmp_path, capsys):
@@ -117,18 +136,23 @@ def test_verify_steps_without_verify_is_refused(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def test_sweep_workers_on_cpu_run_with_the_probes_allocator_setting(tmp_path):
+def test_sweep_workers_run_under_the_allocator_users_train_with(tmp_path, monkeypatch):
+    # issue 22: no MALLOC_* of batchscope's own on any device; the run records what the workers inherited
     from harness.config.experiment import parse_experiment
-    from harness.run.sweep import unit_for, worker_env
+    from harness.run.sweep import unit_for, worker_allocator_env, worker_env
     from tests.conftest import make_trial
 
     exp = parse_experiment({"name": "e", "frameworks": ["pytorch"], "batch_sizes": [8], "device": "cpu"})
     data = prepare(DataRequest(name="synthetic", synthetic_shape=(1, 8, 8), synthetic_samples=64), tmp_path)
     cpu, auto, gpu = (make_trial("pytorch", device=d) for d in ("cpu", "auto", "gpu"))
-    assert worker_env(cpu, {"gpus": [{"index": 0}]}) == CPU_ALLOCATOR_ENV
-    assert worker_env(auto, {"gpus": []}) == CPU_ALLOCATOR_ENV  # auto with no GPU trains on CPU
+    assert worker_env(cpu, {"gpus": [{"index": 0}]}) == {} and worker_env(auto, {"gpus": []}) == {}
     assert worker_env(auto, {"gpus": [{"index": 0}]}) == {} and worker_env(gpu, {}) == {}
-    assert unit_for(exp, cpu, data, env=worker_env(cpu, {})).env == CPU_ALLOCATOR_ENV
+    assert unit_for(exp, cpu, data, env=worker_env(cpu, {})).env == {}
+    # what ran: the allocator variables the parent's environment gave every worker, and the sweep's own on top
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "2")
+    assert worker_allocator_env({}) == {"MALLOC_ARENA_MAX": "2"}
+    assert worker_allocator_env({"MALLOC_ARENA_MAX": "4"}, {"HOME": "/root"}) == {"MALLOC_ARENA_MAX": "4"}
     assert MaxBatchRequest("pytorch", "tiny_cnn").confirm_steps == CONFIRM_STEPS
 
 
@@ -144,8 +168,8 @@ def test_verify_passes_on_a_real_pytorch_worker(tmp_path, capsys):
     assert code == 0, captured.out + captured.err
     row = _row(out)
     assert row["verify_status"] == "pass" and 0 < row["recommended_batch"] < row["max_batch"], row
-    assert row["margin_total_mib"] >= CPU_PEAK_JITTER_MIB
-    assert "MALLOC_MMAP_THRESHOLD_=131072" in captured.out and ": PASS" in captured.out
+    assert row["margin_total_mib"] >= CPU_PEAK_JITTER_MIB and row["margin_heap_mib"] > 0
+    assert "the probes ran with no allocator settings" in captured.out and ": PASS" in captured.out
 
 
 def test_no_settings_are_said_as_such(capsys):
@@ -156,3 +180,43 @@ def test_no_settings_are_said_as_such(capsys):
     print_recommendation(row, None)
     out = capsys.readouterr().out
     assert "the probes ran with no allocator settings" in out and "train with them" not in out
+
+
+def test_under_glibcs_default_the_recommendation_is_walked_down_until_it_trains_in_fresh_runs(
+        fake_executor, tmp_path, capsys, monkeypatch):
+    # issue 22: a heap that grows 1 MiB per step fails the longer settling runs (200 steps here) well below the
+    # boundary the short probes found; each failure lowers the candidate by CPU_HEAP_ALLOWANCE of itself
+    from harness.maxbatch import prober
+
+    monkeypatch.setattr(prober, "HEAP_SETTLE_STEPS", 200)
+    made = fake_executor(growth_mib_per_step=1.0)
+    assert _maxbatch(tmp_path / "out") == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    row = _row(tmp_path / "out")
+    runs = json.loads(row["heap_settle_json"])
+    # peak = 100 + 10 * batch + 200: only batch <= 8 stays under 385 MiB
+    assert [(r["batch"], r["status"]) for r in runs] == [
+        (22, "oom"), (18, "oom"), (15, "oom"), (12, "oom"), (10, "oom"), (8, "ok"), (8, "ok"), (8, "ok")]
+    assert row["recommended_batch"] == 8 and row["heap_settle_steps"] == 200 and row["max_batch"] == 27
+    settle_units = [u for u in made[0].units if u.trial.timed_steps == 200]
+    assert len(settle_units) == 8 and all(u.env == {} and u.os_memory_limit_mib == BUDGET_MIB for u in settle_units)
+    assert row["margin_total_mib"] == pytest.approx(row["margin_jitter_mib"] + row["margin_growth_mib"]
+                                                    + row["margin_heap_mib"])
+    assert "settled under glibc's default malloc: 8 fresh run(s) of 200 steps + eval at 22, 18, 15, 12, 10, 8" in out
+    assert ": 8  (power of two: 8" in out
+
+
+def test_nothing_settles_means_no_recommendation_and_a_fixed_threshold_needs_no_settling(
+        fake_executor, tmp_path, capsys, monkeypatch):
+    from harness.maxbatch import prober
+
+    monkeypatch.setattr(prober, "HEAP_SETTLE_STEPS", 1000)  # 1000 MiB of growth: no size trains that long
+    fake_executor(growth_mib_per_step=1.0)
+    assert _maxbatch(tmp_path / "none") == 0
+    row = _row(tmp_path / "none")
+    assert row["recommended_batch"] == 0 and json.loads(row["heap_settle_json"])[-1]["status"] == "none settled"
+    assert "no batch size leaves that margin" in capsys.readouterr().out
+    fake_executor(growth_mib_per_step=1.0)
+    assert _maxbatch(tmp_path / "fixed", "--env", "MALLOC_MMAP_THRESHOLD_=131072", "--no-plain") == 0
+    row = _row(tmp_path / "fixed")
+    assert row["heap_settle_json"] is None and row["margin_heap_mib"] == 0.0 and row["recommended_batch"] > 8

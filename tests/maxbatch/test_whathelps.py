@@ -16,7 +16,7 @@ import pytest
 
 from harness.cli import main
 from harness.errors import ConfigError
-from harness.maxbatch import whathelps
+from harness.maxbatch import prober, whathelps
 from harness.maxbatch.advice import CPU_PEAK_JITTER_MIB
 from harness.registry import adapter_class
 from harness.store import Store
@@ -131,7 +131,10 @@ def test_one_row_per_search_told_apart_and_one_table(fake_executor, tmp_path, ca
     assert {u.trial.timeout_s for u in made[1].units} == {1200.0}
     assert {u.trial.timeout_s for u in made[0].units} == {300.0}
     with Store.open(tmp_path / "out", create=False) as store:
-        assert len(store.trials("purpose = 'probe'")) == len({u.trial.trial_hash for u in units})
+        assert len(store.trials("purpose = 'probe'")) == len({u.trial.trial_hash for u in units
+                                                              if u.trial.purpose == "probe"})
+        # each search's recommendation settled by fresh runs under glibc's default malloc (issue 22)
+        assert len(store.trials("purpose = 'settle'")) == prober.HEAP_SETTLE_RUNS * len(rows)
     # the plain answer in full, then the table: one row per search, effective = micro x k
     assert "plain search:\nlargest batch that fits (train + eval step): 28" in printed
     table = _table(printed)
@@ -158,6 +161,39 @@ def test_an_adapter_option_is_a_search_of_its_own(fake_executor, tmp_path, capsy
         ("plain", {}), ("behaviour=noisy", {"behaviour": "noisy"})]
     assert {tuple(u.trial.adapter_options.items()) for u in made[1].units} == {(("behaviour", "noisy"),)}
     assert {tuple(u.trial.adapter_options.items()) for u in made[0].units} == {()}
+
+
+def test_a_fixed_mmap_threshold_is_a_setting_with_its_measured_cost(fake_executor, tmp_path, capsys, monkeypatch):
+    # issue 22: what every CPU worker had until then is a setting to try, beside the plain search (glibc's defaults)
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    made = fake_executor()
+    assert _maxbatch(tmp_path / "out", "--env", "MALLOC_MMAP_THRESHOLD_=131072") == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    plain, fixed = _rows(tmp_path / "out")
+    assert (plain["setting"], fixed["setting"]) == ("plain", "MALLOC_MMAP_THRESHOLD_=131072")
+    assert json.loads(plain["train_env_json"]) == {}
+    assert json.loads(fixed["train_env_json"]) == {"MALLOC_MMAP_THRESHOLD_": "131072"}
+    assert all("MALLOC_MMAP_THRESHOLD_" not in u.env for u in made[0].units)
+    assert {u.env.get("MALLOC_MMAP_THRESHOLD_") for u in made[1].units} == {"131072"}
+    # the same boundary in the stand-in (its memory law ignores the allocator); the plain one keeps the heap allowance
+    assert plain["max_batch"] == fixed["max_batch"] == 28
+    assert plain["margin_heap_mib"] > 0 and fixed["margin_heap_mib"] == 0.0
+    assert fixed["recommended_batch"] > plain["recommended_batch"]
+    assert "cost: MALLOC_MMAP_THRESHOLD_" in printed and "0.57x" in printed
+    assert list(_table(printed)) == ["plain", "MALLOC_MMAP_THRESHOLD_=131072"]
+
+
+@pytest.mark.parametrize("text,message", [
+    ("NOT_AN_ALLOCATOR=1", "not an allocator setting batchscope knows"),
+    ("MALLOC_MMAP_THRESHOLD_", "is not KEY=VALUE"),
+])
+def test_an_env_setting_that_is_not_an_allocator_variable_is_refused(text, message, fake_executor, tmp_path,
+                                                                     capsys):
+    made = fake_executor()
+    assert _maxbatch(tmp_path / "out", "--env", text) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists() and not made
 
 
 def test_a_setting_that_makes_the_model_fit_is_an_answer_when_plain_does_not(fake_executor, tmp_path,
@@ -259,7 +295,10 @@ def test_accumulation_keeps_the_peak_at_the_micro_batch_on_a_real_pytorch_worker
     for k in (1, 4):
         req = MaxBatchRequest(framework="pytorch", model="tiny_cnn", device="cpu", memory_limit_mib=480.0,
                               threads=1, momentum=0.9, synthetic_shape=shape, synthetic_samples=512,
-                              timeout_s=240.0, experiment="mb-acc", accumulate_steps=k)
+                              timeout_s=240.0, experiment="mb-acc", accumulate_steps=k,
+                              # a fixed glibc threshold, so the peaks repeat to the MiB and compare the two laws,
+                              # not glibc's heap (which moves 20-45 MiB between fresh workers: docs/maxbatch.md)
+                              env={"MALLOC_MMAP_THRESHOLD_": "131072"})
         budget = resolve_budget(req, [])
         prober = WorkerProber(req, budget, data, LocalExecutor(log_dir=tmp_path / f"k{k}"))
         # plain: the confirm run (1 + 8 steps), accumulated: a probe (1 + 2 updates of 4): as many passes or more

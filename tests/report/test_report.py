@@ -318,3 +318,13 @@ def test_page_one_leads_with_a_recommendation_recomputed_from_the_store(
     gpu_page1 = _flat(PdfReader(gpu_report[0]).pages[0].extract_text() or "")
     assert "J/sample" in gpu_page1  # energy per sample where there was a (replayed) GPU
     assert "J/sample" not in _flat(PdfReader(cpu_report[0]).pages[0].extract_text() or "")
+
+
+def test_the_environment_table_says_which_allocator_settings_the_cpu_workers_ran_with():
+    # issue 22: the run records what its workers ran with, and the report says it, old runs included
+    from report.context import cpu_worker_env_words
+
+    assert cpu_worker_env_words({"cpu_worker_env": {}}).startswith("none: glibc's and the frameworks' defaults")
+    assert cpu_worker_env_words({"cpu_worker_env": {"MALLOC_MMAP_THRESHOLD_": "131072"}}) == \
+        "MALLOC_MMAP_THRESHOLD_=131072"
+    assert "not recorded" in cpu_worker_env_words({})
