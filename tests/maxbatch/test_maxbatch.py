@@ -27,7 +27,7 @@ from harness.maxbatch.advice import (
 )
 from harness.maxbatch.prober import WorkerProber, control_limit_mib, probe_peak_mib, run_maxbatch
 from harness.maxbatch.request import MaxBatchRequest, resolve_budget
-from harness.maxbatch.search import LinearFit, SearchSettings
+from harness.maxbatch.search import LinearFit
 from harness.records import MonitorResult, TrialOutcome, WorkerMetrics
 from harness.run.executor import LocalExecutor
 from harness.store import MAXBATCH_COLUMN_NAMES, Store
@@ -199,6 +199,7 @@ def _request(**kw: object) -> MaxBatchRequest:
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # peaks under an OS memory limit, scanned to within a fresh process's jitter
 def test_real_boundary_on_cpu_agrees_with_an_exhaustive_scan(wide_data, tmp_path):
     req = _request()
     with Store.open(tmp_path) as store:
@@ -257,16 +258,22 @@ def test_budget_below_the_frameworks_overhead_exits_3(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_model_and_double_bisect_agree_on_the_real_boundary(wide_data, tmp_path):
-    req = _request(memory_limit_mib=400.0)
-    answers = {}
-    for strategy in ("model", "double-bisect"):
-        with Store.open(tmp_path / strategy) as store:
-            found = run_maxbatch(req, store, 1, data=wide_data, gpus=[], env={},
-                                 settings=SearchSettings(strategy=strategy, budget_mib=400.0))
-        answers[strategy] = (found.result.max_batch, found.result.probes_n)
-        if strategy == "model":
-            fit, trail = found.result.fit, [(p.stage, p.batch, p.status, p.peak_mib) for p in found.result.probes]
+@pytest.mark.alone  # two runs' boundaries, compared to within a fresh process's peak jitter
+@pytest.mark.xdist_group("real_search")
+def test_model_and_double_bisect_agree_on_the_real_boundary(real_search, tmp_path):
+    # the model strategy's answer is the shared real search's (tests/maxbatch/conftest.py: the default strategy,
+    # 400 MiB); double-bisect runs the same command with its own strategy
+    from tests.maxbatch.conftest import REAL_SEARCH_ARGS
+
+    model = real_search.row
+    assert model["strategy"] == "model", model
+    assert main([*REAL_SEARCH_ARGS, "--strategy", "double-bisect", "--out", str(tmp_path / "db")]) == 0
+    with Store.open(tmp_path / "db", create=False) as store:
+        (bisect,) = store.maxbatch_results()
+    answers = {"model": (model["max_batch"], model["probes_n"]),
+               "double-bisect": (bisect["max_batch"], bisect["probes_n"])}
+    trail = [(p.get("stage"), p["batch"], p["status"], p.get("peak_mib")) for p in json.loads(model["probes_json"])]
+    fit = LinearFit(a_mib=model["fit_a_mib"], b_mib_per_sample=model["fit_b_mib_per_sample"])
     # Each strategy is exact for what its own probes saw, but two runs see boundaries that differ by the
     # documented jitter of a fresh process's peak (seen in CI: 252 vs 251), so they must agree up to
     # CPU_PEAK_JITTER_MIB worth of samples, by the measured slope, never more.
