@@ -26,6 +26,7 @@ import json
 import os
 import statistics
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -85,32 +86,41 @@ def alone_section() -> Any:
 @pytest.fixture(autouse=True)
 def _alone_or_shared(request: pytest.FixtureRequest) -> Iterator[None]:
     node = request.node
-    if node.get_closest_marker("alone") is not None:
-        with _locked(exclusive=True):
-            yield
-    elif node.get_closest_marker("slow") is not None:
-        with _locked(exclusive=False):
-            yield
-    else:
+    kind = _kind(node.keywords)
+    if kind == "fast":
         yield
+        return
+    t0 = time.monotonic()
+    with _locked(exclusive=kind == "alone"):
+        # the wait is not the test's own time: the recorder leaves it out of tests/durations.json
+        node.user_properties.append(("lock_wait_s", time.monotonic() - t0))
+        yield
+
+
+def _kind(keywords: Any) -> str:
+    return "alone" if "alone" in keywords else "slow" if "slow" in keywords else "fast"
 
 
 # ---------------------------------------------------------------- recorded durations
 class _Recorder:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.seconds: dict[str, float] = {}
+        self.tests: dict[str, list[Any]] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         nodeid = _plain(report.nodeid)
-        self.seconds[nodeid] = self.seconds.get(nodeid, 0.0) + report.duration
+        waited = sum(float(v) for k, v in report.user_properties if k == "lock_wait_s") if report.when == "setup" \
+            else 0.0
+        entry = self.tests.setdefault(nodeid, [0.0, _kind(report.keywords)])
+        entry[0] += max(0.0, report.duration - waited)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if getattr(self.config, "workerinput", None) is not None:
             return  # the controller writes (it sees every worker's reports)
-        old = load_durations()
-        old.update({k: round(v, 2) for k, v in self.seconds.items()})
-        DURATIONS_FILE.write_text(json.dumps(dict(sorted(old.items())), indent=0) + "\n")
+        tests = {nodeid: [s, kind] for nodeid, (s, kind) in load_tests().items()}
+        tests.update({nodeid: [round(s, 2), kind] for nodeid, (s, kind) in self.tests.items()})
+        lines = (f"{json.dumps(nodeid)}: {json.dumps(entry)}" for nodeid, entry in sorted(tests.items()))
+        DURATIONS_FILE.write_text("{\n" + ",\n".join(lines) + "\n}\n")
 
 
 def _plain(nodeid: str) -> str:
@@ -118,10 +128,12 @@ def _plain(nodeid: str) -> str:
     return nodeid.split("@")[0] if nodeid.rfind("@") > nodeid.rfind("]") else nodeid
 
 
-def load_durations() -> dict[str, float]:
+def load_tests() -> dict[str, tuple[float, str]]:
+    """nodeid -> (seconds, kind), kind being ``alone``, ``slow`` or ``fast``, from tests/durations.json."""
     try:
-        return {str(k): float(v) for k, v in json.loads(DURATIONS_FILE.read_text()).items()}
-    except (OSError, ValueError):
+        raw = json.loads(DURATIONS_FILE.read_text())
+        return {str(k): (float(v[0]), str(v[1])) for k, v in raw.items()}
+    except (OSError, ValueError, TypeError, IndexError, KeyError):
         return {}
 
 
@@ -141,14 +153,33 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return nodeid.split("::", 1)[0]
 
         def _assign_work_unit(self, node: Any) -> None:
-            if not getattr(self, "_ordered", False):  # the base class just built its queue in collection order
-                self._ordered = True
-                known = load_durations()
-                typical = statistics.median(known.values()) if known else 1.0
-                cost = {scope: sum(known.get(_plain(n), typical) for n in ids) for scope, ids in self.workqueue.items()}
-                for scope in sorted(self.workqueue, key=lambda s: -cost[s]):
-                    self.workqueue.move_to_end(scope)
-            super()._assign_work_unit(node)
+            if not hasattr(self, "_cost"):  # the base class has just built its queue in collection order
+                self._measure_units()
+            # alone units first, while the other worker runs units that start no framework (so the lock makes
+            # nobody wait); otherwise the longest unit left
+            busy_alone = any(self._kinds[scope] == "alone" for other, units in self.assigned_work.items()
+                             if other is not node for scope, done in units.items() if not all(done.values()))
+            queue = list(self.workqueue)
+            wanted = "fast" if busy_alone else "alone"
+            scope = next((s for s in queue if self._kinds[s] == wanted), queue[0])
+            work_unit = self.workqueue.pop(scope)
+            self.assigned_work.setdefault(node, {})[scope] = work_unit
+            collection = self.registered_collections[node]
+            node.send_runtest_some([collection.index(n) for n, done in work_unit.items() if not done])
+
+        def _measure_units(self) -> None:
+            known = load_tests()
+            typical = statistics.median(s for s, _ in known.values()) if known else 1.0
+            self._cost: dict[str, float] = {}
+            self._kinds: dict[str, str] = {}
+            rank = {"fast": 0, "slow": 1, "alone": 2}
+            for scope, ids in self.workqueue.items():
+                # a test not in the file yet: the median duration, and taken as slow until recorded
+                entries = [known.get(_plain(n), (typical, "slow")) for n in ids]
+                self._cost[scope] = sum(s for s, _ in entries)
+                self._kinds[scope] = max((k for _, k in entries), key=lambda k: rank.get(k, 1))
+            for scope in sorted(self.workqueue, key=lambda sc: -self._cost[sc]):
+                self.workqueue.move_to_end(scope)
 
         def _reschedule(self, node: Any) -> None:
             if node.shutting_down:

@@ -38,7 +38,7 @@ REAL_SEARCH_ARGS = ("maxbatch", "--framework", "pytorch", "--model", "tiny_cnn",
 
 
 @pytest.fixture(scope="session")
-def real_search(tmp_path_factory: pytest.TempPathFactory) -> RealSearch:
+def real_search(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> RealSearch:
     """The search once per session, however many tests read it (each of them carries
     ``xdist_group("real_search")``, so under xdist one worker runs them all and the search runs once)."""
     from harness.cli import main
