@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OUT ?= results/quick
 
-.PHONY: quick test test-fast lint bench lock clean-venv
+.PHONY: quick test test-fast test-durations lint bench lock clean-venv
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -21,13 +21,21 @@ quick: $(STAMP)
 	$(BIN)/batchscope report $(OUT) -o $(OUT)/report.pdf
 	$(BIN)/batchscope recommend $(OUT)
 
+# Two pytest-xdist workers (most of the time is frameworks starting in subprocesses, one core each); the units,
+# their order and the tests that run alone are tests/scheduling.py's. `make test-durations` re-records the order.
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadgroup
+
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(XDIST)
+
+test-durations: $(STAMP)
+	$(BIN)/python -m pytest $(XDIST) --update-durations
 
 # the tests that start no framework, for the edit-test loop (CI runs `make test`). The frameworks are blocked
 # (tests/fakes/no_frameworks), so a test that starts one without the `slow` marker fails here, saying so.
 test-fast: $(STAMP)
-	PYTHONPATH=tests/fakes/no_frameworks $(BIN)/python -m pytest -m 'not slow'
+	PYTHONPATH=tests/fakes/no_frameworks $(BIN)/python -m pytest $(XDIST) -m 'not slow'
 
 lint: $(STAMP)
 	$(BIN)/ruff check harness adapters report tests benchmarks

@@ -11,6 +11,8 @@ from adapters.base import OptimizerSpec
 from harness.config.trial import TrialSpec
 from harness.data import DataRequest, PreparedData, prepare
 
+pytest_plugins = ["tests.scheduling"]  # xdist units, their order, the `alone` lock (make test)
+
 
 def _gpu_reason() -> str | None:
     try:

@@ -150,6 +150,14 @@ def import_loads(module: str, attr: str = "") -> list[str]:
     return list(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
+#: ``NAME=DIR`` pairs (``os.pathsep``-separated): probe results another session already computed for these adapters,
+#: read instead of probing again. tests/contract/test_legacy_plugin.py hands its own pytest of the suite the
+#: reference adapter's probe this way, so that probe runs once per ``make test``.
+SHARED_PROBES_ENV = "BATCHSCOPE_CONTRACT_PROBES"
+#: where this session's probe of each adapter lies (filled by the ``probe`` fixture)
+PROBE_DIRS: dict[str, Path] = {}
+
+
 def run_probe(name: str, out_dir: Path, checks: tuple[str, ...] | None = None) -> ProbeResult:
     """Run the probe for one adapter in a fresh interpreter and load what it wrote."""
     target = resolve_target(name)
@@ -163,12 +171,27 @@ def run_probe(name: str, out_dir: Path, checks: tuple[str, ...] | None = None) -
         env=_env(),
     )
     log = proc.stdout + proc.stderr
-    result_path = out_dir / "result.json"
-    if proc.returncode != 0 or not result_path.exists():
+    (out_dir / "log.txt").write_text(log)
+    if proc.returncode != 0 or not (out_dir / "result.json").exists():
         pytest.fail(f"the contract probe for {name!r} ({target}) exited {proc.returncode}:\n{log[-4000:]}")
+    return load_probe(name, out_dir)
+
+
+def load_probe(name: str, out_dir: Path) -> ProbeResult:
+    """The probe result a run of :func:`run_probe` left in ``out_dir``."""
+    target = resolve_target(name)
+    log_path = out_dir / "log.txt"
+    log = log_path.read_text() if log_path.exists() else ""
     with np.load(out_dir / "reference.npz") as npz:
         arrays = {k: npz[k] for k in npz.files}
-    return ProbeResult(name, target, json.loads(result_path.read_text()), arrays, log, builtin=_builtin(name, target))
+    result = json.loads((out_dir / "result.json").read_text())
+    return ProbeResult(name, target, result, arrays, log, builtin=_builtin(name, target))
+
+
+def shared_probes() -> dict[str, Path]:
+    """The probe directories handed over through :data:`SHARED_PROBES_ENV`."""
+    pairs = (item.partition("=") for item in os.environ.get(SHARED_PROBES_ENV, "").split(os.pathsep) if item)
+    return {name: Path(path) for name, _, path in pairs if name and path}
 
 
 def _builtin(name: str, target: str) -> bool:
@@ -214,7 +237,13 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], ProbeResu
 
     def get(name: str) -> ProbeResult:
         if name not in cache:
-            cache[name] = run_probe(name, tmp_path_factory.mktemp(f"probe-{name.replace(':', '-')}"))
+            shared = shared_probes().get(name)
+            if shared is not None:
+                cache[name] = load_probe(name, shared)
+            else:
+                out = tmp_path_factory.mktemp(f"probe-{name.replace(':', '-')}")
+                cache[name] = run_probe(name, out)
+                PROBE_DIRS[name] = out
         return cache[name]
 
     return get

@@ -27,7 +27,7 @@ from tests.contract.checks import MODELS, REFERENCE_COUNTS
 from tests.contract.conftest import REFERENCE_ADAPTER, ProbeResult, import_loads, resolve_target
 from tests.contract.verdicts import LOGITS_ATOL, LOGITS_RTOL, WEIGHTS_ATOL, WEIGHTS_RTOL
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("contract")]  # one probe per adapter (conftest.py)
 
 
 def test_importing_the_adapter_module_loads_no_framework(adapter_name):

@@ -9,6 +9,7 @@ of its cases, osu_cnn's among them, because resnet20's failure replaced the one 
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -18,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from tests import ROOT
+from tests.contract.conftest import PROBE_DIRS, REFERENCE_ADAPTER, SHARED_PROBES_ENV
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("contract")]  # the reference probe is shared
 
 LEGACY = "tests.contract.legacy.pytorch_v1:PyTorchV1Adapter"
 #: what the plugin lacks, by the cases that need it (test name, or test name and model)
@@ -44,13 +46,19 @@ def _case(name: str) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
-def legacy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[tuple[str, str], tuple[str, str]], str]:
-    """Each case's (outcome, message) and the terminal output of the contract suite run against the plugin."""
+def legacy_run(tmp_path_factory: pytest.TempPathFactory, probe) -> tuple[dict[tuple[str, str], tuple[str, str]], str]:
+    """Each case's (outcome, message) and the terminal output of the contract suite run against the plugin.
+
+    The suite compares the plugin with the reference adapter's probe: it is handed this session's (the same
+    adapter on the same machine) rather than probing it again."""
+    probe(REFERENCE_ADAPTER)
     junit = tmp_path_factory.mktemp("legacy") / "junit.xml"
+    env = dict(os.environ)
+    env[SHARED_PROBES_ENV] = f"{REFERENCE_ADAPTER}={PROBE_DIRS[REFERENCE_ADAPTER]}"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "tests/contract/test_contract.py", "--adapter", LEGACY, "-p",
          "no:cacheprovider", f"--junitxml={junit}", "-o", "junit_family=xunit2", "-q"],
-        capture_output=True, text=True, cwd=ROOT, timeout=1800,
+        capture_output=True, text=True, cwd=ROOT, timeout=1800, env=env,
     )
     assert junit.exists(), proc.stdout[-4000:] + proc.stderr[-2000:]
     cases: dict[tuple[str, str], tuple[str, str]] = {}

@@ -25,9 +25,9 @@ from harness.maxbatch.advice import (
     pow2_at_or_below,
     recommend,
 )
-from harness.maxbatch.prober import WorkerProber, control_limit_mib, probe_peak_mib, run_maxbatch
+from harness.maxbatch.prober import WorkerProber, control_limit_mib, probe_peak_mib
 from harness.maxbatch.request import MaxBatchRequest, resolve_budget
-from harness.maxbatch.search import LinearFit, SearchSettings
+from harness.maxbatch.search import LinearFit
 from harness.records import MonitorResult, TrialOutcome, WorkerMetrics
 from harness.run.executor import LocalExecutor
 from harness.store import MAXBATCH_COLUMN_NAMES, Store
@@ -204,16 +204,17 @@ def _request(**kw: object) -> MaxBatchRequest:
 
 
 @pytest.mark.slow
-def test_real_boundary_on_cpu_agrees_with_an_exhaustive_scan(wide_data, tmp_path):
-    req = _request()
-    with Store.open(tmp_path) as store:
-        run_id = store.begin_run("mb-test", {}, "test", {})
-        found = run_maxbatch(req, store, run_id, data=wide_data, log_dir=tmp_path / "logs", gpus=[], env={})
-        rows = store.maxbatch_results()
+@pytest.mark.alone  # peaks under an OS memory limit, scanned to within a fresh process's jitter
+@pytest.mark.xdist_group("real_search")
+def test_real_boundary_on_cpu_agrees_with_an_exhaustive_scan(real_search, cache_dir, tmp_path):
+    # the search is the shared real one (tests/maxbatch/conftest.py: `batchscope maxbatch`, 400 MiB); the scan
+    # below runs the same request the command built, in fresh workers of its own
+    rows = [real_search.row]
+    with Store.open(real_search.out, create=False) as store:
         probes = store.trials("purpose = 'probe'")
-    best = found.result.max_batch
+    best = rows[0]["max_batch"]
     assert 16 < best < 2000, best
-    assert [r["max_batch"] for r in rows] == [best] and rows[0]["budget_kind"] == "cpu-rlimit-data"
+    assert rows[0]["budget_kind"] == "cpu-rlimit-data"
     assert rows[0]["first_fail_batch"] == best + 1 and rows[0]["first_fail_status"] == "oom"
     # a real allocation failure under the OS limit, classified oom: never a comparison of numbers
     assert "can't allocate memory" in rows[0]["first_fail_reason"]
@@ -227,19 +228,25 @@ def test_real_boundary_on_cpu_agrees_with_an_exhaustive_scan(wide_data, tmp_path
             assert any(p["batch"] == trial["batch_size"] and ("memory limit caused it" in p["reason"]
                                                                 or "then at the same budget" in p["reason"])
                        for p in searched), trial["reason"]
-    assert len(json.loads(rows[0]["probes_json"])) == rows[0]["probes_n"] <= len(found.outcomes)
+    assert len(json.loads(rows[0]["probes_json"])) == rows[0]["probes_n"] <= len(probes)
     assert rows[0]["formula_batch"] > 0 and rows[0]["formula_error_pct"] is not None
+    fit = LinearFit(a_mib=rows[0]["fit_a_mib"], b_mib_per_sample=rows[0]["fit_b_mib_per_sample"])
     # a probe that passed under the OS limit cannot have mapped more than the limit (the peak is VmData, what
     # RLIMIT_DATA counts); and since best + 1 failed, less than one sample plus the jitter was left unused
     spare = answer_headroom_mib(rows[0])
-    assert spare is not None and 0.0 <= spare < found.result.fit.b_mib_per_sample + CPU_PEAK_JITTER_MIB, spare
-    # the exhaustive scan around the answer, each size in a fresh worker, the longer (confirm) run
-    prober = WorkerProber(req, found.budget, wide_data, LocalExecutor(log_dir=tmp_path / "scan"))
+    assert spare is not None and 0.0 <= spare < fit.b_mib_per_sample + CPU_PEAK_JITTER_MIB, spare
+    # the exhaustive scan around the answer, each size in a fresh worker, the longer (confirm) run, under the
+    # request `batchscope maxbatch` built from the same options (its defaults: 2048 samples, momentum 0.9)
+    req = MaxBatchRequest(framework="pytorch", model="tiny_cnn", device="cpu", memory_limit_mib=400.0, threads=1,
+                          momentum=0.9, synthetic_shape=SHAPE)
+    data = prepare(DataRequest(name="synthetic", synthetic_shape=SHAPE, synthetic_classes=req.synthetic_classes,
+                               synthetic_samples=req.synthetic_samples), cache_dir)
+    prober = WorkerProber(req, resolve_budget(req, []), data, LocalExecutor(log_dir=tmp_path / "scan"))
     # A fresh process's peak at one size moves by whole 1 MiB CPython arenas (docs/maxbatch.md; seen in CI: the
     # answer 384 passed the search's confirm run, then failed in the scan). So the scan agrees up to that
     # jitter, both ways: the size j below the answer fits, the size j above the search's first failure fails,
     # and every worker in between either fits or runs out of memory (never another failure).
-    j = jitter_samples(found.result.fit)
+    j = jitter_samples(fit)
     assert j < best / 20, (j, best)  # the tolerance stays small next to the answer
     scan = {b: prober(b, True).status for b in range(best - j, best + j + 2)}
     assert set(scan.values()) <= {"ok", "oom"}, scan
@@ -262,16 +269,22 @@ def test_budget_below_the_frameworks_overhead_exits_3(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_model_and_double_bisect_agree_on_the_real_boundary(wide_data, tmp_path):
-    req = _request(memory_limit_mib=400.0)
-    answers = {}
-    for strategy in ("model", "double-bisect"):
-        with Store.open(tmp_path / strategy) as store:
-            found = run_maxbatch(req, store, 1, data=wide_data, gpus=[], env={},
-                                 settings=SearchSettings(strategy=strategy, budget_mib=400.0))
-        answers[strategy] = (found.result.max_batch, found.result.probes_n)
-        if strategy == "model":
-            fit, trail = found.result.fit, [(p.stage, p.batch, p.status, p.peak_mib) for p in found.result.probes]
+@pytest.mark.alone  # two runs' boundaries, compared to within a fresh process's peak jitter
+@pytest.mark.xdist_group("real_search")
+def test_model_and_double_bisect_agree_on_the_real_boundary(real_search, tmp_path):
+    # the model strategy's answer is the shared real search's (tests/maxbatch/conftest.py: the default strategy,
+    # 400 MiB); double-bisect runs the same command with its own strategy
+    from tests.maxbatch.conftest import REAL_SEARCH_ARGS
+
+    model = real_search.row
+    assert model["strategy"] == "model", model
+    assert main([*REAL_SEARCH_ARGS, "--strategy", "double-bisect", "--out", str(tmp_path / "db")]) == 0
+    with Store.open(tmp_path / "db", create=False) as store:
+        (bisect,) = store.maxbatch_results()
+    answers = {"model": (model["max_batch"], model["probes_n"]),
+               "double-bisect": (bisect["max_batch"], bisect["probes_n"])}
+    trail = [(p.get("stage"), p["batch"], p["status"], p.get("peak_mib")) for p in json.loads(model["probes_json"])]
+    fit = LinearFit(a_mib=model["fit_a_mib"], b_mib_per_sample=model["fit_b_mib_per_sample"])
     # Each strategy is exact for what its own probes saw, but two runs see boundaries that differ by the
     # documented jitter of a fresh process's peak (seen in CI: 252 vs 251), so they must agree up to
     # CPU_PEAK_JITTER_MIB worth of samples, by the measured slope, never more.

@@ -277,6 +277,7 @@ def test_the_report_tells_the_searches_apart_and_takes_the_plain_one_as_what_fit
 
 # ---------------------------------------------------------------- real workers, real limits
 @pytest.mark.slow
+@pytest.mark.alone  # two workers' peaks compared to within a fresh process's jitter
 def test_accumulation_keeps_the_peak_at_the_micro_batch_on_a_real_pytorch_worker(tmp_path):
     """The issue's "peak memory stays at the micro-batch's level (measure it)": the same micro-batch in fresh
     PyTorch workers under the same OS limit, updates of 1 and of 4 micro-batches: the peaks agree within a fresh
