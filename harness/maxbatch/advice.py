@@ -26,9 +26,10 @@ CPU_PEAK_JITTER_MIB = 3.0
 #: Under glibc's default malloc (no MALLOC_* set: how users train, issue 22) the memory a CPU batch needs varies
 #: with the heap's history: glibc raises its mmap threshold as large blocks are freed, later blocks land on a heap
 #: that fragments, and how much that costs differs from one fresh process to the next and grows over steps. The
-#: recommendation leaves this fraction of the batch's own memory (measured slope x the answer) unused on top of the
-#: jitter and the confirm run's growth, so that it trains in a plain process under the same budget (measured:
-#: docs/maxbatch.md, "10 of 10 under glibc's defaults"). Not applied where the probes ran with a fixed mmap
+#: recommendation first leaves this fraction of the batch's own memory (measured slope x the answer) on top of the
+#: jitter and the confirm run's growth; then fresh settling runs lower it by this fraction of itself per failure
+#: (harness.maxbatch.prober.settle_heap), since the fitted slope itself cannot be trusted under the default
+#: (measured: docs/maxbatch.md, "Under glibc's defaults"). Not applied where the probes ran with a fixed mmap
 #: threshold (the "what helps" setting ``--env MALLOC_MMAP_THRESHOLD_=131072``), whose peaks repeat to the MiB.
 CPU_HEAP_ALLOWANCE = 0.15
 
