@@ -99,9 +99,15 @@ class Terminated(BaseException):
     Exception`` swallows it on the way out: every ``finally`` on the way kills the worker in flight.
     Exit code 128 + the signal number, as a shell reports a process killed by it (143, 129)."""
 
-    def __init__(self, signum: int) -> None:
+    def __init__(self, signum: int | str) -> None:
+        import re
         import signal
 
+        if isinstance(signum, str):  # rebuilt from its message by a library that annotates exceptions (reportlab's
+            # annotateException calls type(e)(new message)): keep the signal its message names
+            found = re.search(r"got (SIG[A-Z]+)", signum)
+            signum = signal.Signals[found.group(1)] if found and found.group(1) in signal.Signals.__members__ \
+                else signal.SIGTERM
         super().__init__(f"got {signal.Signals(signum).name}")
-        self.signum = signum
-        self.exit_code = 128 + signum
+        self.signum = int(signum)
+        self.exit_code = 128 + int(signum)

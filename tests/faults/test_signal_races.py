@@ -88,3 +88,17 @@ def test_a_temporary_directory_interrupted_as_it_is_made_is_removed(tmp_path: Pa
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert made and not Path(made[0]).exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_terminated_rebuilt_from_its_message_keeps_its_signal(sig: signal.Signals) -> None:
+    """reportlab's annotateException re-raises ``type(e)(message + str(e))``: the rebuilt exception is still the
+    signal's (it raised ValueError from Terminated's constructor, which took only a number)."""
+    from reportlab.lib.utils import annotateException
+
+    with pytest.raises(Terminated) as caught:
+        try:
+            raise Terminated(sig)
+        except Terminated:
+            annotateException("paragraph text 'x' caused exception")
+    assert caught.value.signum == sig and caught.value.exit_code == 128 + sig
