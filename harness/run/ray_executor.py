@@ -80,6 +80,16 @@ def _run_unit(unit: TrialUnit, monitor_factory: Callable[[TrialUnit], Monitor] |
     return dataclasses.replace(outcome, placement=placement)
 
 
+def _call_on_node(fn: Callable[..., Any], args: tuple[Any, ...], gpu: bool, concurrent_n: int) -> tuple[Any, Placement]:
+    """The body of a Ray task that runs ``fn(*args)`` (a max-batch search), told where it ran."""
+    import ray
+
+    placement = Placement(host=socket.gethostname(), node_id=ray.get_runtime_context().get_node_id(),
+                          device_index=visible_gpu_index(os.environ.get("CUDA_VISIBLE_DEVICES")) if gpu else None,
+                          concurrent_n=concurrent_n, attempt=1)
+    return fn(*args), placement
+
+
 @dataclasses.dataclass
 class _Node:
     node_id: str
@@ -118,6 +128,7 @@ class RayExecutor:
         self.trials_per_node = trials_per_node
         self.max_concurrent = max_concurrent
         self._task = ray.remote(max_retries=0, retry_exceptions=False)(_run_unit)
+        self._call = ray.remote(max_retries=0, retry_exceptions=False)(_call_on_node)
 
     def nodes(self) -> list[_Node]:
         """The cluster's live nodes with their CPUs and GPUs (a head started with ``num_cpus=0`` has none)."""
@@ -147,6 +158,53 @@ class RayExecutor:
         except BaseException:
             backend.cancel([handle])
             raise
+
+    def map_on_nodes(self, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]],
+                     gpu: bool) -> list[tuple[Any, Placement] | str]:
+        """``fn(*args)`` for each of ``calls`` as Ray tasks side by side, with a trial's resources (a GPU each, or a
+        whole CPU node each), as many at once as :meth:`RayBackend.slots` allows: the max-batch searches, one per
+        framework. Per call, in order: (its return value, where it ran), or why it has none (its node died, or it
+        raised). Ctrl-C cancels every task in flight."""
+        backend = RayBackend(self, lambda trial: None, gpu=gpu)  # type: ignore[arg-type,return-value]
+        out: dict[int, tuple[Any, Placement] | str] = {}
+        pending = list(enumerate(calls))
+        running: dict[Any, int] = {}
+        try:
+            while pending or running:
+                while pending and len(running) < backend.slots():
+                    i, args = pending.pop(0)
+                    if gpu:
+                        per_node = max((int(n.gpus) for n in backend.nodes.values()), default=1)
+                        ref = self._call.options(num_cpus=0, num_gpus=1).remote(fn, args, True, per_node)
+                        node_id = None
+                    else:
+                        node = backend._free_cpu_node()
+                        ref = self._call.options(
+                            num_cpus=node.cpus / self.trials_per_node, num_gpus=0,
+                            scheduling_strategy=_affinity(node.node_id)).remote(fn, args, False, self.trials_per_node)
+                        node_id = node.node_id
+                    running[ref] = i
+                    backend.in_flight[ref] = (None, 1, node_id)  # type: ignore[assignment]
+                if not running:  # no slot left (every node gone): the rest did not run
+                    for i, _ in pending:
+                        out[i] = "not run: no Ray node with the resources it needs was left; run again with --resume"
+                    break
+                ready, _ = self.ray.wait(list(running), num_returns=1)
+                for ref in ready:
+                    i = running.pop(ref)
+                    backend.in_flight.pop(ref, None)
+                    try:
+                        out[i] = self.ray.get(ref)
+                    except self.ray.exceptions.RayTaskError as e:
+                        out[i] = f"raised on its node: {_first(e)}"
+                    except self.ray.exceptions.RayError as e:
+                        backend.nodes = {n.node_id: n for n in self.nodes()}
+                        out[i] = (f"lost: its Ray node died ({type(e).__name__}); run again with --resume to "
+                                  "search again")
+        except BaseException:
+            backend.cancel(list(running))
+            raise
+        return [out[i] for i in range(len(calls))]
 
     def shutdown(self) -> None:
         """Disconnect from (or stop the local) Ray cluster."""
@@ -181,8 +239,6 @@ class RayBackend:
 
     def submit(self, trial: TrialSpec, attempt: int) -> Hashable:
         """Start ``trial`` as a task: a GPU of its own, or its share of a CPU node's cores, pinned there."""
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         unit = self.units(trial)
         if self.gpu:
             per_node = max((int(n.gpus) for n in self.nodes.values()), default=1)
@@ -195,7 +251,7 @@ class RayBackend:
             share = node.cpus / self.ex.trials_per_node
             ref = self.ex._task.options(
                 num_cpus=share, num_gpus=0,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node.node_id, soft=False),
+                scheduling_strategy=_affinity(node.node_id),
             ).remote(unit, self.ex.monitor_factory, self.ex.log_dir, False, self.ex.trials_per_node, attempt)
             node_id = node.node_id
         self.in_flight[ref] = (trial, attempt, node_id)
@@ -239,6 +295,13 @@ class RayBackend:
             self.ray.cancel(ref, force=True)
         for ref in handles:
             self.in_flight.pop(ref, None)
+
+
+def _affinity(node_id: str) -> Any:
+    """Ray's strategy that runs a task on ``node_id`` only (hard: a trial's CPUs are that node's)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
 
 
 def _first(e: BaseException) -> str:

@@ -58,6 +58,7 @@ class SweepContext:
     env: dict[str, Any]
     out_dir: Path
     monitor_factory: Callable[[TrialUnit], Monitor] | None
+    executor: Executor | None = None  # the sweep's (a RayExecutor runs the max-batch searches side by side too)
 
 
 def worker_env(trial: TrialSpec, env: dict[str, Any]) -> dict[str, str]:
@@ -200,7 +201,7 @@ def run_sweep(
                    oom_at=oom_limits(existing))
         result.not_run, result.peak_in_flight = stats.not_run, stats.peak_in_flight
         if after_trials is not None:
-            after_trials(SweepContext(store, run_id, data, env, out_dir, monitor_factory), result)
+            after_trials(SweepContext(store, run_id, data, env, out_dir, monitor_factory, executor), result)
         return result
 
 

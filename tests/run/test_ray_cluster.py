@@ -141,3 +141,70 @@ def test_a_node_removed_mid_sweep_loses_its_trial_which_runs_again(cluster: Any,
     assert len(rows) == 6 and {r["status"] for r in rows.values()} == {"ok"}
     assert rows[lost[0][0]]["attempt"] == 2 and rows[lost[0][0]]["node_id"] != doomed.node_id
     assert result.not_run == 0
+
+
+def test_max_batch_searches_run_side_by_side_one_node_each(cluster: Any, executor: Any) -> None:
+    """map_on_nodes (the max-batch searches, one per framework): both calls are submitted before either is waited
+    for, each takes a whole CPU node, so the two run on the two nodes at once."""
+    import os
+
+    answers = executor.map_on_nodes(os.getpid, [(), ()], gpu=False)
+    assert all(not isinstance(a, str) for a in answers), answers
+    assert {p.node_id for _, p in answers} == {n.node_id for n in cluster.cpu_nodes}
+    assert len({pid for pid, _ in answers}) == 2
+
+
+def _workers_of_tasks_logging_in(directory: Path) -> set[int]:
+    """PIDs of trial workers (``-m harness.run.worker``) whose parent (the Ray task's process, running a
+    LocalExecutor) has a file under ``directory`` open: the workers of this test's tasks, not another test's."""
+    import os
+
+    procs: dict[int, tuple[int, str]] = {}
+    holders = set()
+    for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                procs[pid] = (ppid, f.read().decode(errors="replace"))
+            fds = os.listdir(f"/proc/{pid}/fd")
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}").startswith(str(directory)) for fd in fds):
+                holders.add(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    return {pid for pid, (ppid, cmd) in procs.items() if ppid in holders and "harness.run.worker" in cmd}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_ctrl_c_cancels_every_task_and_kills_their_workers(cluster: Any, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch, tiny_data: Any) -> None:
+    """Two trials that would hang for an hour, one per node; cancel (what Ctrl-C does) leaves no worker behind."""
+    import time
+
+    from harness.run.ray_executor import RayExecutor
+
+    register_fake(monkeypatch)
+    logs = tmp_path / "logs"
+    executor = RayExecutor(log_dir=logs)
+    trials = [make_trial(batch_size=b, model="tiny_cnn", adapter_options={"behaviour": "hang"}) for b in (2, 4)]
+    units = {t.trial_hash: unit_for(_experiment("hang"), t, tiny_data) for t in trials}
+    backend = executor.backend(lambda t: units[t.trial_hash], trials)
+    handles = [backend.submit(t, 1) for t in trials]
+    deadline = time.monotonic() + 60
+    workers: set[int] = set()
+    while len(workers) < 2 and time.monotonic() < deadline:  # both workers are up
+        time.sleep(0.5)
+        workers |= _workers_of_tasks_logging_in(logs)
+    assert len(workers) == 2
+    backend.cancel(handles)
+    deadline = time.monotonic() + 30
+    while any(map(_alive, workers)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not any(map(_alive, workers))
