@@ -56,12 +56,17 @@ def _ready_s(executor: Any, unit: Any) -> float:
     return float(warm[0]) - t0
 
 
+def _noop() -> None:
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--framework", default="pytorch")
     parser.add_argument("--steps", type=int, default=400, help="timed steps per trial (default 400)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--overhead-n", type=int, default=7)
+    parser.add_argument("--noop-n", type=int, default=500)
     args = parser.parse_args(argv)
 
     import ray
@@ -116,6 +121,16 @@ def main(argv: list[str] | None = None) -> int:
                   f"Ray {rm * 1000:.0f} ms: Ray adds {(rm - lm) * 1000:.0f} ms per trial "
                   f"(local {min(loc) * 1000:.0f}-{max(loc) * 1000:.0f}, Ray {min(ray_) * 1000:.0f}-"
                   f"{max(ray_) * 1000:.0f})")
+            # (b2) Ray's own scheduling rate: tasks that do nothing, submitted at once, until all have returned
+            noop = ray.remote(num_cpus=0, max_retries=0)(_noop)
+            ray.get([noop.remote() for _ in range(20)])  # workers started
+            rates = []
+            for _ in range(3):
+                t1 = time.monotonic()
+                ray.get([noop.remote() for _ in range(args.noop_n)])
+                rates.append(args.noop_n / (time.monotonic() - t1))
+            print(f"(b2) Ray schedules and returns {statistics.median(rates):.0f} no-op tasks/s on this cluster "
+                  f"(median of 3 x {args.noop_n}; {', '.join(f'{r:.0f}' for r in rates)})")
     finally:
         ray.shutdown()
         cluster.shutdown()

@@ -204,3 +204,15 @@ def test_a_trial_lost_twice_is_stored_lost_and_resume_completes_it(fake_register
     assert again.already_done == 1 and [o.trial.batch_size for o in again.outcomes] == [16]
     with Store.open(tmp_path / "out", create=False) as store:
         assert sorted((r["batch_size"], r["status"]) for r in store.trials()) == [(16, "ok"), (32, "ok")]
+
+
+def test_ray_only_options_are_refused_on_the_local_executor(fake_registered: None, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    toml = _fake_toml(tmp_path / "local.toml", "ok")
+    for extra in (["--max-concurrent", "2"], ["--trials-per-node", "2"]):
+        assert main(["run", str(toml), "--out", str(tmp_path / "out"), *extra]) == 2
+        assert "--executor ray" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # nothing written
+    with pytest.raises(SystemExit) as e:
+        main(["run", str(toml), "--max-concurrent", "0"])
+    assert e.value.code == 2 and "1 or more" in capsys.readouterr().err
