@@ -6,14 +6,19 @@ It sits above both: the sweep knows nothing of the max-batch search, and the sea
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from harness.config.experiment import Experiment
+from harness.data import PreparedData
 from harness.errors import DoesNotFitError, SearchAborted
 from harness.maxbatch.prober import run_maxbatch
 from harness.maxbatch.request import MaxBatchRequest, resolve_budget
+from harness.records import TrialOutcome
 from harness.run.sweep import SweepContext, SweepResult, run_sweep
+from harness.store import Store
 
 
 def run_experiment(exp: Experiment, out_dir: Path, **kwargs: Any) -> SweepResult:
@@ -43,6 +48,9 @@ def max_batch_searches(exp: Experiment, ctx: SweepContext, result: SweepResult) 
     other frameworks still run: the sweep's own results are never lost to it.
     """
     done = {r["framework"] for r in ctx.store.maxbatch_results("experiment = ?", (exp.name,))}
+    if hasattr(ctx.executor, "map_on_nodes"):  # Ray: one search per framework, side by side
+        _searches_on_ray(exp, ctx, result, [f for f in exp.frameworks if f not in done])
+        return
     for framework in exp.frameworks:
         if framework in done:
             continue
@@ -53,3 +61,57 @@ def max_batch_searches(exp: Experiment, ctx: SweepContext, result: SweepResult) 
             result.maxbatch.append(found.row)
         except (DoesNotFitError, SearchAborted) as e:
             result.maxbatch_notes.append(f"{framework}: {e}")
+
+
+class _Collected:
+    """What a search on a Ray node would have written: kept, and sent back to the driver, which alone writes the
+    store (a store on a node's disk is neither shared nor locked with the driver's)."""
+
+    def __init__(self) -> None:
+        self.trials: list[TrialOutcome] = []
+        self.row: dict[str, Any] | None = None
+
+    def write_trial(self, outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> None:
+        self.trials.append(outcome)
+
+    def write_maxbatch(self, row: Mapping[str, Any]) -> int:
+        self.row = dict(row)
+        return 0
+
+
+def _search_on_node(req: MaxBatchRequest, run_id: int, data: PreparedData, log_dir: Path,
+                    monitor_factory: Any, gpus: list[dict[str, Any]],
+                    env: dict[str, Any]) -> tuple[list[TrialOutcome], dict[str, Any] | None, str]:
+    """The body of one search's Ray task: (its probes, its maxbatch row, why it gave no answer or "")."""
+    collected = _Collected()
+    note = ""
+    try:
+        run_maxbatch(req, cast(Store, collected), run_id, data=data, log_dir=log_dir, monitor_factory=monitor_factory,
+                     gpus=gpus, env=env)
+    except (DoesNotFitError, SearchAborted) as e:
+        note = str(e)
+    return collected.trials, collected.row, note
+
+
+def _searches_on_ray(exp: Experiment, ctx: SweepContext, result: SweepResult, frameworks: list[str]) -> None:
+    """The searches of ``frameworks`` as Ray tasks side by side (a GPU, or a whole CPU node, each); the driver
+    writes each one's probes (with where they ran) and its result as it comes back."""
+    gpus = list(ctx.env.get("gpus") or [])
+    reqs = [MaxBatchRequest.from_experiment(exp, f) for f in frameworks]
+    on_gpu = any(r.device == "gpu" or (r.device == "auto" and gpus) for r in reqs)
+    calls = [(req, ctx.run_id, ctx.data, ctx.out_dir / "logs", ctx.monitor_factory, gpus, ctx.env) for req in reqs]
+    answers = ctx.executor.map_on_nodes(_search_on_node, calls, gpu=on_gpu)  # type: ignore[union-attr]
+    for framework, answer in zip(frameworks, answers, strict=True):
+        if isinstance(answer, str):
+            result.maxbatch_notes.append(f"{framework}: {answer}")
+            continue
+        (probes, row, note), placement = answer
+        for outcome in probes:
+            outcome.placement = dataclasses.replace(placement, attempt=1)
+            ctx.store.write_trial(outcome, ctx.run_id, ctx.env)
+        if row is not None:
+            ctx.store.write_maxbatch(row)
+        if note or row is None:
+            result.maxbatch_notes.append(f"{framework}: {note or 'the search gave no result'}")
+        else:
+            result.maxbatch.append(row)

@@ -18,9 +18,12 @@ from harness.noise import NoiseRecord
 
 #: how a trial ended: ran to the end; out of memory; a Python error; killed at its timeout; the worker died
 #: (signal, exit code, or it could not start); not run (larger than a size that ran out of memory); its training
-#: diverged (a non-finite loss or weights: a result, with metrics and a curve up to there, never recommended)
-Status = Literal["ok", "oom", "error", "timeout", "crashed", "skipped", "diverged"]
-STATUSES: tuple[Status, ...] = ("ok", "oom", "error", "timeout", "crashed", "skipped", "diverged")
+#: diverged (a non-finite loss or weights: a result, with metrics and a curve up to there, never recommended); the
+#: node it ran on died (Ray: ``lost``, never a result: re-run once on another node, else by ``--resume``)
+Status = Literal["ok", "oom", "error", "timeout", "crashed", "skipped", "diverged", "lost"]
+STATUSES: tuple[Status, ...] = ("ok", "oom", "error", "timeout", "crashed", "skipped", "diverged", "lost")
+#: statuses that are not a trial's answer: ``--resume`` runs such a trial again (its row is replaced, never doubled)
+UNFINISHED_STATUSES: tuple[Status, ...] = ("lost",)
 #: the worker's default bound on progress messages: a few a second is live enough for a person, and the
 #: check between steps is one comparison (docs/benchmarks.md: no measurable effect on the timing)
 PROGRESS_INTERVAL_S = 0.5
@@ -212,6 +215,27 @@ class CurvePoint:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a trial ran: one trials column per field (harness/store/db.py derives them, as from WorkerMetrics).
+
+    ``host`` the node's host name, ``node_id`` Ray's node id (None on the local executor), ``device_index`` the
+    GPU the trial had (its index on that node, None on CPU), ``concurrent_n`` how many trials the executor let run
+    on that node at once (1: the trial had the node, or its GPU, to itself), ``attempt`` 1, or 2 for the re-run of
+    a trial whose node died.
+    """
+
+    host: str | None = None
+    node_id: str | None = None
+    device_index: int | None = None
+    concurrent_n: int | None = None
+    attempt: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain data."""
+        return asdict(self)
+
+
 @dataclass
 class TrialOutcome:
     """What happened in one trial."""
@@ -236,3 +260,4 @@ class TrialOutcome:
     curve: list[CurvePoint] = field(default_factory=list)  # one point per evaluation, in training order
     #: the gradient-noise measurement of each evaluation point (harness.noise.NoiseRecord), where it was asked for
     gradient_noise: list[NoiseRecord] = field(default_factory=list)
+    placement: Placement = field(default_factory=Placement)  # where it ran (host, node, GPU, concurrency, attempt)

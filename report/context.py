@@ -79,6 +79,35 @@ def environment_rows(exp: Experiment) -> list[tuple[str, str]]:
     if devices:
         rows.append(("Device(s) trained on", ", ".join(devices)))
     rows.append(("CPU workers' allocator settings", cpu_worker_env_words(env)))
+    return rows + node_rows(exp)
+
+
+def node_rows(exp: Experiment) -> list[tuple[str, str]]:
+    """One row per Ray node the trials ran on (issue 23): its host, how many trials, which GPUs, and how many trials
+    ran concurrently on it. None for a run on the local executor (no node ids), whose trials ran one at a time on
+    the machine above; on a cluster the rows above describe the machine that ran the driver."""
+    nodes: dict[str, list[dict[str, Any]]] = {}
+    for t in exp.trials:
+        if t.get("node_id"):
+            nodes.setdefault(str(t["node_id"]), []).append(t)
+    rows = []
+    for node_id, trials in sorted(nodes.items(), key=lambda kv: (str(kv[1][0].get("host")), kv[0])):
+        host = trials[0].get("host") or "?"
+        gpus = sorted({int(t["device_index"]) for t in trials if t.get("device_index") is not None})
+        packed = max(int(t.get("concurrent_n") or 1) for t in trials)
+        reruns = sum(1 for t in trials if (t.get("attempt") or 1) > 1)
+        text = f"{len(trials)} trial(s)"
+        if gpus:
+            text += f" on GPU(s) {', '.join(map(str, gpus))}, one GPU each"
+        text += (f"; {packed} trials ran concurrently on this node" if packed > 1 else
+                 "; one trial at a time on this node" if not gpus else "")
+        if reruns:
+            text += f"; {reruns} re-run here after their node died"
+        rows.append((f"Node {host} ({node_id[:8]})", text))
+    lost = sum(1 for t in exp.trials if t.get("status") == "lost")
+    if lost:
+        rows.append(("Lost trials", f"{lost} trial(s) whose node died twice: not results; `batchscope run --resume` "
+                                    "runs them again"))
     return rows
 
 
@@ -225,4 +254,5 @@ def spec_summary(exp: Experiment) -> dict[str, Any]:
     return spec
 
 
-__all__ = ["environment_rows", "had_gpu", "method_paragraphs", "no_gpu_banner", "parse_json", "runs_rows"]
+__all__ = ["environment_rows", "had_gpu", "method_paragraphs", "no_gpu_banner", "node_rows", "parse_json",
+           "runs_rows"]

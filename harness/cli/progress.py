@@ -143,7 +143,10 @@ def result_text(o: TrialOutcome) -> str:
     else:
         extra = shorten(o.reason, 90)
     acc = f"  acc {m.accuracy:.3f}" if m is not None and m.accuracy is not None else ""
-    return f"{o.status:<8} {extra}{acc}  ({o.elapsed_s:.1f} s)"
+    p = o.placement
+    gpu = f" GPU {p.device_index}" if p.device_index is not None else ""
+    where = f" on {p.host}{gpu}" if p.node_id else ""  # a Ray run: which node it ran on
+    return f"{o.status:<8} {extra}{acc}  ({o.elapsed_s:.1f} s{where})"
 
 
 def _num(value: float | None) -> str:
@@ -258,6 +261,7 @@ class RichProgress(PlainProgress):
         self.sweep_task = self.bars.add_task("sweep", total=None, info="", visible=False)  # shown by plan()
         self.trial_task = self.bars.add_task("trial", total=None, info="", visible=False)
         self._started = False
+        self._running: dict[str, str] = {}  # trial hash: its bar's description (Ray runs several at once)
 
     def _print(self, text: str) -> None:
         self.bars.console.print(text, highlight=False, markup=False)
@@ -278,8 +282,15 @@ class RichProgress(PlainProgress):
         self.n = n
         self.eta.start(trial.trial_hash, self.clock())
         total = self.eta.trial_steps(trial.trial_hash)[1] or None
+        self._running[trial.trial_hash] = f"{_counter(i, n)} {trial_label(trial)}"
         self.bars.reset(self.trial_task, total=total, completed=0, visible=True,
-                        description=f"{_counter(i, n)} {trial_label(trial)}", info="setup")
+                        description=self._description(), info="setup")
+
+    def _description(self) -> str:
+        """The trial bar's label: the running trial, or (several at once, on Ray) how many and the latest; their
+        steps are not relayed from the nodes, so the bar then counts only what ended."""
+        latest = next(reversed(self._running.values()), "")
+        return latest if len(self._running) <= 1 else f"{len(self._running)} running, latest {latest}"
 
     def event(self, trial: TrialSpec, msg: dict[str, Any]) -> None:
         self.eta.event(trial.trial_hash, msg)
@@ -296,7 +307,11 @@ class RichProgress(PlainProgress):
         self._print(f"{_counter(i, n)} {trial_label(o.trial)} {text or result_text(o)}")
         if n:
             self.bars.update(self.sweep_task, advance=1, info=_sweep_eta_text(self.eta, self.clock()))
-        self.bars.update(self.trial_task, visible=False)
+        self._running.pop(o.trial.trial_hash, None)
+        if self._running:
+            self.bars.update(self.trial_task, description=self._description())
+        else:
+            self.bars.update(self.trial_task, visible=False)
 
     def close(self) -> None:
         if self._started:

@@ -41,7 +41,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.executor == "ray":
         from harness.run.ray_executor import RayExecutor
 
-        executor = RayExecutor(address=args.ray_address, monitor_factory=factory, log_dir=out.resolve() / "logs")
+        executor = RayExecutor(address=args.ray_address, monitor_factory=factory, log_dir=out.resolve() / "logs",
+                               trials_per_node=args.trials_per_node, max_concurrent=args.max_concurrent)
+    elif args.trials_per_node != 1 or args.max_concurrent is not None:
+        from harness.errors import ConfigError
+
+        raise ConfigError("--trials-per-node and --max-concurrent are for --executor ray (--ray-address); the local "
+                          "executor runs one trial at a time, so that two timed trials never share this machine")
     with make_progress(quiet=args.quiet) as display:  # rich bars on a terminal, plain lines otherwise
 
         def on_plan(todo: list[Any], data: Any) -> None:
@@ -50,6 +56,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = run_experiment(exp, out, resume=args.resume, data_dir=args.data_dir, command=command,
                                 monitor_factory=factory, progress=display.done, on_start=display.start,
                                 on_event=display.event, on_plan=on_plan, executor=executor)
+    if result.peak_in_flight > 1:
+        print(f"up to {result.peak_in_flight} trials ran at once (their progress lines interleave)")
+    if result.not_run:
+        print(f"{result.not_run} trial(s) not run: no Ray node with the resources they need was left; "
+              "run again with --resume to finish them")
     if result.already_done:
         print(f"{result.already_done} trial(s) already stored: skipped (--resume)")
     for row in result.maxbatch:  # max_batch = true: one search per framework after the sweep
@@ -68,6 +79,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     print("\n" + SUMMARY_NOTE)
     print(f"\nstored in {out / 'results.sqlite'}")
     return 0
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of 1 or more")
+    return value
 
 
 def register(sub: Any) -> None:
@@ -90,6 +111,11 @@ def register(sub: Any) -> None:
     p.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="where trials run: here (default) or as tasks on a Ray cluster")
     p.add_argument("--ray-address", help="Ray cluster address (default: start a local one); implies --executor ray")
+    p.add_argument("--max-concurrent", type=_positive, metavar="N",
+                   help="Ray: at most N trials at once (default: as many as the cluster has GPUs, or CPU nodes)")
+    p.add_argument("--trials-per-node", type=_positive, default=1, metavar="N",
+                   help="Ray, CPU trials: N trials share a node's CPUs (default 1: a timed trial has its node's cores "
+                   "to itself); recorded per trial and named in the report")
     p.add_argument("--quiet", action="store_true",
                    help="plain lines instead of live progress bars (the default when stdout is not a terminal)")
     p.set_defaults(func=cmd_run)

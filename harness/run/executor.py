@@ -11,6 +11,7 @@ import datetime as dt
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -23,7 +24,7 @@ from typing import Any
 from harness.capture import BoundedOutput
 from harness.errors import ProtocolMismatchError, WorkerProtocolError
 from harness.models import build_description, is_native_model
-from harness.records import Monitor, NullMonitor, Status, TrialOutcome, TrialUnit
+from harness.records import Monitor, NullMonitor, Placement, Status, TrialOutcome, TrialUnit
 from harness.run.protocol import Message, Phase, WorkerReport, WorkerRequest, decode
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -79,6 +80,15 @@ def classify(report: WorkerReport, returncode: int | None, timed_out: bool, time
     if returncode == -signal.SIGKILL:
         how += " (the kernel's OOM killer sends SIGKILL too: see stderr and dmesg)"
     return "crashed", how
+
+
+def gpu_index(device: Mapping[str, Any], visible: str | None) -> int | None:
+    """The index of the GPU a worker trained on (its first visible device), None when it trained on no GPU or
+    CUDA_VISIBLE_DEVICES names it by UUID."""
+    if not device.get("gpu_name"):
+        return None
+    first = (visible or "0").split(",")[0].strip()
+    return int(first) if first.isdigit() else None
 
 
 def _now() -> str:
@@ -229,6 +239,9 @@ class LocalExecutor:
             phases=list(report.phases), exit_code=proc.returncode, stderr_tail=stderr_tail if status != "ok" else "",
             traceback=report.failure.traceback if report.failure else "", elapsed_s=time.monotonic() - t_start,
             started_at=started_at, finished_at=_now(), monitor=measured,
+            placement=Placement(host=socket.gethostname(), concurrent_n=1, attempt=1,
+                                device_index=gpu_index(ready.device.to_dict() if ready else {},
+                                                       env.get("CUDA_VISIBLE_DEVICES"))),
         )
         if status == "ok":
             log_path.unlink(missing_ok=True)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from harness.cells import summary_rows
 from harness.config.experiment import Experiment
@@ -21,8 +22,10 @@ from harness.models import build_description, is_native_model
 from harness.monitor import environment
 from harness.records import Executor, Monitor, TrialOutcome, TrialUnit, allocator_env
 from harness.registry import adapter_class, adapter_target
+from harness.run.chains import oom_limits
 from harness.run.executor import LocalExecutor, adapter_worker_env
 from harness.run.planner import data_request, plan
+from harness.run.scheduler import Backend, SerialBackend, run_chains
 from harness.store import Store, store_path
 from harness.store.db import make_out_dir
 from harness.store.lock import locked_out_dir
@@ -42,6 +45,8 @@ class SweepResult:
     total: int = 0
     maxbatch: list[dict[str, Any]] = field(default_factory=list)  # stored rows (max_batch = true)
     maxbatch_notes: list[str] = field(default_factory=list)  # searches that did not give an answer, and why
+    not_run: int = 0  # trials left unrun because no executor slot was left (every Ray node gone): --resume
+    peak_in_flight: int = 0  # the most trials that ran at once
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,7 @@ class SweepContext:
     env: dict[str, Any]
     out_dir: Path
     monitor_factory: Callable[[TrialUnit], Monitor] | None
+    executor: Executor | None = None  # the sweep's (a RayExecutor runs the max-batch searches side by side too)
 
 
 def worker_env(trial: TrialSpec, env: dict[str, Any]) -> dict[str, str]:
@@ -88,9 +94,27 @@ def unit_for(exp: Experiment, trial: TrialSpec, data: PreparedData, os_memory_li
                      os_memory_limit_mib=os_memory_limit_mib, env=dict(env or {}))
 
 
-def skipped_outcome(trial: TrialSpec, reason: str) -> TrialOutcome:
-    """A trial recorded as skipped, without running it."""
-    return TrialOutcome(trial=trial, status="skipped", reason=reason)
+class ConcurrentExecutor(Protocol):
+    """An executor that runs several units at once (:class:`harness.run.ray_executor.RayExecutor`)."""
+
+    def backend(self, units: Callable[[TrialSpec], TrialUnit], trials: Sequence[TrialSpec]) -> Backend:
+        """The scheduler's backend for a sweep of ``trials`` whose units ``units`` makes."""
+
+
+def _backend(executor: Executor, unit: Callable[[TrialSpec], TrialUnit], on_event: EventFn | None,
+             trials: Sequence[TrialSpec]) -> Backend:
+    """The scheduler's backend: the executor's own where it runs units concurrently, else one slot."""
+    if hasattr(executor, "backend"):
+        return executor.backend(unit, trials)  # type: ignore[no-any-return]
+
+    def run(trial: TrialSpec, attempt: int) -> TrialOutcome:
+        relay = None if on_event is None else functools.partial(on_event, trial)
+        outcome = executor.run(unit(trial), on_event=relay)
+        if attempt > 1:  # a re-run (the executor said its first run was lost)
+            outcome.placement = dataclasses.replace(outcome.placement, attempt=attempt)
+        return outcome
+
+    return SerialBackend(run)
 
 
 def run_sweep(
@@ -164,36 +188,33 @@ def run_sweep(
         run_id = store.begin_run(exp.name, spec, command, env)
         done = store.finished_hashes()
         result = SweepResult(out_dir=out_dir, total=len(trials))
-        oom_at: dict[tuple[str, str], int] = {}  # (framework, variant): the smallest batch that ran out of memory
-        for row in existing:
-            if row["status"] == "oom":
-                key = (row["framework"], row.get("variant") or "")
-                oom_at[key] = min(oom_at.get(key, row["batch_size"]), row["batch_size"])
+        todo = [t for t in trials if t.trial_hash not in done]
+        result.already_done = len(trials) - len(todo)
+        index = {t.trial_hash: i for i, t in enumerate(trials, 1)}
         executor = executor or LocalExecutor(monitor_factory=monitor_factory, log_dir=out_dir / "logs")
         if on_plan is not None:
-            on_plan([t for t in trials if t.trial_hash not in done], data)
-        for i, trial in enumerate(trials, 1):
-            if trial.trial_hash in done:
-                result.already_done += 1
-                continue
-            limit = oom_at.get((trial.framework, trial.variant))
-            if exp.skip_larger_after_oom and limit is not None and trial.batch_size > limit:
-                outcome = skipped_outcome(trial, f"larger than batch size {limit}, which ran out of memory "
-                                                 "(run with --no-skip-larger to try it anyway)")
-            else:
-                if on_start is not None:
-                    on_start(i, len(trials), trial)
-                relay = None if on_event is None else functools.partial(on_event, trial)
-                outcome = executor.run(unit_for(exp, trial, data, env=worker_env(trial, env)), on_event=relay)
-                if outcome.status == "oom":
-                    key = (trial.framework, trial.variant)
-                    oom_at[key] = min(oom_at.get(key, trial.batch_size), trial.batch_size)
+            on_plan(todo, data)
+
+        def unit(trial: TrialSpec) -> TrialUnit:
+            return unit_for(exp, trial, data, env=worker_env(trial, env))
+
+        def started(trial: TrialSpec, attempt: int) -> None:
+            if on_start is not None:
+                on_start(index[trial.trial_hash], len(trials), trial)
+
+        def finished(outcome: TrialOutcome) -> None:  # the driver writes every row, one transaction each
             store.write_trial(outcome, run_id, env)
             result.outcomes.append(outcome)
             if progress is not None:
-                progress(i, len(trials), outcome)
+                progress(index[outcome.trial.trial_hash], len(trials), outcome)
+
+        backend = _backend(executor, unit, on_event, todo)
+        stats = run_chains(todo, submit=backend.submit, wait=backend.wait, cancel=backend.cancel, slots=backend.slots,
+                   on_done=finished, on_start=started, skip_larger=exp.skip_larger_after_oom,
+                   oom_at=oom_limits(existing))
+        result.not_run, result.peak_in_flight = stats.not_run, stats.peak_in_flight
         if after_trials is not None:
-            after_trials(SweepContext(store, run_id, data, env, out_dir, monitor_factory), result)
+            after_trials(SweepContext(store, run_id, data, env, out_dir, monitor_factory, executor), result)
         return result
 
 

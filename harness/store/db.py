@@ -36,7 +36,7 @@ from harness.flops import mfu_pct
 from harness.monitor.fields import SAMPLE_COLUMNS
 from harness.monitor.fields import TRIAL_COLUMNS as SAMPLER_TRIAL_COLUMNS
 from harness.noise import NoiseRecord
-from harness.records import CurvePoint, TrialOutcome, WorkerMetrics
+from harness.records import UNFINISHED_STATUSES, CurvePoint, Placement, TrialOutcome, WorkerMetrics
 
 STORE_NAME = "results.sqlite"
 #: how long an open waits for another process's transaction (a sweep commits one trial at a time, in milliseconds)
@@ -73,6 +73,10 @@ def record_columns(cls: type) -> tuple[tuple[str, str], ...]:
 #: time of those steps, batch preparation included. NULL where the worker sent no result.
 METRIC_COLUMNS: tuple[tuple[str, str], ...] = record_columns(WorkerMetrics)
 
+#: where a trial ran (issue 23): one trials column per :class:`~harness.records.Placement` field (host, node_id,
+#: device_index, concurrent_n, attempt); NULL in rows stored before
+PLACEMENT_COLUMNS: tuple[tuple[str, str], ...] = record_columns(Placement)
+
 #: trials columns: (name, SQL type). Units are in the names; *_json columns hold JSON text. The trial's identity
 #: and settings (from its TrialSpec) and how it ended come first, then the worker's measurements, then the
 #: sampler's; a store made before a column existed gains it, empty, when opened.
@@ -95,6 +99,8 @@ TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("monitor_json", "TEXT"), ("started_at", "TEXT"), ("finished_at", "TEXT"),
     # study settings (issue 14): variant is "" without variants
     ("variant", "TEXT"), ("augment", "TEXT"), ("accumulate_steps", "INTEGER"), ("effective_batch_size", "INTEGER"),
+    # issue 23: where it ran
+    *PLACEMENT_COLUMNS,
 )
 TRIAL_COLUMN_NAMES = tuple(name for name, _ in TRIAL_COLUMNS)
 
@@ -400,8 +406,11 @@ class Store:
         return int(cur.lastrowid or 0)
 
     def finished_hashes(self) -> set[str]:
-        """Hashes of every trial already recorded (any final status)."""
-        return {r[0] for r in self.conn.execute("SELECT trial_hash FROM trials")}
+        """Hashes of every trial already recorded with a final status (a ``lost`` trial, whose node died, is not
+        finished: ``--resume`` runs it again)."""
+        marks = ", ".join("?" * len(UNFINISHED_STATUSES))
+        return {r[0] for r in self.conn.execute(f"SELECT trial_hash FROM trials WHERE status NOT IN ({marks})",
+                                                UNFINISHED_STATUSES)}
 
     def write_trial(self, outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> None:
         """Write one trial, its step times, its samples and its curve in one transaction (all or nothing)."""
@@ -519,6 +528,7 @@ def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> d
         "monitor_json": json.dumps(outcome.monitor.summary(), default=str),
         "started_at": outcome.started_at, "finished_at": outcome.finished_at,
     }
+    row.update(outcome.placement.to_dict())
     for name in TRIAL_COLUMN_NAMES:  # the worker's measurements (METRIC_COLUMNS), then the sampler's
         if name not in row:
             row[name] = m.get(name, mon.get(name))

@@ -91,3 +91,38 @@ def test_ctrl_c_in_maxbatch_does_not_suggest_resume(monkeypatch, tmp_path, capsy
     assert "--resume" not in err.replace("has no --resume", ""), err  # before the fix: "... with --resume to finish"
     assert "maxbatch has no --resume" in err and "run the same command again" in err
     assert str(tmp_path / "out" / "results.sqlite") in err
+
+
+def test_on_a_concurrent_executor_each_framework_searches_on_a_node_and_the_driver_writes(
+        tmp_path, fake_executor, cache_dir):
+    """Issue 23: with an executor that runs calls on nodes (RayExecutor.map_on_nodes), the max-batch searches are
+    handed over together, one per framework; their probes and results come back and only the driver writes them,
+    each probe naming the node its search ran on."""
+    from harness.config.experiment import parse_experiment
+    from harness.pipeline import run_experiment
+    from harness.records import Placement
+    from harness.store import Store
+    from tests.fakes.memory_executor import LinearMemory
+
+    fake_executor()
+    handed: list[int] = []
+
+    class OnNodes(LinearMemory):
+        def map_on_nodes(self, fn, calls, gpu):  # type: ignore[no-untyped-def]
+            handed.append(len(calls))
+            return [(fn(*args), Placement(host=f"node{i}", node_id=f"id{i}", concurrent_n=1, attempt=1))
+                    for i, args in enumerate(calls)]
+
+    exp = parse_experiment({"name": "mbray", "frameworks": ["pytorch", "tensorflow"], "model": "tiny_cnn",
+                            "batch_sizes": [8], "device": "cpu", "threads": 1, "warmup_steps": 1, "timed_steps": 2,
+                            "synthetic_shape": [1, 8, 8], "synthetic_samples": 64, "max_batch": True,
+                            "memory_limit_mib": 385}, source="inline")
+    result = run_experiment(exp, tmp_path, cache_dir=cache_dir, executor=OnNodes())
+    assert handed == [2]  # both searches at once
+    assert sorted(r["framework"] for r in result.maxbatch) == ["pytorch", "tensorflow"]
+    with Store.open(tmp_path, create=False) as store:
+        rows = {r["framework"]: r for r in store.maxbatch_results()}
+        probes = store.trials("purpose = 'probe'")
+    assert rows["pytorch"]["max_batch"] == rows["tensorflow"]["max_batch"] == 28  # LinearMemory's law
+    assert probes and {p["node_id"] for p in probes} == {"id0", "id1"}
+    assert {p["host"] for p in probes if p["framework"] == "tensorflow"} == {"node1"}

@@ -177,3 +177,42 @@ def test_ctrl_c_then_resume_finishes_without_loss_or_repeat(tmp_path: Path) -> N
     first_run = {r["run_id"] for r in before}
     assert len(first_run) == 1
     assert sum(r["run_id"] not in first_run for r in after) == 8 - len(before)  # the rest ran once, later
+
+
+def test_a_trial_lost_twice_is_stored_lost_and_resume_completes_it(fake_registered: None, tmp_path: Path,
+                                                                   cache_dir: Path) -> None:
+    """Issue 23: a trial whose node died is written ``lost`` (never dropped), run again once, and left for --resume
+    if lost again; --resume runs it (lost is not finished) and replaces its row (never doubled)."""
+    from harness.records import TrialOutcome
+    from harness.run.executor import LocalExecutor
+
+    exp = load_experiment(_fake_toml(tmp_path / "lost.toml", "ok")).with_overrides(batch_sizes=(16, 32))
+    calls: list[int] = []
+
+    class NodeDiesAt16:
+        def run(self, unit, on_event=None):  # type: ignore[no-untyped-def]
+            calls.append(unit.trial.batch_size)
+            if unit.trial.batch_size == 16:
+                return TrialOutcome(trial=unit.trial, status="lost", reason="the Ray node running it died")
+            return LocalExecutor().run(unit)
+
+    result = run_sweep(exp, tmp_path / "out", cache_dir=cache_dir, executor=NodeDiesAt16())
+    assert calls == [16, 16, 32]  # the re-run once, then the rest of the chain
+    assert [o.status for o in result.outcomes] == ["lost", "lost", "ok"]
+    assert {b: r["status"] for b, r in _by_batch(tmp_path / "out").items()} == {16: "lost", 32: "ok"}
+    again = run_sweep(exp, tmp_path / "out", cache_dir=cache_dir, resume=True)
+    assert again.already_done == 1 and [o.trial.batch_size for o in again.outcomes] == [16]
+    with Store.open(tmp_path / "out", create=False) as store:
+        assert sorted((r["batch_size"], r["status"]) for r in store.trials()) == [(16, "ok"), (32, "ok")]
+
+
+def test_ray_only_options_are_refused_on_the_local_executor(fake_registered: None, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    toml = _fake_toml(tmp_path / "local.toml", "ok")
+    for extra in (["--max-concurrent", "2"], ["--trials-per-node", "2"]):
+        assert main(["run", str(toml), "--out", str(tmp_path / "out"), *extra]) == 2
+        assert "--executor ray" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # nothing written
+    with pytest.raises(SystemExit) as e:
+        main(["run", str(toml), "--max-concurrent", "0"])
+    assert e.value.code == 2 and "1 or more" in capsys.readouterr().err

@@ -187,3 +187,25 @@ def test_an_older_store_opens_and_gains_the_new_metric_columns_empty(tmp_path):
         assert row["vmdata_peak_mib"] is None and row["step_samples_per_s"] == 100.0
         store.write_trial(outcome(batch_size=8), run, {})
         assert len(store.trials()) == 2
+
+
+def test_where_a_trial_ran_is_stored_and_a_lost_trial_is_not_finished(tmp_path):
+    """Issue 23: the placement columns come from the Placement record; a ``lost`` row (its node died) is run again
+    by --resume, and the re-run replaces it: never dropped, never doubled."""
+    from harness.records import Placement
+    from harness.store.db import PLACEMENT_COLUMNS
+
+    assert [n for n, _ in PLACEMENT_COLUMNS] == ["host", "node_id", "device_index", "concurrent_n", "attempt"]
+    with Store.open(tmp_path) as store:
+        run = store.begin_run("test", {}, "", {})
+        lost = outcome(status="lost")
+        lost.placement = Placement(host="n1", node_id="abc", attempt=1)
+        store.write_trial(lost, run, {})
+        assert store.finished_hashes() == set()
+        rerun = outcome()
+        rerun.placement = Placement(host="n2", node_id="def", device_index=1, concurrent_n=2, attempt=2)
+        store.write_trial(rerun, run, {})
+        (row,) = store.trials()
+        assert (row["status"], row["host"], row["node_id"], row["device_index"], row["concurrent_n"],
+                row["attempt"]) == ("ok", "n2", "def", 1, 2, 2)
+        assert store.finished_hashes() == {make_trial().trial_hash}

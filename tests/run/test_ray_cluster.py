@@ -1,0 +1,210 @@
+"""Sweeps on a simulated multi-node Ray cluster, as Ray tests itself (issue 23): ``ray.cluster_utils.Cluster``
+with a head that runs nothing, two 1-CPU nodes and a node with two fake GPUs, all on this machine.
+
+The trials are the fake adapter's (tests/fakes/adapter.py): the tests are about where and how many trials run at
+once, which nodes they name, and what happens when a node dies, not about a framework.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.config.experiment import parse_experiment
+from harness.run.executor import LocalExecutor
+from harness.run.sweep import run_sweep, unit_for
+from harness.store import Store
+from tests.conftest import make_trial
+from tests.fakes.registry import register_fake
+
+ray = pytest.importorskip("ray")
+cluster_utils = pytest.importorskip("ray.cluster_utils")
+
+pytestmark = pytest.mark.slow
+
+#: compared between the cluster's run and the serial one: everything but timings and placement
+SAME_COLUMNS = ("trial_hash", "framework", "batch_size", "repeat", "seed", "status", "param_count", "accuracy",
+                "eval_loss", "lr")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Any:
+    c = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    cpu_nodes = [c.add_node(num_cpus=1) for _ in range(2)]
+    gpu_node = c.add_node(num_cpus=0, num_gpus=2)
+    c.wait_for_nodes()
+    ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
+    c.cpu_nodes, c.gpu_node = cpu_nodes, gpu_node  # type: ignore[attr-defined]
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+@pytest.fixture
+def executor(cluster: Any, tmp_path: Path) -> Any:
+    from harness.run.ray_executor import RayExecutor
+
+    return RayExecutor(log_dir=tmp_path / "logs")  # Ray is initialised already: joins the cluster
+
+
+def _experiment(name: str, repeats: int = 2, timed_steps: int = 5) -> Any:
+    # 2 sizes x 2 repeats = 4 trials in 2 chains (one per repeat); slow_steps: 0.2 s a step
+    return parse_experiment({"name": name, "frameworks": ["fake"], "batch_sizes": [2, 4], "repeats": repeats,
+                             "model": "tiny_cnn", "dataset": "synthetic", "synthetic_shape": [1, 8, 8],
+                             "synthetic_samples": 32, "warmup_steps": 1, "timed_steps": timed_steps, "threads": 1,
+                             "device": "cpu", "adapters": {"fake": {"behaviour": "slow_steps"}}}, source="inline")
+
+
+def _rows(out: Path) -> dict[str, dict[str, Any]]:
+    with Store.open(out) as store:
+        return {r["trial_hash"]: r for r in store.trials()}
+
+
+def test_a_four_trial_sweep_runs_two_at_a_time_one_per_node(cluster: Any, executor: Any, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            cache_dir: Path) -> None:
+    register_fake(monkeypatch)
+    exp = _experiment("twonodes")
+    result = run_sweep(exp, tmp_path / "ray", cache_dir=cache_dir, executor=executor)
+    assert result.peak_in_flight == 2 and result.not_run == 0
+    rows = _rows(tmp_path / "ray")
+    cpu_ids = {n.node_id for n in cluster.cpu_nodes}
+    assert len(rows) == 4
+    for row in rows.values():  # every row names its node; a CPU trial had its node's CPU to itself
+        assert row["node_id"] in cpu_ids and row["host"]
+        assert (row["concurrent_n"], row["attempt"], row["device_index"]) == (1, 1, None)
+    assert {r["node_id"] for r in rows.values()} == cpu_ids  # both nodes were used
+    # rows equal a serial run's apart from timings and placement
+    serial = run_sweep(exp, tmp_path / "serial", cache_dir=cache_dir, executor=LocalExecutor())
+    assert serial.peak_in_flight == 1
+    local = _rows(tmp_path / "serial")
+    assert {h: tuple(r[c] for c in SAME_COLUMNS) for h, r in rows.items()} == \
+        {h: tuple(r[c] for c in SAME_COLUMNS) for h, r in local.items()}
+    assert all(r["node_id"] is None and r["concurrent_n"] == 1 for r in local.values())
+
+
+def test_gpu_trials_each_get_a_gpu_of_their_own(cluster: Any, executor: Any, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch, tiny_data: Any) -> None:
+    """Two GPU trials at once on the node with two (fake) GPUs: Ray gives each its own CUDA_VISIBLE_DEVICES, and
+    the row records the index the worker saw."""
+    register_fake(monkeypatch)
+    trials = [make_trial(batch_size=b, device="gpu", model="tiny_cnn") for b in (2, 4)]
+    units = {t.trial_hash: unit_for(_experiment("gpu"), t, tiny_data) for t in trials}
+    backend = executor.backend(lambda t: units[t.trial_hash], trials)
+    assert backend.gpu and backend.slots() == 2
+    handles = [backend.submit(t, 1) for t in trials]
+    outcomes = []
+    while handles:
+        for h, o in backend.wait(handles):
+            handles.remove(h)
+            outcomes.append(o)
+    assert sorted(o.placement.device_index for o in outcomes) == [0, 1]
+    assert {o.placement.node_id for o in outcomes} == {cluster.gpu_node.node_id}
+    assert all(o.placement.concurrent_n == 2 for o in outcomes)
+
+
+def test_a_node_removed_mid_sweep_loses_its_trial_which_runs_again(cluster: Any, executor: Any, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   cache_dir: Path) -> None:
+    """A third CPU node joins, takes a trial, and is removed while that trial runs: the trial is stored ``lost``,
+    then re-run on a node that is left; in the end each trial has exactly one row, none lost."""
+    from harness.run.ray_executor import RayBackend
+
+    register_fake(monkeypatch)
+    doomed = cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    submitted: list[str] = []
+    real_submit = RayBackend.submit
+    removed = threading.Event()
+
+    def submit(self: RayBackend, trial: Any, attempt: int) -> Any:
+        ref = real_submit(self, trial, attempt)
+        node = self.in_flight[ref][2]
+        submitted.append(node)
+        if node == doomed.node_id and not removed.is_set():  # once its worker is well under way, the node goes
+            removed.set()
+            threading.Timer(3.0, cluster.remove_node, (doomed,)).start()
+        return ref
+
+    monkeypatch.setattr(RayBackend, "submit", submit)
+    written: list[tuple[str, str, int]] = []
+    exp = _experiment("lostnode", repeats=3, timed_steps=25)  # 3 chains on 3 nodes; a trial takes ~6 s
+    result = run_sweep(exp, tmp_path, cache_dir=cache_dir, executor=executor,
+                       progress=lambda i, n, o: written.append((o.trial.trial_hash, o.status, o.placement.attempt)))
+    assert removed.is_set(), f"no trial went to the node that was to be removed: {submitted}"
+    lost = [w for w in written if w[1] == "lost"]
+    assert len(lost) == 1  # its row was written, then replaced by the re-run's
+    rows = _rows(tmp_path)
+    assert len(rows) == 6 and {r["status"] for r in rows.values()} == {"ok"}
+    assert rows[lost[0][0]]["attempt"] == 2 and rows[lost[0][0]]["node_id"] != doomed.node_id
+    assert result.not_run == 0
+
+
+def test_max_batch_searches_run_side_by_side_one_node_each(cluster: Any, executor: Any) -> None:
+    """map_on_nodes (the max-batch searches, one per framework): both calls are submitted before either is waited
+    for, each takes a whole CPU node, so the two run on the two nodes at once."""
+    import os
+
+    answers = executor.map_on_nodes(os.getpid, [(), ()], gpu=False)
+    assert all(not isinstance(a, str) for a in answers), answers
+    assert {p.node_id for _, p in answers} == {n.node_id for n in cluster.cpu_nodes}
+    assert len({pid for pid, _ in answers}) == 2
+
+
+def _workers_of_tasks_logging_in(directory: Path) -> set[int]:
+    """PIDs of trial workers (``-m harness.run.worker``) whose parent (the Ray task's process, running a
+    LocalExecutor) has a file under ``directory`` open: the workers of this test's tasks, not another test's."""
+    import os
+
+    procs: dict[int, tuple[int, str]] = {}
+    holders = set()
+    for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                procs[pid] = (ppid, f.read().decode(errors="replace"))
+            fds = os.listdir(f"/proc/{pid}/fd")
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}").startswith(str(directory)) for fd in fds):
+                holders.add(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    return {pid for pid, (ppid, cmd) in procs.items() if ppid in holders and "harness.run.worker" in cmd}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_ctrl_c_cancels_every_task_and_kills_their_workers(cluster: Any, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch, tiny_data: Any) -> None:
+    """Two trials that would hang for an hour, one per node; cancel (what Ctrl-C does) leaves no worker behind."""
+    import time
+
+    from harness.run.ray_executor import RayExecutor
+
+    register_fake(monkeypatch)
+    logs = tmp_path / "logs"
+    executor = RayExecutor(log_dir=logs)
+    trials = [make_trial(batch_size=b, model="tiny_cnn", adapter_options={"behaviour": "hang"}) for b in (2, 4)]
+    units = {t.trial_hash: unit_for(_experiment("hang"), t, tiny_data) for t in trials}
+    backend = executor.backend(lambda t: units[t.trial_hash], trials)
+    handles = [backend.submit(t, 1) for t in trials]
+    deadline = time.monotonic() + 60
+    workers: set[int] = set()
+    while len(workers) < 2 and time.monotonic() < deadline:  # both workers are up
+        time.sleep(0.5)
+        workers |= _workers_of_tasks_logging_in(logs)
+    assert len(workers) == 2
+    backend.cancel(handles)
+    deadline = time.monotonic() + 30
+    while any(map(_alive, workers)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not any(map(_alive, workers))
