@@ -163,11 +163,7 @@ class WorkerProber:
 
     def _run(self, batch: int, confirm: bool, os_limit_mib: float | None,
              control: bool = False) -> TrialOutcome:
-        unit = TrialUnit(trial=self.trial(batch, confirm), data=self.data, order_path=self.order_path,
-                         adapter_target=adapter_target(self.req.framework),
-                         python=self.req.python or sys.executable,
-                         oom_patterns=adapter_class(self.req.framework).oom_stderr_patterns,
-                         os_memory_limit_mib=os_limit_mib, env=dict(self.env))
+        unit = self._unit(self.trial(batch, confirm), os_limit_mib)
         on_event = self.on_event
         relay = None if on_event is None else (lambda msg: on_event(unit.trial, msg))
         # without a listener, the plain call: executors written before live progress take no on_event
@@ -177,6 +173,14 @@ class WorkerProber:
             self.on_outcome(outcome)
         return outcome
 
+    def _unit(self, trial: TrialSpec, os_limit_mib: float | None) -> TrialUnit:
+        """A fresh worker for ``trial`` under the OS memory limit ``os_limit_mib`` and the search's allocator
+        settings (a probe, a verify run, a settling run)."""
+        return TrialUnit(trial=trial, data=self.data, order_path=self.order_path,
+                         adapter_target=adapter_target(self.req.framework), python=self.req.python or sys.executable,
+                         oom_patterns=adapter_class(self.req.framework).oom_stderr_patterns,
+                         os_memory_limit_mib=os_limit_mib, env=dict(self.env))
+
     def verify(self, batch: int, steps: int) -> TrialOutcome:
         """Train ``batch`` for ``steps`` timed steps (after one warm-up), then eval, in a fresh worker.
 
@@ -184,12 +188,7 @@ class WorkerProber:
         with), stored as a trial with purpose ``verify``; no control run and no retry: a user's run gets neither.
         """
         trial = replace(self.trial(batch, True), timed_steps=steps, purpose="verify")
-        unit = TrialUnit(trial=trial, data=self.data, order_path=self.order_path,
-                         adapter_target=adapter_target(self.req.framework),
-                         python=self.req.python or sys.executable,
-                         oom_patterns=adapter_class(self.req.framework).oom_stderr_patterns,
-                         os_memory_limit_mib=self.budget.os_limit_mib, env=dict(self.env))
-        outcome = self.executor.run(unit)
+        outcome = self.executor.run(self._unit(trial, self.budget.os_limit_mib))
         if self.on_outcome is not None:
             self.on_outcome(outcome)
         return outcome
@@ -199,12 +198,7 @@ class WorkerProber:
         the budget, stored as a trial with purpose ``settle`` (``repeat`` = ``run``, so each run keeps its own row);
         no retry: a user's run gets none."""
         trial = replace(self.trial(batch, True), timed_steps=steps, repeat=run, purpose="settle")
-        unit = TrialUnit(trial=trial, data=self.data, order_path=self.order_path,
-                         adapter_target=adapter_target(self.req.framework),
-                         python=self.req.python or sys.executable,
-                         oom_patterns=adapter_class(self.req.framework).oom_stderr_patterns,
-                         os_memory_limit_mib=self.budget.os_limit_mib, env=dict(self.env))
-        outcome = self.executor.run(unit)
+        outcome = self.executor.run(self._unit(trial, self.budget.os_limit_mib))
         self.outcomes.append(outcome)
         if self.on_outcome is not None:
             self.on_outcome(outcome)
