@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import ray  # in the dev extras (batchscope[cluster]): a missing Ray fails these tests rather than skipping them
+from ray import cluster_utils
 
 from harness.config.experiment import parse_experiment
 from harness.run.executor import LocalExecutor
@@ -19,9 +21,6 @@ from harness.run.sweep import run_sweep, unit_for
 from harness.store import Store
 from tests.conftest import make_trial
 from tests.fakes.registry import register_fake
-
-ray = pytest.importorskip("ray")
-cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 pytestmark = pytest.mark.slow
 
