@@ -90,7 +90,10 @@ def test_gpu_trials_each_get_a_gpu_of_their_own(cluster: Any, executor: Any, tmp
     """Two GPU trials at once on the node with two (fake) GPUs: Ray gives each its own CUDA_VISIBLE_DEVICES, and
     the row records the index the worker saw."""
     register_fake(monkeypatch)
-    trials = [make_trial(batch_size=b, device="gpu", model="tiny_cnn") for b in (2, 4)]
+    # 0.2 s a step for 20 steps: the two overlap even where Ray starts the second task's worker seconds late (in CI
+    # two 3-step trials did not: the first had finished, and its GPU 0 was free for the second)
+    trials = [make_trial(batch_size=b, device="gpu", model="tiny_cnn", timed_steps=20,
+                         adapter_options={"behaviour": "slow_steps"}) for b in (2, 4)]
     units = {t.trial_hash: unit_for(_experiment("gpu"), t, tiny_data) for t in trials}
     backend = executor.backend(lambda t: units[t.trial_hash], trials)
     assert backend.gpu and backend.slots() == 2
