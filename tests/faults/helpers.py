@@ -155,6 +155,34 @@ def workers_of(parent: int) -> list[int]:
     return found
 
 
+def _fd_links(pid: int) -> set[str]:
+    links = set()
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return links
+    for name in names:
+        try:
+            links.add(os.readlink(f"/proc/{pid}/fd/{name}"))
+        except OSError:
+            continue
+    return links
+
+
+def request_sent(parent: int, worker: int) -> bool:
+    """Whether ``parent`` has written ``worker``'s request and closed its stdin (or the worker has ended).
+
+    A worker found just after it was spawned may still wait for its request on stdin: a parent stopped then never
+    sends it, and the worker cannot finish on its own. Both ends of a pipe read as the same ``pipe:[inode]``, so the
+    parent has closed its end once none of its descriptors names the pipe the worker reads as fd 0.
+    """
+    try:
+        stdin = os.readlink(f"/proc/{worker}/fd/0")
+    except OSError:
+        return True  # the worker is gone, or has closed its stdin
+    return not stdin.startswith("pipe:") or stdin not in _fd_links(parent)
+
+
 def wait_for(condition: Any, timeout_s: float, what: str) -> Any:
     """Poll ``condition()`` until it is truthy; fail the test with ``what`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s

@@ -7,10 +7,22 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-from tests.faults.helpers import alive, fake_experiment, gone_within, hanging, rows, start, wait_for, workers_of
+from tests.faults.helpers import (
+    alive,
+    fake_experiment,
+    gone_within,
+    hanging,
+    request_sent,
+    rows,
+    start,
+    wait_for,
+    workers_of,
+)
 
 #: the bounded log: its head and tail (harness/capture.py) and a line saying what was dropped
 LOG_CAP_BYTES = 2 * 2**20 + 4096
@@ -89,16 +101,32 @@ def test_a_stopped_parent_killed_while_its_worker_runs_leaves_no_worker(tmp_path
     assert gone_within(workers, 5.0) == []
 
 
+def test_request_sent_tells_a_child_still_waiting_on_its_stdin() -> None:
+    """The check the test below waits on can say "not yet": a child whose stdin we hold open is still waiting."""
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        assert not request_sent(os.getpid(), child.pid)
+        assert child.stdin is not None
+        child.stdin.close()
+        assert request_sent(os.getpid(), child.pid)
+        child.wait(timeout=60)
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_a_worker_that_finished_while_its_parent_was_stopped_is_not_a_timeout(tmp_path: Path) -> None:
     """The parent, stopped past the trial's deadline, wakes to a worker that finished long before it: ok."""
     out = tmp_path / "out"
     exp = fake_experiment(tmp_path, timeout_s=8, timed_steps=5)  # 7 steps of 0.2 s: about 2 s of training
     proc = start(tmp_path, "run", str(exp), "--out", str(out), behaviour="slow_steps")
     workers = wait_for(lambda: workers_of(proc.pid) or proc.poll() is not None, 120, "the worker")
+    assert workers, proc.communicate()
+    # stopped before it has sent the request, the parent leaves the worker waiting on stdin (seen once in CI)
+    wait_for(lambda: request_sent(proc.pid, workers[0]), 60, "the parent to send the worker its request")
     os.kill(proc.pid, signal.SIGSTOP)
     try:
         t_stop = time.monotonic()
-        assert workers, proc.poll()
         wait_for(lambda: not alive(workers[0]), 60, "the worker to finish while its parent is stopped")
         time.sleep(max(0.0, 10 - (time.monotonic() - t_stop)))  # past the deadline of 8 s
     finally:
