@@ -24,7 +24,7 @@ report's first page, ``batchscope recommend`` (and ``--json``) and the end of ``
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -286,6 +286,14 @@ def recommend_group(g: SeriesGroup, exp: Experiment | None = None, *, target_acc
     lo, hi, close = _time_range(targets, rec_t)
     caveats, to_run = _caveats(sizes, targets, rec, lo, hi, close, max_fit, largest, exp.name)
     assert rec_t.train_s is not None and rec_t.steps is not None
+    startup = startup_s(g.by_batch.get(rec, ()), exp.curves)
+    if startup is not None and rec_t.train_s.mean > 0 and startup >= STARTUP_SHARE * rec_t.train_s.mean:
+        caveats.append(f"{startup:.2g} s of batch {rec}'s {rec_t.train_s.mean:.2g} s to the target is start-up "
+                       "beyond its steady pace (the steps before the first evaluation: a framework's compilation, "
+                       "e.g. JAX's jit, and warm-up), counted as the user's training would pay it; in a longer "
+                       "training it weighs less, so a size that starts slower may come out ahead there")
+        to_run.append(f"a longer training weighs start-up less: epochs = {2 * int(number(spec.get('epochs')) or 1)}, "
+                      "into a new --out directory")
     why = (f"reaches the target {target.text()} soonest: {rec_t.train_s.text(seconds_fmt(rec_t.train_s.mean))} s "
            "of training, "
            f"{rec_t.steps.mean:,.0f} steps")
@@ -303,6 +311,27 @@ def recommend_group(g: SeriesGroup, exp: Experiment | None = None, *, target_acc
     supported = lo == hi and all(t.reached_n >= MIN_REPEATS for t in close)
     return Recommendation(**base, batch_size=rec, range_lo=lo, range_hi=hi,  # type: ignore[arg-type]
                           supported=supported, why=why, caveats=tuple(caveats), to_run=tuple(to_run))
+
+
+#: the share of the recommended size's time to target that start-up must reach before a caveat names it
+STARTUP_SHARE = 0.2
+
+
+def startup_s(rows: Sequence[dict[str, Any]], curves: Mapping[str, Sequence[Mapping[str, Any]]]) -> float | None:
+    """Mean seconds the first steps of ``rows``' ok trials took beyond the steady pace (a framework's compilation
+    and warm-up), read from each learning curve: the pace is the seconds per step between the first evaluation and
+    the last, and the start-up what the steps before the first evaluation took beyond it. None without two points."""
+    found = []
+    for r in rows:
+        pts = sorted((p for p in curves.get(str(r.get("trial_hash")), ())
+                      if number(p.get("train_s")) is not None and number(p.get("step"))),
+                     key=lambda p: int(p["step"]))
+        if r.get("status") != "ok" or len(pts) < 2 or int(pts[-1]["step"]) <= int(pts[0]["step"]):
+            continue
+        first, last = pts[0], pts[-1]
+        pace = (float(last["train_s"]) - float(first["train_s"])) / (int(last["step"]) - int(first["step"]))
+        found.append(max(0.0, float(first["train_s"]) - int(first["step"]) * pace))
+    return sum(found) / len(found) if found else None
 
 
 def noise_estimate(rows: Sequence[dict[str, Any]], exp: Experiment) -> NoiseEstimate | None:

@@ -252,6 +252,25 @@ def test_two_variants_are_two_answers_never_averaged(tmp_path: Path) -> None:
     assert all(s.repeats_n == 2 for r in recs for s in r.sizes)
 
 
+def test_start_up_that_weighs_on_the_time_to_target_is_named(tmp_path: Path, rule_store: Path) -> None:
+    """Batch 64's first evaluation comes 1 s later than its steady pace says (as JAX's jit compiles on the first
+    step): 1 s of its 2.8 s to the target, named with what to run. A curve at a steady pace (the rule store's) is
+    not."""
+    own = tmp_path / "start_up"  # tmp_path holds the rule store
+    with Store.open(own) as store:
+        run_id = store.begin_run(EXP, _spec(["alpha"]), "pytest", {})
+        for rep in (0, 1):
+            _write(store, run_id, "alpha", 8, rep, 100.0, "ok", [2, 4, 6, 8], [0.80, 0.90, 0.94, 0.95])
+            _write(store, run_id, "alpha", 64, rep, 600.0, "ok", [1.5, 2.0, 2.5, 3.0], [0.60, 0.85, 0.93, 0.955])
+    (rec,) = recommend(load(own).experiments[0])
+    assert rec.batch_size == 64
+    (said,) = [c for c in rec.caveats if "start-up" in c]
+    assert said.startswith("1 s of batch 64's 2.8 s to the target"), said
+    assert any("weighs start-up less" in t for t in rec.to_run)
+    steady = {r.name: r for r in recommend(load(rule_store).experiments[0])}
+    assert steady["alpha"].batch_size == 64 and not any("start-up" in c for c in steady["alpha"].caveats)
+
+
 def test_no_accuracy_gives_no_answer_but_the_knee(tmp_path: Path) -> None:
     with Store.open(tmp_path) as store:
         run_id = store.begin_run(EXP, {"name": EXP, "epochs": 0}, "pytest", {})
