@@ -25,7 +25,7 @@ from harness.registry import adapter_class, adapter_target
 from harness.run.chains import oom_limits
 from harness.run.executor import LocalExecutor, adapter_worker_env
 from harness.run.planner import data_request, plan
-from harness.run.scheduler import Backend, SerialBackend, run_chains
+from harness.run.scheduler import Backend, SerialBackend, known_durations, run_chains
 from harness.store import Store, store_path
 from harness.store.db import make_out_dir
 from harness.store.lock import locked_out_dir
@@ -211,7 +211,7 @@ def run_sweep(
         backend = _backend(executor, unit, on_event, todo)
         stats = run_chains(todo, submit=backend.submit, wait=backend.wait, cancel=backend.cancel, slots=backend.slots,
                    on_done=finished, on_start=started, skip_larger=exp.skip_larger_after_oom,
-                   oom_at=oom_limits(existing))
+                   oom_at=oom_limits(existing), known=known_durations(existing))
         result.not_run, result.peak_in_flight = stats.not_run, stats.peak_in_flight
         if after_trials is not None:
             after_trials(SweepContext(store, run_id, data, env, out_dir, monitor_factory, executor), result)

@@ -6,6 +6,7 @@ test says, in submission order, so what ran at once is exact, not timed.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Hashable
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from harness.config.trial import OptimizerSpec, TrialSpec
 from harness.records import Placement, TrialOutcome
 from harness.run.chains import chain_key, oom_limits, split_chains
-from harness.run.scheduler import SerialBackend, run_chains
+from harness.run.scheduler import Estimates, SerialBackend, cell_of, known_durations, run_chains
 
 
 def _trial(framework: str = "fake", batch: int = 16, repeat: int = 0, variant: str = "") -> TrialSpec:
@@ -174,3 +175,67 @@ def test_the_serial_backend_runs_each_trial_inside_submit() -> None:
     backend = SerialBackend(lambda t, a: ran.append((t.batch_size, a)) or TrialOutcome(trial=t, status="ok"))
     done = _run(_plan(frameworks=("a",), sizes=(16, 32)), backend, slots=backend.slots())  # type: ignore[arg-type]
     assert ran == [(16, 1), (32, 1)] and [o.status for o in done] == ["ok", "ok"]
+
+
+class ClockBackend:
+    """Each trial ends ``seconds[framework]`` after it started, on a clock of its own (the outcome carries it)."""
+
+    def __init__(self, seconds: dict[str, float]) -> None:
+        self.seconds, self.now, self._n = seconds, 0.0, 0
+        self._ends: list[tuple[float, int, TrialSpec, float]] = []
+        self.starts: list[tuple[float, str, int]] = []  # (time, framework, batch size)
+
+    def submit(self, trial: TrialSpec, attempt: int) -> Hashable:
+        self._n += 1
+        d = self.seconds[trial.framework]
+        heapq.heappush(self._ends, (self.now + d, self._n, trial, d))
+        self.starts.append((self.now, trial.framework, trial.batch_size))
+        return self._n
+
+    def wait(self, handles: list[Hashable]) -> list[tuple[Hashable, TrialOutcome]]:
+        end, n, trial, d = heapq.heappop(self._ends)
+        self.now = end
+        return [(n, TrialOutcome(trial=trial, status="ok", elapsed_s=d))]
+
+    def cancel(self, handles: list[Hashable]) -> None:
+        pass
+
+
+def _makespan(trials: list[TrialSpec], backend: ClockBackend, slots: int, **kw: object) -> float:
+    _run(trials, backend, slots, **kw)  # type: ignore[arg-type]
+    return backend.now
+
+
+def test_with_several_slots_the_chain_with_the_most_work_left_goes_first() -> None:
+    # chains a and b: two 1 s trials; c: two 2 s trials, last in the planner's order. Bound: max(4, 8 / 2) = 4 s.
+    # The planner's order would start c after a and b had both finished a size: 6 s.
+    trials = _plan(frameworks=("a", "b", "c"), sizes=(16, 32))
+    seconds = {"a": 1.0, "b": 1.0, "c": 2.0}
+    learning = ClockBackend(seconds)
+    # nothing known at the start (a tie: the planner's order); after a and b's first sizes, c has the most left
+    assert _makespan(trials, learning, slots=2) == 5.0
+    assert learning.starts[:4] == [(0.0, "a", 16), (0.0, "b", 16), (1.0, "c", 16), (1.0, "a", 32)]
+    known = [(cell_of(t), seconds[t.framework]) for t in trials]  # a study run again into the same store
+    told = ClockBackend(seconds)
+    assert _makespan(trials, told, slots=2, known=known) == 4.0
+    assert told.starts[0] == (0.0, "c", 16)
+    serial = ClockBackend(seconds)  # one slot: the planner's order, whatever is known
+    _makespan(trials, serial, slots=1, known=known)
+    assert [(f, b) for _, f, b in serial.starts] == [(t.framework, t.batch_size) for t in trials]
+
+
+def test_a_trials_estimate_is_its_cells_mean_else_every_known_trials() -> None:
+    est = Estimates([(cell_of(_trial("a", 16, 0)), 2.0), (cell_of(_trial("a", 16, 1)), 4.0)])
+    assert est.of(_trial("a", 16, 2)) == 3.0  # another repeat of the same trial
+    est.add(cell_of(_trial("b", 16)), 9.0)
+    assert est.of(_trial("c", 64)) == 5.0  # never measured: the mean of all (2, 4, 9)
+    assert Estimates().of(_trial("a", 16)) == 0.0
+
+
+def test_stored_rows_that_finished_are_the_known_durations_on_resume() -> None:
+    keys = ("framework", "variant", "purpose", "batch_size", "status", "elapsed_s")
+    cases = (("a", None, "sweep", 16, "ok", 3.5), ("a", "v", None, 32, "diverged", 2.0),
+             ("a", "", "sweep", 64, "oom", 9.0), ("b", "", "sweep", 16, "lost", 1.0))
+    rows: list[dict[str, object]] = [dict(zip(keys, r, strict=True)) for r in cases]
+    assert known_durations(rows) == [(("a", "", "sweep", 16), 3.5), (("a", "v", "sweep", 32), 2.0)]
+    assert cell_of(_trial("a", 16, repeat=2)) == ("a", "", "sweep", 16)
