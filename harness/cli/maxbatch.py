@@ -18,6 +18,7 @@ from typing import Any
 from harness.cli.progress import make_progress
 from harness.cli.table import path_arg
 from harness.errors import ConfigError
+from harness.maxbatch.request import HEAP_SETTLE_STEPS
 
 
 def _shape(text: str) -> tuple[int, int, int]:
@@ -83,6 +84,10 @@ def register(sub: Any) -> None:
                         "and allocator settings for --verify-steps steps, and say whether it passed")
     p.add_argument("--verify-steps", type=int, default=None,
                    help="timed steps of the --verify run (default: the confirm run's length)")
+    p.add_argument("--settle-steps", type=int, default=HEAP_SETTLE_STEPS, metavar="N",
+                   help="on CPU under glibc's default malloc, the recommendation must train 3 fresh runs of N steps "
+                        f"+ eval (default {HEAP_SETTLE_STEPS}); the heap grows over steps, so give the length of the "
+                        "training the answer must hold for")
     p.add_argument("--out", type=path_arg("--out"), help="output directory for the store (default results/maxbatch)")
     p.add_argument("--data-dir", type=path_arg("--data-dir"), help="local copy of a downloadable data set")
     p.add_argument("--data-layout", choices=DATA_LAYOUTS, default="auto",
@@ -170,6 +175,7 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
                           timeout_s=args.timeout_s, optimizer=args.optimizer, momentum=args.momentum,
                           threads=args.threads, max_batch_cap=args.max_batch_cap,
                           synthetic_shape=args.synthetic_shape, verify_steps=verify_steps,
+                          settle_steps=args.settle_steps,
                           accumulate_steps=args.accumulate_steps, adapter_options=options, env=env_setting)
     out = Path(args.out or Path("results") / "maxbatch")
     env = environment.capture()

@@ -57,7 +57,6 @@ CONTROL_FLOOR_MIB = 1024.0  # and at least this much more: a budget below the fr
 #: the recommendation under glibc's default malloc must train this many fresh runs of this many timed steps in a row
 #: (settle_heap); each failure lowers it by CPU_HEAP_ALLOWANCE of itself, at most this many times (issue 22)
 HEAP_SETTLE_RUNS = 3
-HEAP_SETTLE_STEPS = 20
 HEAP_SETTLE_ROUNDS = 8
 
 
@@ -297,7 +296,8 @@ def run_maxbatch(req: MaxBatchRequest, store: Store, run_id: int, *, data: Prepa
     train_env = answer_env(prober.env, dict(os.environ))
     row = result_row(req, budget, result, param_count, activation_floats, run_id, env, prober.outcomes, train_env)
     if glibc_heap_varies(budget.kind, train_env) and row["recommended_batch"]:
-        row |= settled_columns(row, settle_heap(prober, row["recommended_batch"]))
+        row |= settled_columns(row, settle_heap(prober, row["recommended_batch"], req.settle_steps),
+                               req.settle_steps)
     if req.verify_steps and row["recommended_batch"]:
         row |= verify_columns(prober.verify(row["recommended_batch"], req.verify_steps), budget.kind)
     store.write_maxbatch(row)
@@ -322,12 +322,13 @@ def answer_throughput(outcomes: list[TrialOutcome], answer: int, confirm_steps: 
     return float(at_answer[-1].metrics.step_samples_per_s) if at_answer else None  # type: ignore[union-attr,arg-type]
 
 
-def settle_heap(prober: WorkerProber, start: int) -> list[tuple[int, int, str]]:
+def settle_heap(prober: WorkerProber, start: int, steps: int) -> list[tuple[int, int, str]]:
     """Walk the recommendation down until it trains HEAP_SETTLE_RUNS times in a row under glibc's default malloc.
 
     Under the default the memory a CPU batch needs is not monotone in the batch size and varies between fresh
     processes and over steps (docs/maxbatch.md, issue 22), so a size a short probe passed can fail in a plain
-    process. Each candidate trains HEAP_SETTLE_STEPS timed steps + eval in HEAP_SETTLE_RUNS fresh workers under the
+    process. Each candidate trains ``steps`` (``--settle-steps``, default 20: the heap grows over steps, so as long
+    as the training the answer must hold for) timed steps + eval in HEAP_SETTLE_RUNS fresh workers under the
     budget; a failure lowers it by CPU_HEAP_ALLOWANCE of itself (at least 1) and starts again, at most
     HEAP_SETTLE_ROUNDS times. Returns (batch, run, status) per run, the last candidate's runs last; the settled size
     is the last batch when all its runs passed, else 0.
@@ -337,7 +338,7 @@ def settle_heap(prober: WorkerProber, start: int) -> list[tuple[int, int, str]]:
     for _ in range(HEAP_SETTLE_ROUNDS):
         statuses = []
         for run in range(HEAP_SETTLE_RUNS):
-            outcome = prober.settle(batch, HEAP_SETTLE_STEPS, run)
+            outcome = prober.settle(batch, steps, run)
             runs.append((batch, run, outcome.status))
             statuses.append(outcome.status)
             if outcome.status != "ok":
@@ -351,7 +352,7 @@ def settle_heap(prober: WorkerProber, start: int) -> list[tuple[int, int, str]]:
     return runs + [(0, -1, "none settled")]
 
 
-def settled_columns(row: dict[str, Any], runs: list[tuple[int, int, str]]) -> dict[str, Any]:
+def settled_columns(row: dict[str, Any], runs: list[tuple[int, int, str]], steps: int) -> dict[str, Any]:
     """The recommendation after :func:`settle_heap`, the heap allowance it leaves (in MiB by the fitted slope, on
     top of jitter and growth), and the runs that decided it (``heap_settle_json``)."""
     settled = runs[-1][0] if runs else 0
@@ -362,7 +363,7 @@ def settled_columns(row: dict[str, Any], runs: list[tuple[int, int, str]]) -> di
     return {"recommended_batch": settled, "recommended_pow2": pow2_at_or_below(settled),
             "recommended_mult8": (settled // 8 * 8) or None, "margin_heap_mib": heap, "margin_total_mib": total,
             "heap_settle_json": json.dumps([{"batch": b, "run": r, "status": st} for b, r, st in runs]),
-            "heap_settle_steps": HEAP_SETTLE_STEPS}
+            "heap_settle_steps": steps}
 
 
 def verify_columns(outcome: TrialOutcome, budget_kind: str) -> dict[str, Any]:

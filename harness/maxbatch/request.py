@@ -26,6 +26,10 @@ MIB = 1024.0 * 1024.0
 #: docs/maxbatch.md "How long the confirm run is"): long enough that the peak has stopped growing.
 CONFIRM_STEPS = 8
 
+#: timed steps of each heap-settling run under glibc's default malloc (issue 22; harness.maxbatch.prober.settle_heap),
+#: unless ``--settle-steps`` asks for the length of the training the answer must hold for
+HEAP_SETTLE_STEPS = 20
+
 
 #: the most micro-batches per update a search takes: every probe trains that many per step, so a larger k only
 #: makes the probes slower (the peak stays the micro-batch's)
@@ -62,6 +66,8 @@ class MaxBatchRequest:
     probe_steps: int = 2  # timed steps of a probe (after one warm-up step)
     confirm_steps: int = CONFIRM_STEPS  # timed steps of the confirming run
     verify_steps: int = 0  # >0: after the search, train the recommended size this many steps in a fresh worker
+    #: timed steps of each heap-settling run (CPU under glibc's default malloc): the training the answer must hold for
+    settle_steps: int = HEAP_SETTLE_STEPS
     max_batch_cap: int = 1 << 16
     synthetic_shape: tuple[int, int, int] = (3, 32, 32)
     synthetic_classes: int = 10
@@ -121,6 +127,7 @@ class MaxBatchRequest:
             (self.max_batch_cap >= 1, f"--max-batch-cap {self.max_batch_cap!r} must be >= 1"),
             (self.probe_steps >= 1 and self.confirm_steps >= 1, "probe and confirm steps must be >= 1"),
             (0 <= self.verify_steps <= 100_000, f"--verify-steps {self.verify_steps!r} must be in 1..100000"),
+            (1 <= self.settle_steps <= 100_000, f"--settle-steps {self.settle_steps!r} must be in 1..100000"),
             (0 <= self.momentum < 1, f"--momentum {self.momentum!r} must be in [0, 1)"),
             (1 <= self.accumulate_steps <= MAX_ACCUMULATE_STEPS,
              f"--accumulate-steps {self.accumulate_steps!r} must be in 1..{MAX_ACCUMULATE_STEPS}"),

@@ -7,6 +7,7 @@ chosen growth per step), so every number is exact; the real-framework check is t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -136,6 +137,15 @@ def test_verify_steps_without_verify_is_refused(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("bad", ["0", "-5", "100001", "many"])
+def test_a_settle_length_the_runs_cannot_use_is_refused(tmp_path, capsys, bad):
+    with pytest.raises(SystemExit) if bad == "many" else contextlib.nullcontext():
+        assert _maxbatch(tmp_path / "out", "--settle-steps", bad) == 2
+    err = capsys.readouterr().err
+    assert "--settle-steps" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_sweep_workers_run_under_the_allocator_users_train_with(tmp_path, monkeypatch):
     # issue 22: no MALLOC_* of batchscope's own on any device; the run records what the workers inherited
     from harness.config.experiment import parse_experiment
@@ -186,14 +196,12 @@ def test_no_settings_are_said_as_such(capsys):
 
 
 def test_under_glibcs_default_the_recommendation_is_walked_down_until_it_trains_in_fresh_runs(
-        fake_executor, tmp_path, capsys, monkeypatch):
-    # issue 22: a heap that grows 1 MiB per step fails the longer settling runs (200 steps here) well below the
-    # boundary the short probes found; each failure lowers the candidate by CPU_HEAP_ALLOWANCE of itself
-    from harness.maxbatch import prober
-
-    monkeypatch.setattr(prober, "HEAP_SETTLE_STEPS", 200)
+        fake_executor, tmp_path, capsys):
+    # issue 22: a heap that grows 1 MiB per step fails the longer settling runs (--settle-steps 200: the training
+    # the answer must hold for) well below the boundary the short probes found; each failure lowers the candidate by
+    # CPU_HEAP_ALLOWANCE of itself
     made = fake_executor(growth_mib_per_step=1.0)
-    assert _maxbatch(tmp_path / "out") == 0, capsys.readouterr().err
+    assert _maxbatch(tmp_path / "out", "--settle-steps", "200") == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     row = _row(tmp_path / "out")
     runs = json.loads(row["heap_settle_json"])
@@ -210,16 +218,14 @@ def test_under_glibcs_default_the_recommendation_is_walked_down_until_it_trains_
 
 
 def test_nothing_settles_means_no_recommendation_and_a_fixed_threshold_needs_no_settling(
-        fake_executor, tmp_path, capsys, monkeypatch):
-    from harness.maxbatch import prober
-
-    monkeypatch.setattr(prober, "HEAP_SETTLE_STEPS", 1000)  # 1000 MiB of growth: no size trains that long
-    fake_executor(growth_mib_per_step=1.0)
-    assert _maxbatch(tmp_path / "none") == 0
+        fake_executor, tmp_path, capsys):
+    fake_executor(growth_mib_per_step=1.0)  # over 1000 steps, 1000 MiB of growth: no size trains that long
+    assert _maxbatch(tmp_path / "none", "--settle-steps", "1000") == 0
     row = _row(tmp_path / "none")
     assert row["recommended_batch"] == 0 and json.loads(row["heap_settle_json"])[-1]["status"] == "none settled"
     assert "no batch size leaves that margin" in capsys.readouterr().out
     fake_executor(growth_mib_per_step=1.0)
-    assert _maxbatch(tmp_path / "fixed", "--env", "MALLOC_MMAP_THRESHOLD_=131072", "--no-plain") == 0
+    assert _maxbatch(tmp_path / "fixed", "--env", "MALLOC_MMAP_THRESHOLD_=131072", "--no-plain",
+                     "--settle-steps", "1000") == 0
     row = _row(tmp_path / "fixed")
     assert row["heap_settle_json"] is None and row["margin_heap_mib"] == 0.0 and row["recommended_batch"] > 8
