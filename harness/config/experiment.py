@@ -73,6 +73,10 @@ MAX_TRIALS = 100_000
 MAX_MEMORY_LIMIT_MIB = float(2**30)
 MAX_TIMEOUT_S = 30 * 24 * 3600.0
 MAX_SAMPLE_INTERVAL_MS = 3_600_000.0
+#: timed steps of each heap-settling run of a CPU max-batch search under glibc's default malloc (issue 22; measured in
+#: docs/maxbatch.md: settled with 20-step runs the answer trained 9 of 10 plain runs of 100 steps, with 100-step runs
+#: 10 of 10 of 100 and of 300); ``max_batch_settle_steps`` here, ``maxbatch --settle-steps`` on the command line
+DEFAULT_SETTLE_STEPS = 100
 #: CLI flags by field, so a refused override names the flag the user typed, not the experiment file
 _FLAGS = {"skip_larger_after_oom": "--no-skip-larger"}
 
@@ -146,6 +150,9 @@ class Experiment:
     skip_larger_after_oom: bool = True
     max_batch: bool = False
     memory_limit_mib: float = _setting(0.0, ge=0, le=MAX_MEMORY_LIMIT_MIB, unit="MiB", why="0: no limit")
+    #: the max-batch search's settling runs (CPU, glibc's default malloc): as long as the training the answer must
+    #: hold for, since the heap grows over steps
+    max_batch_settle_steps: int = _setting(DEFAULT_SETTLE_STEPS, ge=1, le=100_000)
     augment: Augment = "none"
     augment_pad_px: int = _setting(4, ge=1)
     accumulate_steps: int = _setting(1, ge=1)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.config.choices import Device, OptimizerName, Precision
-from harness.config.experiment import DEVICES, OPTIMIZERS, PRECISIONS, Experiment
+from harness.config.experiment import DEFAULT_SETTLE_STEPS, DEVICES, OPTIMIZERS, PRECISIONS, Experiment
 from harness.errors import BatchscopeWarning, ConfigError
 from harness.maxbatch.search import STRATEGIES
 
@@ -26,9 +26,9 @@ MIB = 1024.0 * 1024.0
 #: docs/maxbatch.md "How long the confirm run is"): long enough that the peak has stopped growing.
 CONFIRM_STEPS = 8
 
-#: timed steps of each heap-settling run under glibc's default malloc (issue 22; harness.maxbatch.prober.settle_heap),
-#: unless ``--settle-steps`` asks for the length of the training the answer must hold for
-HEAP_SETTLE_STEPS = 20
+#: timed steps of each heap-settling run under glibc's default malloc (harness.maxbatch.prober.settle_heap), unless
+#: ``--settle-steps`` (or ``max_batch_settle_steps``) gives the length of the training the answer must hold for
+HEAP_SETTLE_STEPS = DEFAULT_SETTLE_STEPS
 
 
 #: the most micro-batches per update a search takes: every probe trains that many per step, so a larger k only
@@ -150,7 +150,7 @@ class MaxBatchRequest:
                    optimizer=exp.optimizer, momentum=exp.momentum, learning_rate=exp.learning_rate,
                    threads=exp.threads, seed=exp.seed, synthetic_shape=exp.synthetic_shape,
                    synthetic_classes=exp.synthetic_classes, synthetic_samples=exp.synthetic_samples,
-                   train_samples=exp.train_samples, experiment=exp.name,
+                   train_samples=exp.train_samples, experiment=exp.name, settle_steps=exp.max_batch_settle_steps,
                    python=settings.python if settings else None,
                    adapter_options=dict(settings.options) if settings else {})
 

@@ -22,6 +22,7 @@ FILE_CASES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
     ("memory-limit-inf", {"memory_limit_mib": "RAW:inf"}, ("memory_limit_mib", "finite")),
     ("memory-limit-1e30", {"memory_limit_mib": 1e30}, ("memory_limit_mib", "largest usable value")),
     ("negative-seed", {"seed": -1}, ("seed", "must be >= 0")),
+    ("settle-steps-zero", {"max_batch_settle_steps": 0}, ("max_batch_settle_steps", "must be >= 1")),
 ]
 
 

@@ -303,7 +303,8 @@ def test_sweep_with_max_batch_stores_the_search_per_framework(tmp_path, capsys):
     exp = tmp_path / "mb.toml"
     exp.write_text('name = "mbsweep"\nframeworks = ["pytorch"]\nmodel = "tiny_cnn"\nbatch_sizes = [8]\n'
                    'device = "cpu"\nthreads = 1\nwarmup_steps = 1\ntimed_steps = 2\nsynthetic_shape = [3, 64, 64]\n'
-                   'synthetic_samples = 512\nmax_batch = true\nmemory_limit_mib = 360\n')
+                   'synthetic_samples = 512\nmax_batch = true\nmemory_limit_mib = 360\n'
+                   'max_batch_settle_steps = 20\n')  # the settling runs' length, from the experiment
     out = tmp_path / "out"
     assert main(["run", str(exp), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -315,6 +316,7 @@ def test_sweep_with_max_batch_stores_the_search_per_framework(tmp_path, capsys):
     assert rows[0]["budget_kind"] == "cpu-rlimit-data" and rows[0]["first_fail_batch"] == rows[0]["max_batch"] + 1
     assert [t["batch_size"] for t in sweep] == [8] and len(probes) == rows[0]["probes_n"]
     assert f"max batch pytorch: {rows[0]['max_batch']} fits" in printed
+    assert rows[0]["heap_settle_steps"] == 20 and rows[0]["heap_settle_json"]
     # --resume: the stored search is not run again
     assert main(["run", str(exp), "--out", str(out), "--resume"]) == 0
     with Store.open(out, create=False) as store:
