@@ -288,12 +288,16 @@ def recommend_group(g: SeriesGroup, exp: Experiment | None = None, *, target_acc
     assert rec_t.train_s is not None and rec_t.steps is not None
     startup = startup_s(g.by_batch.get(rec, ()), exp.curves)
     if startup is not None and rec_t.train_s.mean > 0 and startup >= STARTUP_SHARE * rec_t.train_s.mean:
-        caveats.append(f"{startup:.2g} s of batch {rec}'s {rec_t.train_s.mean:.2g} s to the target is start-up "
-                       "beyond its steady pace (the steps before the first evaluation: a framework's compilation, "
-                       "e.g. JAX's jit, and warm-up), counted as the user's training would pay it; in a longer "
-                       "training it weighs less, so a size that starts slower may come out ahead there")
-        to_run.append(f"a longer training weighs start-up less: epochs = {2 * int(number(spec.get('epochs')) or 1)}, "
-                      "into a new --out directory")
+        t = rec_t.train_s.mean
+        said = (f"{startup:{seconds_fmt(startup)}} s of batch {rec}'s {t:{seconds_fmt(t)}} s to the target is start-up "
+                "beyond its steady pace (the steps before the first evaluation: a framework's compilation, e.g. "
+                "JAX's jit, and warm-up), counted as the user's training would pay it")
+        if target.how != "absolute":  # a longer training raises the default target; a fixed one's time stays put
+            said += ("; in a longer training (a higher target) it weighs less, so a size that starts slower may "
+                     "come out ahead there")
+            to_run.append(f"a longer training weighs start-up less: epochs = "
+                          f"{2 * int(number(spec.get('epochs')) or 1)}, into a new --out directory")
+        caveats.append(said)
     why = (f"reaches the target {target.text()} soonest: {rec_t.train_s.text(seconds_fmt(rec_t.train_s.mean))} s "
            "of training, "
            f"{rec_t.steps.mean:,.0f} steps")

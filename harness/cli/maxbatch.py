@@ -87,7 +87,8 @@ def register(sub: Any) -> None:
     p.add_argument("--settle-steps", type=int, default=HEAP_SETTLE_STEPS, metavar="N",
                    help="on CPU under glibc's default malloc, the recommendation must train 3 fresh runs of N steps "
                         f"+ eval (default {HEAP_SETTLE_STEPS}); the heap grows over steps, so give the length of the "
-                        "training the answer must hold for")
+                        "training the answer must hold for. No settling (and so no effect) on a GPU or with a fixed "
+                        "mmap threshold (--env MALLOC_MMAP_THRESHOLD_)")
     p.add_argument("--out", type=path_arg("--out"), help="output directory for the store (default results/maxbatch)")
     p.add_argument("--data-dir", type=path_arg("--data-dir"), help="local copy of a downloadable data set")
     p.add_argument("--data-layout", choices=DATA_LAYOUTS, default="auto",
@@ -319,7 +320,7 @@ def print_recommendation(row: dict[str, Any], file: Any) -> None:
     """The recommended size, the margin it leaves and what that is made of, and how to train to keep it."""
     import json
 
-    from harness.maxbatch.advice import env_words
+    from harness.maxbatch.advice import env_words, settle_stopped
 
     total = row.get("margin_total_mib")
     if total is None:  # a row from before issue 18: the user's margin only
@@ -332,7 +333,11 @@ def print_recommendation(row: dict[str, Any], file: Any) -> None:
             ("glibc heap allowance", row.get("margin_heap_mib") or 0.0),
             ("--margin-mib", row.get("margin_mib") or 0.0)) if mib)
     margin = f" leaving {total:.1f} MiB unused at the boundary ({parts})" if total else ""
-    if not row["recommended_batch"]:
+    runs = json.loads(row["heap_settle_json"]) if row.get("heap_settle_json") else []
+    stopped = settle_stopped(row)
+    if not row["recommended_batch"] and stopped:
+        print(f"recommended{margin}: none: {stopped}", file=file)
+    elif not row["recommended_batch"]:
         print(f"recommended{margin}: none: no batch size leaves that margin under this budget; give a larger "
               f"--memory-limit-mib (at least {total:.0f} MiB more)", file=file)
     else:
@@ -350,8 +355,7 @@ def print_recommendation(row: dict[str, Any], file: Any) -> None:
                   "PYTORCH_CUDA_ALLOC_CONF, MALLOC_MMAP_THRESHOLD_) changes the answer", file=file)
     if row.get("confirm_steps"):
         print(f"confirm run: {row['confirm_steps']} steps + eval at {row['max_batch']}", file=file)
-    if row.get("heap_settle_json"):
-        runs = json.loads(row["heap_settle_json"])
+    if runs:
         tried = sorted({r["batch"] for r in runs if r["batch"]}, reverse=True)
         failed = [f"{r['batch']} ({r['status']})" for r in runs if r["status"] != "ok" and r["batch"]]
         print(f"settled under glibc's default malloc: {len(runs)} fresh run(s) of {row.get('heap_settle_steps')} "

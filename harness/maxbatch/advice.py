@@ -172,6 +172,21 @@ def jitter_advice(row: dict[str, Any]) -> str | None:
     return risk + f"{safe} leaves a {CPU_PEAK_JITTER_MIB:g} MiB margin (--margin-mib {CPU_PEAK_JITTER_MIB:g})"
 
 
+def settle_stopped(row: dict[str, Any]) -> str | None:
+    """Why a search has no recommendation when its settling stopped on a run that did not run out of memory (a
+    timeout, a crash: nothing learnt about memory, harness.maxbatch.prober.settle_heap); None otherwise."""
+    try:
+        runs = json.loads(row.get("heap_settle_json") or "[]")
+    except (TypeError, ValueError):
+        return None
+    stopped = [r for r in runs if r.get("batch") and r.get("status") not in ("ok", "oom")]
+    if not runs or runs[-1].get("status") != "not settled" or not stopped:
+        return None
+    return (f"the settling run at {stopped[-1]['batch']} ended in {stopped[-1]['status']}, not out of memory, so "
+            "whether it fits is unknown (settling runs train --settle-steps steps, their timeout scaled to match: "
+            "raise --timeout-s, or give fewer --settle-steps; each run's log is in the output directory's logs)")
+
+
 def train_advice(row: dict[str, Any]) -> str | None:
     """How to use the recommendation: the margin it leaves, the settings to train with, the --verify result.
 
@@ -189,6 +204,7 @@ def train_advice(row: dict[str, Any]) -> str | None:
             f"{row.get('confirm_steps') or '?'}-step confirm run {float(row.get('margin_growth_mib') or 0):.1f}, "
             + (f"glibc heap allowance {float(row['margin_heap_mib']):.1f}, " if row.get("margin_heap_mib") else "")
             + f"--margin-mib {float(row.get('margin_mib') or 0):g})" if rec else
+            f"no recommendation: {settle_stopped(row)}" if settle_stopped(row) else
             f"no size leaves the {float(row['margin_total_mib']):.1f} MiB margin: give a larger budget")
     how = f"; train with {env_words(env)}, as the probes ran" if env else ""
     check = ""

@@ -57,6 +57,10 @@ CONTROL_FLOOR_MIB = 1024.0  # and at least this much more: a budget below the fr
 #: the recommendation under glibc's default malloc must train this many fresh runs of this many timed steps in a row
 #: (settle_heap); each failure lowers it by CPU_HEAP_ALLOWANCE of itself, at most this many times (issue 22)
 HEAP_SETTLE_RUNS = 3
+#: the last entry of a settling that ran out of rounds (every size ran out of memory), or that a run ending otherwise
+#: (timeout, crash, error) stopped: nothing was settled, so nothing is recommended
+NONE_SETTLED = "none settled"
+NOT_SETTLED = "not settled"
 HEAP_SETTLE_ROUNDS = 8
 
 
@@ -196,7 +200,12 @@ class WorkerProber:
         """One heap-settling run (issue 22): ``batch`` for ``steps`` timed steps, then eval, in a fresh worker under
         the budget, stored as a trial with purpose ``settle`` (``repeat`` = ``run``, so each run keeps its own row);
         no retry: a user's run gets none."""
-        trial = replace(self.trial(batch, True), timed_steps=steps, repeat=run, purpose="settle")
+        base = self.trial(batch, True)
+        # as many times the confirm run's time as it trains steps (warm-up included): a slow model's long settling
+        # run is not cut short by the per-probe timeout, which is sized for a probe
+        scale = max(1.0, (steps + 1) / (base.timed_steps + 1))
+        trial = replace(base, timed_steps=steps, repeat=run, purpose="settle",
+                        timeout_s=min(base.timeout_s * scale, MAX_TIMEOUT_S))
         outcome = self.executor.run(self._unit(trial, self.budget.os_limit_mib))
         self.outcomes.append(outcome)
         if self.on_outcome is not None:
@@ -329,9 +338,10 @@ def settle_heap(prober: WorkerProber, start: int, steps: int) -> list[tuple[int,
     processes and over steps (docs/maxbatch.md, issue 22), so a size a short probe passed can fail in a plain
     process. Each candidate trains ``steps`` (``--settle-steps``, default HEAP_SETTLE_STEPS: the heap grows over
     steps, so as long as the training the answer must hold for) timed steps + eval in HEAP_SETTLE_RUNS fresh workers
-    under the budget; a failure lowers it by CPU_HEAP_ALLOWANCE of itself (at least 1) and starts again, at most
-    HEAP_SETTLE_ROUNDS times. Returns (batch, run, status) per run, the last candidate's runs last; the settled size
-    is the last batch when all its runs passed, else 0.
+    under the budget; running out of memory lowers it by CPU_HEAP_ALLOWANCE of itself (at least 1) and starts again,
+    at most HEAP_SETTLE_ROUNDS times; any other failure (a timeout, a crash) says nothing about memory and stops the
+    settling, unsettled. Returns (batch, run, status) per run, the last candidate's runs last, then
+    (0, -1, NONE_SETTLED or NOT_SETTLED) when nothing settled; the settled size is the last batch, else 0.
     """
     runs: list[tuple[int, int, str]] = []
     batch = start
@@ -339,17 +349,20 @@ def settle_heap(prober: WorkerProber, start: int, steps: int) -> list[tuple[int,
         statuses = []
         for run in range(HEAP_SETTLE_RUNS):
             outcome = prober.settle(batch, steps, run)
-            runs.append((batch, run, outcome.status))
-            statuses.append(outcome.status)
-            if outcome.status != "ok":
+            status = prober._classify(outcome)
+            runs.append((batch, run, status))
+            statuses.append(status)
+            if status != "ok":
                 break
         if all(st == "ok" for st in statuses) and len(statuses) == HEAP_SETTLE_RUNS:
             return runs
+        if statuses[-1] != "oom":  # a timeout, a crash, an error: says nothing about memory, so no smaller size
+            return runs + [(0, -1, NOT_SETTLED)]
         lower = batch - max(1, math.ceil(CPU_HEAP_ALLOWANCE * batch))
         if lower < 1:
             break
         batch = lower
-    return runs + [(0, -1, "none settled")]
+    return runs + [(0, -1, NONE_SETTLED)]
 
 
 def settled_columns(row: dict[str, Any], runs: list[tuple[int, int, str]], steps: int) -> dict[str, Any]:

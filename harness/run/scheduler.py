@@ -68,10 +68,12 @@ def cell_of(trial: TrialSpec) -> CellKey:
 
 
 def known_durations(rows: Iterable[dict[str, object]]) -> list[tuple[CellKey, float]]:
-    """(cell, elapsed seconds) of the stored trial rows that finished (``--resume``: the store's earlier runs)."""
+    """(cell, elapsed seconds) of the stored sweep trial rows that finished (``--resume``: the store's earlier runs).
+    A max-batch search's probes, settling and verify runs are left out: many short runs that are no sweep trial's
+    repeat would pull down the estimate of every trial not measured yet."""
     out = []
     for r in rows:
-        if r.get("status") in ("ok", "diverged") and r.get("elapsed_s"):
+        if r.get("status") in ("ok", "diverged") and r.get("elapsed_s") and (r.get("purpose") or "sweep") == "sweep":
             out.append(((str(r["framework"]), str(r.get("variant") or ""), str(r.get("purpose") or "sweep"),
                          int(r["batch_size"])), float(r["elapsed_s"])))  # type: ignore[call-overload, arg-type]
     return out
@@ -83,21 +85,22 @@ class Estimates:
     """
 
     def __init__(self, known: Iterable[tuple[CellKey, float]] = ()) -> None:
-        self._by_cell: dict[CellKey, list[float]] = {}
-        self._all: list[float] = []
+        self._by_cell: dict[CellKey, tuple[float, int]] = {}  # (sum of seconds, trials): a mean in constant time
+        self._sum, self._n = 0.0, 0
         for cell, seconds in known:
             self.add(cell, seconds)
 
     def add(self, cell: CellKey, seconds: float) -> None:
         """One finished trial of ``cell`` took ``seconds``."""
         if seconds > 0:
-            self._by_cell.setdefault(cell, []).append(seconds)
-            self._all.append(seconds)
+            total, n = self._by_cell.get(cell, (0.0, 0))
+            self._by_cell[cell] = (total + seconds, n + 1)
+            self._sum, self._n = self._sum + seconds, self._n + 1
 
     def of(self, trial: TrialSpec) -> float:
         """``trial``'s expected seconds."""
-        found = self._by_cell.get(cell_of(trial)) or self._all
-        return sum(found) / len(found) if found else 0.0
+        total, n = self._by_cell.get(cell_of(trial), (self._sum, self._n))
+        return total / n if n else 0.0
 
 
 @dataclass
@@ -124,7 +127,9 @@ def run_chains(trials: Sequence[TrialSpec], *, submit: Submit, wait: Wait, cance
     schedule did.
     """
     free = slots if callable(slots) else (lambda: slots)  # type: ignore[misc]
-    order = {t.trial_hash: i for i, t in enumerate(trials)}
+    # each trial's place in the planner's order, by object (a trial's hash is computed anew at each read: too dear to
+    # read for every ready chain at every start of a sweep of thousands)
+    order = {id(t): i for i, t in enumerate(trials)}
     queues: dict[ChainKey, deque[tuple[TrialSpec, int]]] = {
         c.key: deque((t, 1) for t in c.trials) for c in split_chains(trials)}
     limits = dict(oom_at or {})
@@ -138,18 +143,20 @@ def run_chains(trials: Sequence[TrialSpec], *, submit: Submit, wait: Wait, cance
         limit = limits.get(key) if skip_larger else None
         return sum(estimates.of(t) for t, _ in queues[key] if limit is None or t.batch_size <= limit)
 
-    def next_ready(slots_n: int) -> ChainKey | None:
+    def next_ready(slots_n: int, free_n: int) -> ChainKey | None:
         ready = [k for k, q in queues.items() if q and k not in busy]
         if not ready:
             return None
-        if slots_n > 1:  # longest processing time first; ties (nothing known yet) in the planner's order
-            return min(ready, key=lambda k: (-work_left(k), order[queues[k][0][0].trial_hash]))
-        return min(ready, key=lambda k: order[queues[k][0][0].trial_hash])
+        # with more ready chains than free slots, longest processing time first (ties, as when nothing is known yet,
+        # in the planner's order); with room for every ready chain the order within this round changes nothing
+        if slots_n > 1 and len(ready) > free_n:
+            return min(ready, key=lambda k: (-work_left(k), order[id(queues[k][0][0])]))
+        return min(ready, key=lambda k: order[id(queues[k][0][0])])
 
     try:
         while True:
             while len(running) < (slots_n := free()):
-                key = next_ready(slots_n)
+                key = next_ready(slots_n, slots_n - len(running))
                 if key is None:
                     break
                 trial, attempt = queues[key].popleft()

@@ -221,7 +221,7 @@ def run_sweep(
 #: settings that may differ on --resume: they choose which trials run, not how one runs or is measured; or they
 #: are analysis keys, read from the store by the report and ``recommend`` (``target_accuracy``)
 RESUMABLE_CHANGES = frozenset({"frameworks", "batch_sizes", "repeats", "timeout_s", "description", "source",
-                               "skip_larger_after_oom", "max_batch", "max_batch_settle_steps",
+                               "skip_larger_after_oom", "max_batch",
                                "target_accuracy"})
 
 

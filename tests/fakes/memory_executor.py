@@ -20,7 +20,8 @@ class LinearMemory:
 
     ``killed_calls``: the 1-based calls whose worker is killed from outside (SIGKILL, as the OOM killer or a
     user's ``kill`` would), whatever its size. ``growth_mib_per_step``: the peak grows by this much per timed
-    step (a heap that fragments). ``failing_purpose``: runs with this trial purpose run out of memory.
+    step (a heap that fragments). ``failing_purpose``: runs with this trial purpose fail, with ``failing_status``
+    (out of memory unless told otherwise: a timeout, a crash).
 
     Settings ("what helps"): a precision other than fp32 halves the activations (5 MiB per sample); gradient
     accumulation leaves the peak at the micro-batch's, as a real one does, and costs 10% of the step throughput
@@ -28,8 +29,9 @@ class LinearMemory:
     """
 
     def __init__(self, killed_calls: tuple[int, ...] = (), growth_mib_per_step: float = 0.0,
-                 failing_purpose: str | None = None) -> None:
+                 failing_purpose: str | None = None, failing_status: str = "oom") -> None:
         self.killed_calls, self.growth, self.failing_purpose = killed_calls, growth_mib_per_step, failing_purpose
+        self.failing_status = failing_status
         self.units: list[TrialUnit] = []
 
     def run(self, unit: TrialUnit, on_event: Any = None) -> TrialOutcome:
@@ -37,7 +39,8 @@ class LinearMemory:
         if len(self.units) in self.killed_calls:
             return TrialOutcome(trial=unit.trial, status="crashed", reason="killed by SIGKILL in phase timed")
         if unit.trial.purpose == self.failing_purpose:
-            return TrialOutcome(trial=unit.trial, status="oom", reason="RuntimeError: can't allocate memory")
+            reason = "RuntimeError: can't allocate memory" if self.failing_status == "oom" else "made up"
+            return TrialOutcome(trial=unit.trial, status=self.failing_status, reason=reason)  # type: ignore[arg-type]
         per_sample = 10.0 if unit.trial.precision == "fp32" else 5.0
         peak = 100.0 + per_sample * unit.trial.batch_size + self.growth * unit.trial.timed_steps
         if unit.os_memory_limit_mib is not None and peak > unit.os_memory_limit_mib:

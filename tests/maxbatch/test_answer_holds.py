@@ -7,7 +7,6 @@ chosen growth per step), so every number is exact; the real-framework check is t
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 from harness.cli import main
 from harness.data import DataRequest, prepare
 from harness.maxbatch.advice import CPU_HEAP_ALLOWANCE, CPU_PEAK_JITTER_MIB, Margin, answer_env, train_advice
-from harness.maxbatch.request import CONFIRM_STEPS, MaxBatchRequest
+from harness.maxbatch.request import CONFIRM_STEPS, HEAP_SETTLE_STEPS, MaxBatchRequest
 from harness.store import Store
 from tests.fakes.memory_executor import BUDGET_MIB
 
@@ -139,8 +138,11 @@ def test_verify_steps_without_verify_is_refused(tmp_path, capsys):
 
 @pytest.mark.parametrize("bad", ["0", "-5", "100001", "many"])
 def test_a_settle_length_the_runs_cannot_use_is_refused(tmp_path, capsys, bad):
-    with pytest.raises(SystemExit) if bad == "many" else contextlib.nullcontext():
-        assert _maxbatch(tmp_path / "out", "--settle-steps", bad) == 2
+    try:
+        code = _maxbatch(tmp_path / "out", "--settle-steps", bad)
+    except SystemExit as e:  # not a number: argparse's own usage error
+        code = e.code
+    assert code == 2
     err = capsys.readouterr().err
     assert "--settle-steps" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
@@ -216,6 +218,23 @@ def test_under_glibcs_default_the_recommendation_is_walked_down_until_it_trains_
                                                     + row["margin_heap_mib"])
     assert "settled under glibc's default malloc: 8 fresh run(s) of 200 steps + eval at 22, 18, 15, 12, 10, 8" in out
     assert ": 8  (power of two: 8" in out
+
+
+def test_a_settling_run_that_times_out_stops_the_settling_and_says_why(fake_executor, tmp_path, capsys):
+    """A timeout says nothing about memory: no smaller size is tried, nothing is recommended, and the output says
+    what ended it (not "give a larger budget"). The settling run's timeout is the probe's scaled by its steps."""
+    made = fake_executor(failing_purpose="settle", failing_status="timeout")
+    assert _maxbatch(tmp_path / "out") == 0
+    out = capsys.readouterr().out
+    row = _row(tmp_path / "out")
+    runs = json.loads(row["heap_settle_json"])
+    assert [r["status"] for r in runs] == ["timeout", "not settled"] and row["recommended_batch"] == 0
+    assert "ended in timeout, not out of memory, so whether it fits is unknown" in out
+    assert "give a larger --memory-limit-mib" not in out
+    (settle,) = [u for u in made[0].units if u.trial.purpose == "settle"]
+    confirm = max(u.trial.timed_steps for u in made[0].units if u.trial.purpose == "probe")
+    assert settle.trial.timeout_s == pytest.approx(300.0 * (HEAP_SETTLE_STEPS + 1) / (confirm + 1))
+    assert "no recommendation: the settling run at" in train_advice(row)
 
 
 def test_nothing_settles_means_no_recommendation_and_a_fixed_threshold_needs_no_settling(

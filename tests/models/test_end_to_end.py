@@ -39,7 +39,8 @@ def test_maxbatch_resnet20_prints_the_forecast_before_the_first_probe(framework:
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     code = main(["maxbatch", "--framework", framework, "--model", "resnet20", "--device", "cpu", "--threads", "1",
-                 "--memory-limit-mib", "8000", "--max-batch-cap", "4", "--out", str(out)])
+                 "--memory-limit-mib", "8000", "--max-batch-cap", "4", "--out", str(out),
+                 "--settle-steps", "20"])  # short settling runs: their length is not what this checks
     text = capsys.readouterr().out
     assert code == 0, text
     assert text.index("forecast from the description alone") < text.index("bs=")
@@ -58,7 +59,8 @@ def test_run_and_maxbatch_with_a_user_model_from_outside_the_repository(
     out = tmp_path / "out"
     assert main(["run", str(_experiment(tmp_path / "e.toml", model, ("pytorch", "mxnet"))), "--out", str(out)]) == 0
     assert main(["maxbatch", "--framework", "pytorch", "--model", model, "--device", "cpu", "--threads", "1",
-                 "--memory-limit-mib", "4000", "--max-batch-cap", "8", "--out", str(out / "mb")]) == 0
+                 "--memory-limit-mib", "4000", "--max-batch-cap", "8", "--out", str(out / "mb"),
+                 "--settle-steps", "20"]) == 0
     with Store.open(out, create=False) as store:
         rows = store.trials()
     assert {(r["framework"], r["status"], r["model"]) for r in rows} == {("pytorch", "ok", model),

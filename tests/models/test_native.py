@@ -69,7 +69,7 @@ def test_sweep_and_maxbatch_run_a_native_pytorch_model(tmp_path: Path, cache_dir
     out = tmp_path / "out"
     assert main(["run", str(toml), "--out", str(out)]) == 0
     assert main(["maxbatch", "--framework", "pytorch", "--model", f"native:{module}:small_net", "--device", "cpu",
-                 "--synthetic-shape", "3,8,8", "--threads", "1", "--memory-limit-mib", "4000",
+                 "--synthetic-shape", "3,8,8", "--threads", "1", "--memory-limit-mib", "4000", "--settle-steps", "20",
                  "--max-batch-cap", "8", "--out", str(out / "mb")]) == 0
     text = capsys.readouterr().out
     assert "native model (the framework's own): no forecast" in text

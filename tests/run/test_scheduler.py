@@ -235,7 +235,8 @@ def test_a_trials_estimate_is_its_cells_mean_else_every_known_trials() -> None:
 def test_stored_rows_that_finished_are_the_known_durations_on_resume() -> None:
     keys = ("framework", "variant", "purpose", "batch_size", "status", "elapsed_s")
     cases = (("a", None, "sweep", 16, "ok", 3.5), ("a", "v", None, 32, "diverged", 2.0),
-             ("a", "", "sweep", 64, "oom", 9.0), ("b", "", "sweep", 16, "lost", 1.0))
+             ("a", "", "sweep", 64, "oom", 9.0), ("b", "", "sweep", 16, "lost", 1.0),
+             ("a", "", "probe", 16, "ok", 0.5))  # a max-batch probe: no sweep trial's repeat
     rows: list[dict[str, object]] = [dict(zip(keys, r, strict=True)) for r in cases]
     assert known_durations(rows) == [(("a", "", "sweep", 16), 3.5), (("a", "v", "sweep", 32), 2.0)]
     assert cell_of(_trial("a", 16, repeat=2)) == ("a", "", "sweep", 16)

@@ -18,7 +18,7 @@ from harness.cli import main
 from harness.config.experiment import load_experiment, parse_experiment
 from harness.data import prepare
 from harness.run.planner import data_request, plan
-from harness.run.sweep import run_sweep
+from harness.run.sweep import changed_settings, run_sweep
 from harness.store import Store
 from tests import ROOT
 from tests.fakes.adapter import OOM_LARGE_BATCH
@@ -216,3 +216,11 @@ def test_ray_only_options_are_refused_on_the_local_executor(fake_registered: Non
     with pytest.raises(SystemExit) as e:
         main(["run", str(toml), "--max-concurrent", "0"])
     assert e.value.code == 2 and "1 or more" in capsys.readouterr().err
+
+
+def test_a_changed_settling_length_is_refused_on_resume_and_the_sweep_sizes_are_not() -> None:
+    """A stored max-batch search is not run again on --resume, so a new max_batch_settle_steps would not apply to
+    it: named as a change (refused), where the batch sizes, which only choose what runs, are not."""
+    stored = {"max_batch_settle_steps": 100, "batch_sizes": [4]}
+    assert changed_settings(stored, {"max_batch_settle_steps": 20, "batch_sizes": [4, 8]}) == [
+        "max_batch_settle_steps: 100 stored, 20 now"]
