@@ -44,6 +44,12 @@ from harness.run.executor import LocalExecutor
 RAY_CONNECT_TIMEOUT_S = 10.0
 #: on Ctrl-C, how long the tasks get to kill their workers (KeyboardInterrupt in the task) before being force-killed
 CANCEL_GRACE_S = 10.0
+#: the worker messages a node relays to the driver's live display (what it shows: the phase, the step progress)
+RELAYED_EVENTS = ("phase", "progress")
+#: how often the driver looks for relayed messages while it waits for a trial to finish (seconds)
+EVENT_POLL_S = 0.5
+#: the most relayed messages held for the driver; beyond it a node drops them (a display's, never a result's)
+EVENT_QUEUE_MAX = 10_000
 
 
 def check_reachable(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
@@ -68,11 +74,25 @@ def visible_gpu_index(visible: str | None) -> int | None:
 
 
 def _run_unit(unit: TrialUnit, monitor_factory: Callable[[TrialUnit], Monitor] | None, log_dir: str | None,
-              gpu: bool, concurrent_n: int, attempt: int) -> TrialOutcome:
-    """The body of the Ray task: an ordinary local run on the node, told where it ran."""
+              gpu: bool, concurrent_n: int, attempt: int, events: Any = None) -> TrialOutcome:
+    """The body of the Ray task: an ordinary local run on the node, told where it ran. ``events``: a Ray queue the
+    worker's phase and progress messages are put on, for the driver's live display (a message that cannot be put is
+    dropped: it is only a display's)."""
     import ray
 
-    outcome = LocalExecutor(monitor_factory=monitor_factory, log_dir=Path(log_dir) if log_dir else None).run(unit)
+    relay = None
+    if events is not None:
+        trial_hash = unit.trial.trial_hash
+
+        def relay(msg: dict[str, Any]) -> None:
+            if msg.get("event") in RELAYED_EVENTS:
+                try:
+                    events.put_nowait((trial_hash, msg))
+                except Exception:  # noqa: BLE001 - a full or gone queue must never fail the trial
+                    pass
+
+    outcome = LocalExecutor(monitor_factory=monitor_factory,
+                            log_dir=Path(log_dir) if log_dir else None).run(unit, on_event=relay)
     # Ray set CUDA_VISIBLE_DEVICES to the GPU it gave this task: the worker and its sampler saw that one
     device_index = visible_gpu_index(os.environ.get("CUDA_VISIBLE_DEVICES")) if gpu else None
     placement = Placement(host=socket.gethostname(), node_id=ray.get_runtime_context().get_node_id(),
@@ -144,9 +164,11 @@ class RayExecutor:
         """Whether ``trial`` takes a GPU: device gpu, or auto on a cluster that has GPUs."""
         return trial.device == "gpu" or (trial.device == "auto" and any(n.gpus >= 1 for n in self.nodes()))
 
-    def backend(self, units: Callable[[TrialSpec], TrialUnit], trials: Sequence[TrialSpec]) -> RayBackend:
-        """The scheduler's backend for one sweep of ``trials`` (harness/run/scheduler.py)."""
-        return RayBackend(self, units, gpu=bool(trials) and self.wants_gpu(trials[0]))
+    def backend(self, units: Callable[[TrialSpec], TrialUnit], trials: Sequence[TrialSpec],
+                on_event: Callable[[TrialSpec, dict[str, Any]], None] | None = None) -> RayBackend:
+        """The scheduler's backend for one sweep of ``trials`` (harness/run/scheduler.py); ``on_event(trial, msg)``
+        is told the running trials' phase and progress messages, relayed from their nodes."""
+        return RayBackend(self, units, gpu=bool(trials) and self.wants_gpu(trials[0]), on_event=on_event)
 
     def run(self, unit: TrialUnit, on_event: Callable[[dict[str, Any]], None] | None = None) -> TrialOutcome:
         """Run one unit on a node with the resources it needs; returns when it has finished (the max-batch search's
@@ -214,10 +236,17 @@ class RayExecutor:
 class RayBackend:
     """One sweep's tasks: which node slot each CPU trial holds, and the outcome of each finished task."""
 
-    def __init__(self, executor: RayExecutor, units: Callable[[TrialSpec], TrialUnit], gpu: bool) -> None:
+    def __init__(self, executor: RayExecutor, units: Callable[[TrialSpec], TrialUnit], gpu: bool,
+                 on_event: Callable[[TrialSpec, dict[str, Any]], None] | None = None) -> None:
         self.ex, self.ray, self.units, self.gpu = executor, executor.ray, units, gpu
         self.nodes = {n.node_id: n for n in executor.nodes()}
         self.in_flight: dict[Hashable, tuple[TrialSpec, int, str | None]] = {}  # ref: (trial, attempt, node id)
+        self.on_event = on_event
+        self.events: Any = None  # the queue the nodes put their workers' messages on (an actor that needs no CPU)
+        if on_event is not None:
+            from ray.util.queue import Queue
+
+            self.events = Queue(maxsize=EVENT_QUEUE_MAX, actor_options={"num_cpus": 0})
 
     def slots(self) -> int:
         """The cluster's slots now (its GPUs, or CPU nodes x trials per node), ``max_concurrent`` at most."""
@@ -244,7 +273,7 @@ class RayBackend:
             per_node = max((int(n.gpus) for n in self.nodes.values()), default=1)
             concurrent = min(per_node, self.ex.max_concurrent or per_node)
             ref = self.ex._task.options(num_cpus=0, num_gpus=1).remote(
-                unit, self.ex.monitor_factory, self.ex.log_dir, True, concurrent, attempt)
+                unit, self.ex.monitor_factory, self.ex.log_dir, True, concurrent, attempt, self.events)
             node_id = None
         else:
             node = self._free_cpu_node()
@@ -252,7 +281,8 @@ class RayBackend:
             ref = self.ex._task.options(
                 num_cpus=share, num_gpus=0,
                 scheduling_strategy=_affinity(node.node_id),
-            ).remote(unit, self.ex.monitor_factory, self.ex.log_dir, False, self.ex.trials_per_node, attempt)
+            ).remote(unit, self.ex.monitor_factory, self.ex.log_dir, False, self.ex.trials_per_node, attempt,
+                     self.events)
             node_id = node.node_id
         self.in_flight[ref] = (trial, attempt, node_id)
         return ref
@@ -260,13 +290,30 @@ class RayBackend:
     def wait(self, handles: list[Hashable]) -> list[tuple[Hashable, TrialOutcome]]:
         """Block until at least one task has finished; each finished task's outcome (``lost`` where its node
         died, ``oom`` where Ray's own memory monitor killed it)."""
-        ready, _ = self.ray.wait(handles, num_returns=1)
+        if self.events is None:
+            ready, _ = self.ray.wait(handles, num_returns=1)
+        else:  # relay the running trials' messages while waiting
+            ready = []
+            while not ready:
+                ready, _ = self.ray.wait(handles, num_returns=1, timeout=EVENT_POLL_S)
+                self._relay()
         ready_more, _ = self.ray.wait(handles, num_returns=len(handles), timeout=0)  # any others done meanwhile
         out = []
         for ref in {*ready, *ready_more}:
             trial, attempt, node_id = self.in_flight.pop(ref)
             out.append((ref, self._outcome(ref, trial, attempt, node_id)))
         return out
+
+    def _relay(self) -> None:
+        """Pass the messages the nodes have put on the queue to ``on_event``, for trials still in flight."""
+        try:
+            got = self.events.get_nowait_batch(self.events.qsize())
+        except Exception:  # noqa: BLE001 - the queue's actor is gone (its node died): the display goes without
+            return
+        trials = {t.trial_hash: t for t, _, _ in self.in_flight.values() if t is not None}
+        for trial_hash, msg in got:
+            if trial_hash in trials and self.on_event is not None:
+                self.on_event(trials[trial_hash], msg)
 
     def _outcome(self, ref: Any, trial: TrialSpec, attempt: int, node_id: str | None) -> TrialOutcome:
         exc = self.ray.exceptions

@@ -105,7 +105,7 @@ def _backend(executor: Executor, unit: Callable[[TrialSpec], TrialUnit], on_even
              trials: Sequence[TrialSpec]) -> Backend:
     """The scheduler's backend: the executor's own where it runs units concurrently, else one slot."""
     if hasattr(executor, "backend"):
-        return executor.backend(unit, trials)  # type: ignore[no-any-return]
+        return executor.backend(unit, trials, on_event=on_event)  # type: ignore[no-any-return]
 
     def run(trial: TrialSpec, attempt: int) -> TrialOutcome:
         relay = None if on_event is None else functools.partial(on_event, trial)

@@ -67,9 +67,17 @@ def test_a_four_trial_sweep_runs_two_at_a_time_one_per_node(cluster: Any, execut
                                                             cache_dir: Path) -> None:
     register_fake(monkeypatch)
     exp = _experiment("twonodes")
-    result = run_sweep(exp, tmp_path / "ray", cache_dir=cache_dir, executor=executor)
+    events: dict[str, list[dict[str, Any]]] = {}
+    result = run_sweep(exp, tmp_path / "ray", cache_dir=cache_dir, executor=executor,
+                       on_event=lambda trial, msg: events.setdefault(trial.trial_hash, []).append(msg))
     assert result.peak_in_flight == 2 and result.not_run == 0
     rows = _rows(tmp_path / "ray")
+    # each trial's phases and step progress came back from its node for the live display, to its last step
+    assert set(events) == set(rows)
+    for msgs in events.values():
+        progress = [m for m in msgs if m["event"] == "progress"]
+        assert progress and progress[-1]["step"] == progress[-1]["steps_total"], msgs
+        assert {m["phase"] for m in msgs if m["event"] == "phase"} >= {"timed"}, msgs
     cpu_ids = {n.node_id for n in cluster.cpu_nodes}
     assert len(rows) == 4
     for row in rows.values():  # every row names its node; a CPU trial had its node's CPU to itself
