@@ -246,7 +246,10 @@ class RayBackend:
         if on_event is not None:
             from ray.util.queue import Queue
 
-            self.events = Queue(maxsize=EVENT_QUEUE_MAX, actor_options={"num_cpus": 0})
+            # on the driver's own node: a worker node that dies must not take the display's queue with it
+            here = self.ray.get_runtime_context().get_node_id()
+            self.events = Queue(maxsize=EVENT_QUEUE_MAX,
+                                actor_options={"num_cpus": 0, "scheduling_strategy": _affinity(here)})
 
     def slots(self) -> int:
         """The cluster's slots now (its GPUs, or CPU nodes x trials per node), ``max_concurrent`` at most."""

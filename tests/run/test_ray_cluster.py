@@ -142,8 +142,10 @@ def test_a_node_removed_mid_sweep_loses_its_trial_which_runs_again(cluster: Any,
     monkeypatch.setattr(RayBackend, "submit", submit)
     written: list[tuple[str, str, int]] = []
     exp = _experiment("lostnode", repeats=3, timed_steps=25)  # 3 chains on 3 nodes; a trial takes ~6 s
+    relayed: set[str] = set()  # the live display's messages keep coming through a node's death
     result = run_sweep(exp, tmp_path, cache_dir=cache_dir, executor=executor,
-                       progress=lambda i, n, o: written.append((o.trial.trial_hash, o.status, o.placement.attempt)))
+                       progress=lambda i, n, o: written.append((o.trial.trial_hash, o.status, o.placement.attempt)),
+                       on_event=lambda trial, msg: relayed.add(trial.trial_hash))
     assert removed.is_set(), f"no trial went to the node that was to be removed: {submitted}"
     lost = [w for w in written if w[1] == "lost"]
     assert len(lost) == 1  # its row was written, then replaced by the re-run's
@@ -151,6 +153,7 @@ def test_a_node_removed_mid_sweep_loses_its_trial_which_runs_again(cluster: Any,
     assert len(rows) == 6 and {r["status"] for r in rows.values()} == {"ok"}
     assert rows[lost[0][0]]["attempt"] == 2 and rows[lost[0][0]]["node_id"] != doomed.node_id
     assert result.not_run == 0
+    assert relayed == set(rows)
 
 
 def test_max_batch_searches_run_side_by_side_one_node_each(cluster: Any, executor: Any) -> None:
