@@ -17,8 +17,8 @@ from typing import Any
 
 from harness.cli.progress import make_progress
 from harness.cli.table import path_arg
+from harness.config.experiment import DEFAULT_SETTLE_STEPS
 from harness.errors import ConfigError
-from harness.maxbatch.request import HEAP_SETTLE_STEPS
 
 
 def _shape(text: str) -> tuple[int, int, int]:
@@ -84,11 +84,11 @@ def register(sub: Any) -> None:
                         "and allocator settings for --verify-steps steps, and say whether it passed")
     p.add_argument("--verify-steps", type=int, default=None,
                    help="timed steps of the --verify run (default: the confirm run's length)")
-    p.add_argument("--settle-steps", type=int, default=HEAP_SETTLE_STEPS, metavar="N",
+    p.add_argument("--settle-steps", type=int, default=DEFAULT_SETTLE_STEPS, metavar="N",
                    help="on CPU under glibc's default malloc, the recommendation must train 3 fresh runs of N steps "
-                        f"+ eval (default {HEAP_SETTLE_STEPS}); the heap grows over steps, so give the length of the "
-                        "training the answer must hold for. No settling (and so no effect) on a GPU or with a fixed "
-                        "mmap threshold (--env MALLOC_MMAP_THRESHOLD_)")
+                        f"+ eval (default {DEFAULT_SETTLE_STEPS}); the heap grows over steps, so give the length of "
+                        "the training the answer must hold for. No settling (and so no effect) on a GPU or with a "
+                        "fixed mmap threshold (--env MALLOC_MMAP_THRESHOLD_)")
     p.add_argument("--out", type=path_arg("--out"), help="output directory for the store (default results/maxbatch)")
     p.add_argument("--data-dir", type=path_arg("--data-dir"), help="local copy of a downloadable data set")
     p.add_argument("--data-layout", choices=DATA_LAYOUTS, default="auto",

@@ -336,7 +336,7 @@ def settle_heap(prober: WorkerProber, start: int, steps: int) -> list[tuple[int,
 
     Under the default the memory a CPU batch needs is not monotone in the batch size and varies between fresh
     processes and over steps (docs/maxbatch.md, issue 22), so a size a short probe passed can fail in a plain
-    process. Each candidate trains ``steps`` (``--settle-steps``, default HEAP_SETTLE_STEPS: the heap grows over
+    process. Each candidate trains ``steps`` (``--settle-steps``, default DEFAULT_SETTLE_STEPS: the heap grows over
     steps, so as long as the training the answer must hold for) timed steps + eval in HEAP_SETTLE_RUNS fresh workers
     under the budget; running out of memory lowers it by CPU_HEAP_ALLOWANCE of itself (at least 1) and starts again,
     at most HEAP_SETTLE_ROUNDS times; any other failure (a timeout, a crash) says nothing about memory and stops the

@@ -26,10 +26,6 @@ MIB = 1024.0 * 1024.0
 #: docs/maxbatch.md "How long the confirm run is"): long enough that the peak has stopped growing.
 CONFIRM_STEPS = 8
 
-#: timed steps of each heap-settling run under glibc's default malloc (harness.maxbatch.prober.settle_heap), unless
-#: ``--settle-steps`` (or ``max_batch_settle_steps``) gives the length of the training the answer must hold for
-HEAP_SETTLE_STEPS = DEFAULT_SETTLE_STEPS
-
 
 #: the most micro-batches per update a search takes: every probe trains that many per step, so a larger k only
 #: makes the probes slower (the peak stays the micro-batch's)
@@ -67,7 +63,7 @@ class MaxBatchRequest:
     confirm_steps: int = CONFIRM_STEPS  # timed steps of the confirming run
     verify_steps: int = 0  # >0: after the search, train the recommended size this many steps in a fresh worker
     #: timed steps of each heap-settling run (CPU under glibc's default malloc): the training the answer must hold for
-    settle_steps: int = HEAP_SETTLE_STEPS
+    settle_steps: int = DEFAULT_SETTLE_STEPS
     max_batch_cap: int = 1 << 16
     synthetic_shape: tuple[int, int, int] = (3, 32, 32)
     synthetic_classes: int = 10

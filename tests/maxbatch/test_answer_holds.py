@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from harness.cli import main
+from harness.config.experiment import DEFAULT_SETTLE_STEPS
 from harness.data import DataRequest, prepare
 from harness.maxbatch.advice import CPU_HEAP_ALLOWANCE, CPU_PEAK_JITTER_MIB, Margin, answer_env, train_advice
-from harness.maxbatch.request import CONFIRM_STEPS, HEAP_SETTLE_STEPS, MaxBatchRequest
+from harness.maxbatch.request import CONFIRM_STEPS, MaxBatchRequest
 from harness.store import Store
 from tests.fakes.memory_executor import BUDGET_MIB
 
@@ -233,7 +234,7 @@ def test_a_settling_run_that_times_out_stops_the_settling_and_says_why(fake_exec
     assert "give a larger --memory-limit-mib" not in out
     (settle,) = [u for u in made[0].units if u.trial.purpose == "settle"]
     confirm = max(u.trial.timed_steps for u in made[0].units if u.trial.purpose == "probe")
-    assert settle.trial.timeout_s == pytest.approx(300.0 * (HEAP_SETTLE_STEPS + 1) / (confirm + 1))
+    assert settle.trial.timeout_s == pytest.approx(300.0 * (DEFAULT_SETTLE_STEPS + 1) / (confirm + 1))
     assert "no recommendation: the settling run at" in train_advice(row)
 
 
