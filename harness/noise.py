@@ -130,8 +130,9 @@ def estimate_from_rows(rows: Iterable[Mapping[str, Any]], min_samples_seen: int 
     after that many training samples (the same share of training for every batch size of a sweep), e.g. the
     later half; ``samples_min``..``samples_max`` say what was used.
     """
-    usable = [r for r in rows if _number(r.get("x_small_mean")) is not None and _number(r.get("x_big_mean"))
-              is not None and int(r.get("b_small") or 0) > 0 and int(r.get("b_big") or 0) > int(r.get("b_small") or 0)
+    usable = [r for r in rows if finite_number(r.get("x_small_mean")) is not None
+              and finite_number(r.get("x_big_mean")) is not None
+              and int(r.get("b_small") or 0) > 0 and int(r.get("b_big") or 0) > int(r.get("b_small") or 0)
               and int(r.get("samples_seen") or 0) >= min_samples_seen]
     if not usable:
         return None
@@ -191,7 +192,9 @@ def _sizes(values: tuple[int, ...]) -> str:
     return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
 
 
-def _number(value: Any) -> float | None:
+def finite_number(value: Any) -> float | None:
+    """A stored value as a finite float, else None (NULL, text, a bool, NaN, inf); report.knee reads rows with it
+    too."""
     if value is None or isinstance(value, bool):
         return None
     try:

@@ -12,11 +12,13 @@ why it no longer decides (docs/recommend.md). Pure: reads only the rows of one s
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+# a stored value as a finite float; report.target and report.recommend read it from here
+from harness.noise import finite_number as number
 
 #: the share of the best mean throughput the knee (smallest) size must reach
 SHARE_OF_BEST = 0.90
@@ -24,17 +26,6 @@ SHARE_OF_BEST = 0.90
 #: over every post-warm-up step), the device work a batch size changes; batch preparation, which the end-to-end
 #: figure adds, does not depend on the framework's batching (README, "What the numbers mean")
 THROUGHPUT_COLUMN = "step_samples_per_s"
-
-
-def number(value: Any) -> float | None:
-    """A stored value as a finite float, else None (NULL, text, NaN, inf)."""
-    if value is None:
-        return None
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
 
 
 def throughput_of(row: Mapping[str, Any]) -> float | None:
