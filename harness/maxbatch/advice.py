@@ -172,6 +172,12 @@ def jitter_advice(row: dict[str, Any]) -> str | None:
     return risk + f"{safe} leaves a {CPU_PEAK_JITTER_MIB:g} MiB margin (--margin-mib {CPU_PEAK_JITTER_MIB:g})"
 
 
+#: the last entry of a settling (harness.maxbatch.prober.settle_heap) that ran out of rounds (every size ran out of
+#: memory), or that a run ending otherwise (timeout, crash, error) stopped: nothing settled, nothing is recommended
+NONE_SETTLED = "none settled"
+NOT_SETTLED = "not settled"
+
+
 def settle_stopped(row: dict[str, Any]) -> str | None:
     """Why a search has no recommendation when its settling stopped on a run that did not run out of memory (a
     timeout, a crash: nothing learnt about memory, harness.maxbatch.prober.settle_heap); None otherwise."""
@@ -180,7 +186,7 @@ def settle_stopped(row: dict[str, Any]) -> str | None:
     except (TypeError, ValueError):
         return None
     stopped = [r for r in runs if r.get("batch") and r.get("status") not in ("ok", "oom")]
-    if not runs or runs[-1].get("status") != "not settled" or not stopped:
+    if not runs or runs[-1].get("status") != NOT_SETTLED or not stopped:
         return None
     return (f"the settling run at {stopped[-1]['batch']} ended in {stopped[-1]['status']}, not out of memory, so "
             "whether it fits is unknown (settling runs train --settle-steps steps, their timeout scaled to match: "
@@ -204,7 +210,7 @@ def train_advice(row: dict[str, Any]) -> str | None:
             f"{row.get('confirm_steps') or '?'}-step confirm run {float(row.get('margin_growth_mib') or 0):.1f}, "
             + (f"glibc heap allowance {float(row['margin_heap_mib']):.1f}, " if row.get("margin_heap_mib") else "")
             + f"--margin-mib {float(row.get('margin_mib') or 0):g})" if rec else
-            f"no recommendation: {settle_stopped(row)}" if settle_stopped(row) else
+            f"no recommendation: {stopped}" if (stopped := settle_stopped(row)) else
             f"no size leaves the {float(row['margin_total_mib']):.1f} MiB margin: give a larger budget")
     how = f"; train with {env_words(env)}, as the probes ran" if env else ""
     check = ""

@@ -31,6 +31,8 @@ from harness.data import DataRequest, PreparedData, default_cache_dir, prepare
 from harness.errors import DoesNotFitError
 from harness.maxbatch.advice import (
     CPU_HEAP_ALLOWANCE,
+    NONE_SETTLED,
+    NOT_SETTLED,
     Formula,
     Margin,
     answer_env,
@@ -57,10 +59,6 @@ CONTROL_FLOOR_MIB = 1024.0  # and at least this much more: a budget below the fr
 #: the recommendation under glibc's default malloc must train this many fresh runs of this many timed steps in a row
 #: (settle_heap); each failure lowers it by CPU_HEAP_ALLOWANCE of itself, at most this many times (issue 22)
 HEAP_SETTLE_RUNS = 3
-#: the last entry of a settling that ran out of rounds (every size ran out of memory), or that a run ending otherwise
-#: (timeout, crash, error) stopped: nothing was settled, so nothing is recommended
-NONE_SETTLED = "none settled"
-NOT_SETTLED = "not settled"
 HEAP_SETTLE_ROUNDS = 8
 
 
