@@ -36,8 +36,12 @@ def plan_steps(n_train: int, batch_size: int, epochs: int, warmup: int, timed: i
 
 
 def planned_steps(trial: TrialSpec, n_train: int) -> int:
-    """How many training steps ``trial`` will run on ``n_train`` training samples (progress and ETAs)."""
-    return sum(plan_steps(n_train, trial.batch_size, trial.epochs, trial.warmup_steps, trial.timed_steps))
+    """How many training steps ``trial`` will run on ``n_train`` training samples (progress and ETAs).
+
+    A step is one optimizer update of ``effective_batch_size`` samples, as the worker plans it
+    (harness/run/worker/trial.py): under gradient accumulation an epoch has fewer of them.
+    """
+    return sum(plan_steps(n_train, trial.effective_batch_size, trial.epochs, trial.warmup_steps, trial.timed_steps))
 
 
 def plan(exp: Experiment, data: PreparedData) -> list[TrialSpec]:
