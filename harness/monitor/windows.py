@@ -49,6 +49,8 @@ EVAL_PHASE = "eval"
 #: the short phase of training steps after the final evaluation, off the headline clock, that measures utilisation,
 #: power and energy per sample at a steady state (harness/run/worker/steady.py)
 STEADY_PHASE = "steady"
+#: announced by the worker when the steady steps end, so that the steady window ends with them
+FINISH_PHASE = "finish"
 #: the training phases' spans before the first evaluation began (the window the training memory peaks come from)
 PRE_EVAL = "training_before_eval"
 #: a window whose GPU utilisation, power and energy are published is at least this long (NVML's utilisation is a
