@@ -70,6 +70,11 @@ def main() -> int:
     factory, notice = monitor_factory_for(exp)
     print(notice)
     index = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or "0"
+    if index.isdigit():  # CUDA's index (PCI bus order for the worker): nvidia-smi is told the GPU by its UUID
+        from harness.monitor import nvml
+
+        nvml.ensure_initialised()
+        index = nvml.device_identity(nvml.cuda_index_handle(int(index))[0])["uuid"] or index
     command = [smi, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits", "-lms", str(int(args.interval_ms)),
                "-i", index]
     with tempfile.TemporaryDirectory() as tmp:
@@ -107,13 +112,24 @@ def main() -> int:
     mem_peak = max(r[2] for r in inside)
     power = statistics.mean(r[3] for r in inside)
     series = timed["series"]
-    print(f"| GPU utilisation, mean % | {agg['gpu_util_pct']:.1f} | {util:.1f} |")
+    if timed.get("readings_note"):
+        print(f"| (the timed phase is too short for NVML: {timed['readings_note']}; give more --timed-steps) | | |")
+    print(f"| GPU utilisation, mean % | {_fmt(agg.get('gpu_util_pct'))} | {util:.1f} |")
     print(f"| device memory used, peak MiB | {series['gpu_mem_used_mib']['max']:.0f} | {mem_peak:.0f} |")
-    print(f"| power, mean W | {agg['power_w']:.1f} | {power:.1f} |")
+    readings_w = series.get("power_w", {}).get("mean")
+    print(f"| power, mean W ({agg.get('power_method')}) | {_fmt(agg.get('power_w'))} | {power:.1f} |")
+    print(f"| power, mean of NVML's readings W | {_fmt(readings_w)} | {power:.1f} |")
     energy = agg.get("energy_j")
-    print(f"| energy, J ({timed['energy_method']}) | {energy if energy is None else round(energy, 1)} | "
-          f"{power * (t1 - t0):.1f} (mean power x time) |")
-    return 0
+    print(f"| energy, J ({timed['energy_method']}) | {_fmt(energy)} | {power * (t1 - t0):.1f} (mean power x time) |")
+    if readings_w is not None:
+        print(f"| energy, J (sampler's mean power reading x time) | {readings_w * (t1 - t0):.1f} | |")
+    print(f"\nGPU: {agg.get('gpu_used')}. On Ampere and newer, NVML's power reading (and nvidia-smi's power.draw) is a "
+          "1 s trailing mean; the counter is the integral over the phase itself (docs/sampler.md).")
+    return 0 if not timed.get("readings_note") else 1
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 if __name__ == "__main__":

@@ -6,10 +6,13 @@ What it runs, each step in its own subprocess so one failure does not hide the r
 
 1. a PyTorch sweep on the GPU (osu_cnn, synthetic 3x32x32, batches 64 and 256, 300 timed steps): step and
    end-to-end throughput, drift, achieved GFLOP/s, MFU, energy per sample, from the results store;
-2. the sampler against ``nvidia-smi`` (``benchmarks/compare_nvidia_smi.py``);
+2. the readings' windows and the sampler against ``nvidia-smi`` (``benchmarks/readings_check.py``: the window rule
+   on made-up samples and on a trial too short for NVML, the steady phase, then ``benchmarks/compare_nvidia_smi.py``),
+   capped at :data:`READINGS_TIMEOUT_S`;
 3. ``maxbatch`` on ``deep_cnn`` with PyTorch on the whole card, and under ``--memory-limit-mib 6144``.
 
-Without a GPU (no ``nvidia-smi``, or it lists no GPU) it says so and exits 0: nothing to prove here.
+Without a GPU (no ``nvidia-smi``, or it lists no GPU) it says so and exits 0: nothing to prove here. ``--dry-run``
+runs the steps' CPU parts instead (step 2 on the CPU) and writes their summary, with or without a GPU.
 Exit 1 when a step fails on a machine that has a GPU (the summary says which and why).
 """
 
@@ -27,6 +30,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STEP_TIMEOUT_S = 600
+#: the readings step's cap: its short trial (~30 s with the framework's start-up) and a 300-step trial beside
+#: nvidia-smi (benchmarks/readings_check.py caps that one at 240 s)
+READINGS_TIMEOUT_S = 300
 SWEEP_TOML = """name = "gpu_check"
 frameworks = ["pytorch"]
 model = "osu_cnn"
@@ -57,14 +63,16 @@ def gpu_names(smi: str | None = None) -> list[str]:
             if line.startswith("GPU ") and ":" in line]
 
 
-def _run(title: str, cmd: Sequence[str], log: list[str]) -> bool:
-    """Run one step, append its outcome and output tail to ``log``; True when it exited 0."""
+def _run(title: str, cmd: Sequence[str], log: list[str], timeout_s: float = STEP_TIMEOUT_S) -> bool:
+    """Run one step (killed after ``timeout_s``), append its outcome and output tail to ``log``; True when it
+    exited 0."""
     t0 = time.monotonic()
     try:
-        done = subprocess.run(list(cmd), capture_output=True, text=True, timeout=STEP_TIMEOUT_S, cwd=ROOT)
+        done = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
         code, out = done.returncode, (done.stdout + done.stderr)
     except subprocess.TimeoutExpired as e:
-        code, out = -1, f"timed out after {STEP_TIMEOUT_S} s\n{e.stdout or ''}"
+        out_text = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        code, out = -1, f"timed out after {timeout_s:g} s\n{out_text}"
     verdict = "ok" if code == 0 else f"FAILED (exit {code})"
     log += [f"### {title}: {verdict} ({time.monotonic() - t0:.0f} s)", "", "```", f"$ {' '.join(cmd)}",
             *out.strip().splitlines()[-40:], "```", ""]
@@ -86,13 +94,26 @@ def sweep_table(store: Path) -> list[str]:
     return out
 
 
+def dry_run(out: Path) -> int:
+    """The steps' CPU parts, each capped as on a GPU, their summary written to ``out``."""
+    log = [f"# GPU check, dry run on the CPU, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", ""]
+    ok = _run("Readings' windows (dry run)", [sys.executable, "benchmarks/readings_check.py", "--dry-run"], log,
+              READINGS_TIMEOUT_S)
+    out.write_text("\n".join(log) + "\n", encoding="utf-8")
+    print(f"gpu_check --dry-run: {'every step passed' if ok else 'a step FAILED'}; summary in {out}")
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run every step (or say there is no GPU) and write the summary."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "docs" / "gpu_check.md"), help="where to write the summary")
     ap.add_argument("--work", help="directory for the stores (default: a temporary one)")
+    ap.add_argument("--dry-run", action="store_true", help="run the steps' CPU parts (no GPU needed)")
     args = ap.parse_args(argv)
     gpus = gpu_names()
+    if args.dry_run:
+        return dry_run(Path(args.out))
     if not gpus:
         print("gpu_check: no GPU here (no nvidia-smi, or it lists no GPU): nothing to check; exit 0")
         return 0
@@ -107,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     if ok:
         log += ["Figures per trial (step: batch / median step; e2e: incl. batch preparation):", "",
                 *sweep_table(work / "sweep" / "results.sqlite"), ""]
-    ok &= _run("Sampler against nvidia-smi", [py, "benchmarks/compare_nvidia_smi.py"], log)
+    ok &= _run("Readings' windows and the sampler against nvidia-smi", [py, "benchmarks/readings_check.py"], log,
+               READINGS_TIMEOUT_S)
     for limit in (0, 6144):
         title = "maxbatch deep_cnn, whole card" if not limit else f"maxbatch deep_cnn, --memory-limit-mib {limit}"
         cmd = [py, "-m", "harness", "maxbatch", "--framework", "pytorch", "--model", "deep_cnn", "--device", "gpu",

@@ -149,6 +149,7 @@ METRICS: dict[str, Metric] = {m.column if m.scale == 1.0 else f"{m.column}_pct":
     Metric("framework_peak_mib", "framework allocator peak", "MiB", ".0f"),
     *(_sampler(column) for column in SHOWN_COLUMNS),
     Metric("j_per_sample", "energy per sample", "J", ".3g"),
+    Metric("steady_j_per_sample", "energy per sample, steady phase", "J", ".3g"),
     Metric("accuracy", "accuracy", "%", ".1f", scale=100.0),
 )}
 ACCURACY = "accuracy_pct"
@@ -195,6 +196,8 @@ class Cell:
     #: each flagged trial's change (%, + slower late), in repeat order
     drift_changes: tuple[float, ...] = ()
     cpu_denormals: tuple[str, ...] = ()  # what the CPU did with denormals, over the cell's ok trials
+    #: why GPU readings of its ok trials are NULL (a window too short for NVML...): the trials' ``readings_note``
+    readings_notes: tuple[str, ...] = ()
 
     @property
     def n(self) -> int:
@@ -281,7 +284,8 @@ def _cell(fw: str, bs: int, variant: str, group_rows: Sequence[dict[str, Any]]) 
                 drift_changes=tuple(float(t["drift_change_pct"])
                                     for t in sorted(ok, key=lambda t: t.get("repeat") or 0)
                                     if t.get("drift_flagged") and t.get("drift_change_pct") is not None),
-                cpu_denormals=tuple(sorted({str(t.get("cpu_denormals")) for t in ok if t.get("cpu_denormals")})))
+                cpu_denormals=tuple(sorted({str(t.get("cpu_denormals")) for t in ok if t.get("cpu_denormals")})),
+                readings_notes=tuple(dict.fromkeys(str(t["readings_note"]) for t in ok if t.get("readings_note"))))
 
 
 def has_metric(cell_list: Iterable[Cell], metric: str) -> bool:

@@ -65,6 +65,7 @@ def environment_rows(exp: Experiment) -> list[tuple[str, str]]:
         gpu = f"none ({_gpu_note(exp) or 'no GPU seen'})"
     rows = [
         ("GPU", gpu),
+        *used_gpu_rows(exp),
         ("Driver / CUDA (driver API)", f"{env.get('driver') or '-'} / {env.get('cuda_driver') or '-'}"),
         ("CPU", f"{env.get('cpu_model') or '-'} ({env.get('cpu_count') or '?'} logical cores)"),
         ("RAM", f"{env['ram_gib']} GiB" if env.get("ram_gib") is not None else "-"),
@@ -80,6 +81,18 @@ def environment_rows(exp: Experiment) -> list[tuple[str, str]]:
         rows.append(("Device(s) trained on", ", ".join(devices)))
     rows.append(("CPU workers' allocator settings", cpu_worker_env_words(env)))
     return rows + node_rows(exp)
+
+
+def used_gpu_rows(exp: Experiment) -> list[tuple[str, str]]:
+    """The GPU(s) the trials were sampled on (each trial's ``gpu_used``: its CUDA index, name and UUID), with how
+    many trials each: the machine's GPU list above is every GPU NVML sees, not the ones the trials used."""
+    used: dict[str, int] = {}
+    for t in exp.trials:
+        if t.get("gpu_used"):
+            used[str(t["gpu_used"])] = used.get(str(t["gpu_used"]), 0) + 1
+    if not used:
+        return []
+    return [("GPU(s) the trials used", "; ".join(f"{name}: {n} trial(s)" for name, n in sorted(used.items())))]
 
 
 def node_rows(exp: Experiment) -> list[tuple[str, str]]:
@@ -255,4 +268,4 @@ def spec_summary(exp: Experiment) -> dict[str, Any]:
 
 
 __all__ = ["environment_rows", "had_gpu", "method_paragraphs", "no_gpu_banner", "node_rows", "parse_json",
-           "runs_rows"]
+           "runs_rows", "used_gpu_rows"]

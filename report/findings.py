@@ -154,6 +154,12 @@ def energy_best(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Fi
     """Per framework: the batch size with the least energy per sample."""
     out = []
     for fw, group in _by_framework(cell_list, frameworks).items():
+        unread = [c for c in group if c.get("j_per_sample") is None and c.readings_notes]
+        if unread:  # the least energy among the cells that could be read is no answer: say why there is none
+            out.append(Finding("energy", f"{fw}'s energy per sample is not measurable at batch "
+                                         f"{', '.join(str(c.batch_size) for c in unread)}: "
+                                         f"{unread[0].readings_notes[0]}" + _steady_words(group) + "."))
+            continue
         scored = [(c, c.get("j_per_sample")) for c in group if c.get("j_per_sample") is not None]
         if len(scored) < 2:
             continue
@@ -164,6 +170,15 @@ def energy_best(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Fi
                                      f"({s.mean:.3g} J), {w.mean / s.mean:.1f}× less than at batch "
                                      f"{worst.batch_size} ({w.mean:.3g} J)."))
     return out
+
+
+def _steady_words(group: Sequence[Cell]) -> str:
+    """What the steady phase after the final evaluation measured instead, where it did."""
+    steady = [(c.batch_size, c.get("steady_j_per_sample")) for c in group if c.get("steady_j_per_sample")]
+    if not steady:
+        return ""
+    return ("; the steady phase after training measured " +
+            ", ".join(f"{s.mean:.3g} J at batch {bs}" for bs, s in steady if s is not None))
 
 
 def failures(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Finding]:

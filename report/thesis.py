@@ -170,6 +170,20 @@ def _no_gpu(trials: list[dict[str, Any]]) -> str:
     return f"this run measured no GPU{where}, so this cannot be checked here"
 
 
+def unreadable(trials: list[dict[str, Any]], column: str, framework: str | None = None) -> list[dict[str, Any]]:
+    """The ok sweep trials (of ``framework``, or all) whose ``column`` is NULL because the sampler could not read
+    it (``readings_note``: a window shorter than NVML can read, harness/monitor/windows.py)."""
+    return [t for t in _sweep_rows(trials) if t.get("status") == "ok" and t.get(column) is None
+            and t.get("readings_note") and (framework is None or t.get("framework") == framework)]
+
+
+def _not_readable(trials: list[dict[str, Any]], what: str) -> str:
+    """The evidence of a verdict that cannot be given because ``trials`` (from :func:`unreadable`) have no reading."""
+    cells_text = ", ".join(dict.fromkeys(f"{t.get('framework')} batch {t.get('batch_size')}" for t in trials))
+    return (f"Not measurable: {what} could not be read in {len(trials)} trial(s) ({cells_text}); "
+            f"{trials[0]['readings_note']}.")
+
+
 def _finding_most_memory(trials: list[dict[str, Any]]) -> dict[str, Any]:
     finding = f"MXNet uses the most GPU memory at large batch sizes (>= {LARGE_BATCH})"
     mem = _means(trials, "gpu_mem_mib")
@@ -227,6 +241,9 @@ def _finding_util_trend(trials: list[dict[str, Any]], framework: str, rising: bo
         finding = f"{framework}: GPU usage rises with batch size"
     else:
         finding = f"{framework}: GPU usage peaks at a middle batch size, then falls"
+    unread = unreadable(trials, "gpu_util_pct", framework)
+    if unread:
+        return {"finding": finding, "holds": None, "evidence": _not_readable(unread, "GPU usage")}
     if not _means(trials, "gpu_util_pct"):
         return {"finding": finding, "holds": None, "evidence": f"Not measurable: {_no_gpu(trials)}."}
     if len(util) < 3:
@@ -251,6 +268,9 @@ def _finding_util_trend(trials: list[dict[str, Any]], framework: str, rising: bo
 def _finding_pytorch_lowest(trials: list[dict[str, Any]]) -> dict[str, Any]:
     finding = "PyTorch keeps the GPU least busy (lowest GPU usage) at most batch sizes"
     util = _means(trials, "gpu_util_pct")
+    unread = unreadable(trials, "gpu_util_pct")
+    if unread:  # the lowest among the trials that could be read is no answer
+        return {"finding": finding, "holds": None, "evidence": _not_readable(unread, "GPU usage")}
     if not util:
         return {"finding": finding, "holds": None, "evidence": f"Not measurable: {_no_gpu(trials)}."}
     common = sorted(set.intersection(*(set(s) for s in util.values())))

@@ -159,6 +159,10 @@ class Experiment:
     #: gradient noise scale B_simple (docs/noise.md): at each evaluation point, this many big batches of 4 trial
     #: batches each (4x as many gradients of the trial's batch size, at most 64), outside the training clock; 0: off
     gradient_noise: int = _setting(0, ge=0)
+    #: on a GPU, seconds of training steps after the final evaluation, off the headline clock, whose GPU utilisation,
+    #: power and J/sample are measured as a window of their own (the timed phase may be too short for NVML: issue 29,
+    #: docs/sampler.md); the worker skips it on a CPU. 0: off
+    steady_s: float = _setting(2.0, ge=0, le=60, unit="s", why="0: no steady phase")
     study: Study = ""
     adapters: Mapping[str, AdapterSettings] = field(default_factory=dict)
     variants: tuple[Variant, ...] = ()

@@ -59,6 +59,10 @@ class TrialSpec:
     #: big batches (of harness.noise.BIG_FACTOR trial batches) whose gradients each evaluation point measures for
     #: the gradient noise scale; 0: none (Experiment.gradient_noise)
     gradient_noise: int = 0
+    #: seconds of training steps after the final evaluation, on a GPU only, measured as the ``steady`` window
+    #: (Experiment.steady_s); 0: none. Not part of the hash: it changes no headline figure, and the length each
+    #: trial measured is stored with it (``steady_window_s``)
+    steady_s: float = 0.0
 
     @property
     def effective_batch_size(self) -> int:
@@ -85,6 +89,7 @@ class TrialSpec:
         """A stable hash of everything that defines the trial (timeout excluded: it does not change results)."""
         payload = self.to_dict()
         payload.pop("timeout_s")
+        payload.pop("steady_s")
         # Fields added after stores existed are hashed only when set: an experiment that does not use them
         # keeps exactly its old hashes, so `--resume` on an old store skips what it already ran.
         for name, default in _HASHED_WHEN_SET.items():

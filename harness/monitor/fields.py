@@ -70,8 +70,20 @@ SAMPLE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("trial_hash", "TEXT NOT NULL"), ("t_s", "REAL"), ("phase", "TEXT"),
     *((f.name, "REAL") for f in FIELDS), ("gap_reason", "TEXT"),
 )
+#: the trial row's sampler columns that are not one field's statistic (harness/monitor/windows.py trial_aggregates):
+#: each evaluation's own memory peaks (the training peaks leave them out), the steady phase's GPU figures after the
+#: final evaluation, why a GPU reading is NULL (a window too short for NVML, no process of the worker listed), and
+#: which GPU was read
+WINDOW_TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("gpu_mem_eval_peak_mib", "REAL"), ("proc_gpu_mem_eval_peak_mib", "REAL"),
+    ("steady_window_s", "REAL"), ("steady_gpu_util_pct", "REAL"), ("steady_power_w", "REAL"),
+    ("steady_energy_j", "REAL"),
+    ("readings_note", "TEXT"),
+    ("gpu_used", "TEXT"),  # the GPU the sampler read for the trial: its CUDA index, name and UUID
+)
 #: the trial row's sampler columns, beside the worker's own figures
-TRIAL_COLUMNS: tuple[tuple[str, str], ...] = tuple((f.trial_column, "REAL") for f in FIELDS if f.trial_column)
+TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
+    *((f.trial_column, "REAL") for f in FIELDS if f.trial_column), *WINDOW_TRIAL_COLUMNS)
 
 
 def shown_in(place: Shown, fields: tuple[Field, ...] = FIELDS) -> tuple[str, ...]:

@@ -118,6 +118,16 @@ def _name(handle: Any) -> str:
 
 
 @nvml_errors
+def _uuid(handle: Any) -> str:
+    return _text(pynvml.nvmlDeviceGetUUID(handle))
+
+
+@nvml_errors
+def _pci_bus_id(handle: Any) -> str:
+    return _text(pynvml.nvmlDeviceGetPciInfo(handle).busId)
+
+
+@nvml_errors
 def _memory_total_mib(handle: Any) -> float:
     return float(pynvml.nvmlDeviceGetMemoryInfo(handle).total) / MIB
 
@@ -143,15 +153,45 @@ def device_facts() -> list[dict[str, Any]]:
     out = []
     for i in range(device_count()):
         h = _handle_by_index(i)
+        ident = device_identity(h)
         out.append({"index": i, "name": _name(h), "memory_total_mib": _memory_total_mib(h), "driver": driver,
-                    "cuda_driver": cuda})
+                    "cuda_driver": cuda, "uuid": ident["uuid"], "pci_bus_id": ident["pci_bus_id"]})
+    return out
+
+
+#: the order CUDA numbers GPUs in for every worker (harness/run/executor.py sets it): the PCI bus order, which
+#: :func:`cuda_index_handle` follows. CUDA's default, FASTEST_FIRST, may number them otherwise than NVML does.
+CUDA_DEVICE_ORDER = "PCI_BUS_ID"
+
+
+def cuda_index_handle(index: int) -> tuple[Any, int]:
+    """(NVML handle, NVML index) of CUDA device ``index`` under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``: the GPU with the
+    ``index``-th lowest PCI bus id. NVML's own indices need not follow that order, so they are not assumed to.
+    Raises :class:`ProbeError` when there is no such GPU."""
+    count = device_count()
+    if index >= count:
+        raise ProbeError(f"CUDA device {index} does not exist: NVML sees {count} GPU(s)")
+    handles = [(_pci_bus_id(h).upper(), i, h) for i, h in ((i, _handle_by_index(i)) for i in range(count))]
+    _, nvml_index, handle = sorted(handles, key=lambda t: t[0])[index]
+    return handle, nvml_index
+
+
+def device_identity(handle: Any) -> dict[str, Any]:
+    """Name, UUID and PCI bus id of one GPU (each None where NVML will not say): what names it in the store."""
+    out: dict[str, Any] = {}
+    for key, read in (("name", _name), ("uuid", _uuid), ("pci_bus_id", _pci_bus_id)):
+        try:
+            out[key] = read(handle)
+        except ProbeError:
+            out[key] = None
     return out
 
 
 def worker_device(env: Mapping[str, str] | None = None) -> tuple[Any, str] | None:
     """(handle, label) of the GPU a worker uses as its first CUDA device, or None when CUDA_VISIBLE_DEVICES
-    hides every GPU. Frameworks use the first visible device; CUDA_VISIBLE_DEVICES may name it by index or
-    UUID. Raises :class:`ProbeError` when the device cannot be had."""
+    hides every GPU. Frameworks use the first visible device; CUDA_VISIBLE_DEVICES may name it by index (CUDA's,
+    in PCI bus order: :func:`cuda_index_handle`) or UUID. The label names the GPU by its UUID. Raises
+    :class:`ProbeError` when the device cannot be had."""
     env = os.environ if env is None else env
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
@@ -161,17 +201,24 @@ def worker_device(env: Mapping[str, str] | None = None) -> tuple[Any, str] | Non
         if first in ("", "-1", "none", "NoDevFiles"):
             return None
     if first.isdigit():
-        handle = _handle_by_index(int(first))
-        label = f"GPU {first}"
+        handle, nvml_index = cuda_index_handle(int(first))
+        label = f"GPU {first}" + (f" (NVML index {nvml_index})" if nvml_index != int(first) else "")
     elif first.startswith(("GPU-", "MIG-")):
         handle = _handle_by_uuid(first)
         label = first
     else:
         raise ProbeError(f"CUDA_VISIBLE_DEVICES={visible!r}: cannot tell which GPU the worker uses")
-    return handle, f"{label} ({_name(handle)})"
+    ident = device_identity(handle)
+    uuid = f", {ident['uuid']}" if ident["uuid"] and ident["uuid"] != label else ""
+    return handle, f"{label} ({ident['name']}{uuid})"
 
 
 # ------------------------------------------------------------------ the probe
+#: ``NvmlProbe.unsupported`` key while no sample has found a process of the worker's tree in NVML's list
+NO_PID_KEY = "process_memory"
+NO_PID_NOTE = ("NVML listed no process of the worker's tree on this GPU (in a container NVML may list the host's "
+               "PIDs): per-process GPU memory unknown")
+
 @nvml_errors
 def _utilization(handle: Any) -> tuple[float, float]:
     u = pynvml.nvmlDeviceGetUtilizationRates(handle)
@@ -231,6 +278,7 @@ class NvmlProbe:
     fields: tuple[str, ...] = NVML_FIELDS
     unsupported: dict[str, str] = field(default_factory=dict)
     _memory_reader: Callable[[Any], tuple[float, float]] = _memory_v2
+    _pid_matched: bool = False  # a sample found a process of the worker's tree in NVML's list
 
     def read(self, pids: frozenset[int]) -> dict[str, float]:
         """One reading of every field; ``pids`` is the worker's process tree (for its GPU memory)."""
@@ -286,6 +334,14 @@ class NvmlProbe:
 
     def _tree_memory_mib(self, procs: list[Any], pids: frozenset[int]) -> float:
         mine = [p for p in procs if int(p.pid) in pids]
+        if not mine:
+            # no process of the worker listed: before it made its CUDA context, or never, where NVML lists the PIDs
+            # of another PID namespace (a container): unknown, not 0; noted until a sample finds one
+            if not self._pid_matched:
+                self.unsupported[NO_PID_KEY] = NO_PID_NOTE
+            return NAN
+        self._pid_matched = True
+        self.unsupported.pop(NO_PID_KEY, None)
         if any(p.usedGpuMemory is None for p in mine):
             # NVML gives no per-process figure (Windows WDDM, or no permission for other users' processes)
             self.unsupported.setdefault("processes", "NVML reports no per-process memory for the worker")

@@ -188,6 +188,7 @@ class Sampler:
         gap_n = sum(1 for _, v in samples if v.get("gap_reason"))
         unsupported = {f"{p.name}.{k}": v for p in self.probes
                        for k, v in getattr(p, "unsupported", {}).items()}
+        aggregates.update(_gpu_facts(self.probes, aggregates))
         return MonitorResult(
             aggregates=aggregates,
             phases={name: _json_window(w.to_dict(), t0) for name, w in windows.items()},
@@ -195,6 +196,20 @@ class Sampler:
             unsupported=unsupported, gaps_n=gap_n, missed_ticks=self.missed_ticks, end_reason=self.end_reason,
             interval_ms_median=_median_gap_ms([t for t, _ in samples]),
         )
+
+
+def _gpu_facts(probes: Sequence[Probe], aggregates: Mapping[str, Any]) -> dict[str, Any]:
+    """The trial row's ``gpu_used`` (the GPU the NVML probe read, by index, name and UUID) and its ``readings_note``
+    with the reason per-process GPU memory is NULL where no sample found a process of the worker."""
+    out: dict[str, Any] = {}
+    notes = [aggregates.get("readings_note")]
+    for probe in probes:
+        if isinstance(probe, nvml.NvmlProbe):
+            out["gpu_used"] = probe.label
+            if aggregates.get("proc_gpu_mem_peak_mib") is None and nvml.NO_PID_KEY in probe.unsupported:
+                notes.append(probe.unsupported[nvml.NO_PID_KEY])
+    out["readings_note"] = "; ".join(n for n in notes if n) or None
+    return out
 
 
 def _json_window(d: dict[str, Any], t0: float) -> dict[str, Any]:

@@ -17,7 +17,17 @@ Conventions (docs/sampler.md explains why):
   A counter that goes backwards wrapped (``counter_modulus``) unless the wrapped delta is not
   plausible (more than ``max_power_w``), which is a reset (driver reload): that interval, and any
   interval without counter readings, falls back to integrating the power reading, and the window's
-  ``energy_method`` says so.
+  ``energy_method`` says so. The counter is preferred: on Ampere and newer GPUs (but GA100) NVML's power reading is
+  a mean over the past second, so power x time over a short window counts the second before it (docs/sampler.md).
+* **Readings only where they can be read**: NVML's utilisation is a mean over its last 1/6-1 s and (Ampere and
+  newer) its power one over the last second, so a window shorter than that, or with too few samples, describes
+  what came before it as much as itself. Such a window's GPU utilisation, power and energy are withheld (None)
+  and its ``readings_note`` says why (:func:`readings_note`; :data:`MIN_WINDOW_S`, :data:`MIN_WINDOW_INTERVALS`,
+  :data:`MIN_WINDOW_SAMPLES`).
+* **Peaks before the first evaluation**: an evaluation at its own batch size leaves the framework's memory pool
+  grown, so device and process memory read after it describe the evaluation too. With evaluation points, the
+  training peaks are taken from the samples taken during training before the first evaluation began
+  (:data:`PRE_EVAL`), and the evaluation's own peaks are kept apart.
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeGuard
 
 from harness.monitor.fields import COUNTER_FIELDS, FIELDS, SERIES
@@ -35,6 +45,39 @@ COUNTER_MODULUS = 2**64  # nvmlDeviceGetTotalEnergyConsumption is an unsigned 64
 MAX_POWER_W = 5000.0  # above any single GPU's draw: a bigger counter step is a reset, not energy
 BEFORE_FIRST_PHASE = "spawn"  # samples before the worker announced its first phase (interpreter start)
 TRAINING_PHASES = ("warmup", "timed", "train")
+EVAL_PHASE = "eval"
+#: the short phase of training steps after the final evaluation, off the headline clock, that measures utilisation,
+#: power and energy per sample at a steady state (harness/run/worker/steady.py)
+STEADY_PHASE = "steady"
+#: announced by the worker when the steady steps end, so that the steady window ends with them
+FINISH_PHASE = "finish"
+#: the training phases' spans before the first evaluation began (the window the training memory peaks come from)
+PRE_EVAL = "training_before_eval"
+#: a window whose GPU utilisation, power and energy are published is at least this long (NVML's utilisation is a
+#: mean over its last 1/6-1 s; Ampere and newer GPUs' power a mean over the last second) ...
+MIN_WINDOW_S = 1.0
+#: ... and at least this many sampling intervals long ...
+MIN_WINDOW_INTERVALS = 5
+#: ... and holds at least this many samples
+MIN_WINDOW_SAMPLES = 3
+#: the readings the window rule withholds: NVML's averaged ones and the energy (instant readings, memory, are kept)
+AVERAGED_NVML = ("gpu_util_pct", "gpu_mem_util_pct", "power_w")
+
+
+def min_window_s(interval_s: float) -> float:
+    """The shortest window whose NVML averages are published at sampling interval ``interval_s``."""
+    return max(MIN_WINDOW_S, MIN_WINDOW_INTERVALS * interval_s)
+
+
+def readings_note(duration_s: float, samples_n: int, interval_s: float) -> str | None:
+    """Why a window of ``duration_s`` holding ``samples_n`` samples is too short for NVML's averaged readings
+    (GPU utilisation, power, and the energy drawn from them), or None where it is long enough."""
+    need_s = min_window_s(interval_s)
+    if duration_s >= need_s and samples_n >= MIN_WINDOW_SAMPLES:
+        return None
+    return (f"{duration_s * 1000:.0f} ms with {samples_n} sample(s) at {interval_s * 1000:g} ms: shorter than NVML "
+            f"can read (needs >= {need_s:g} s and >= {MIN_WINDOW_SAMPLES} samples; NVML averages utilisation over "
+            "1/6-1 s and, on Ampere and newer, power over 1 s)")
 
 
 def _finite(value: Any) -> TypeGuard[float]:
@@ -66,6 +109,8 @@ class WindowSummary:
     energy_covered_s: float = 0.0
     spans_n: int = 1  # how many times the phase ran (start_s is its first start, end_s its last end)
     active_s: float | None = None  # the summed length of its spans; None: one span, end_s - start_s
+    #: why its GPU utilisation, power and energy are not published (too short for NVML: :func:`readings_note`)
+    readings_note: str | None = None
 
     @property
     def duration_s(self) -> float:
@@ -195,10 +240,18 @@ class Aggregator:
                                           p95=weighted_p95(found), covered_s=covered)
         energy_j, method_text, covered_s = self._energy_over(spans)
         n = sum(1 for t in self._t if any(lo <= t < hi for lo, hi in spans) or t == include_at)
+        duration_s = sum(hi - lo for lo, hi in spans)
         return WindowSummary(name=name, start_s=spans[0][0], end_s=spans[-1][1], samples_n=n, series=series,
                              energy_j=energy_j, energy_method=method_text, energy_covered_s=covered_s,
-                             spans_n=len(spans),
-                             active_s=sum(hi - lo for lo, hi in spans) if len(spans) > 1 else None)
+                             spans_n=len(spans), active_s=duration_s if len(spans) > 1 else None,
+                             readings_note=readings_note(duration_s, n, self.interval_s))
+
+    def instant_max(self, spans: Sequence[tuple[float, float]], key: str) -> float | None:
+        """The highest ``key`` among the samples *taken* inside ``spans`` (each ``[start, end)``): for readings of
+        a moment (memory in use), where a sample taken after a span ended describes what came after it."""
+        values = [float(row[key]) for t, row in zip(self._t, self._rows, strict=True)
+                  if any(lo <= t < hi for lo, hi in spans) and _finite(row.get(key))]
+        return max(values) if values else None
 
     def _energy_over(self, spans: Sequence[tuple[float, float]]) -> tuple[float | None, str | None, float]:
         """(energy in J or None, how it was measured, seconds it covers) over the spans."""
@@ -245,28 +298,50 @@ class Aggregator:
             spans.setdefault(name, []).append((t0, t1))
         for name, phase_spans in spans.items():
             out[name] = self.window_over(name, phase_spans, end if phase_spans[-1][1] == end else None)
+        pre_eval = self._pre_eval(spans)
+        if pre_eval is not None:
+            out[PRE_EVAL] = pre_eval
         out["trial"] = self.window("trial", min([start, *(t for _, t in ordered)]), end, include_end=True)
         return out
 
 
-def trial_aggregates(windows: Mapping[str, WindowSummary]) -> dict[str, Any]:
-    """The trial row's sampler columns: timed-phase means and energy, training-phase peaks.
+    def _pre_eval(self, spans: Mapping[str, Sequence[tuple[float, float]]]) -> WindowSummary | None:
+        """The training before the first evaluation (None without evaluation or training), its series' maxima
+        taken over the samples taken inside it (:meth:`instant_max`) where there are any."""
+        if EVAL_PHASE not in spans:
+            return None
+        first_eval = spans[EVAL_PHASE][0][0]
+        clipped = sorted((lo, min(hi, first_eval)) for p in TRAINING_PHASES for lo, hi in spans.get(p, ())
+                         if lo < first_eval)
+        if not clipped:
+            return None
+        window = self.window_over(PRE_EVAL, clipped)
+        series = dict(window.series)
+        for key, stats in window.series.items():
+            peak = self.instant_max(clipped, key)
+            if peak is not None:
+                series[key] = SeriesStats(mean=stats.mean, min=stats.min, max=peak, p95=stats.p95,
+                                          covered_s=stats.covered_s)
+        return replace(window, series=series)
 
-    Peaks (device memory, worker-tree GPU memory, RSS) are taken over the training phases (warm-up,
-    timed, rest of the epochs), the span the worker's own allocator peak covers, so evaluation at its
-    own batch size does not mask the batch size under test; a trial that failed before a sample covered
-    its training reports the peak over everything it did.
+
+def trial_aggregates(windows: Mapping[str, WindowSummary]) -> dict[str, Any]:
+    """The trial row's sampler columns: timed-phase means and energy, training-phase peaks, the steady phase's.
+
+    Peaks (device memory, worker-tree GPU memory, RSS) are taken over the training phases (warm-up, timed, rest
+    of the epochs) before the first evaluation (:data:`PRE_EVAL`), the span the worker's own allocator peak
+    covers, so evaluation at its own batch size does not mask the batch size under test (its own peaks are
+    ``*_eval_peak_mib``); a trial that failed before a sample covered its training reports the peak over
+    everything it did. The timed phase's GPU utilisation, power and energy are None where the window is too short
+    for NVML (``readings_note`` says why). Its mean power is its counter energy over the time the counter covers,
+    where it does (NVML's power reading lags by up to a second on recent GPUs; see the module doc).
     """
     timed = windows.get("timed")
-    training = [windows[p] for p in TRAINING_PHASES if p in windows]
+    training = [windows[PRE_EVAL]] if PRE_EVAL in windows else [windows[p] for p in TRAINING_PHASES if p in windows]
     everything = [windows["trial"]] if "trial" in windows else []
 
-    def mean(key: str) -> float | None:
-        stats = timed.series.get(key) if timed else None
-        return stats.mean if stats else None
-
-    def peak(key: str) -> float | None:
-        for group in (training, everything):
+    def peak(key: str, groups: Sequence[Sequence[WindowSummary]]) -> float | None:
+        for group in groups:
             values = [w.series[key].max for w in group if key in w.series]
             if values:
                 return max(values)
@@ -277,10 +352,60 @@ def trial_aggregates(windows: Mapping[str, WindowSummary]) -> dict[str, Any]:
         if f.trial_column is None:
             continue
         if f.statistic == "timed-mean":
-            out[f.trial_column] = mean(f.name)
+            out[f.trial_column] = window_mean(timed, f.name)
         elif f.statistic == "training-peak":
-            out[f.trial_column] = peak(f.name)
+            out[f.trial_column] = peak(f.name, (training, everything))
         elif f.statistic == "timed-counter":
-            out[f.trial_column] = timed.energy_j if timed else None
+            out[f.trial_column] = window_energy(timed)
+    out["power_w"] = window_power(timed)
+    out["power_method"] = _power_method(timed)
+    evaluation = [windows[EVAL_PHASE]] if EVAL_PHASE in windows else []
+    out["gpu_mem_eval_peak_mib"] = peak("gpu_mem_used_mib", (evaluation,))
+    out["proc_gpu_mem_eval_peak_mib"] = peak("proc_gpu_mem_mib", (evaluation,))
     out["timed_samples_n"] = timed.samples_n if timed else None
+    steady = windows.get(STEADY_PHASE)
+    out.update(steady_gpu_util_pct=window_mean(steady, "gpu_util_pct"), steady_power_w=window_power(steady),
+               steady_energy_j=window_energy(steady), steady_window_s=steady.duration_s if steady else None)
+    notes = [f"{w.name} phase: {w.readings_note}" for w in (timed, steady) if w is not None and _withheld(w)]
+    out["readings_note"] = "; ".join(notes) or None
     return out
+
+
+def _withheld(window: WindowSummary) -> bool:
+    """Whether the window rule withholds a GPU reading this window has (a window without any is not noted)."""
+    return window.readings_note is not None and (window.energy_j is not None
+                                                 or any(k in window.series for k in AVERAGED_NVML))
+
+
+def window_mean(window: WindowSummary | None, key: str) -> float | None:
+    """The window's mean of ``key``; None where it has none, or where it is one of NVML's averaged readings and the
+    window is too short for them (:func:`readings_note`)."""
+    stats = window.series.get(key) if window else None
+    if stats is None or window is None or (key in AVERAGED_NVML and window.readings_note):
+        return None
+    return stats.mean
+
+
+def window_energy(window: WindowSummary | None) -> float | None:
+    """The window's energy in J; None where unmeasured or the window is too short for NVML."""
+    if window is None or window.readings_note:
+        return None
+    return window.energy_j
+
+
+def window_power(window: WindowSummary | None) -> float | None:
+    """The window's mean power in W: its counter energy over the seconds the counter covers where the counter
+    alone measured it, else the mean of NVML's power readings; None where the window is too short for NVML."""
+    if window is None or window.readings_note:
+        return None
+    if window.energy_method == "counter" and window.energy_j is not None and window.energy_covered_s > 0:
+        return window.energy_j / window.energy_covered_s
+    return window_mean(window, "power_w")
+
+
+def _power_method(window: WindowSummary | None) -> str | None:
+    if window_power(window) is None:
+        return None
+    assert window is not None
+    return ("energy counter / time" if window.energy_method == "counter" and window.energy_j is not None
+            else "mean of NVML power readings")

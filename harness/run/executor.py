@@ -33,6 +33,9 @@ GENERIC_OOM_PATTERNS = ("MemoryError", "std::bad_alloc", "out of memory", "Canno
                         # glibc under RLIMIT_DATA while loading a framework (seen with torch at ~150 MiB)
                         "cannot allocate memory", "failed to map segment from shared object")
 STDERR_TAIL_LINES = 40
+#: every worker's CUDA_DEVICE_ORDER: the PCI bus order, in which the sampler finds the worker's GPU among NVML's
+#: (harness.monitor.nvml.CUDA_DEVICE_ORDER; CUDA's default, FASTEST_FIRST, may number the GPUs otherwise)
+WORKER_CUDA_DEVICE_ORDER = "PCI_BUS_ID"
 
 
 #: Popen's arguments for a worker in a process group of its own, in the parent's session: ``process_group`` from
@@ -135,7 +138,9 @@ class LocalExecutor:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", ""), os.getcwd())
                                             if p)
         env.update({"PYTHONUNBUFFERED": "1", "BATCHSCOPE_WORKER": "1", "TF_CPP_MIN_LOG_LEVEL": "1",
-                    "BATCHSCOPE_PARENT_PID": str(os.getpid())})  # the worker exits when we are gone
+                    "BATCHSCOPE_PARENT_PID": str(os.getpid()),  # the worker exits when we are gone
+                    # CUDA numbers GPUs as the sampler maps them to NVML's (harness.monitor.nvml.cuda_index_handle)
+                    "CUDA_DEVICE_ORDER": WORKER_CUDA_DEVICE_ORDER})
         env.update(unit.env)
         log_dir = self.log_dir or Path(tempfile.gettempdir())
         log_dir.mkdir(parents=True, exist_ok=True)

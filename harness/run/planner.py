@@ -93,4 +93,5 @@ def _trial(v: Experiment, variant: str, framework: str, batch_size: int, repeat:
         data_key=data.key, variant=variant, augment=v.augment, augment_pad_px=v.augment_pad_px,
         accumulate_steps=v.accumulate_steps,
         gradient_noise=v.gradient_noise if v.eval else 0,
+        steady_s=0.0 if v.device == "cpu" else v.steady_s,  # the worker skips it where the trial ran on a CPU
     )

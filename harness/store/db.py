@@ -92,6 +92,7 @@ TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
     # sampler aggregates, from the field table (harness/monitor/fields.py): means over the timed phase, except
     # where the name says peak; NULL where not measured
     *(c for c in SAMPLER_TRIAL_COLUMNS if c[0] != "rss_peak_mib"), ("j_per_sample", "REAL"),
+    ("steady_j_per_sample", "REAL"),  # the steady phase's energy per sample, after the final evaluation (issue 29)
     ("sample_interval_ms", "REAL"), ("samples_n", "INTEGER"),
     ("timed_samples_n", "INTEGER"),
     ("exit_code", "INTEGER"), ("stderr_tail", "TEXT"), ("traceback", "TEXT"),
@@ -522,6 +523,8 @@ def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> d
         "effective_batch_size": t.effective_batch_size,
         # a timed step is one optimizer update of effective_batch_size samples
         "j_per_sample": _j_per_sample(mon.get("energy_j"), t.effective_batch_size, outcome.phase_steps.get("timed")),
+        "steady_j_per_sample": _j_per_sample(mon.get("steady_energy_j"), t.effective_batch_size,
+                                             outcome.phase_steps.get("steady")),
         "exit_code": outcome.exit_code, "stderr_tail": outcome.stderr_tail, "traceback": outcome.traceback,
         "versions_json": json.dumps(outcome.versions), "env_json": json.dumps(dict(env), default=str),
         "device_json": json.dumps(outcome.device, default=str), "spec_json": json.dumps(t.to_dict(), default=str),

@@ -50,6 +50,8 @@ def fake_nvml() -> Iterator[mock.MagicMock]:
         m.nvmlDeviceGetClockInfo.return_value = 1755
         m.nvmlDeviceGetTemperature.return_value = 66
         m.nvmlDeviceGetName.return_value = b"Tesla V100-SXM2-16GB"
+        m.nvmlDeviceGetUUID.return_value = "GPU-5e1f"
+        m.nvmlDeviceGetPciInfo.return_value = SimpleNamespace(busId=b"00000000:1B:00.0")
         m.nvmlDeviceGetCount.return_value = 2
         m.nvmlDeviceGetHandleByIndex.return_value = HANDLE
         m.nvmlSystemGetDriverVersion.return_value = "550.54"
@@ -72,8 +74,54 @@ def test_a_healthy_gpu_reads_every_field_in_its_unit(fake_nvml):
     assert probe.unsupported == {}
 
 
-def test_worker_tree_without_gpu_memory_reads_zero(fake_nvml):
-    assert nvml.NvmlProbe(HANDLE).read(frozenset({4242}))["proc_gpu_mem_mib"] == 0.0
+def test_a_worker_nvml_lists_no_process_of_has_unknown_process_memory_with_a_note_not_zero(fake_nvml):
+    """In a container NVML may list the host's PIDs, which match none of the worker's: unknown, not 0."""
+    probe = nvml.NvmlProbe(HANDLE)
+    assert math.isnan(probe.read(frozenset({4242}))["proc_gpu_mem_mib"])
+    assert "listed no process of the worker" in probe.unsupported[nvml.NO_PID_KEY]
+    assert probe.read(frozenset({100}))["proc_gpu_mem_mib"] == 1000.0  # its CUDA context is made: found
+    assert nvml.NO_PID_KEY not in probe.unsupported
+    assert math.isnan(probe.read(frozenset({4242}))["proc_gpu_mem_mib"])  # gone again: unknown, no note
+    assert nvml.NO_PID_KEY not in probe.unsupported
+
+
+def test_a_trial_whose_worker_nvml_never_lists_stores_null_process_memory_and_says_why(fake_nvml):
+    clock = FakeClock(0.0)
+    class Tree(FixedTree):
+        n = 0
+
+        def refresh(self):
+            Tree.n += 1
+            if Tree.n > 5:
+                raise WorkerGoneError("worker 4242 exited")
+            return self.pids
+
+    sampler = Sampler([nvml.NvmlProbe(HANDLE, "GPU 0 (Tesla V100-SXM2-16GB, GPU-5e1f)")], clock=clock,
+                      wait=clock.wait, tree_factory=Tree)
+    sampler.start(4242)
+    sampler.phase("setup", 0.0)
+    sampler._thread.join(timeout=10)
+    agg = sampler.stop().aggregates
+    assert agg["proc_gpu_mem_peak_mib"] is None and agg["gpu_mem_used_peak_mib"] == 3000.0
+    assert "listed no process of the worker" in agg["readings_note"]
+    assert agg["gpu_used"] == "GPU 0 (Tesla V100-SXM2-16GB, GPU-5e1f)"
+
+
+def test_cuda_indices_follow_the_pci_bus_order_not_nvmls_and_workers_get_that_order(fake_nvml):
+    """NVML index 0 sits on bus 0x41, index 1 on bus 0x1B: CUDA (PCI_BUS_ID order) calls the second one 0."""
+    from harness.run.executor import WORKER_CUDA_DEVICE_ORDER
+
+    handles = {0: "h0", 1: "h1"}
+    fake_nvml.nvmlDeviceGetHandleByIndex.side_effect = lambda i: handles[i]
+    fake_nvml.nvmlDeviceGetPciInfo.side_effect = lambda h: SimpleNamespace(
+        busId={"h0": b"00000000:41:00.0", "h1": b"00000000:1B:00.0"}[h])
+    fake_nvml.nvmlDeviceGetUUID.side_effect = lambda h: {"h0": "GPU-aaaa", "h1": "GPU-bbbb"}[h]
+    assert nvml.cuda_index_handle(0) == ("h1", 1) and nvml.cuda_index_handle(1) == ("h0", 0)
+    handle, label = nvml.worker_device({"CUDA_VISIBLE_DEVICES": "0"})
+    assert handle == "h1" and label == "GPU 0 (NVML index 1) (Tesla V100-SXM2-16GB, GPU-bbbb)"
+    with pytest.raises(ProbeError, match="CUDA device 2 does not exist"):
+        nvml.cuda_index_handle(2)
+    assert WORKER_CUDA_DEVICE_ORDER == nvml.CUDA_DEVICE_ORDER == "PCI_BUS_ID"
 
 
 def test_not_supported_is_nan_with_the_reason_and_never_asked_again(fake_nvml):
@@ -142,10 +190,8 @@ def test_processes_without_per_process_memory_are_nan_not_zero(fake_nvml):
 
 def test_worker_device_follows_cuda_visible_devices(fake_nvml):
     handle, label = nvml.worker_device({})
-    fake_nvml.nvmlDeviceGetHandleByIndex.assert_called_with(0)
-    assert label == "GPU 0 (Tesla V100-SXM2-16GB)"
-    nvml.worker_device({"CUDA_VISIBLE_DEVICES": "1,0"})
-    fake_nvml.nvmlDeviceGetHandleByIndex.assert_called_with(1)
+    assert handle is HANDLE and label == "GPU 0 (Tesla V100-SXM2-16GB, GPU-5e1f)"
+    assert nvml.worker_device({"CUDA_VISIBLE_DEVICES": "1,0"})[1].startswith("GPU 1 (")  # the first visible one
     nvml.worker_device({"CUDA_VISIBLE_DEVICES": "GPU-8e7a-uuid"})
     fake_nvml.nvmlDeviceGetHandleByUUID.assert_called_with("GPU-8e7a-uuid")
     assert nvml.worker_device({"CUDA_VISIBLE_DEVICES": ""}) is None
@@ -192,13 +238,13 @@ def test_gpu_trial_through_sampler_and_store_with_a_lost_gpu_mid_run(fake_nvml, 
 
         def refresh(self):
             Tree.n += 1
-            if Tree.n > 20:
+            if Tree.n > 30:
                 raise WorkerGoneError("worker 100 exited")
             return frozenset({100, 101})
 
     sampler = Sampler([nvml.NvmlProbe(HANDLE, "GPU 0")], clock=clock, wait=clock.wait, tree_factory=Tree)
     sampler.start(100)
-    for name, t in (("setup", 0.0), ("warmup", 0.45), ("timed", 0.95), ("eval", 1.75)):
+    for name, t in (("setup", 0.0), ("warmup", 0.45), ("timed", 0.95), ("eval", 2.05)):
         sampler.phase(name, t)
     sampler._thread.join(timeout=10)
     mon = sampler.stop()
@@ -210,11 +256,12 @@ def test_gpu_trial_through_sampler_and_store_with_a_lost_gpu_mid_run(fake_nvml, 
         row = store.trials()[0]
         samples = [dict(r) for r in store.conn.execute("SELECT * FROM samples ORDER BY t_s")]
     assert row["gpu_util_pct"] == pytest.approx(90.0)  # the gap at 1.2 s weighs nothing
-    assert row["power_w"] == pytest.approx(212.5)
-    assert row["energy_j"] == pytest.approx(200.0 * 0.8)  # counter over the 0.8 s timed phase
-    assert row["j_per_sample"] == pytest.approx(160.0 / (32 * 8))
+    # the counter's 20 J per 0.1 s, not the power reading's 212.5 W (a 1 s trailing mean on recent GPUs)
+    assert row["power_w"] == pytest.approx(200.0)
+    assert row["energy_j"] == pytest.approx(200.0 * 1.1)  # counter over the 1.1 s timed phase
+    assert row["j_per_sample"] == pytest.approx(220.0 / (32 * 8))
     assert row["proc_gpu_mem_peak_mib"] == 1500.0 and row["gpu_mem_used_peak_mib"] == 3000.0
-    assert row["samples_n"] == 20 and row["timed_samples_n"] == 8
+    assert row["samples_n"] == 30 and row["timed_samples_n"] == 11 and row["readings_note"] is None
     lost = [s for s in samples if s["gap_reason"]]
     assert len(lost) == 1 and lost[0]["phase"] == "timed"
     assert lost[0]["gap_reason"] == "nvml: NVML utilization: GPU is lost"
@@ -231,7 +278,8 @@ def test_real_gpu_gives_readings_in_range():
     values = probe.read(frozenset())
     assert 0 <= values["gpu_util_pct"] <= 100
     assert 0 < values["gpu_mem_used_mib"] <= values["gpu_mem_total_mib"]
-    assert values["proc_gpu_mem_mib"] == 0.0  # this test process holds no GPU memory
+    # this test process holds no GPU memory, so NVML lists none of its PIDs: unknown, with the note (issue 29)
+    assert math.isnan(values["proc_gpu_mem_mib"]) and nvml.NO_PID_KEY in probe.unsupported
     assert math.isnan(values["energy_mj"]) == ("energy" in probe.unsupported)
 
 
@@ -240,7 +288,7 @@ def test_factory_samples_the_gpu_the_worker_will_see_and_travels_by_pickle(fake_
 
     exp = parse_experiment({"name": "g", "frameworks": ["pytorch"], "batch_sizes": [2], "device": "gpu"})
     factory, notice = monitor_factory_for(exp)
-    assert notice.startswith("GPU sampled: GPU 0 (Tesla V100-SXM2-16GB) through NVML. NVML averages")
+    assert notice.startswith("GPU sampled: GPU 0 (Tesla V100-SXM2-16GB, GPU-5e1f) through NVML. NVML averages")
     factory = pickle.loads(pickle.dumps(factory))  # e.g. to a Ray node; NVML handles are made there
     assert isinstance(factory, SamplerFactory)
     unit = TrialUnit(trial=make_trial(device="gpu"), data=tiny_data, order_path="", adapter_target="x:Y",

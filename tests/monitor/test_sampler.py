@@ -113,7 +113,7 @@ def test_samples_are_tagged_with_the_phase_announced_before_them_and_summarised(
     phases = [s["phase"] for s in out.samples]
     assert phases[0] == "spawn" and phases[1] == "setup" and phases[-1] == "eval"
     assert phases.count("timed") == 11  # samples at 51.5 .. 52.5
-    assert set(out.phases) == {"spawn", "setup", "warmup", "timed", "eval", "trial"}
+    assert set(out.phases) == {"spawn", "setup", "warmup", "timed", "eval", "training_before_eval", "trial"}
     assert out.phases["timed"]["start_s"] == pytest.approx(1.45)  # relative to the worker's start
     agg = out.aggregates
     assert agg["power_w"] == pytest.approx(250.0) and agg["energy_j"] == pytest.approx(250.0 * 1.1)

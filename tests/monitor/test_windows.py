@@ -111,7 +111,7 @@ def test_summarise_splits_phases_and_trial_aggregates_pick_timed_means_and_train
     agg = feed(rows, interval_s=0.1, t0=10.0)  # samples at 10.0 .. 13.9
     phases = [("setup", 10.05), ("warmup", 11.0), ("timed", 12.0), ("eval", 13.55)]
     windows = agg.summarise(phases)
-    assert list(windows) == ["spawn", "setup", "warmup", "timed", "eval", "trial"]
+    assert list(windows) == ["spawn", "setup", "warmup", "timed", "eval", "training_before_eval", "trial"]
     assert windows["spawn"].samples_n == 1
     assert sum(windows[p].samples_n for p in ("spawn", "setup", "warmup", "timed", "eval")) == 40
     assert windows["timed"].duration_s == pytest.approx(1.55)
@@ -122,7 +122,10 @@ def test_summarise_splits_phases_and_trial_aggregates_pick_timed_means_and_train
     assert agg_row["power_w"] == pytest.approx(250.0)
     assert agg_row["energy_j"] == pytest.approx(250.0 * 1.55)
     assert agg_row["gpu_mem_used_peak_mib"] == 4000.0  # training peak, not eval's 9000
-    assert agg_row["rss_peak_mib"] == pytest.approx(100.0 + 36)  # last sample whose interval overlaps timed
+    # the last sample taken before the evaluation began (13.5 s): the one at 13.6 s read memory during it
+    assert agg_row["rss_peak_mib"] == pytest.approx(100.0 + 35)
+    assert agg_row["gpu_mem_eval_peak_mib"] == 9000.0  # the evaluation's own peak, kept apart
+    assert agg_row["readings_note"] is None and agg_row["power_method"] == "energy counter / time"
     assert agg_row["timed_samples_n"] == windows["timed"].samples_n == 16
 
 
@@ -144,7 +147,7 @@ def test_a_phase_entered_again_after_an_evaluation_point_is_one_window_without_t
     edges = [("setup", 0), ("warmup", 1), ("timed", 4), ("eval", 14), ("timed", 19), ("train", 24), ("eval", 34),
              ("train", 39), ("eval", 54)]
     windows = agg.summarise([(name, i * dt) for name, i in edges])
-    assert list(windows) == ["setup", "warmup", "timed", "eval", "train", "trial"]
+    assert list(windows) == ["setup", "warmup", "timed", "eval", "train", "training_before_eval", "trial"]
     timed, evaluation = windows["timed"], windows["eval"]
     assert timed.spans_n == 2 and timed.duration_s == pytest.approx((10 + 5) * dt)
     assert (timed.start_s, timed.end_s) == (4 * dt, 24 * dt)
@@ -156,4 +159,69 @@ def test_a_phase_entered_again_after_an_evaluation_point_is_one_window_without_t
     assert row["energy_j"] == pytest.approx(timed.energy_j)
     assert row["power_w"] == pytest.approx(200.0)
     assert row["gpu_mem_used_peak_mib"] == 3000.0  # the evaluations' 9000 is not the training peak
-    assert sum(w.samples_n for name, w in windows.items() if name != "trial") == 60
+    assert sum(w.samples_n for name, w in windows.items() if name not in ("trial", "training_before_eval")) == 60
+
+
+def test_a_window_too_short_for_nvml_publishes_no_utilisation_power_or_energy_and_says_why():
+    """The issue's case: JAX at batch 64 stepped for ~48 ms on an H100, sampled every 100 ms."""
+    rows = [r | {"cpu_util_pct": 100.0} for r in synthetic_gpu_stream(30, interval_s=0.1, busy_from=0.0)]
+    agg = feed(rows, interval_s=0.1, t0=0.0)
+    windows = agg.summarise([("setup", 0.0), ("warmup", 1.0), ("timed", 1.23), ("train", 1.278)])
+    timed = windows["timed"]
+    assert timed.series["gpu_util_pct"].mean > 0 and timed.energy_j is not None  # measured, but not readable
+    assert timed.readings_note is not None and "48 ms with 0 sample(s)" in timed.readings_note
+    row = trial_aggregates(windows)
+    assert row["gpu_util_pct"] is None and row["gpu_mem_util_pct"] is None
+    assert row["power_w"] is None and row["energy_j"] is None and row["power_method"] is None
+    assert row["readings_note"].startswith("timed phase: 48 ms with 0 sample(s) at 100 ms")
+    assert row["gpu_mem_used_peak_mib"] == 4000.0  # memory is a reading of a moment: kept
+    assert row["cpu_util_pct"] is not None  # the host's figures are not NVML's averages
+
+
+@pytest.mark.parametrize(("duration_s", "samples_n", "interval_s", "readable"), [
+    (1.0, 3, 0.1, True), (0.99, 10, 0.1, False), (2.0, 2, 0.1, False),
+    (2.4, 12, 0.5, False), (2.5, 5, 0.5, True),  # 5 intervals of 0.5 s: 2.5 s, above the 1 s floor
+])
+def test_the_window_rule(duration_s, samples_n, interval_s, readable):
+    from harness.monitor.windows import readings_note
+
+    assert (readings_note(duration_s, samples_n, interval_s) is None) is readable
+
+
+def test_mean_power_prefers_the_counter_over_nvmls_lagging_power_reading():
+    """Ampere+ power readings are 1 s trailing means: after a busy second the reading still says busy while the
+    counter (the true integral) says idle; the window's power is the counter's energy over its time."""
+    rows = []
+    energy = 0
+    for i in range(40):
+        power = 300.0 if i < 10 else 100.0  # truly drew 300 W, then 100 W from 1.0 s on
+        energy += round(power * 0.1 * 1000) if i else 0
+        lagging = 300.0 if i < 20 else 100.0  # the reading keeps the busy second's mean for a second more
+        rows.append({"power_w": lagging, "energy_mj": energy})
+    windows = feed(rows, interval_s=0.1, t0=0.0).summarise([("timed", 1.0), ("train", 3.0)])
+    row = trial_aggregates(windows)
+    assert row["energy_j"] == pytest.approx(100.0 * 2.0)
+    assert row["power_w"] == pytest.approx(100.0) and row["power_method"] == "energy counter / time"
+    assert windows["timed"].series["power_w"].mean == pytest.approx(190.0)  # what power x time would have said
+
+
+def test_without_the_counter_mean_power_is_the_readings_mean():
+    rows = [{"power_w": 80.0 + i} for i in range(30)]
+    row = trial_aggregates(feed(rows, t0=0.0).summarise([("timed", 0.0), ("train", 2.0)]))
+    assert row["power_method"] == "mean of NVML power readings" and 80.0 < row["power_w"] < 110.0
+
+
+def test_training_peak_comes_before_the_first_evaluation_and_the_steady_phase_is_its_own_window():
+    """An evaluation at batch 500 grows the pool: the memory read after it is not the training's."""
+    rows = [{"gpu_mem_used_mib": 2000.0, "gpu_util_pct": 50.0, "power_w": 150.0} for _ in range(80)]
+    for i in range(20, 80):
+        rows[i] = {"gpu_mem_used_mib": 7000.0, "gpu_util_pct": 95.0, "power_w": 300.0}  # after the eval: pooled
+    edges = [("warmup", 0.0), ("timed", 0.5), ("eval", 1.95), ("timed", 2.5), ("eval", 5.0), ("steady", 5.5)]
+    windows = feed(rows, t0=0.0).summarise(edges)
+    row = trial_aggregates(windows)
+    assert row["gpu_mem_used_peak_mib"] == 2000.0 and row["gpu_mem_eval_peak_mib"] == 7000.0
+    assert windows["training_before_eval"].end_s == pytest.approx(1.95)
+    assert row["steady_gpu_util_pct"] == pytest.approx(95.0) and row["steady_power_w"] == pytest.approx(300.0)
+    assert row["steady_window_s"] == pytest.approx(7.9 - 5.5)
+    short = trial_aggregates(feed(rows, t0=0.0).summarise([*edges[:-1], ("steady", 7.5)]))
+    assert short["steady_gpu_util_pct"] is None and "steady phase: 400 ms" in short["readings_note"]

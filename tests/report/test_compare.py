@@ -148,3 +148,62 @@ def test_a_peak_within_the_spread_over_repeats_is_no_peak() -> None:
     trials[2]["accuracy"], trials[3]["accuracy"] = 0.96, 0.962  # now clearly above batch 4
     finding = next(f for f in compare.thesis_findings(trials) if f["finding"].startswith("pytorch: accuracy"))
     assert finding["holds"] is True
+
+
+def _h100_trial(tmp_path: Any, framework: str, batch_size: int, timed_s: float, util: float) -> dict[str, Any]:
+    """A GPU trial stored from fake samples (100 ms apart, as the sampler takes them): warm-up, then ``timed_s`` of
+    timed steps, then the evaluation."""
+    from harness.monitor.windows import Aggregator, trial_aggregates
+    from harness.records import MonitorResult, TrialOutcome
+    from harness.store import Store
+    from tests.conftest import make_trial
+
+    agg = Aggregator(0.1)
+    energy = 0
+    for i in range(40):
+        energy += 20_000  # 200 W
+        agg.add(i * 0.1, {"gpu_util_pct": util, "power_w": 200.0, "energy_mj": energy, "gpu_mem_used_mib": 949.0})
+    phases = [("setup", 0.0), ("warmup", 0.5), ("timed", 1.0), ("eval", 1.0 + timed_s)]
+    trial = make_trial(framework, batch_size, device="gpu", timed_steps=10, experiment="quick")
+    outcome = TrialOutcome(trial=trial, status="ok", phase_steps={"warmup": 2, "timed": 10, "train": 0},
+                           monitor=MonitorResult(aggregates=trial_aggregates(agg.summarise(phases))),
+                           device={"device": "cuda:0", "gpu_name": "NVIDIA H100 80GB HBM3"})
+    with Store.open(tmp_path / f"{framework}{batch_size}") as store:
+        store.write_trial(outcome, run_id=1, env={})
+        return store.trials()[0] | {"purpose": "sweep", "dataset": "synthetic"}
+
+
+def test_compare_says_not_measurable_for_utilisation_read_over_48_ms(tmp_path: Any) -> None:
+    """Issue 29: JAX at batch 64 stepped for ~48 ms on an H100; NVML read 0 % there, and compare still judged
+    "PyTorch keeps the GPU least busy". A window shorter than NVML can read gives no figure and no verdict."""
+    trials = [_h100_trial(tmp_path, "pytorch", bs, 1.5, 10.0) for bs in (64, 128, 256)]
+    trials += [_h100_trial(tmp_path, "jax", 64, 0.048, 0.0)]
+    trials += [_h100_trial(tmp_path, "jax", bs, 1.5, 30.0) for bs in (128, 256)]
+    jax64 = next(t for t in trials if (t["framework"], t["batch_size"]) == ("jax", 64))
+    assert jax64["gpu_util_pct"] is None and jax64["energy_j"] is None and jax64["j_per_sample"] is None
+    assert jax64["readings_note"].startswith("timed phase: 48 ms with 1 sample(s) at 100 ms")
+    assert jax64["gpu_mem_used_peak_mib"] == 949.0  # memory is read at a moment: kept
+    buf = io.StringIO()
+    compare_cli.render(trials, file=buf)
+    text = buf.getvalue()
+    assert "[not measurable] PyTorch keeps the GPU least busy" in text
+    assert "could not be read in 1 trial(s) (jax batch 64)" in text and "shorter than NVML can read" in text
+    assert "[does not hold] PyTorch keeps" not in text and "[holds] PyTorch keeps" not in text
+    # every trial long enough: the verdict is given again (PyTorch 10 % against JAX 30 %)
+    trials[3] = _h100_trial(tmp_path / "long", "jax", 64, 1.5, 30.0)
+    verdict = next(f for f in compare.thesis_findings(trials) if f["finding"].startswith("PyTorch keeps"))
+    assert verdict["holds"] is True
+
+
+def test_the_energy_finding_says_not_measurable_where_a_window_was_too_short(tmp_path: Any) -> None:
+    from harness.cells import cells
+    from report.findings import energy_best
+
+    trials = [_h100_trial(tmp_path, "jax", 64, 0.048, 0.0), _h100_trial(tmp_path, "jax", 128, 1.5, 30.0),
+              _h100_trial(tmp_path, "jax", 256, 1.5, 30.0)]
+    text = " ".join(f.text for f in energy_best(cells(trials, ["jax"]), ["jax"]))
+    assert "jax's energy per sample is not measurable at batch 64: timed phase: 48 ms" in text
+    assert "used the least energy" not in text  # no winner among the cells that could be read
+    trials[0] = _h100_trial(tmp_path / "long", "jax", 64, 1.5, 30.0)
+    text = " ".join(f.text for f in energy_best(cells(trials, ["jax"]), ["jax"]))
+    assert "jax used the least energy per sample at batch 256" in text

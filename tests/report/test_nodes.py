@@ -31,3 +31,12 @@ def test_nodes_are_grouped_with_gpus_packing_and_reruns() -> None:
     # and they are part of the environment table
     labels = [label for label, _ in environment_rows(Experiment(name="e", runs=(), trials=trials))]
     assert "Node gpu1 (bbbbbbbb)" in labels
+
+
+def test_the_environment_names_the_gpus_the_trials_used_not_nvmls_first() -> None:
+    """Issue 29: a machine with two GPUs whose trials ran on its second one."""
+    trials = tuple(_row(None) | {"gpu_used": "GPU 1 (NVIDIA H100 80GB HBM3, GPU-bbbb)"} for _ in range(3))
+    exp = Experiment(name="e", runs=(), trials=(*trials, _row(None)))
+    rows = dict(environment_rows(exp))
+    assert rows["GPU(s) the trials used"] == "GPU 1 (NVIDIA H100 80GB HBM3, GPU-bbbb): 3 trial(s)"
+    assert "GPU(s) the trials used" not in dict(environment_rows(Experiment(name="e", runs=(), trials=(_row(None),))))

@@ -34,3 +34,23 @@ def test_gpu_names_reads_nvidia_smi_and_is_empty_when_it_fails(tmp_path):
     broken.chmod(0o755)
     assert gpu_check.gpu_names(str(broken)) == []
     assert gpu_check.gpu_names(str(tmp_path / "absent")) == []
+
+
+def test_the_readings_step_checks_the_window_rule_and_the_steady_phase(monkeypatch, capsys):
+    """benchmarks/readings_check.py (gpu_check's readings step): its checks pass on this code, and fail on a trial
+    whose short timed phase published figures anyway or ran no steady phase (fake trials: no GPU needed)."""
+    import readings_check
+
+    failed: list[str] = []
+    readings_check.rule_on_made_up_samples(failed)
+    assert failed == []
+    good = {"gpu_util_pct": None, "energy_j": None, "readings_note": "timed phase: 4 ms with 0 sample(s) ...",
+            "steady_gpu_util_pct": 97.0, "steady_energy_j": 500.0}
+    monkeypatch.setattr(readings_check, "short_trial", lambda device, work: ("ok", good, {"steady": 100}))
+    readings_check.rule_on_a_trial(True, failed)
+    assert failed == []
+    bad = good | {"gpu_util_pct": 0.0, "readings_note": None}  # what the issue saw: 0 % published from 48 ms
+    monkeypatch.setattr(readings_check, "short_trial", lambda device, work: ("ok", bad, {}))
+    readings_check.rule_on_a_trial(True, failed)
+    assert failed == ["short timed phase: no utilisation, power or energy, and why", "steady phase measured"]
+    assert "[FAILED]" in capsys.readouterr().out

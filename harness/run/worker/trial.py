@@ -40,6 +40,7 @@ from harness.run.protocol import (
 )
 from harness.run.worker.evaluation import EvalPoints, eval_steps, non_finite_weights
 from harness.run.worker.memory import VmDataWatcher, maxrss_mib, proc_status_mib
+from harness.run.worker.steady import run_steady
 from harness.run.worker.steps import AtPoint, StepPlan, StepRunner, Trained, train, train_metrics
 
 
@@ -201,7 +202,11 @@ def _train_and_evaluate(request: WorkerRequest, adapter: Adapter, setup: SetUp, 
                   rss_file_end_mib=end_mem["RssFile"], rss_anon_end_mib=end_mem["RssAnon"],
                   vmdata_end_mib=end_mem["VmData"], vmdata_peak_mib=watcher.stop() if watcher else None)
     metrics = _metrics(trial, setup, plan, trained, runner, data.n_train, seen, mem, {**memory, **evaluated})
-    return Result(metrics=metrics, step_times_ms=tuple(trained.step_ms), phase_steps=trained.phase_steps(plan),
+    phase_steps = trained.phase_steps(plan)
+    if not trained.stopped and points.diverged is None:  # a steady state of a diverged training measures nothing
+        steady_n = run_steady(runner, setup.order, trial.steady_s, setup.facts, len(trained.step_ms), phases.enter)
+        phase_steps.update({"steady": steady_n} if steady_n else {})
+    return Result(metrics=metrics, step_times_ms=tuple(trained.step_ms), phase_steps=phase_steps,
                   curve=tuple(points.curve), diverged=points.diverged, gradient_noise=tuple(points.noise))
 
 
