@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.capture import BoundedOutput
+from harness.diskfull import disk_full, is_disk_full, says_disk_full
 from harness.errors import ProtocolMismatchError, WorkerProtocolError
 from harness.models import build_description, is_native_model
 from harness.records import Monitor, NullMonitor, Placement, Status, TrialOutcome, TrialUnit
@@ -138,8 +139,10 @@ class LocalExecutor:
                     "BATCHSCOPE_PARENT_PID": str(os.getpid())})  # the worker exits when we are gone
         env.update(unit.env)
         log_dir = self.log_dir or Path(tempfile.gettempdir())
-        log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"worker-{trial.trial_hash}.log"
+        with says_disk_full(log_path, "the worker's log"):
+            log_dir.mkdir(parents=True, exist_ok=True)
+            open(log_path, "wb").close()
         read_fd, write_fd = os.pipe()
         started_at, t_start = _now(), time.monotonic()
         monitor = self.monitor_factory(unit)
@@ -223,6 +226,9 @@ class LocalExecutor:
                 reader.join(timeout=5)
                 if output is not None:
                     output.close()  # the head is in the log already; the tail and what was dropped follow
+        if output is not None and is_disk_full(output.sink_error):  # issue 32: the trial is not stored, --resume
+            log_path.unlink(missing_ok=True)  # runs it again; half a log is not left to read as the whole
+            raise disk_full(log_path, "the worker's log (this trial is not stored)") from output.sink_error
         stderr_tail = _tail(log_path)
         status, reason = classify(report, proc.returncode, timed_out, trial.timeout_s, stderr_tail,
                                   unit.oom_patterns)

@@ -34,6 +34,32 @@ OOM_LARGE_BATCH = 64
 
 
 TRANSIENT_MIB = 64
+#: "ARM:FILLER:BATCH[:PRINT_BYTES]": the first step of a batch of at least BATCH samples, while the file ARM exists,
+#: removes ARM and fills the disk that holds FILLER (a file written until the disk is full), then prints PRINT_BYTES
+#: (a worker's log to write): a full disk at a chosen moment of a sweep (tests/faults/test_disk_full.py)
+FILL_DISK_ENV = "BATCHSCOPE_FAKE_FILL_DISK"
+
+
+def fill_disk(filler: str) -> int:
+    """Write ``filler`` until its disk is full; the bytes written."""
+    n, block = 0, b"\0" * 4096
+    with open(filler, "ab", buffering=0) as f:
+        while True:
+            try:
+                n += f.write(block)
+            except OSError:  # ENOSPC: the disk is full (a tmpfs has no reserve)
+                return n
+
+
+def _maybe_fill_disk(batch: int) -> None:
+    arm, filler, at, *rest = (os.environ.get(FILL_DISK_ENV) or "::0").split(":")
+    if not arm or batch < int(at) or not os.path.exists(arm):
+        return
+    os.unlink(arm)
+    fill_disk(filler)
+    if rest:
+        sys.stdout.write("chatter after the disk filled " * (int(rest[0]) // 30 + 1) + "\n")
+        sys.stdout.flush()
 
 
 class FakeAdapter(Adapter):
@@ -95,6 +121,8 @@ class FakeAdapter(Adapter):
 
     def train_step(self, batch: Any) -> None:
         self.steps += 1
+        if self.steps == 1:
+            _maybe_fill_disk(len(batch[0]))
         b = self.behaviour
         if b == "oom_large" and len(batch[0]) >= OOM_LARGE_BATCH:
             raise MemoryError(f"fake: batch {len(batch[0])} does not fit")
