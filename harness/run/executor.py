@@ -26,13 +26,17 @@ from harness.diskfull import disk_full, is_disk_full, says_disk_full
 from harness.errors import ProtocolMismatchError, WorkerProtocolError
 from harness.models import build_description, is_native_model
 from harness.records import Monitor, NullMonitor, Placement, Status, TrialOutcome, TrialUnit
+from harness.run import gpufaults
 from harness.run.protocol import Message, Phase, WorkerReport, WorkerRequest, decode
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 GENERIC_OOM_PATTERNS = ("MemoryError", "std::bad_alloc", "out of memory", "Cannot allocate memory",
                         "can't allocate memory",
                         # glibc under RLIMIT_DATA while loading a framework (seen with torch at ~150 MiB)
-                        "cannot allocate memory", "failed to map segment from shared object")
+                        "cannot allocate memory", "failed to map segment from shared object",
+                        # cuBLAS / cuDNN workspaces and XLA's allocator, as a worker that aborts prints them
+                        "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED", "RESOURCE_EXHAUSTED",
+                        "CUDA_ERROR_OUT_OF_MEMORY")
 STDERR_TAIL_LINES = 40
 
 
@@ -234,6 +238,7 @@ class LocalExecutor:
                                   unit.oom_patterns)
         if report.bad_lines:
             reason = (reason + f"; {len(report.bad_lines)} unreadable protocol line(s)").lstrip("; ")
+        status, reason = gpufaults.judge(status, reason, measured.samples)
         result, ready = report.result, report.ready
         outcome = TrialOutcome(
             trial=trial, status=status, reason=reason, metrics=result.metrics if result else None,

@@ -15,13 +15,22 @@ from typing import Any
 
 import numpy as np
 
-from adapters.base import Adapter, MemoryStats, OptimizerSpec, PrecisionSeen, RuntimeConfig
+from adapters.base import Adapter, MemoryStats, OptimizerSpec, PrecisionSeen, RuntimeConfig, is_generic_oom
 from harness.config.precision import COMPUTE_DTYPES
 from harness.models import ModelDescription
 
+#: what each GPU fault behaviour raises at the second step, worded as PyTorch, cuDNN and XLA word them (issue 32)
+GPU_FAULT_ERRORS = {
+    "cublas_alloc": "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+    "cudnn_alloc": "cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+    "xla_exhausted": "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 2147483648 bytes.",
+    "illegal_address": "CUDA error: an illegal memory access was encountered",
+    "launch_failure": "CUDA error: unspecified launch failure",
+}
 BEHAVIOURS = ("ok", "hang", "sigkill", "oom", "error", "segfault", "exit0", "noisy", "oom_stderr",
               "hang_setup", "oom_large", "hang_large", "keeps_denormals", "ignores_precision",
-              "diverges", "nan_weights", "flood", "flood_then_error", "hang_eval_large", "slow_steps")
+              "diverges", "nan_weights", "flood", "flood_then_error", "hang_eval_large", "slow_steps",
+              *GPU_FAULT_ERRORS)
 #: with behaviour "diverges" (NaN logits and weights) or "nan_weights" (NaN weights, finite logits), the training
 #: goes bad from this step on
 DIVERGES_AT_STEP = 3
@@ -159,6 +168,8 @@ class FakeAdapter(Adapter):
             raise MemoryError("fake: cannot allocate 1 TiB")
         elif b == "error":
             raise ValueError("fake: a bug in the model")
+        elif b in GPU_FAULT_ERRORS and self.last_batch >= OOM_LARGE_BATCH:  # small sizes run, as on a real card
+            raise RuntimeError(GPU_FAULT_ERRORS[b])
         elif b == "segfault":
             ctypes.string_at(0)
         elif b == "exit0":
@@ -188,4 +199,4 @@ class FakeAdapter(Adapter):
         return MemoryStats(peak_mib=None, source="none: fake")
 
     def is_oom(self, exc: BaseException) -> bool:
-        return isinstance(exc, MemoryError)
+        return is_generic_oom(exc)  # the fallback every real adapter ends with
