@@ -105,3 +105,40 @@ def test_a_trial_whose_gpu_fell_off_the_bus_is_stored_as_an_error_not_ok(tiny_da
     assert outcome.metrics is not None  # what the worker sent is kept beside the verdict
     ok = LocalExecutor(log_dir=tmp_path, monitor_factory=lambda u: _Monitor([_sample()])).run(unit)
     assert ok.status == "ok", ok.reason
+
+
+class _Card:
+    """A stand-in executor for a max-batch search on a GPU: each call's outcome and the sampler's view of it."""
+
+    def __init__(self, calls: list[tuple[str, float]]) -> None:
+        self.calls = calls  # (status, other processes' MiB during the run), in call order
+
+    def run(self, unit: TrialUnit, on_event: Any = None) -> Any:
+        from harness.records import TrialOutcome
+
+        status, others = self.calls.pop(0)
+        samples = [_sample(used=others + 500.0, own=500.0)]
+        reason = "CUDA out of memory" if status == "oom" else ""
+        return TrialOutcome(trial=unit.trial, status=status, reason=reason,  # type: ignore[arg-type]
+                            monitor=MonitorResult(samples=samples))
+
+
+@pytest.mark.parametrize(("others_later_mib", "expected"), [(500.0, "oom"), (3000.0, "error")])
+def test_a_probe_that_runs_out_of_memory_after_another_process_took_the_gpu_is_no_boundary(
+        tiny_data: Any, monkeypatch: pytest.MonkeyPatch, others_later_mib: float, expected: str) -> None:
+    """Batch 1 ran with 500 MiB held by others; batch 16 ran out of memory with ``others_later_mib`` held: taken
+    between the two probes, it is an error naming the memory taken (the search retries it, then stops saying so),
+    never the boundary; with the same 500 MiB it is the model's out of memory."""
+    from harness.maxbatch.prober import WorkerProber
+    from harness.maxbatch.request import Budget, MaxBatchRequest
+    from tests.fakes.registry import register_fake
+
+    register_fake(monkeypatch)
+    req = MaxBatchRequest(framework="fake", model="tiny_cnn", device="gpu", synthetic_shape=(1, 8, 8))
+    budget = Budget(81559.0, "gpu-card", "gpu", None, 0.0)
+    prober = WorkerProber(req, budget, tiny_data, _Card([("ok", 500.0), ("oom", others_later_mib)]))  # type: ignore[arg-type]
+    assert prober(1, False).status == "ok"
+    result = prober(16, False)
+    assert result.status == expected, result
+    if expected == "error":
+        assert "another process took 2,500 MiB of the GPU" in result.reason
