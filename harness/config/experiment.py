@@ -81,6 +81,8 @@ MAX_STEPS = 10**9
 #: evaluation points and gradient-noise groups per point: each point pauses the training, and each group is
 #: BIG_FACTOR gradients; beyond 10^4 a point costs more than any training it describes (issue 32: 10^8 ran for ever)
 MAX_POINTS = 10_000
+#: framework threads per trial: more than any machine's cores (a framework asked for 10^6 starts them or crashes)
+MAX_THREADS = 4096
 #: a batch size or a count of samples or classes an experiment key may name (the data set is held in memory)
 MAX_SIZE = 2**31 - 1
 #: timed steps of each heap-settling run of a CPU max-batch search under glibc's default malloc (issue 22; measured in
@@ -142,7 +144,7 @@ class Experiment:
     device: Device = "auto"
     precision: Precision = "fp32"
     denormals: Denormals = "flush"  # see docs/denormals.md for why flushing is the default
-    threads: int = _setting(0, ge=0)
+    threads: int = _setting(0, ge=0, le=MAX_THREADS, unit="threads")
     timeout_s: float = _setting(900.0, gt=0, le=MAX_TIMEOUT_S, unit="s")
     eval: bool = True
     #: evaluations on the held-out split spread evenly over the training, besides the final one (the learning

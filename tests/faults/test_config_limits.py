@@ -76,6 +76,7 @@ BOUND_CASES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
     ("repeats-1e9", {"repeats": 10**9}, ("repeats", "1000000000 trials, more than 100000")),
     ("accumulate-steps-1e6", {"accumulate_steps": 10**6}, ("accumulate_steps", "largest usable value (1,024")),
     ("settle-steps-1e6", {"max_batch_settle_steps": 10**6}, ("max_batch_settle_steps", "largest usable value")),
+    ("threads-1e6", {"threads": 10**6}, ("threads", "largest usable value (4,096 threads)")),
     ("eval-batch-size-2e9", {"eval_batch_size": 2**40}, ("eval_batch_size", "largest usable value")),
 ]
 
@@ -114,3 +115,10 @@ def test_a_fraction_where_a_whole_number_goes_says_whole_number(tmp_path: Path) 
     assert_refused(done, "gradient_noise: 0.5 should be a whole number")
     assert " a int" not in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_maxbatch_threads_beyond_any_machine_are_refused(tmp_path: Path) -> None:
+    done = bs(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
+              "--memory-limit-mib", "1024", "--threads", "1000000", "--out", str(tmp_path / "mb"))
+    assert_refused(done, "--threads 1,000,000 is more than the largest usable value (4,096)")
+    assert not (tmp_path / "mb").exists()
