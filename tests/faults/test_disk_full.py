@@ -79,13 +79,14 @@ def _armed(tmp_path: Path, disk: Path, at_batch: int, then_print: int = 0) -> di
     return {FILL_DISK_ENV: spec}
 
 
+@pytest.mark.parametrize("leave_kib", [0, 12], ids=["full", "12-KiB-free"])
 def test_a_store_that_cannot_be_created_says_the_disk_is_full_and_leaves_no_empty_store(
-        tmp_path: Path, disk: Path) -> None:
-    """Finding 2: "cannot be read as a results store (database or disk is full) ... damaged", and a 0-byte
-    results.sqlite left behind."""
+        tmp_path: Path, disk: Path, leave_kib: int) -> None:
+    """Finding 2 (with 12 KiB free, as found): "cannot be read as a results store (database or disk is full) ...
+    damaged", and a 0-byte results.sqlite left behind."""
     out = disk / "out"
     exp = fake_experiment(tmp_path, batch_sizes=[4, 8])
-    filler = _fill(disk)
+    filler = _fill(disk, leave_kib)
     done = bs(tmp_path, "run", str(exp), "--out", str(out))
     assert_refused(done, str(out / "results.sqlite"), FULL)
     assert "damaged" not in done.stderr
