@@ -483,5 +483,12 @@ def is_generic_oom(exc: BaseException) -> bool:
     if isinstance(exc, MemoryError):
         return True
     text = str(exc).lower()
-    return any(p in text for p in ("out of memory", "can't allocate memory", "cannot allocate memory",
-                                   "std::bad_alloc", "failed to allocate"))
+    return any(p in text for p in GENERIC_OOM_TEXTS)
+
+
+#: what an out-of-memory error says, whichever library raised it (lower case). cuBLAS and cuDNN failing to allocate
+#: their workspace, and XLA's RESOURCE_EXHAUSTED status, are out of memory too: classified as errors they were
+#: retried and aborted a max-batch search instead of bounding it (issue 31, item 5)
+GENERIC_OOM_TEXTS = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc",
+                     "failed to allocate", "cublas_status_alloc_failed", "cudnn_status_alloc_failed",
+                     "resource_exhausted", "cuda_error_out_of_memory")

@@ -469,9 +469,15 @@ class PyTorchAdapter(Adapter):
                     "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
                     "memory: you tried to allocate 3010560000 bytes. Error code 12 (Cannot allocate memory)"
                 ),
+                # cuBLAS / cuDNN failing to allocate their workspace (issue 31, item 5)
+                RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
+                RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"),
             ],
             [ValueError("shapes (3,) and (4,) not aligned"),
-             RuntimeError("mat1 and mat2 shapes cannot be multiplied (8x10 and 12x5)")],
+             RuntimeError("mat1 and mat2 shapes cannot be multiplied (8x10 and 12x5)"),
+             # CUDA faults that are not out of memory (issue 32)
+             RuntimeError("CUDA error: an illegal memory access was encountered"),
+             RuntimeError("CUDA error: unspecified launch failure")],
         )
 
     def close(self) -> None:

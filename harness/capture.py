@@ -35,6 +35,9 @@ class BoundedOutput:
         self._tail: deque[bytes] = deque()
         self._tail_len = 0
         self.total_bytes = 0
+        #: the sink's first failed write (a full disk): nothing more is written to it, the pipe is still drained
+        #: (a worker blocked on a full pipe would hang until its timeout), and the owner says what happened
+        self.sink_error: OSError | None = None
         self._thread = threading.Thread(target=self._drain, name=name, daemon=True)
 
     def start(self) -> BoundedOutput:
@@ -52,9 +55,7 @@ class BoundedOutput:
         if room > 0:
             first = chunk[:room]
             self._head += first
-            if self._sink is not None:
-                self._sink.write(first)
-                self._sink.flush()
+            self._to_sink(first)
             chunk = chunk[room:]
         if not chunk:
             return
@@ -62,6 +63,16 @@ class BoundedOutput:
         self._tail_len += len(chunk)
         while self._tail_len - len(self._tail[0]) >= self.tail_bytes:  # whole chunks that fall out of the tail
             self._tail_len -= len(self._tail.popleft())
+
+    def _to_sink(self, *chunks: bytes) -> None:
+        if self._sink is None or self.sink_error is not None:
+            return
+        try:
+            for chunk in chunks:
+                self._sink.write(chunk)
+            self._sink.flush()
+        except OSError as e:
+            self.sink_error = e
 
     def _drain(self) -> None:
         try:
@@ -88,11 +99,7 @@ class BoundedOutput:
         self._thread.join(timeout_s)
         if self._sink is None:
             return
-        tail = self._tail_bytes()
-        if self.dropped_bytes:
-            self._sink.write(self._marker())
-        self._sink.write(tail)
-        self._sink.flush()
+        self._to_sink(self._marker() if self.dropped_bytes else b"", self._tail_bytes())
 
     def text(self) -> str:
         """Everything kept, as text: the head, the marker where bytes were dropped, the tail."""

@@ -89,6 +89,12 @@ class OutputError(BatchscopeError):
     exit_code = 2
 
 
+class DiskFullError(OutputError):
+    """A write refused for want of space (ENOSPC, a quota, SQLite's "database or disk is full"): the message names
+    the path, the space left and what was kept (:mod:`harness.diskfull`). Exit 2, as any output path that cannot
+    be written; what was finished before is kept."""
+
+
 class BatchscopeWarning(UserWarning):
     """Something the user should know that changes nothing in what runs (a damaged cache copy prepared again):
     the command line prints it as ``batchscope: note: ...``; libraries never print."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.diskfull import KEPT_AGAIN, says_disk_full
 from harness.errors import StoreError
 from harness.noise import format_estimate
 from harness.tmpnames import remove_stale, temporary_directory
@@ -290,7 +291,9 @@ def build_report(source_dir: str | Path, output: str | Path | None = None,
     pdf = PdfWriter(title=f"batchscope report: {', '.join(names)}",
                     footer=f"batchscope report · {data.store_path} · {now}")
     remove_stale(target.parent)  # the build directory of a report killed outright (SIGKILL)
-    with temporary_directory("report", target.parent) as tmp_name:
+    # a full disk while drawing, saving or moving: the build directory goes, the report before it stays (issue 32)
+    with says_disk_full(target, "the report (its figures, tables and PDF)", kept=KEPT_AGAIN), \
+            temporary_directory("report", target.parent) as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "figures").mkdir()
         (tmp / "tables").mkdir()

@@ -20,6 +20,7 @@ from typing import Any
 
 from harness import __version__
 from harness.cli import adapters, compare, doctor, export, maxbatch, recommend, report, run
+from harness.diskfull import disk_full, is_disk_full
 from harness.errors import BatchscopeError, BatchscopeWarning, ConfigError, Terminated
 
 Command = Callable[[argparse.Namespace], int]
@@ -133,6 +134,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _stdout_closed(args.command, after)
     except OSError as e:  # a path the user gave cannot be read or written (full disk, read-only, removed)
         where = f"{e.filename}: " if e.filename else ""
+        if is_disk_full(e):  # a write point that does not say it itself (issue 32)
+            said = disk_full(e.filename, "", kept=after) if e.filename else f"the disk is full ({e.strerror}); {after}"
+            print(f"batchscope: error: {said}", file=sys.stderr)
+            return 2
         print(f"batchscope: error: {where}{e.strerror or e}; check that the path exists, is writable and has "
               "space (finished trials are kept in the store)", file=sys.stderr)
         return 2

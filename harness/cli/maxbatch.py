@@ -103,7 +103,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
     with the flag before anything starts."""
     import math
 
-    from harness.config.experiment import MAX_MEMORY_LIMIT_MIB, MAX_TIMEOUT_S, SQLITE_INT_MAX
+    from harness.config.experiment import MAX_MEMORY_LIMIT_MIB, MAX_THREADS, MAX_TIMEOUT_S, SQLITE_INT_MAX
 
     for flag, value, low, high in (("--memory-limit-mib", args.memory_limit_mib, 0.0, MAX_MEMORY_LIMIT_MIB),
                                    ("--margin-mib", args.margin_mib, 0.0, MAX_MEMORY_LIMIT_MIB),
@@ -120,6 +120,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
             raise ConfigError(f"{flag} {number!r} must be >= 0")
         if number > SQLITE_INT_MAX:
             raise ConfigError(f"{flag} {number} is larger than the store can hold ({SQLITE_INT_MAX})")
+    if args.threads > MAX_THREADS:
+        raise ConfigError(f"--threads {args.threads:,} is more than the largest usable value ({MAX_THREADS:,})")
     from harness.data import DATASETS
 
     if args.dataset.startswith("npz:"):  # a user's file: its contents are checked when it is prepared

@@ -73,6 +73,18 @@ MAX_TRIALS = 100_000
 MAX_MEMORY_LIMIT_MIB = float(2**30)
 MAX_TIMEOUT_S = 30 * 24 * 3600.0
 MAX_SAMPLE_INTERVAL_MS = 3_600_000.0
+#: micro-batches per update (the max-batch search's --accumulate-steps takes as many)
+MAX_ACCUMULATE_STEPS = 1024
+#: the largest count a step-like key may take (warm-up, timed steps): 10^9 steps is years of training at 10 kHz, so
+#: a larger value is a typo; the trial's timeout ends any run before it anyway (issue 32)
+MAX_STEPS = 10**9
+#: evaluation points and gradient-noise groups per point: each point pauses the training, and each group is
+#: BIG_FACTOR gradients; beyond 10^4 a point costs more than any training it describes (issue 32: 10^8 ran for ever)
+MAX_POINTS = 10_000
+#: framework threads per trial: more than any machine's cores (a framework asked for 10^6 starts them or crashes)
+MAX_THREADS = 4096
+#: a batch size or a count of samples or classes an experiment key may name (the data set is held in memory)
+MAX_SIZE = 2**31 - 1
 #: timed steps of each heap-settling run of a CPU max-batch search under glibc's default malloc (issue 22; measured in
 #: docs/maxbatch.md: settled with 20-step runs the answer trained 9 of 10 plain runs of 100 steps, with 100-step runs
 #: 10 of 10 of 100 and of 300); ``max_batch_settle_steps`` here, ``maxbatch --settle-steps`` on the command line
@@ -120,45 +132,45 @@ class Experiment:
     data_layout: DataLayout = "auto"
     description: str = ""
     epochs: int = _setting(0, ge=0)
-    warmup_steps: int = _setting(5, ge=0)
-    timed_steps: int = _setting(20, ge=1)
-    repeats: int = _setting(1, ge=1)
+    warmup_steps: int = _setting(5, ge=0, le=MAX_STEPS, unit="steps")
+    timed_steps: int = _setting(20, ge=1, le=MAX_STEPS, unit="steps")
+    repeats: int = _setting(1, ge=1)  # bounded by the plan: frameworks x batch sizes x repeats <= MAX_TRIALS
     seed: int = _setting(0, ge=0, why="NumPy's generators take non-negative seeds")
     optimizer: OptimizerName = "sgd"
     learning_rate: float = _setting(0.01, gt=0)
     momentum: float = _setting(0.0, ge=0, lt=1)
     lr_policy: LrPolicy = "fixed"
-    lr_base_batch: int = _setting(32, ge=1)
+    lr_base_batch: int = _setting(32, ge=1, le=MAX_SIZE, unit="samples")
     device: Device = "auto"
     precision: Precision = "fp32"
     denormals: Denormals = "flush"  # see docs/denormals.md for why flushing is the default
-    threads: int = _setting(0, ge=0)
+    threads: int = _setting(0, ge=0, le=MAX_THREADS, unit="threads")
     timeout_s: float = _setting(900.0, gt=0, le=MAX_TIMEOUT_S, unit="s")
     eval: bool = True
     #: evaluations on the held-out split spread evenly over the training, besides the final one (the learning
     #: curve, and where divergence is caught); 0: the final evaluation only. Outside the training clock.
-    eval_points: int = _setting(8, ge=0)
-    eval_batch_size: int = _setting(256, ge=1)
+    eval_points: int = _setting(8, ge=0, le=MAX_POINTS, unit="points")
+    eval_batch_size: int = _setting(256, ge=1, le=MAX_SIZE, unit="samples")
     #: the accuracy (percent) the recommendation's time to target is measured to; 0: each series' best mean final
     #: accuracy minus 1 point (report/target.py). An analysis key: changing it re-reads the store, reruns nothing
     target_accuracy: float = _setting(0.0, ge=0, le=100, unit="%", why="0: the best mean accuracy minus 1 point")
-    train_samples: int = _setting(0, ge=0)
+    train_samples: int = _setting(0, ge=0, le=MAX_SIZE, unit="samples")
     synthetic_shape: tuple[int, int, int] = (3, 32, 32)
-    synthetic_classes: int = _setting(10, ge=2)
-    synthetic_samples: int = _setting(2048, ge=1)
+    synthetic_classes: int = _setting(10, ge=2, le=MAX_SIZE, unit="classes")
+    synthetic_samples: int = _setting(2048, ge=1, le=MAX_SIZE, unit="samples")
     sample_interval_ms: float = _setting(100.0, gt=0, le=MAX_SAMPLE_INTERVAL_MS, unit="ms")
     skip_larger_after_oom: bool = True
     max_batch: bool = False
     memory_limit_mib: float = _setting(0.0, ge=0, le=MAX_MEMORY_LIMIT_MIB, unit="MiB", why="0: no limit")
     #: the max-batch search's settling runs (CPU, glibc's default malloc): as long as the training the answer must
     #: hold for, since the heap grows over steps
-    max_batch_settle_steps: int = _setting(DEFAULT_SETTLE_STEPS, ge=1, le=100_000)
+    max_batch_settle_steps: int = _setting(DEFAULT_SETTLE_STEPS, ge=1, le=100_000, unit="steps")
     augment: Augment = "none"
-    augment_pad_px: int = _setting(4, ge=1)
-    accumulate_steps: int = _setting(1, ge=1)
+    augment_pad_px: int = _setting(4, ge=1, le=MAX_SIZE, unit="pixels")
+    accumulate_steps: int = _setting(1, ge=1, le=MAX_ACCUMULATE_STEPS, unit="micro-batches")
     #: gradient noise scale B_simple (docs/noise.md): at each evaluation point, this many big batches of 4 trial
     #: batches each (4x as many gradients of the trial's batch size, at most 64), outside the training clock; 0: off
-    gradient_noise: int = _setting(0, ge=0)
+    gradient_noise: int = _setting(0, ge=0, le=MAX_POINTS, unit="groups")
     #: on a GPU, seconds of training steps after the final evaluation, off the headline clock, whose GPU utilisation,
     #: power and J/sample are measured as a window of their own (the timed phase may be too short for NVML: issue 29,
     #: docs/sampler.md); the worker skips it on a CPU. 0: off
@@ -371,7 +383,8 @@ def _check_fields(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> No
         if m.get("gt") is not None and not value > m["gt"]:
             raise bad(f.name, f"{value!r} must be > {m['gt']}")
         if m.get("le") is not None and value > m["le"]:
-            raise bad(f.name, f"{value:g} is more than the largest usable value ({m['le']:g} {m['unit']})")
+            shown, limit = (f"{value:,}", f"{m['le']:,}") if isinstance(value, int) else (f"{value:g}", f"{m['le']:g}")
+            raise bad(f.name, f"{shown} is more than the largest usable value ({limit} {m['unit']})".replace(" )", ")"))
 
 
 def _check_precision(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:
@@ -454,8 +467,19 @@ def _check_type(source: str, key: str, value: Any, typ: type | tuple[type, ...])
     ok = isinstance(value, typ) and not (isinstance(value, bool) and typ is not bool and bool not in
                                          (typ if isinstance(typ, tuple) else (typ,)))
     if not ok:
-        names = "/".join(t.__name__ for t in (typ if isinstance(typ, tuple) else (typ,)))
-        raise ConfigError(f"{source}: {key}: {value!r} should be a {names}")
+        raise ConfigError(f"{source}: {key}: {value!r} should be {_type_words(typ)}")
+
+
+#: how a TOML type is named to a user (issue 32: "should be a int")
+_TYPE_WORDS = {int: "a whole number", float: "a number", str: "a string", bool: "true or false", list: "a list"}
+
+
+def _type_words(typ: type | tuple[type, ...]) -> str:
+    """``typ`` in words: "a whole number", "a number" (an int or a float), "a string", "true or false"."""
+    types = typ if isinstance(typ, tuple) else (typ,)
+    if set(types) == {int, float}:
+        return "a number"
+    return " or ".join(_TYPE_WORDS.get(t, f"a {t.__name__}") for t in types)
 
 
 def _parse_adapters(source: str, raw: Any) -> dict[str, AdapterSettings]:

@@ -60,5 +60,6 @@ def require_disk(need_bytes: float, directory: Path, what: str, remedy: str) -> 
         probe = probe.parent
     free = shutil.disk_usage(probe).free
     if need_bytes > free:
-        raise DataError(f"{what} needs {need_bytes / GIB:.2f} GiB of disk in {directory}, and "
-                        f"{free / GIB:.2f} GiB are free; {remedy}")
+        unit, size = ("GiB", GIB) if need_bytes >= GIB else ("MiB", 2**20)  # a small need said in what shows it
+        raise DataError(f"{what} needs {need_bytes / size:.2f} {unit} of disk in {directory}, and "
+                        f"{free / size:.2f} {unit} are free (the disk is full for it); {remedy}")

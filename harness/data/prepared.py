@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.data.checks import cache_error, npy_file_problem
+from harness.diskfull import says_disk_full
 from harness.errors import BatchscopeWarning, DataError
 from harness.tmpnames import deferred_signals, tmp_tag
 
@@ -84,9 +85,11 @@ class PreparedData:
             order = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int32, shape=(rows, self.n_train))
             for row in range(rows):  # the same draws, in the same sequence, as one np.stack of them
                 order[row] = rng.permutation(self.n_train)
-            order.flush()
-            del order
-            os.replace(tmp, path)
+            with says_disk_full(path.parent, f"the shuffle order of {rows} epoch(s)", self.order_bytes(epochs),
+                                kept=_KEPT_DATA):  # a sparse file: the disk fills as it is written
+                order.flush()
+                del order
+                os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
@@ -100,6 +103,11 @@ class PreparedData:
     def from_dict(cls, data: dict) -> PreparedData:
         """Inverse of :meth:`to_dict`."""
         return cls(**{**data, "input_shape": tuple(data["input_shape"])})
+
+
+#: what a data preparation stopped by a full disk says it kept (nothing: it comes before anything is stored)
+_KEPT_DATA = ("the partial copy was removed and nothing was run or stored: free some space (or point BATCHSCOPE_CACHE "
+              "elsewhere) and run the command again")
 
 
 def _atomic_save(path: Path, array: np.ndarray) -> None:
@@ -174,9 +182,11 @@ def _write_prepared(target: Path, name: str, arrays: dict[str, np.ndarray], clas
                 tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}{tmp_tag()}"))
         except OSError as e:
             raise cache_error(target.parent, e) from e
-        for a in ARRAYS:
-            np.save(tmp / f"{a}.npy", final[a])
-        (tmp / "meta.json").write_text(json.dumps(prepared.to_dict() | {"directory": None}, indent=1))
+        with says_disk_full(target.parent, f"the prepared copy of {name}", sum(a.nbytes for a in final.values()),
+                            kept=_KEPT_DATA):
+            for a in ARRAYS:
+                np.save(tmp / f"{a}.npy", final[a])
+            (tmp / "meta.json").write_text(json.dumps(prepared.to_dict() | {"directory": None}, indent=1))
         if target.exists():  # prepared meanwhile by someone else: keep theirs
             shutil.rmtree(tmp)
             return load_prepared(target)

@@ -47,6 +47,7 @@ from harness.models import build_description, is_native_model
 from harness.monitor import environment
 from harness.records import Monitor, TrialOutcome, TrialUnit, WorkerMetrics
 from harness.registry import adapter_class, adapter_target
+from harness.run import gpufaults
 from harness.run.executor import LocalExecutor, adapter_worker_env
 from harness.store import Store
 
@@ -169,6 +170,10 @@ class WorkerProber:
         relay = None if on_event is None else (lambda msg: on_event(unit.trial, msg))
         # without a listener, the plain call: executors written before live progress take no on_event
         outcome = self.executor.run(unit) if relay is None else self.executor.run(unit, on_event=relay)
+        before = next((min(f) for o in self.outcomes if (f := gpufaults.foreign_mib(o.monitor.samples))), None)
+        if before is not None:  # another process took the GPU's memory since the first probe (issue 32)
+            status, reason = gpufaults.judge(outcome.status, outcome.reason, outcome.monitor.samples, before)
+            outcome = replace(outcome, status=status, reason=reason)
         self.outcomes.append(outcome)
         if self.on_outcome is not None and not control:  # a control run shares the probe's trial hash
             self.on_outcome(outcome)

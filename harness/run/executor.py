@@ -22,16 +22,21 @@ from pathlib import Path
 from typing import Any
 
 from harness.capture import BoundedOutput
+from harness.diskfull import disk_full, is_disk_full, says_disk_full
 from harness.errors import ProtocolMismatchError, WorkerProtocolError
 from harness.models import build_description, is_native_model
 from harness.records import Monitor, NullMonitor, Placement, Status, TrialOutcome, TrialUnit
+from harness.run import gpufaults
 from harness.run.protocol import Message, Phase, WorkerReport, WorkerRequest, decode
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 GENERIC_OOM_PATTERNS = ("MemoryError", "std::bad_alloc", "out of memory", "Cannot allocate memory",
                         "can't allocate memory",
                         # glibc under RLIMIT_DATA while loading a framework (seen with torch at ~150 MiB)
-                        "cannot allocate memory", "failed to map segment from shared object")
+                        "cannot allocate memory", "failed to map segment from shared object",
+                        # cuBLAS / cuDNN workspaces and XLA's allocator, as a worker that aborts prints them
+                        "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED", "RESOURCE_EXHAUSTED",
+                        "CUDA_ERROR_OUT_OF_MEMORY")
 STDERR_TAIL_LINES = 40
 #: every worker's CUDA_DEVICE_ORDER: the PCI bus order, in which the sampler finds the worker's GPU among NVML's
 #: (harness.monitor.nvml.CUDA_DEVICE_ORDER; CUDA's default, FASTEST_FIRST, may number the GPUs otherwise)
@@ -143,8 +148,10 @@ class LocalExecutor:
                     "CUDA_DEVICE_ORDER": WORKER_CUDA_DEVICE_ORDER})
         env.update(unit.env)
         log_dir = self.log_dir or Path(tempfile.gettempdir())
-        log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"worker-{trial.trial_hash}.log"
+        with says_disk_full(log_path, "the worker's log"):
+            log_dir.mkdir(parents=True, exist_ok=True)
+            open(log_path, "wb").close()
         read_fd, write_fd = os.pipe()
         started_at, t_start = _now(), time.monotonic()
         monitor = self.monitor_factory(unit)
@@ -228,11 +235,15 @@ class LocalExecutor:
                 reader.join(timeout=5)
                 if output is not None:
                     output.close()  # the head is in the log already; the tail and what was dropped follow
+        if output is not None and is_disk_full(output.sink_error):  # issue 32: the trial is not stored, --resume
+            log_path.unlink(missing_ok=True)  # runs it again; half a log is not left to read as the whole
+            raise disk_full(log_path, "the worker's log (this trial is not stored)") from output.sink_error
         stderr_tail = _tail(log_path)
         status, reason = classify(report, proc.returncode, timed_out, trial.timeout_s, stderr_tail,
                                   unit.oom_patterns)
         if report.bad_lines:
             reason = (reason + f"; {len(report.bad_lines)} unreadable protocol line(s)").lstrip("; ")
+        status, reason = gpufaults.judge(status, reason, measured.samples)
         result, ready = report.result, report.ready
         outcome = TrialOutcome(
             trial=trial, status=status, reason=reason, metrics=result.metrics if result else None,

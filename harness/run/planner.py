@@ -9,11 +9,16 @@ the larger ones of that variant can be recorded as skipped instead of being run 
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
+from typing import Any
+
 from harness.config.experiment import Experiment
 from harness.config.trial import OptimizerSpec, TrialSpec
 from harness.data import DataRequest, PreparedData
 from harness.data.augment import check_applicable
-from harness.errors import ConfigError
+from harness.errors import BatchscopeWarning, ConfigError
+from harness.noise import BIG_FACTOR
 from harness.registry import adapter_class
 
 
@@ -66,7 +71,7 @@ def plan(exp: Experiment, data: PreparedData) -> list[TrialSpec]:
                 raise ConfigError(f"{exp.source}: {where}accumulate_steps = {v.accumulate_steps}: the {framework} "
                                   "adapter does not implement gradient accumulation; use accumulate_steps = 1 "
                                   "for it (or run it in an experiment without that framework)")
-    trials = []
+    trials: list[TrialSpec] = []
     for framework in exp.frameworks:
         for variant, v in variants:
             settings = v.adapters.get(framework)
@@ -74,7 +79,48 @@ def plan(exp: Experiment, data: PreparedData) -> list[TrialSpec]:
             for batch_size in sorted(v.batch_sizes):
                 for repeat in range(v.repeats):
                     trials.append(_trial(v, variant, framework, batch_size, repeat, options, data))
-    return trials
+    return cap_to_the_run(trials, data.n_train)
+
+
+def cap_to_the_run(trials: list[TrialSpec], n_train: int) -> list[TrialSpec]:
+    """Each trial with what it asks of its training capped to what the training can use, and a notice
+    (:class:`~harness.errors.BatchscopeWarning`, printed as ``batchscope: note:``) per key that was capped.
+
+    ``eval_points`` beyond the steps inside the training (``steps - 1``; the end is the final evaluation) cannot
+    all happen (:func:`harness.run.worker.evaluation.eval_steps` places each at most once), and a gradient-noise
+    measurement of more gradients per point than the training has steps costs more than the training it describes
+    (issue 32: ``gradient_noise = 100000000`` on an 8x8 model ran for ever). The capped value is the trial's, so
+    what is stored (its ``spec_json``) is what ran.
+    """
+    capped: dict[str, list[tuple[int, int, int]]] = {"eval_points": [], "gradient_noise": []}  # (asked, cap, batch)
+    out = []
+    for t in trials:
+        steps = planned_steps(t, n_train)
+        changes: dict[str, Any] = {}
+        if t.eval_points > max(steps - 1, 0):
+            changes["eval_points"] = max(steps - 1, 0)
+        if t.gradient_noise * BIG_FACTOR > steps:
+            changes["gradient_noise"] = max(steps // BIG_FACTOR, 1)
+        changes = {k: v for k, v in changes.items() if v != getattr(t, k)}
+        for key, value in changes.items():
+            capped[key].append((getattr(t, key), value, t.batch_size))
+        out.append(dataclasses.replace(t, **changes) if changes else t)
+    for key, hits in capped.items():
+        if hits:
+            warnings.warn(_cap_notice(key, hits), BatchscopeWarning, stacklevel=3)
+    return out
+
+
+def _cap_notice(key: str, hits: list[tuple[int, int, int]]) -> str:
+    asked = hits[0][0]
+    caps = sorted({c for _, c, _ in hits})
+    batches = sorted({b for _, _, b in hits})
+    cap = f"{caps[0]}" if len(caps) == 1 else f"{caps[0]} to {caps[-1]} (by batch size)"
+    what = ("evaluation points inside the training (its steps - 1; the end is the final evaluation)"
+            if key == "eval_points" else
+            f"groups of {BIG_FACTOR} gradients per evaluation point (no more gradients than training steps)")
+    return (f"{key} = {asked} is more than the training can use at batch size(s) "
+            f"{', '.join(map(str, batches))}: capped to {cap} {what}; the capped value is stored with each trial")
 
 
 def _trial(v: Experiment, variant: str, framework: str, batch_size: int, repeat: int, options: dict[str, object],

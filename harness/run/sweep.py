@@ -17,6 +17,7 @@ from harness.config.experiment import Experiment
 from harness.config.trial import TrialSpec
 from harness.data import PreparedData, default_cache_dir, prepare
 from harness.data.footprint import require_disk
+from harness.diskfull import write_atomically
 from harness.errors import ConfigError, StoreError
 from harness.models import build_description, is_native_model
 from harness.monitor import environment
@@ -184,7 +185,8 @@ def run_sweep(
                              "add --resume to finish that sweep, or give another --out directory")
         if existing:
             _refuse_changed_experiment(store, exp, spec, out_dir)
-        (out_dir / f"{exp.name}.resolved.json").write_text(json.dumps(spec, indent=2, default=str))
+        write_atomically(out_dir / f"{exp.name}.resolved.json", json.dumps(spec, indent=2, default=str),
+                         "the resolved experiment")
         run_id = store.begin_run(exp.name, spec, command, env)
         done = store.finished_hashes()
         result = SweepResult(out_dir=out_dir, total=len(trials))

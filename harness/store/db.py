@@ -18,6 +18,7 @@ reads only this file.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -31,6 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from harness.diskfull import KEPT_RESUME, disk_full, is_disk_full
 from harness.errors import BatchscopeError, OutputError, StoreError
 from harness.flops import mfu_pct
 from harness.monitor.fields import SAMPLE_COLUMNS
@@ -249,6 +251,9 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
 def _open_error(path: Path, e: sqlite3.Error, readonly: bool) -> BatchscopeError:
     """The message for an open that SQLite refused, by its cause."""
     name = getattr(e, "sqlite_errorname", "")
+    if is_disk_full(e):  # issue 32: it was called a damaged store
+        return disk_full(path, "the results store", kept="nothing was stored: free some space and run the "
+                                                         "command again")
     if name.startswith("SQLITE_READONLY") and not readonly:
         return OutputError(f"{path}: is read-only (the file or its directory: {e}); this command writes into the "
                            "store: give another --out directory, or make it writable. compare, recommend, "
@@ -261,6 +266,16 @@ def _open_error(path: Path, e: sqlite3.Error, readonly: bool) -> BatchscopeError
                           "(its permissions and its directory's)")
     return StoreError(f"{path}: cannot be read as a results store ({e}); it is truncated, damaged or not a "
                       "batchscope store: move it away and re-run into this directory, or give another one")
+
+
+def _remove_unmade(path: Path, made: bool) -> None:
+    """A store this open began to make and could not finish (a full disk): removed with its journal, so that no
+    empty ``results.sqlite`` is left for the next command to take for a damaged store (issue 32)."""
+    if not made:
+        return
+    for p in (path, path.with_name(path.name + "-journal")):
+        with contextlib.suppress(OSError):
+            p.unlink()
 
 
 def store_path(out_dir: str | Path) -> Path:
@@ -288,6 +303,7 @@ class Store:
         """
         path = store_path(out_dir)
         _refuse_non_file(path, out_dir, create and not readonly)
+        made = not readonly and not path.exists()  # a store this open makes: removed again if it cannot be made
         if readonly:
             conn = _connect_readonly(path)
         else:
@@ -307,9 +323,11 @@ class Store:
             store._check_integrity()
         except sqlite3.Error as e:
             conn.close()
+            _remove_unmade(path, made)
             raise _open_error(path, e, readonly) from e
         except BaseException:
             conn.close()
+            _remove_unmade(path, made)
             raise
         return store
 
@@ -381,7 +399,7 @@ class Store:
         self.conn.close()
 
     @contextmanager
-    def _writing(self, what: str) -> Iterator[None]:
+    def _writing(self, what: str, kept: str = KEPT_RESUME) -> Iterator[None]:
         """A failed write (a full disk, the directory removed or made read-only mid-run) is an OutputError
         with the path and the reason (exit 2); every transaction committed before it stays in the file."""
         try:
@@ -389,6 +407,8 @@ class Store:
         # OperationalError is what the file system's refusals become (disk I/O error, database or disk is
         # full, readonly database, unable to open); a ProgrammingError is a bug and stays one
         except sqlite3.OperationalError as e:
+            if is_disk_full(e):
+                raise disk_full(self.path, what, kept=kept) from e
             raise OutputError(f"{self.path}: cannot write {what} ({e}); check that the directory still exists, "
                               "is writable and has space; the trials stored before are kept") from e
 
@@ -483,7 +503,8 @@ class Store:
         if unknown:
             raise StoreError(f"maxbatch row has unknown column(s) {unknown}; known: {MAXBATCH_COLUMN_NAMES}")
         cols = [c for c in MAXBATCH_COLUMN_NAMES if c in row and c != "result_id"]
-        with self._writing("the max-batch result"), self.conn:
+        with self._writing("the max-batch result", "the results stored before are kept: free some space and run "
+                                                   "the command again"), self.conn:
             cur = self.conn.execute(f"INSERT INTO maxbatch ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                                     tuple(row[c] for c in cols))
         return int(cur.lastrowid or 0)

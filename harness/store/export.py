@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from harness.diskfull import KEPT_AGAIN, says_disk_full
 from harness.errors import ConfigError
 from harness.store import MAXBATCH_COLUMN_NAMES, SAMPLE_COLUMNS, TRIAL_COLUMN_NAMES, Store
 from harness.store.db import CURVE_COLUMN_NAMES, NOISE_COLUMN_NAMES, writable_dir
@@ -32,7 +33,7 @@ def export(out_dir: Path, fmt: str, target: Path | None = None) -> list[Path]:
             f"export writes into {out_dir / 'export'} by default: give -o a directory you can write"
         target = target or out_dir / "export"
         writable_dir(target, hint)
-        written = []
+        written: list[Path] = []
         for table in TABLES:
             known = KNOWN_COLUMNS.get(table, ())
             try:
@@ -45,10 +46,17 @@ def export(out_dir: Path, fmt: str, target: Path | None = None) -> list[Path]:
                     frame[name] = None
             path = target / f"{table}.{fmt}"
             tmp = path.with_suffix(path.suffix + ".tmp")
-            if fmt == "csv":
-                frame.to_csv(tmp, index=False)
-            else:
-                frame.to_parquet(tmp, index=False)
-            tmp.replace(path)
+            done = ", ".join(p.name for p in written)
+            kept = (f"the tables written before ({done}) are complete; " if done else "") + KEPT_AGAIN
+            with says_disk_full(path, f"the {table} table", kept=kept):
+                try:
+                    if fmt == "csv":
+                        frame.to_csv(tmp, index=False)
+                    else:
+                        frame.to_parquet(tmp, index=False)
+                    tmp.replace(path)
+                except BaseException:  # no half-written table under a name a reader would open
+                    tmp.unlink(missing_ok=True)
+                    raise
             written.append(path)
     return written

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from harness.diskfull import is_disk_full
 from harness.errors import OutputError, StoreError
 
 LOCK_NAME = ".batchscope.lock"
@@ -36,7 +37,11 @@ def locked_out_dir(out_dir: Path) -> Iterator[None]:
             raise StoreError(f"{out_dir} is in use by another batchscope command (pid {holder}); wait for it to "
                              "finish, or give another output directory") from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        try:
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        except OSError as e:  # a full disk: the lock holds without its note of who holds it; the store's own write
+            if not is_disk_full(e):  # says the disk is full, naming the store (issue 32)
+                raise
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock

@@ -47,7 +47,7 @@ def test_unknown_key_lists_valid_keys():
     ({"optimizer": "lion"}, ["optimizer", "'lion'"]),
     ({"lr_policy": "cosine"}, ["lr_policy", "'cosine'"]),
     ({"learning_rate": 0}, ["learning_rate", "0"]),
-    ({"epochs": "ten"}, ["epochs", "'ten'", "int"]),
+    ({"epochs": "ten"}, ["epochs", "'ten'", "should be a whole number"]),
     ({"timeout_s": -5}, ["timeout_s", "-5"]),
     ({"adapters": {"caffe": {}}}, ["adapters", "'caffe'"]),
     ({"adapters": {"pytorch": {"colour": "red"}}}, ["adapters.pytorch", "'colour'"]),
@@ -129,6 +129,7 @@ def test_denormals_key_defaults_to_flush_reaches_the_trial_and_is_validated():
     class _Data:
         key = "k"
         input_shape = (1, 8, 8)  # the planner checks a variant's augmentation against it
+        n_train = 1000  # the planner caps what a trial asks of its steps by them
 
     trials = plan(parse(denormals="framework-default"), _Data())  # type: ignore[arg-type]
     assert {t.denormals for t in trials} == {"framework-default"}
@@ -183,6 +184,7 @@ def test_eval_points_default_to_eight_reach_the_trial_and_change_its_hash_only_w
     class _Data:
         key = "k"
         input_shape = (1, 8, 8)
+        n_train = 1000  # the planner caps what a trial asks of its steps by them
 
     assert parse().eval_points == 8
     assert {t.eval_points for t in plan(parse(eval_points=3), _Data())} == {3}  # type: ignore[arg-type]

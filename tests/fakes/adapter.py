@@ -15,13 +15,22 @@ from typing import Any
 
 import numpy as np
 
-from adapters.base import Adapter, MemoryStats, OptimizerSpec, PrecisionSeen, RuntimeConfig
+from adapters.base import Adapter, MemoryStats, OptimizerSpec, PrecisionSeen, RuntimeConfig, is_generic_oom
 from harness.config.precision import COMPUTE_DTYPES
 from harness.models import ModelDescription
 
+#: what each GPU fault behaviour raises at the second step, worded as PyTorch, cuDNN and XLA word them (issue 32)
+GPU_FAULT_ERRORS = {
+    "cublas_alloc": "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+    "cudnn_alloc": "cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+    "xla_exhausted": "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 2147483648 bytes.",
+    "illegal_address": "CUDA error: an illegal memory access was encountered",
+    "launch_failure": "CUDA error: unspecified launch failure",
+}
 BEHAVIOURS = ("ok", "hang", "sigkill", "oom", "error", "segfault", "exit0", "noisy", "oom_stderr",
               "hang_setup", "oom_large", "hang_large", "keeps_denormals", "ignores_precision",
-              "diverges", "nan_weights", "flood", "flood_then_error", "hang_eval_large", "slow_steps")
+              "diverges", "nan_weights", "flood", "flood_then_error", "hang_eval_large", "slow_steps",
+              *GPU_FAULT_ERRORS)
 #: with behaviour "diverges" (NaN logits and weights) or "nan_weights" (NaN weights, finite logits), the training
 #: goes bad from this step on
 DIVERGES_AT_STEP = 3
@@ -34,6 +43,32 @@ OOM_LARGE_BATCH = 64
 
 
 TRANSIENT_MIB = 64
+#: "ARM:FILLER:BATCH[:PRINT_BYTES]": the first step of a batch of at least BATCH samples, while the file ARM exists,
+#: removes ARM and fills the disk that holds FILLER (a file written until the disk is full), then prints PRINT_BYTES
+#: (a worker's log to write): a full disk at a chosen moment of a sweep (tests/faults/test_disk_full.py)
+FILL_DISK_ENV = "BATCHSCOPE_FAKE_FILL_DISK"
+
+
+def fill_disk(filler: str) -> int:
+    """Write ``filler`` until its disk is full; the bytes written."""
+    n, block = 0, b"\0" * 4096
+    with open(filler, "ab", buffering=0) as f:
+        while True:
+            try:
+                n += f.write(block)
+            except OSError:  # ENOSPC: the disk is full (a tmpfs has no reserve)
+                return n
+
+
+def _maybe_fill_disk(batch: int) -> None:
+    arm, filler, at, *rest = (os.environ.get(FILL_DISK_ENV) or "::0").split(":")
+    if not arm or batch < int(at) or not os.path.exists(arm):
+        return
+    os.unlink(arm)
+    fill_disk(filler)
+    if rest:
+        sys.stdout.write("chatter after the disk filled " * (int(rest[0]) // 30 + 1) + "\n")
+        sys.stdout.flush()
 
 
 class FakeAdapter(Adapter):
@@ -95,6 +130,8 @@ class FakeAdapter(Adapter):
 
     def train_step(self, batch: Any) -> None:
         self.steps += 1
+        if self.steps == 1:
+            _maybe_fill_disk(len(batch[0]))
         b = self.behaviour
         if b == "oom_large" and len(batch[0]) >= OOM_LARGE_BATCH:
             raise MemoryError(f"fake: batch {len(batch[0])} does not fit")
@@ -131,6 +168,8 @@ class FakeAdapter(Adapter):
             raise MemoryError("fake: cannot allocate 1 TiB")
         elif b == "error":
             raise ValueError("fake: a bug in the model")
+        elif b in GPU_FAULT_ERRORS and self.last_batch >= OOM_LARGE_BATCH:  # small sizes run, as on a real card
+            raise RuntimeError(GPU_FAULT_ERRORS[b])
         elif b == "segfault":
             ctypes.string_at(0)
         elif b == "exit0":
@@ -160,4 +199,4 @@ class FakeAdapter(Adapter):
         return MemoryStats(peak_mib=None, source="none: fake")
 
     def is_oom(self, exc: BaseException) -> bool:
-        return isinstance(exc, MemoryError)
+        return is_generic_oom(exc)  # the fallback every real adapter ends with

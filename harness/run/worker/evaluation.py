@@ -34,6 +34,7 @@ from harness.run.worker.noise import measure_noise
 def eval_steps(total_steps: int, points_n: int) -> list[int]:
     """The steps (updates done) after which the ``points_n`` evaluation points fall: evenly spread over
     ``total_steps``, strictly inside the training (its end is the final evaluation), each at most once."""
+    points_n = min(points_n, max(total_steps - 1, 0))  # no more points than steps inside the training
     spread = {round(i * total_steps / (points_n + 1)) for i in range(1, points_n + 1)}
     return sorted(s for s in spread if 0 < s < total_steps)
 
