@@ -18,6 +18,7 @@ from harness.config.trial import TrialSpec
 from harness.data import PreparedData, default_cache_dir, prepare
 from harness.data.footprint import require_disk
 from harness.errors import ConfigError, StoreError
+from harness.gpu_peaks import refuse_tf32_without_units
 from harness.models import build_description, is_native_model
 from harness.monitor import environment
 from harness.records import Executor, Monitor, TrialOutcome, TrialUnit, allocator_env
@@ -166,6 +167,7 @@ def run_sweep(
         raise ConfigError(f"{exp.source}: device = \"gpu\" was asked for, but NVML sees no GPU here "
                           f"({env.get('gpu_note') or 'no GPU'}); use device = \"cpu\" or \"auto\", or run "
                           "where a GPU is visible")
+    refuse_tf32_without_units([v.math_mode for _, v in exp.resolved_variants()], env.get("gpus") or [], exp.source)
     if preflight is not None:  # e.g. refuse a budget that cannot be enforced, before anything is written
         preflight(env)
     # data before the store: a data error (no network, corrupt archive) must leave nothing written
