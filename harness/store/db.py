@@ -139,6 +139,8 @@ MAXBATCH_COLUMNS: tuple[tuple[str, str], ...] = (
     # issue 22: the runs that settled the recommendation under glibc's default malloc ([{batch, run, status}], the
     # last candidate's last) and their length in timed steps (harness.maxbatch.prober.settle_heap)
     ("heap_settle_json", "TEXT"), ("heap_settle_steps", "INTEGER"),
+    # issue 29: the math mode the probes ran under (ieee | tf32 | framework-default); NULL in rows stored before
+    ("math_mode", "TEXT"),
 )
 MAXBATCH_COLUMN_NAMES = tuple(name for name, _ in MAXBATCH_COLUMNS)
 
