@@ -74,6 +74,7 @@ class FakeAdapter(Adapter):
         asked = "tf32" if runtime.math_mode == "framework-default" else runtime.math_mode
         info: dict[str, Any] = {"device": "cuda:0", "gpu_name": gpu} if gpu else {"device": "cpu"}
         info["math_mode"] = os.environ.get(FAKE_MATH_ENV) or (asked if gpu else "n/a")
+        info["tf32_override"] = os.environ.get("NVIDIA_TF32_OVERRIDE")  # what the worker left for cuBLAS/cuDNN
         if self.behaviour == "keeps_denormals":  # an adapter that undoes the worker's FTZ/DAZ, as some might
             info["cpu_denormals"] = "keep"
         return info
