@@ -167,7 +167,8 @@ class JAXAdapter(Adapter):
             info.pop("memory_fraction", None)
             mode = "preallocate (no effect on CPU)" if mode == "preallocate" else MEMORY_MODES[0]
         self.device = gpus[0] if self.gpu else jax.devices("cpu")[0]
-        mathmode.jax_apply(jax, runtime.math_mode)
+        if self.gpu:  # a CPU trial runs exactly as before math modes (recorded n/a)
+            mathmode.jax_apply(jax, runtime.math_mode)
         info["math_mode"] = mathmode.jax_read(jax, self.device if self.gpu else None)
         info.update(device=str(self.device), platform=self.device.platform, memory_mode=mode,
                     threads=runtime.threads or len(os.sched_getaffinity(0)))

@@ -189,7 +189,8 @@ class PyTorchAdapter(Adapter):
         info: dict[str, Any] = {"device": str(self.device), "threads": torch.get_num_threads(),
                                 "cpu_denormals": cpu_denormals}
         info.update(self._setup_precision(runtime.precision))
-        mathmode.torch_apply(torch, runtime.math_mode)
+        if self.cuda:  # a CPU trial runs exactly as before math modes (true float32: recorded n/a)
+            mathmode.torch_apply(torch, runtime.math_mode)
         info["math_mode"] = mathmode.torch_read(torch, self.cuda)
         info.update(self._check_allocator_settings(runtime.options))
         if self.cuda:

@@ -229,7 +229,8 @@ class TensorFlowAdapter(Adapter):
                 mode = "preallocate (no effect on CPU)"
         self.gpu = want_gpu
         info.update(self._setup_precision(runtime.precision))
-        mathmode.tf_apply(tf, runtime.math_mode)
+        if want_gpu:  # a CPU trial runs exactly as before math modes (recorded n/a)
+            mathmode.tf_apply(tf, runtime.math_mode)
         info["math_mode"] = mathmode.tf_read(tf, gpus[0] if want_gpu else None)
         info.update(
             # TensorFlow's CPU kernels run under port::ScopedFlushDenormal (tensorflow/core/platform/denormal.h):

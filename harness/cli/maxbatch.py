@@ -188,6 +188,9 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     from harness.maxbatch.request import resolve_budget
 
     budget = resolve_budget(req, list(env.get("gpus") or []))  # refuse bad options before writing anything
+    from harness.gpu_peaks import refuse_tf32_without_units
+
+    refuse_tf32_without_units([req.math_mode], list(env.get("gpus") or []), "--math-mode")
     compare = whathelps.asks_what_helps(req.precision, req.accumulate_steps, req.adapter_options, req.env)
     searches = _what_helps_searches(req, args.no_plain, budget) if compare else [req]
     if args.no_plain and not compare:
