@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from harness.cells import summary_rows
 from harness.config.experiment import Experiment
+from harness.config.precision import legacy_math_mode
 from harness.config.trial import TrialSpec
 from harness.data import PreparedData, default_cache_dir, prepare
 from harness.data.footprint import require_disk
@@ -234,6 +235,8 @@ def changed_settings(stored: dict[str, Any], now: dict[str, Any]) -> list[str]:
         if key in RESUMABLE_CHANGES:
             continue
         before, after = stored.get(key), now.get(key)
+        if key == "math_mode" and before is None and after == legacy_math_mode(str(now.get("device"))):
+            continue  # a store from before math modes ran exactly this (true float32 on the CPU)
         if json.dumps(before, sort_keys=True, default=str) != json.dumps(after, sort_keys=True, default=str):
             out.append(f"{key}: {before!r} stored, {after!r} now")
     return out

@@ -127,3 +127,14 @@ def test_the_cli_refuses_tf32_on_the_cpu_with_exit_2_and_writes_nothing(tmp_path
            "--out", str(out))
     assert r.returncode == 2 and "--math-mode 'tf32'" in r.stderr and "MXNet has no switch" in r.stderr, r.stderr
     assert not out.exists()
+
+
+def test_resuming_a_store_from_before_math_modes_is_refused_only_where_the_arithmetic_changed():
+    from harness.config.experiment import parse_experiment
+    from harness.run.sweep import changed_settings
+
+    for device, refused in (("cpu", False), ("gpu", True), ("auto", True)):
+        now = parse_experiment({"name": "x", "frameworks": ["pytorch"], "batch_sizes": [4], "device": device}).to_dict()
+        old = {k: v for k, v in now.items() if k != "math_mode"}
+        assert bool(changed_settings(old, now)) is refused, device  # ieee on a GPU is not what such a store ran
+        assert not changed_settings(old, {**now, "math_mode": "framework-default"}) or device == "cpu"
