@@ -70,13 +70,14 @@ GPU_PEAKS: tuple[GpuPeak, ...] = (
     GpuPeak(r"\bA100\b", "A100", 19.5, 156.0, 312.0, 312.0),  # SXM4 and PCIe: the same peaks
     GpuPeak(r"\bA10\b", "A10", 31.2, 62.5, 125.0, 125.0),  # not A10G (AWS's variant: other clocks)
     GpuPeak(r"\bL4\b", "L4", 30.3, 60.0, 121.0, 121.0),  # not L40 / L40S
-    GpuPeak(r"\bRTX 4090\b(?! D)", "GeForce RTX 4090", 82.6, 82.6, 165.2, 165.2),
+    GpuPeak(r"\bRTX 4090\b(?! D\b)(?!.*\b(Laptop|Mobile)\b)", "GeForce RTX 4090", 82.6, 82.6, 165.2, 165.2),
     GpuPeak(r"\bV100S\b", "V100S PCIe", 16.4, None, None, 130.0),
     GpuPeak(r"\bV100\b.*\bPCIE\b", "V100 PCIe", 14.0, None, None, 112.0),
     GpuPeak(r"\bV100\b", "V100 SXM2", 15.7, None, None, 125.0),
     GpuPeak(r"\bT4\b", "T4", 8.1, None, None, 65.0),
-    GpuPeak(r"\bGTX 1060 3GB\b", "GeForce GTX 1060 3GB", 3.9),
-    GpuPeak(r"\bGTX 1060\b", "GeForce GTX 1060 6GB", 4.4),
+    # desktop cards only: the notebook ones (Max-Q, Mobile) run at other clocks
+    GpuPeak(r"\bGTX 1060 3GB\b(?!.*\b(Max-Q|Mobile|Laptop)\b)", "GeForce GTX 1060 3GB", 3.9),
+    GpuPeak(r"\bGTX 1060\b(?!.*\b(Max-Q|Mobile|Laptop)\b)", "GeForce GTX 1060 6GB", 4.4),
 )
 
 

@@ -78,7 +78,8 @@ def test_each_arithmetic_has_its_dense_peak_and_names_match_the_right_card():
     for name, label in names.items():
         row = find_gpu(name)
         assert row is not None and row.label == label, name
-    for other in ("NVIDIA A10G", "NVIDIA L40S", "NVIDIA L40", "NVIDIA GeForce RTX 4090 D", "AMD Instinct MI300X"):
+    for other in ("NVIDIA A10G", "NVIDIA L40S", "NVIDIA L40", "NVIDIA GeForce RTX 4090 D", "AMD Instinct MI300X",
+                  "NVIDIA GeForce RTX 4090 Laptop GPU", "GeForce GTX 1060 with Max-Q Design", "NVIDIA GH200 480GB"):
         assert find_gpu(other) is None, other  # near names are other cards: no MFU rather than a wrong one
     for row in GPU_PEAKS:  # dense tensor peaks are above the CUDA-core float32 one, and TF32 is below 16-bit
         tensor = [p for p in (row.tf32_tflops, row.bf16_tflops, row.fp16_tflops) if p is not None]
