@@ -3,7 +3,7 @@
 ``math_mode = "ieee"`` makes float32 convolutions and matmuls true float32, ``"tf32"`` lets them use TensorFloat-32
 tensor cores (Ampere and newer), ``"framework-default"`` changes nothing; in every case the adapter reports what the
 framework will do, read from the framework's own switches (never the request echoed back), and the worker fails a
-trial whose report is not what was asked (harness.config.precision.check_observed's sibling, check_math_mode).
+trial whose report is not what was asked (harness.config.precision.check_math_mode).
 Each function takes the framework's module, so that no framework is imported here and each can be tested with a
 stand-in. See docs/precision.md, "Math mode", for the switches and the frameworks' defaults.
 """
