@@ -81,6 +81,9 @@ class RuntimeConfig:
     #: ConfigError); "framework-default": the framework's own behaviour. Either way setup() reports what
     #: the CPU does in its info under ``cpu_denormals`` (flush | keep | unknown).
     denormals: Literal["flush", "framework-default"] = "framework-default"
+    #: ieee | tf32 | framework-default (harness.config.precision): setup() applies it where the adapter declares it
+    #: (:attr:`Adapter.math_modes`) and reports what the framework then does under ``math_mode`` in its info
+    math_mode: Literal["ieee", "tf32", "framework-default"] = "framework-default"
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,11 @@ class Adapter(ABC):
     precision_note: ClassVar[str] = "mixed precision is not implemented in this adapter"
     #: Why a precision is not run on one device, by (precision, device); falls back to :attr:`precision_note`.
     precision_notes: ClassVar[Mapping[tuple[str, str], str]] = {}
+    #: Math modes (``ieee``, ``tf32``) setup() applies on a GPU and reads back, reporting the framework's mode in its
+    #: info under ``math_mode`` (harness.config.precision.MATH_MODES_SEEN; ``n/a`` on the CPU). Empty: only
+    #: ``framework-default`` on a GPU (the parent refuses the others); :attr:`math_mode_note` says why.
+    math_modes: ClassVar[tuple[str, ...]] = ()
+    math_mode_note: ClassVar[str] = ""
     #: Substrings of stderr that mean "out of memory" when the process died without a Python exception.
     oom_stderr_patterns: ClassVar[tuple[str, ...]] = ()
     #: Whether :meth:`accumulate_gradients` / :meth:`apply_accumulated` are implemented (``accumulate_steps``
@@ -444,6 +452,8 @@ CAPABILITIES: tuple[Capability, ...] = (
                "gradient accumulation (accumulate_steps > 1)", required=False),
     Capability("precisions", ("precisions", "device_precisions"), "a precision besides fp32 (bf16, amp)",
                required=False, present=_declares_mixed_precision),
+    Capability("math_modes", ("math_modes",), "applies and reads back a GPU math mode (math_mode = ieee / tf32)",
+               required=False, present=lambda cls: bool(cls.math_modes)),
     Capability("native_models", ("build_native",), "the framework's own models (native_model)", required=False),
     # required of the built-ins (the contract suite fails one without it); a plugin without it is told
     # "unsupported" and gradient_noise is refused for it in the parent

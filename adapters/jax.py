@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from adapters import mathmode
 from adapters.base import (
     API_VERSION,
     Adapter,
@@ -110,6 +111,7 @@ class JAXAdapter(Adapter):
     gpu_only_options = options_replaced_by_memory_limit = ("memory_mode",)
     bn_running_variance = "unbiased"  # written by hand, to PyTorch's (the reference's) convention
     oom_stderr_patterns = OOM_TEXTS
+    math_modes = ("ieee", "tf32")  # jax_default_matmul_precision (adapters/mathmode.py)
     precision_note = ("mixed precision is not implemented in the JAX adapter: its hand-written layers would need "
                       "a cast per layer, float32 master weights and, for float16, a loss scaler of their own")
 
@@ -165,6 +167,9 @@ class JAXAdapter(Adapter):
             info.pop("memory_fraction", None)
             mode = "preallocate (no effect on CPU)" if mode == "preallocate" else MEMORY_MODES[0]
         self.device = gpus[0] if self.gpu else jax.devices("cpu")[0]
+        if self.gpu:  # a CPU trial runs exactly as before math modes (recorded n/a)
+            mathmode.jax_apply(jax, runtime.math_mode)
+        info["math_mode"] = mathmode.jax_read(jax, self.device if self.gpu else None)
         info.update(device=str(self.device), platform=self.device.platform, memory_mode=mode,
                     threads=runtime.threads or len(os.sched_getaffinity(0)))
         if self.gpu:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters import fpenv
+from adapters import fpenv, mathmode
 from adapters.base import (
     API_VERSION,
     Adapter,
@@ -116,6 +116,8 @@ class MXNetAdapter(Adapter):
     supports_accumulation = True
     bn_running_variance = "biased"  # MXNet's BatchNorm updates running_var with the biased batch variance
     #: fp32 only, measured (docs/precision.md): MXNet 1.9.1's AMP does not train here
+    math_modes = ("ieee",)  # by environment switches only (adapters/mathmode.py)
+    math_mode_note = mathmode.MXNET_NOTE
     precision_note = ("MXNet 1.9.1's AMP (mxnet.contrib.amp) is not run: float16 AMP needs a CUDA build of MXNet, "
                       "which this project has not verified it on, and its bfloat16 needs oneDNN's AVX-512 kernels")
     precision_notes = {
@@ -167,6 +169,7 @@ class MXNetAdapter(Adapter):
             raise ConfigError("MXNet has no API to flush denormals, and FTZ/DAZ could not be set on the CPU "
                               "before MXNet was imported (needs x86-64 Linux, and a process that has not "
                               "imported mxnet yet); use denormals = 'framework-default'")
+        mathmode.mxnet_apply(runtime.math_mode)  # before MXNet's operators first read their switches
         mx = import_mxnet()
         self.mx = mx
         omp_told = _single_omp_thread_here()
@@ -195,6 +198,7 @@ class MXNetAdapter(Adapter):
             "mkldnn": features.is_enabled("MKLDNN"),
             "cpu_denormals": cpu_denormals,
             "python_thread_omp_threads": 1 if omp_told else None,
+            "math_mode": mathmode.mxnet_read(want_gpu),
         }
         if want_gpu:
             free, total = mx.context.gpu_memory_info(0)

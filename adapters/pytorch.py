@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters import fpenv
+from adapters import fpenv, mathmode
 from adapters.base import (
     API_VERSION,
     Adapter,
@@ -96,6 +96,7 @@ class PyTorchAdapter(Adapter):
     gpu_only_options = ALLOCATOR_SETTINGS
     precisions = ("fp32", "amp", "bf16")
     device_precisions = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "amp", "bf16")}
+    math_modes = ("ieee", "tf32")  # cuDNN's convolutions and cuBLAS's matmuls (adapters/mathmode.py)
     precision_notes = {
         ("amp", "cpu"): "float16 autocast with a GradScaler is PyTorch's CUDA recipe; on the CPU its autocast "
                         "computes in bfloat16, which is precision = 'bf16'",
@@ -188,6 +189,9 @@ class PyTorchAdapter(Adapter):
         info: dict[str, Any] = {"device": str(self.device), "threads": torch.get_num_threads(),
                                 "cpu_denormals": cpu_denormals}
         info.update(self._setup_precision(runtime.precision))
+        if self.cuda:  # a CPU trial runs exactly as before math modes (true float32: recorded n/a)
+            mathmode.torch_apply(torch, runtime.math_mode)
+        info["math_mode"] = mathmode.torch_read(torch, self.cuda)
         info.update(self._check_allocator_settings(runtime.options))
         if self.cuda:
             props = torch.cuda.get_device_properties(0)

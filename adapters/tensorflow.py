@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from adapters import mathmode
 from adapters.base import (
     API_VERSION,
     Adapter,
@@ -142,6 +143,7 @@ class TensorFlowAdapter(Adapter):
     gpu_only_options = options_replaced_by_memory_limit = ("memory_mode",)
     bn_running_variance = "biased"  # Keras updates moving_variance with the biased batch variance
     precisions = ("fp32", "amp", "bf16")
+    math_modes = ("ieee", "tf32")  # enable_tensor_float_32_execution (adapters/mathmode.py)
     device_precisions = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "amp", "bf16")}
     precision_notes = {
         ("amp", "cpu"): "Keras' mixed_float16 is for GPUs: a CPU has no float16 units, and Keras' guide names "
@@ -227,6 +229,9 @@ class TensorFlowAdapter(Adapter):
                 mode = "preallocate (no effect on CPU)"
         self.gpu = want_gpu
         info.update(self._setup_precision(runtime.precision))
+        if want_gpu:  # a CPU trial runs exactly as before math modes (recorded n/a)
+            mathmode.tf_apply(tf, runtime.math_mode)
+        info["math_mode"] = mathmode.tf_read(tf, gpus[0] if want_gpu else None)
         info.update(
             # TensorFlow's CPU kernels run under port::ScopedFlushDenormal (tensorflow/core/platform/denormal.h):
             # it flushes whatever is asked, and has no Python API to stop it, so "framework-default" flushes too

@@ -32,7 +32,7 @@ from harness.monitor.fields import FIELDS, SHOWN_COLUMNS
 #: trial columns whose combination makes a series within one framework: the experiment's named variant
 #: ([variants.<name>]), then settings as asked for, never as measured (the stored ``device`` is the framework's own
 #: name for it, "cpu" / "/CPU:0" / "cpu(0)", and would split every sweep), then the gradient accumulation
-VARIANT_COLUMNS = ("variant", "precision", "denormals", "accumulate_steps")
+VARIANT_COLUMNS = ("variant", "precision", "math_mode", "denormals", "accumulate_steps")
 BatchKind = Literal["micro", "effective"]
 
 
@@ -43,6 +43,7 @@ class Series:
     framework: str
     variant: str = ""  # the experiment's named variant ("" without variants)
     precision: str = ""
+    math_mode: str = ""  # asked for (ieee | tf32 | framework-default); "" in rows stored before it existed
     denormals: str = ""
     accumulate_steps: int = 1
 
@@ -50,12 +51,13 @@ class Series:
     def of(cls, trial: Mapping[str, Any]) -> Series:
         """The series of one trial row (any status: a failed row carries its settings too)."""
         return cls(framework=str(trial["framework"]), variant=str(trial.get("variant") or ""),
-                   precision=str(trial.get("precision") or ""), denormals=str(trial.get("denormals") or ""),
+                   precision=str(trial.get("precision") or ""), math_mode=str(trial.get("math_mode") or ""),
+                   denormals=str(trial.get("denormals") or ""),
                    accumulate_steps=int(trial.get("accumulate_steps") or 1))
 
     def settings(self) -> tuple[str, ...]:
         """The settings part, as words (``("sgd", "fp32", "flush", "accumulate x4")``)."""
-        return (self.variant, self.precision, self.denormals,
+        return (self.variant, self.precision, self.math_mode, self.denormals,
                 f"accumulate x{self.accumulate_steps}" if self.accumulate_steps > 1 else "")
 
 
@@ -92,7 +94,8 @@ def batch_of(trial: Mapping[str, Any], batch: BatchKind = "micro") -> int:
 
 def group(trials: Iterable[Mapping[str, Any]], frameworks: Sequence[str] = (), *,
           batch: BatchKind = "micro") -> list[SeriesGroup]:
-    """The one grouping: rows by series (framework x variant x precision x denormals x accumulation), then batch.
+    """The one grouping: rows by series (framework x variant x precision x math mode x denormals x accumulation),
+    then batch.
 
     Ordered by framework (as given in ``frameworks``, then by name), then series. A series' label names only the
     settings that vary among the rows given, so a plain sweep's labels are empty.
@@ -198,6 +201,9 @@ class Cell:
     cpu_denormals: tuple[str, ...] = ()  # what the CPU did with denormals, over the cell's ok trials
     #: why GPU readings of its ok trials are NULL (a window too short for NVML...): the trials' ``readings_note``
     readings_notes: tuple[str, ...] = ()
+    #: the precision asked for and the math mode the framework read back (``fp32 ieee``, ``bf16 n/a``), over the
+    #: cell's ok trials; "?" for a trial stored before math modes were read back
+    arithmetic: tuple[str, ...] = ()
 
     @property
     def n(self) -> int:
@@ -285,7 +291,8 @@ def _cell(fw: str, bs: int, variant: str, group_rows: Sequence[dict[str, Any]]) 
                                     for t in sorted(ok, key=lambda t: t.get("repeat") or 0)
                                     if t.get("drift_flagged") and t.get("drift_change_pct") is not None),
                 cpu_denormals=tuple(sorted({str(t.get("cpu_denormals")) for t in ok if t.get("cpu_denormals")})),
-                readings_notes=tuple(dict.fromkeys(str(t["readings_note"]) for t in ok if t.get("readings_note"))))
+                readings_notes=tuple(dict.fromkeys(str(t["readings_note"]) for t in ok if t.get("readings_note"))),
+                arithmetic=tuple(sorted({f"{t.get('precision') or '?'} {t.get('math_mode_seen') or '?'}" for t in ok})))
 
 
 def has_metric(cell_list: Iterable[Cell], metric: str) -> bool:
@@ -300,7 +307,8 @@ SUMMARY_METRICS = ("step_samples_per_s", "e2e_samples_per_s", "step_time_ms_medi
 SUMMARY_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("framework", "framework", ""), ("batch_size", "batch", "d"), ("status", "status", ""),
     ("step_samples_per_s", "step samples/s", ""), ("e2e_samples_per_s", "e2e samples/s", ""),
-    ("step_time_ms_median", "step ms", ""), ("drift", "drift", ""), ("denormals", "denormals", ""),
+    ("step_time_ms_median", "step ms", ""), ("drift", "drift", ""), ("arithmetic", "precision math", ""),
+    ("denormals", "denormals", ""),
     ("framework_peak_mib", "fw peak MiB", ""), ("rss_peak_mib", "RSS MiB", ""), ("gpu_util_pct", "GPU %", ""),
     ("accuracy_pct", "accuracy %", ""))
 SUMMARY_NOTE = ("mean ± sd over ok repeats. step: batch / median time of forward+backward+update over every "
@@ -315,7 +323,8 @@ def summary_rows(trials: Iterable[dict[str, Any]], frameworks: Sequence[str] = (
 
     ``drift`` is the mean change of a cell's flagged trials (empty otherwise), with how many of its
     repeats were flagged when it has several (``+36% (1/2)``: not repeated, most likely the machine);
-    ``denormals`` what the CPU did with denormal floats in its ok trials.
+    ``denormals`` what the CPU did with denormal floats in its ok trials; ``arithmetic`` the precision and the math
+    mode the framework read back (``fp32 ieee``; ``fp32 n/a`` on the CPU).
     """
     out = []
     for cell in cells(trials, frameworks):
@@ -324,7 +333,7 @@ def summary_rows(trials: Iterable[dict[str, Any]], frameworks: Sequence[str] = (
                                 "batch_size": cell.batch_size, "status": cell.status_text(), "n": cell.n,
                                 "drift": cell.drift_text() + (f" ({cell.drift_flagged_n}/{cell.n_ok})"
                                                               if cell.drift_flagged_n and cell.n_ok > 1 else ""),
-                                "denormals": "/".join(cell.cpu_denormals)}
+                                "denormals": "/".join(cell.cpu_denormals), "arithmetic": "/".join(cell.arithmetic)}
         for key in SUMMARY_METRICS:
             stat = cell.get(key)
             line[key] = stat.text(METRICS[key].fmt) if stat is not None else None

@@ -8,31 +8,21 @@ layer the gradient of its weights (as costly as its forward) and of its input (a
 except for the first weighted layer, whose input is the data and needs no gradient (frameworks skip
 it). So training = 3 x forward - forward of the first weighted layer.
 
-MFU (model FLOPs utilisation) divides the achieved FLOP/s by the card's peak for the precision that
-ran. The table holds dense peaks from the vendors' data sheets; fp32 is the CUDA-core figure, since
-batchscope's fp32 runs do not ask for TF32 (cuDNN may still pick TF32 convolutions on Ampere and
-later, so an fp32 MFU there can exceed what CUDA cores alone allow: the figure is then an upper-bound
-reading, said so in docs/report.md). A card not in the table gives ``None`` ("unknown"), never a guess.
+MFU (model FLOPs utilisation) divides the achieved FLOP/s by the card's dense peak for the arithmetic that ran
+(:func:`mfu`): an fp32 trial's math mode as its framework read it back (``ieee``: the CUDA-core float32 peak;
+``tf32``: the TF32 tensor-core peak), bf16 and amp their tensor-core peaks. The peaks, with their sources, are in
+:mod:`harness.gpu_peaks`. A card not in the table, a math mode that mixes arithmetics or is unknown, and a result
+above 100 % (impossible: the peak or the recorded arithmetic is wrong) give ``None`` with the reason, never a guess.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from harness.gpu_peaks import find_gpu
 from harness.models import Conv2D, Dense, Layer, ModelDescription, Residual, layer_output_shape
-
-#: dense peak TFLOP/s per precision, by a substring of the NVML/PyTorch device name (first match wins,
-#: so the more specific names come first)
-GPU_PEAK_TFLOPS: tuple[tuple[str, dict[str, float]], ...] = (
-    ("H200", {"fp32": 67.0, "bf16": 989.0, "fp16": 989.0}),
-    ("H100 PCIe", {"fp32": 51.0, "bf16": 756.0, "fp16": 756.0}),
-    ("H100", {"fp32": 67.0, "bf16": 989.0, "fp16": 989.0}),  # SXM
-    ("A100", {"fp32": 19.5, "bf16": 312.0, "fp16": 312.0}),
-    ("L4", {"fp32": 30.3, "bf16": 121.0, "fp16": 121.0}),
-    ("V100", {"fp32": 15.7, "fp16": 125.0}),
-    ("T4", {"fp32": 8.1, "fp16": 65.0}),
-    ("GTX 1060", {"fp32": 4.4}),
-)
 
 
 def forward_flop_per_sample(desc: ModelDescription) -> list[float]:
@@ -66,20 +56,77 @@ def train_flop_per_sample(desc: ModelDescription) -> float:
     return 3.0 * sum(per_layer) - per_layer[0]
 
 
-def gpu_peak_tflops(gpu_name: str | None, precision: str) -> float | None:
-    """The card's dense peak TFLOP/s for ``precision`` (``fp32``; ``amp`` reads as fp16), or None if unknown."""
-    if not gpu_name:
-        return None
-    key = "fp16" if precision == "amp" else precision
-    for name, peaks in GPU_PEAK_TFLOPS:
-        if name.lower() in gpu_name.lower():
-            return peaks.get(key)
-    return None
+#: the tensor arithmetic of each mixed precision (fp32 is decided by the math mode)
+_PRECISION_ARITHMETIC = {"bf16": "bf16", "amp": "fp16"}
+#: the arithmetic of an fp32 trial by the math mode its framework read back
+_MATH_ARITHMETIC = {"ieee": "fp32", "tf32": "tf32"}
+#: the highest MFU that can be published: more is impossible, so the peak or the recorded arithmetic is wrong
+MFU_MAX_PCT = 100.0
 
 
-def mfu_pct(achieved_gflop_per_s: float | None, gpu_name: str | None, precision: str) -> float | None:
-    """Achieved FLOP/s as a percentage of the card's peak, or None (no GPU, unknown card or precision)."""
-    peak = gpu_peak_tflops(gpu_name, precision)
-    if achieved_gflop_per_s is None or peak is None:
-        return None
-    return achieved_gflop_per_s / (peak * 1e3) * 100.0
+@dataclass(frozen=True)
+class Mfu:
+    """Model FLOPs utilisation of one trial: ``pct`` against ``peak_tflops`` (the card's dense peak for
+    ``arithmetic``), or ``pct`` None with ``note`` saying why none is published."""
+
+    pct: float | None
+    peak_tflops: float | None
+    arithmetic: str | None
+    note: str
+
+
+def arithmetic_of(precision: str, math_mode: str | None) -> tuple[str | None, str]:
+    """(the arithmetic a trial's convolutions and matmuls ran in, or None; why not) from its precision and the math
+    mode read back from its framework: bf16 -> bf16, amp -> fp16 tensor cores; fp32 under ``ieee`` -> CUDA-core
+    fp32, under ``tf32`` -> TF32 tensor cores; anything else (one of the two in TF32, unknown, not recorded) has no
+    single arithmetic."""
+    if precision in _PRECISION_ARITHMETIC:
+        return _PRECISION_ARITHMETIC[precision], ""
+    if precision != "fp32":
+        return None, f"precision {precision!r} has no known arithmetic"
+    if math_mode in _MATH_ARITHMETIC:
+        return _MATH_ARITHMETIC[math_mode], ""
+    if math_mode in ("conv-tf32", "matmul-tf32"):
+        return None, (f"math mode {math_mode}: convolutions and matmuls ran in different arithmetics, so no single "
+                      "peak applies (set math_mode = 'ieee' or 'tf32')")
+    return None, f"the math mode that ran is {math_mode or 'not recorded'}, so the peak to divide by is unknown"
+
+
+def gpu_peak_tflops(gpu_name: str | None, precision: str, math_mode: str | None = "ieee") -> float | None:
+    """The card's dense peak TFLOP/s for what a trial of ``precision`` under ``math_mode`` ran (harness.gpu_peaks),
+    or None when the card, or its figure for that arithmetic, is unknown."""
+    arithmetic, _ = arithmetic_of(precision, math_mode)
+    row = find_gpu(gpu_name)
+    return None if row is None or arithmetic is None else row.tflops(arithmetic)
+
+
+def mfu(achieved_gflop_per_s: float | None, gpu_name: str | None, precision: str, math_mode: str | None) -> Mfu:
+    """Achieved FLOP/s as a percentage of the dense peak of the arithmetic that ran (PaLM's MFU, appendix B).
+
+    Never a wrong figure: an unknown card, an arithmetic the card has no peak for, a math mode that mixes two
+    arithmetics or was not read back give no MFU; so does a result above :data:`MFU_MAX_PCT`, which is impossible
+    and means the peak or the recorded arithmetic is wrong. ``note`` says which peak was used, or why none.
+    """
+    if achieved_gflop_per_s is None or not math.isfinite(achieved_gflop_per_s) or achieved_gflop_per_s < 0:
+        return Mfu(None, None, None, "no achieved FLOP/s (a native model, or no timed steps)")
+    row = find_gpu(gpu_name)
+    if row is None:
+        return Mfu(None, None, None, f"GPU {gpu_name!r} is not in the peak table (harness/gpu_peaks.py)")
+    arithmetic, why = arithmetic_of(precision, math_mode)
+    if arithmetic is None:
+        return Mfu(None, None, None, why)
+    peak = row.tflops(arithmetic)
+    if peak is None:
+        return Mfu(None, None, arithmetic, f"the {row.label} has no {arithmetic} peak (no such units)")
+    pct = achieved_gflop_per_s / (peak * 1e3) * 100.0
+    if pct > MFU_MAX_PCT:
+        return Mfu(None, peak, arithmetic, f"{pct:.1f} % of the {row.label}'s dense {arithmetic} peak ({peak:g} "
+                                           "TFLOP/s) is impossible: the arithmetic recorded is not what ran, or the "
+                                           "peak is wrong; not published")
+    return Mfu(pct, peak, arithmetic, f"against the {row.label}'s dense {arithmetic} peak, {peak:g} TFLOP/s")
+
+
+def mfu_pct(achieved_gflop_per_s: float | None, gpu_name: str | None, precision: str,
+            math_mode: str | None = "ieee") -> float | None:
+    """:func:`mfu`'s percentage alone (None where none is published)."""
+    return mfu(achieved_gflop_per_s, gpu_name, precision, math_mode).pct

@@ -157,6 +157,9 @@ class WorkerMetrics:
     #: None: not reported, fp32 only); the loss scale of the last update where float16 loss scaling ran
     compute_dtype: str | None = None
     loss_scale: float | None = None
+    #: what float32 convolutions and matmuls computed in, read back from the framework (harness.config.precision
+    #: MATH_MODES_SEEN: ieee | tf32 | conv-tf32 | matmul-tf32 | n/a off the GPU | unknown); None: not reported
+    math_mode_seen: str | None = None
     train_flop_per_sample: float | None = None  # forward + backward, counted from the model description
     achieved_gflop_per_s: float | None = None  # train_flop_per_sample x step_samples_per_s
     framework_peak_mib: float | None = None

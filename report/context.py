@@ -157,6 +157,22 @@ def _denormals_paragraph(exp: Experiment) -> str:
             "become tiny (docs/denormals.md). TensorFlow's CPU kernels always flush.")
 
 
+def _math_mode_paragraph(exp: Experiment) -> str:
+    """What float32 convolutions and matmuls computed in, per framework, as each framework read it back."""
+    asked = _distinct(exp, "math_mode") or ["not recorded"]
+    per_fw = []
+    for fw in exp.frameworks:
+        seen = sorted({str(t.get("math_mode_seen")) for t in exp.ok_trials
+                       if t.get("framework") == fw and t.get("math_mode_seen")})
+        per_fw.append(f"{fw}: {'/'.join(seen) or 'not recorded'}")
+    return ("<b>Math mode.</b> Asked for: math_mode = " + "/".join(map(str, asked)) + ". What each framework "
+            "computed float32 convolutions and matmuls in, read back from it: " + "; ".join(per_fw) + ". 'ieee' "
+            "is true float32; 'tf32' TensorFloat-32 tensor cores (10-bit mantissa inputs, Ampere and newer GPUs), "
+            "up to several times faster; 'n/a' a CPU trial, where the question does not arise. Speeds compare "
+            "frameworks only under one math mode; MFU divides by the peak of the arithmetic that ran "
+            "(docs/precision.md).")
+
+
 def method_paragraphs(exp: Experiment, cell_list: list[Cell]) -> list[str]:
     """The method section, worded from the experiment's resolved spec and its trials.
 
@@ -183,6 +199,7 @@ def method_paragraphs(exp: Experiment, cell_list: list[Cell]) -> list[str]:
         "mean ± sample standard deviation of the trials that finished (harness/cells.py: the same "
         "statistic the command line and <i>compare</i> print).")
     paras.append(_denormals_paragraph(exp))
+    paras.append(_math_mode_paragraph(exp))
     intervals = _distinct(exp, "sample_interval_ms")
     interval = (f"every {'/'.join(f'{v:.0f}' for v in intervals)} ms" if intervals
                 else f"every {spec.get('sample_interval_ms', '?')} ms (configured; no samples are stored)")
@@ -230,7 +247,8 @@ def method_paragraphs(exp: Experiment, cell_list: list[Cell]) -> list[str]:
         f"<b>Workload.</b> Data set {dataset}. Model {model}. Training: {epochs_text}. Optimizer {lr_text}. "
         f"Repeats: {repeats} per framework and batch size "
         f"(seeds {', '.join(map(str, _distinct(exp, 'seed'))) or '?'}). "
-        f"Device: {spec.get('device', '?')}, precision {spec.get('precision', '?')}.")
+        f"Device: {spec.get('device', '?')}, precision {spec.get('precision', '?')}, "
+        f"math mode {spec.get('math_mode', 'not recorded')}.")
     if variants:
         paras.append("<b>Variants.</b> " + "; ".join(
             f"<i>{v.get('name')}</i>: " + (", ".join(f"{k} = {json.dumps(val, default=str)}"

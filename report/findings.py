@@ -111,6 +111,21 @@ def denormals(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Find
                                  "comparison (docs/denormals.md).")]
 
 
+def math_modes(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Finding]:
+    """Whether the frameworks computed float32 in different arithmetics on the GPU (TF32 in one, true float32 in
+    another), as each read its math mode back: then their speeds measure partly which one turned TF32 on."""
+    by_fw = {fw: sorted({a for c in group for a in c.arithmetic if not a.endswith((" n/a", " ?"))})
+             for fw, group in _by_framework(cell_list, frameworks).items()}
+    by_fw = {fw: arith for fw, arith in by_fw.items() if arith}
+    if len({tuple(arith) for arith in by_fw.values()}) < 2:
+        return []
+    said = "; ".join(f"{fw}: {'/'.join(arith)}" for fw, arith in by_fw.items())
+    return [Finding("math mode", f"The frameworks computed in different arithmetics on the GPU ({said}, as each "
+                                 "read its math mode back). TF32 tensor cores run float32 convolutions and matmuls "
+                                 "several times faster than true float32, so their speeds are not comparable; "
+                                 "run with math_mode = 'ieee' (or 'tf32') for a fair comparison (docs/precision.md).")]
+
+
 def accuracy_peak(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Finding]:
     """Per framework: where accuracy peaks, and whether the peak is inside the sweep."""
     out = []
@@ -202,7 +217,7 @@ def failures(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Findi
 def compute(exp: Experiment, cell_list: Sequence[Cell]) -> list[Finding]:
     """Every finding computed from one experiment's cells, in reading order."""
     fws = exp.frameworks
-    return [*denormals(cell_list, fws), *drift(cell_list, fws),
+    return [*denormals(cell_list, fws), *math_modes(cell_list, fws), *drift(cell_list, fws),
             *best_throughput(cell_list, fws), *accuracy_peak(cell_list, fws), *memory_growth(cell_list, fws),
             *energy_best(cell_list, fws), *failures(cell_list, fws)]
 

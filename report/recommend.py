@@ -4,8 +4,8 @@ Pure: reads only store rows (a :class:`report.load.Experiment`), imports no fram
 report's first page, ``batchscope recommend`` (and ``--json``) and the end of ``make quick``. The rule (also in
 ``docs/recommend.md``):
 
-1. Trials are grouped by series (:func:`harness.cells.group`: framework x variant x precision x denormals x
-   accumulation) and then by batch size; every series gets its own answer, never an average of two settings.
+1. Trials are grouped by series (:func:`harness.cells.group`: framework x variant x precision x math mode x
+   denormals x accumulation) and then by batch size; every series gets its own answer, never an average of two settings.
 2. **The target** (:mod:`report.target`): the experiment's ``target_accuracy`` in percent, or by default the
    series' best mean final accuracy minus 1 point. Each trial's time to target is interpolated on its learning curve.
 3. A size is *eligible* when every finished repeat reached the target, none diverged, and its mean final accuracy
@@ -82,6 +82,8 @@ class Recommendation:
     critical_why: str = ""
     #: the gradient noise scale B_simple over the later half of the series' trials (None: not measured)
     noise: NoiseEstimate | None = None
+    #: the math modes the frameworks read back in the series' ok trials (ieee | tf32 | n/a ...; docs/precision.md)
+    math_modes_seen: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -104,6 +106,7 @@ class Recommendation:
         series = dataclasses.asdict(self.series) if self.series is not None else None
         return {
             "framework": self.framework, "variant": self.variant, "series": series, "label": self.label,
+            "math_modes_seen": list(self.math_modes_seen),
             "recommended_batch": self.batch_size, "range": [self.range_lo, self.range_hi],
             "supported": self.supported, "why": self.why,
             "target_accuracy": None if self.target is None else self.target.accuracy,
@@ -212,7 +215,9 @@ def recommend_group(g: SeriesGroup, exp: Experiment | None = None, *, target_acc
     sizes = size_stats(g.by_batch)
     max_fit = _max_fit(exp.maxbatch, g.framework)
     base = dict(framework=g.framework, variant=g.series.variant, series=g.series, label=g.label, max_fit=max_fit,
-                share_of_best=share, sizes=tuple(sizes), noise=noise_estimate(rows, exp))
+                share_of_best=share, sizes=tuple(sizes), noise=noise_estimate(rows, exp),
+                math_modes_seen=tuple(sorted({str(r["math_mode_seen"]) for r in rows
+                                              if r.get("status") == "ok" and r.get("math_mode_seen")})))
     counted = [r for r in rows if r.get("status") in ("ok", "diverged")]
     if not counted:
         statuses = sorted({str(r.get("status")) for r in rows})

@@ -52,13 +52,14 @@ def _header(key: str) -> str:
 
 def headline_csv(cell_list: Sequence[Cell]) -> tuple[tuple[str, ...], tuple[tuple[Any, ...], ...]]:
     """Every metric of every cell: mean, sd and count, plus the status counts."""
-    headers = ["framework", "variant", "batch_size", "status", "trials_n", "ok_n", "drift_flagged_n", "cpu_denormals"]
+    headers = ["framework", "variant", "batch_size", "status", "trials_n", "ok_n", "drift_flagged_n", "cpu_denormals",
+               "precision_math"]
     for key in METRICS:
         headers += [f"{key}_mean", f"{key}_sd", f"{key}_n"]
     rows = []
     for c in cell_list:
         row: list[Any] = [c.framework, c.variant, c.batch_size, c.status_text(), c.n, c.n_ok, c.drift_flagged_n,
-                          "/".join(c.cpu_denormals)]
+                          "/".join(c.cpu_denormals), "/".join(c.arithmetic)]
         for key in METRICS:
             s = c.get(key)
             row += [s.mean, s.sd, s.n] if s else [None, None, 0]

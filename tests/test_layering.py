@@ -47,7 +47,8 @@ MAXBATCH, PIPELINE, CLI, REPORT, ADAPTERS = "4. max batch", "5. pipeline", "6. c
 LAYERS = (
     Layer(VOCABULARY, ("harness", "harness.errors", "harness.models", "harness.config", "harness.records",
                        "harness.monitor.fields", "harness.data.known", "harness.data.prepared", "harness.data.checks",
-                       "harness.cells", "harness.flops", "harness.registry", "harness.capture", "harness.tmpnames"),
+                       "harness.cells", "harness.flops", "harness.gpu_peaks", "harness.registry", "harness.capture",
+                       "harness.tmpnames"),
           exceptions=(
               ("harness.config.experiment", "harness.data.npzfile",
                "loading an experiment checks that its npz file exists and is readable"),

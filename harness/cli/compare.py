@@ -77,6 +77,11 @@ def render(trials: list[dict[str, Any]], file: Any = None) -> None:
         print_table(table, columns, file=file)
     from harness.cells import SUMMARY_COLUMNS, SUMMARY_NOTE, summary_rows
 
+    not_ieee = sorted({str(t.get("math_mode_seen")) for t in sweep if t.get("status") == "ok"} - {"ieee", "n/a"})
+    if not_ieee:
+        print(f"Math mode: trials here ran {', '.join(not_ieee)} (read back from the frameworks), the thesis's GTX "
+              "1060 true float32 (it has no TF32): their speeds include the arithmetic, not the frameworks alone "
+              "(math_mode = 'ieee' compares like with like; docs/precision.md).", file=file)
     print("\nThis run's cells (the statistic `batchscope run` and the report print):", file=file)
     print_table(summary_rows(sweep), SUMMARY_COLUMNS, file=file)
     print(SUMMARY_NOTE, file=file)
@@ -108,6 +113,7 @@ def render_study(trials: list[dict[str, Any]], spec: dict[str, Any], file: Any =
     print(file=file)
     print_table(rows, [("framework", "framework", ""), ("variant", "variant", ""), ("batch_size", "batch", "d"),
                        ("effective", "effective", "d"), ("status", "status", ""), ("n", "n", "d"),
+                       ("arithmetic", "precision math", ""),
                        ("step_samples_per_s", "step samples/s", ""), ("e2e_samples_per_s", "e2e samples/s", ""),
                        ("rss_peak_mib", "RSS MiB", ""), ("framework_peak_mib", "fw peak MiB", ""),
                        ("accuracy_pct", "accuracy %", "")], file=file)

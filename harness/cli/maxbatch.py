@@ -33,7 +33,7 @@ def _shape(text: str) -> tuple[int, int, int]:
 
 def register(sub: Any) -> None:
     """Add the ``maxbatch`` subcommand."""
-    from harness.config.experiment import DATA_LAYOUTS, DEVICES, OPTIMIZERS, PRECISIONS
+    from harness.config.experiment import DATA_LAYOUTS, DEVICES, MATH_MODES, OPTIMIZERS, PRECISIONS
     from harness.maxbatch.search import STRATEGIES
 
     p = sub.add_parser("maxbatch", help="find the largest batch that fits (train + eval step), probing in "
@@ -51,6 +51,9 @@ def register(sub: Any) -> None:
     p.add_argument("--synthetic-shape", type=_shape, default=(3, 32, 32), help="C,H,W of synthetic input")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="other than fp32: also search without it, and compare (\"what helps\", below)")
+    p.add_argument("--math-mode", choices=MATH_MODES, default="ieee",
+                   help="float32 convolutions and matmuls on a GPU: ieee (true float32, the default), tf32 "
+                        "(TensorFloat-32 tensor cores, Ampere and newer) or framework-default (docs/precision.md)")
     p.add_argument("--accumulate-steps", type=int, default=1, metavar="K",
                    help="K micro-batches per optimizer update: the answer is the largest micro-batch, the "
                         "effective batch K times it; K > 1 also searches without it, and compares")
@@ -173,7 +176,8 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     if args.verify and verify_steps < 1:
         raise ConfigError(f"--verify-steps {verify_steps!r} must be >= 1")
     req = MaxBatchRequest(framework=args.framework, model=args.model, dataset=args.dataset,
-                          precision=args.precision, device=args.device, strategy=args.strategy,
+                          precision=args.precision, math_mode=args.math_mode, device=args.device,
+                          strategy=args.strategy,
                           memory_limit_mib=args.memory_limit_mib, margin_mib=args.margin_mib,
                           timeout_s=args.timeout_s, optimizer=args.optimizer, momentum=args.momentum,
                           threads=args.threads, max_batch_cap=args.max_batch_cap,
@@ -186,6 +190,9 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     from harness.maxbatch.request import resolve_budget
 
     budget = resolve_budget(req, list(env.get("gpus") or []))  # refuse bad options before writing anything
+    from harness.gpu_peaks import refuse_tf32_without_units
+
+    refuse_tf32_without_units([req.math_mode], list(env.get("gpus") or []), "--math-mode")
     compare = whathelps.asks_what_helps(req.precision, req.accumulate_steps, req.adapter_options, req.env)
     searches = _what_helps_searches(req, args.no_plain, budget) if compare else [req]
     if args.no_plain and not compare:

@@ -10,6 +10,7 @@ from typing import Any
 
 from harness.cli.progress import make_progress, planned_work
 from harness.cli.table import _csv_ints, _csv_names, path_arg, print_table
+from harness.config.choices import MATH_MODES
 
 
 # ---------------------------------------------------------------- run
@@ -26,7 +27,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.ray_address:
         args.executor = "ray"
     exp = exp.with_overrides(model=args.model, frameworks=args.frameworks, batch_sizes=args.batch_sizes,
-                             device=args.device, repeats=args.repeats, epochs=args.epochs,
+                             device=args.device, repeats=args.repeats, epochs=args.epochs, math_mode=args.math_mode,
                              skip_larger_after_oom=False if args.no_skip_larger else None)
     out = Path(args.out or Path("results") / exp.name)
     command = "batchscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -101,6 +102,8 @@ def register(sub: Any) -> None:
     p.add_argument("--frameworks", type=_csv_names, help="only these frameworks, e.g. pytorch,mxnet")
     p.add_argument("--batch-sizes", type=_csv_ints, help="only these batch sizes, e.g. 4,8,16")
     p.add_argument("--device", choices=("auto", "cpu", "gpu"), help="override the experiment's device")
+    p.add_argument("--math-mode", choices=MATH_MODES, help="override the experiment's math_mode: ieee (true float32 on "
+                   "a GPU, the default), tf32 (TensorFloat-32 tensor cores) or framework-default (docs/precision.md)")
     p.add_argument("--repeats", type=int, help="override the number of repeats")
     p.add_argument("--epochs", type=int, help="override the number of epochs")
     p.add_argument("--resume", action="store_true", help="skip trials already stored in --out")

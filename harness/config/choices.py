@@ -22,6 +22,10 @@ Augment = Literal["none", "crop", "flip", "crop_flip"]
 Study = Literal["", "optimizer_batch", "augmentation", "lr_scaling", "batch_shapes", "oom_mitigations"]
 #: fp32: float32 throughout; amp: float16 autocast with loss scaling; bf16: bfloat16 mixed precision
 Precision = Literal["fp32", "amp", "bf16"]
+#: the arithmetic of float32 convolutions and matmuls on a GPU: ieee (true float32 everywhere), tf32 (TensorFloat-32
+#: tensor cores for convolutions and matmuls, Ampere and newer), framework-default (each framework as installed, its
+#: actual mode read back and recorded); docs/precision.md, "Math mode"
+MathMode = Literal["ieee", "tf32", "framework-default"]
 
 DEVICES: tuple[str, ...] = get_args(Device)
 OPTIMIZERS: tuple[str, ...] = get_args(OptimizerName)
@@ -31,3 +35,4 @@ DENORMALS: tuple[str, ...] = get_args(Denormals)
 AUGMENTS: tuple[str, ...] = get_args(Augment)
 STUDIES: tuple[str, ...] = get_args(Study)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
+MATH_MODES: tuple[str, ...] = get_args(MathMode)

@@ -46,10 +46,21 @@ from harness.config.choices import DATA_LAYOUTS as DATA_LAYOUTS
 from harness.config.choices import DENORMALS as DENORMALS
 from harness.config.choices import DEVICES as DEVICES
 from harness.config.choices import LR_POLICIES as LR_POLICIES
+from harness.config.choices import MATH_MODES as MATH_MODES
 from harness.config.choices import OPTIMIZERS as OPTIMIZERS
 from harness.config.choices import PRECISIONS as PRECISIONS
 from harness.config.choices import STUDIES as STUDIES
-from harness.config.choices import Augment, DataLayout, Denormals, Device, LrPolicy, OptimizerName, Precision, Study
+from harness.config.choices import (
+    Augment,
+    DataLayout,
+    Denormals,
+    Device,
+    LrPolicy,
+    MathMode,
+    OptimizerName,
+    Precision,
+    Study,
+)
 from harness.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -59,7 +70,7 @@ else:  # pragma: no cover
 
 #: keys a variant may set: the settings that define a study (the rest is shared by every variant)
 VARIANT_KEYS = ("optimizer", "learning_rate", "momentum", "lr_policy", "lr_base_batch", "augment",
-                "augment_pad_px", "precision", "denormals", "accumulate_steps", "adapters",
+                "augment_pad_px", "precision", "denormals", "math_mode", "accumulate_steps", "adapters",
                 "batch_sizes")  # e.g. smaller micro-batches where a variant accumulates to the same effective batch
 
 #: the store keeps whole numbers in SQLite INTEGER columns (signed 64-bit): larger ones would fail the
@@ -144,6 +155,9 @@ class Experiment:
     device: Device = "auto"
     precision: Precision = "fp32"
     denormals: Denormals = "flush"  # see docs/denormals.md for why flushing is the default
+    #: float32 convolutions and matmuls on a GPU: true float32 in every framework by default, so that a comparison
+    #: measures the frameworks, not which one turned TF32 on (docs/precision.md, "Math mode")
+    math_mode: MathMode = "ieee"
     threads: int = _setting(0, ge=0, le=MAX_THREADS, unit="threads")
     timeout_s: float = _setting(900.0, gt=0, le=MAX_TIMEOUT_S, unit="s")
     eval: bool = True
@@ -353,6 +367,7 @@ def _validate(exp: Experiment) -> None:
     _check_fields(exp, bad)
     _validate_ranges(exp, bad)
     _check_precision(exp, bad)
+    _check_math_mode(exp, bad)
     _check_gradient_noise(exp, bad)
     _check_device_settings(exp, bad)
     if len(exp.synthetic_shape) != 3 or min(exp.synthetic_shape) <= 0:
@@ -396,6 +411,20 @@ def _check_precision(exp: Experiment, bad: Callable[[str, str], ConfigError]) ->
             adapter_class(fw).validate_precision(exp.precision, exp.device)
         except ConfigError as e:
             raise bad("precision", str(e)) from None
+
+
+def _check_math_mode(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:
+    """Refuse a math mode an adapter would not apply on the experiment's device (harness.config.precision)."""
+    from harness.config.precision import validate_math_mode
+    from harness.registry import adapter_class
+
+    for fw in exp.frameworks:
+        cls = adapter_class(fw)
+        try:  # getattr: a duck-typed plugin may not declare math modes at all
+            validate_math_mode(exp.math_mode, exp.device, fw, tuple(getattr(cls, "math_modes", ())),
+                               str(getattr(cls, "math_mode_note", "")))
+        except ConfigError as e:
+            raise bad("math_mode", str(e)) from None
 
 
 def has_hook(cls: type, hook: str) -> bool:

@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from harness.config.choices import Augment, Denormals, Device, OptimizerName, Precision
+from harness.config.choices import Augment, Denormals, Device, MathMode, OptimizerName, Precision
+from harness.config.precision import legacy_math_mode
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,9 @@ class TrialSpec:
     #: (Experiment.steady_s); 0: none. Not part of the hash: it changes no headline figure, and the length each
     #: trial measured is stored with it (``steady_window_s``)
     steady_s: float = 0.0
+    #: what float32 convolutions and matmuls compute in on a GPU: ieee | tf32 | framework-default (docs/precision.md,
+    #: "Math mode"); hashed unless it is what a trial stored before the key existed ran under (see trial_hash)
+    math_mode: MathMode = "ieee"
 
     @property
     def effective_batch_size(self) -> int:
@@ -82,6 +86,8 @@ class TrialSpec:
         opt = dict(data.pop("optimizer"))
         opt["adam_betas"] = tuple(opt.get("adam_betas", (0.9, 0.999)))
         names = {f.name for f in fields(cls)}
+        if "math_mode" not in data:  # stored before math modes: what such a trial ran under on its device
+            data["math_mode"] = legacy_math_mode(str(data.get("device", "auto")))
         return cls(optimizer=OptimizerSpec(**opt), **{k: v for k, v in data.items() if k in names})
 
     @property
@@ -95,6 +101,10 @@ class TrialSpec:
         for name, default in _HASHED_WHEN_SET.items():
             if payload.get(name) == default:
                 payload.pop(name)
+        if payload.get("math_mode") == legacy_math_mode(self.device):
+            # what every trial ran under before the key existed (true float32 on the CPU, the framework's default on
+            # a GPU): such old trials keep their hashes, and no trial of another math mode can take one of them
+            payload.pop("math_mode")
         if payload.get("augment", "none") == "none":
             payload.pop("augment_pad_px", None)  # no augmentation: the padding changes nothing
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)

@@ -158,7 +158,7 @@ class WorkerProber:
             # plain and the accumulated searches of a "what helps" run get the same time per micro-batch
             device=self.budget.device, threads=r.threads,  # type: ignore[arg-type]
             timeout_s=min(r.timeout_s * r.accumulate_steps, MAX_TIMEOUT_S),
-            precision=r.precision, adapter_options=dict(r.adapter_options),
+            precision=r.precision, math_mode=r.math_mode, adapter_options=dict(r.adapter_options),
             memory_limit_mib=self.budget.trial_limit_mib, eval=True, eval_batch_size=batch,
             train_samples=r.train_samples, data_key=self.data.key, purpose="probe",
             accumulate_steps=r.accumulate_steps)  # k micro-batches of ``batch`` per update: the micro-batch
@@ -414,7 +414,7 @@ def result_row(req: MaxBatchRequest, budget: Budget, result: SearchResult, param
         "run_id": run_id, "experiment": req.experiment, "framework": req.framework, "model": req.model,
         "dataset": req.dataset,
         "device": (ok_outcome.device.get("device") if ok_outcome else None) or budget.device,
-        "precision": req.precision, "strategy": result.strategy, "budget_mib": budget.mib,
+        "precision": req.precision, "math_mode": req.math_mode, "strategy": result.strategy, "budget_mib": budget.mib,
         "budget_kind": budget.kind, "margin_mib": req.margin_mib, "max_batch": result.max_batch,
         "first_fail_batch": fail.batch if fail else None, "first_fail_status": fail.status if fail else None,
         "first_fail_reason": fail.reason if fail else None, "recommended_batch": rec,

@@ -15,7 +15,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.config.choices import Device, OptimizerName, Precision
+from harness.config.choices import MATH_MODES, Device, MathMode, OptimizerName, Precision
 from harness.config.experiment import DEFAULT_SETTLE_STEPS, DEVICES, OPTIMIZERS, PRECISIONS, Experiment
 from harness.errors import BatchscopeWarning, ConfigError
 from harness.maxbatch.search import STRATEGIES
@@ -49,6 +49,9 @@ class MaxBatchRequest:
     model: str
     dataset: str = "synthetic"
     precision: Precision = "fp32"
+    #: float32 convolutions and matmuls on a GPU (docs/precision.md, "Math mode"): cuDNN picks other algorithms, with
+    #: other workspaces, under TF32, so the probes run under the math mode the training will
+    math_mode: MathMode = "ieee"
     device: Device = "auto"
     strategy: str = "model"
     memory_limit_mib: float = 0.0  # 0: the card's memory (GPU only)
@@ -96,6 +99,14 @@ class MaxBatchRequest:
                                   ("device = 'auto'", "--device auto")):
                 text = text.replace(setting, flag)  # the flags the user types, not the experiment file's keys
             raise ConfigError(f"--precision {self.precision!r}: {text}") from None
+        from harness.config.precision import validate_math_mode
+
+        try:
+            validate_math_mode(self.math_mode, self.device, self.framework, tuple(getattr(cls, "math_modes", ())),
+                               str(getattr(cls, "math_mode_note", "")))
+        except ConfigError as e:
+            text = str(e).replace("set device = ", "use --device ").replace("math_mode = ", "--math-mode ")
+            raise ConfigError(f"--math-mode {self.math_mode!r}: {text}") from None
         check = getattr(cls, "validate_device_options", None)
         if check is not None and self.adapter_options:
             check(self.adapter_options, self.device)
@@ -115,6 +126,7 @@ class MaxBatchRequest:
         checks = (
             (self.strategy in STRATEGIES, f"--strategy {self.strategy!r} is not one of {STRATEGIES}"),
             (self.precision in PRECISIONS, f"--precision {self.precision!r} is not one of {PRECISIONS}"),
+            (self.math_mode in MATH_MODES, f"--math-mode {self.math_mode!r} is not one of {', '.join(MATH_MODES)}"),
             (self.device in DEVICES, f"--device {self.device!r} is not one of {', '.join(DEVICES)}"),
             (self.optimizer in OPTIMIZERS, f"--optimizer {self.optimizer!r} is not one of {OPTIMIZERS}"),
             (self.memory_limit_mib >= 0, f"--memory-limit-mib {self.memory_limit_mib!r} must be >= 0"),
@@ -142,7 +154,8 @@ class MaxBatchRequest:
         """The search a sweep with ``max_batch = true`` runs for ``framework`` after its trials."""
         settings = exp.adapters.get(framework)
         return cls(framework=framework, model=exp.model_for(framework), dataset=exp.dataset, precision=exp.precision,
-                   device=exp.device, memory_limit_mib=exp.memory_limit_mib, timeout_s=exp.timeout_s,
+                   math_mode=exp.math_mode, device=exp.device, memory_limit_mib=exp.memory_limit_mib,
+                   timeout_s=exp.timeout_s,
                    optimizer=exp.optimizer, momentum=exp.momentum, learning_rate=exp.learning_rate,
                    threads=exp.threads, seed=exp.seed, synthetic_shape=exp.synthetic_shape,
                    synthetic_classes=exp.synthetic_classes, synthetic_samples=exp.synthetic_samples,

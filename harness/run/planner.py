@@ -132,7 +132,7 @@ def _trial(v: Experiment, variant: str, framework: str, batch_size: int, repeat:
         optimizer=OptimizerSpec(name=v.optimizer, lr=v.lr_for(batch_size * v.accumulate_steps),  # type: ignore[arg-type]
                                 momentum=v.momentum),
         device=v.device, threads=v.threads, timeout_s=v.timeout_s,  # type: ignore[arg-type]
-        precision=v.precision, denormals=v.denormals,
+        precision=v.precision, denormals=v.denormals, math_mode=v.math_mode,
         adapter_options=options,  # memory_limit_mib: the max-batch search's budget only
         eval=v.eval, eval_points=v.eval_points if v.eval else 0, eval_batch_size=v.eval_batch_size,
         train_samples=v.train_samples,

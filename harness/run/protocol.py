@@ -47,7 +47,9 @@ __all__ = ["EVENTS", "PHASES", "PROGRESS_INTERVAL_S", "PROTOCOL_VERSION", "Chann
 #: 2: typed messages, each line carries the version (1 sent it in the request only, and no one checked it);
 #: 3: ``result`` carries the learning curve and whether (and where) the training diverged;
 #: 4: ``result`` carries the gradient-noise measurement of each evaluation point (``gradient_noise``);
-#: 5: the ``steady`` and ``finish`` phases after the final evaluation, ``phase_steps["steady"]`` (issue 29)
+#: 5: the ``steady`` and ``finish`` phases after the final evaluation, ``phase_steps["steady"]`` (issue 29); the
+#:    request's trial carries ``math_mode``, which the worker applies (an older worker would ignore it), and
+#:    ``ready``'s device facts the math mode the framework read back (``math_mode``)
 PROTOCOL_VERSION = 5
 PHASES = ("setup", "warmup", "timed", "train", "eval", "steady", "finish")
 
@@ -143,6 +145,9 @@ class SetupFacts:
     gpu_name: str | None = None
     gpu_total_mib: float | None = None
     cpu_denormals: str | None = None  # flush | keep | unknown, where the adapter tells
+    #: what float32 convolutions and matmuls compute in, read back from the framework (harness.config.precision
+    #: MATH_MODES_SEEN: ieee | tf32 | conv-tf32 | matmul-tf32 | n/a | unknown); None: the adapter does not tell
+    math_mode: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod

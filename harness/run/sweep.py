@@ -14,11 +14,13 @@ from typing import Any, Protocol
 
 from harness.cells import summary_rows
 from harness.config.experiment import Experiment
+from harness.config.precision import legacy_math_mode
 from harness.config.trial import TrialSpec
 from harness.data import PreparedData, default_cache_dir, prepare
 from harness.data.footprint import require_disk
 from harness.diskfull import write_atomically
 from harness.errors import ConfigError, StoreError
+from harness.gpu_peaks import refuse_tf32_without_units
 from harness.models import build_description, is_native_model
 from harness.monitor import environment
 from harness.records import Executor, Monitor, TrialOutcome, TrialUnit, allocator_env
@@ -167,6 +169,7 @@ def run_sweep(
         raise ConfigError(f"{exp.source}: device = \"gpu\" was asked for, but NVML sees no GPU here "
                           f"({env.get('gpu_note') or 'no GPU'}); use device = \"cpu\" or \"auto\", or run "
                           "where a GPU is visible")
+    refuse_tf32_without_units([v.math_mode for _, v in exp.resolved_variants()], env.get("gpus") or [], exp.source)
     if preflight is not None:  # e.g. refuse a budget that cannot be enforced, before anything is written
         preflight(env)
     # data before the store: a data error (no network, corrupt archive) must leave nothing written
@@ -234,6 +237,8 @@ def changed_settings(stored: dict[str, Any], now: dict[str, Any]) -> list[str]:
         if key in RESUMABLE_CHANGES:
             continue
         before, after = stored.get(key), now.get(key)
+        if key == "math_mode" and before is None and after == legacy_math_mode(str(now.get("device"))):
+            continue  # a store from before math modes ran exactly this (true float32 on the CPU)
         if json.dumps(before, sort_keys=True, default=str) != json.dumps(after, sort_keys=True, default=str):
             out.append(f"{key}: {before!r} stored, {after!r} now")
     return out

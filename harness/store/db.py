@@ -34,7 +34,7 @@ from typing import Any
 
 from harness.diskfull import KEPT_RESUME, disk_full, is_disk_full
 from harness.errors import BatchscopeError, OutputError, StoreError
-from harness.flops import mfu_pct
+from harness.flops import mfu
 from harness.monitor.fields import SAMPLE_COLUMNS
 from harness.monitor.fields import TRIAL_COLUMNS as SAMPLER_TRIAL_COLUMNS
 from harness.noise import NoiseRecord
@@ -90,6 +90,9 @@ TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("mfu_pct", "REAL"), ("rss_peak_mib", "REAL"),  # the higher of the worker's maxrss and the sampler's peak
     ("epochs", "INTEGER"), ("lr", "REAL"), ("optimizer", "TEXT"), ("elapsed_s", "REAL"),
     ("param_count", "INTEGER"), ("device", "TEXT"), ("precision", "TEXT"),
+    # issue 29: the math mode asked for (ieee | tf32 | framework-default; what ran is the worker's math_mode_seen), and
+    # the dense peak mfu_pct divides by, or why no MFU is published (harness.flops.mfu). NULL in rows stored before.
+    ("math_mode", "TEXT"), ("mfu_peak_tflops", "REAL"), ("mfu_note", "TEXT"),
     *METRIC_COLUMNS,
     # sampler aggregates, from the field table (harness/monitor/fields.py): means over the timed phase, except
     # where the name says peak; NULL where not measured
@@ -139,6 +142,8 @@ MAXBATCH_COLUMNS: tuple[tuple[str, str], ...] = (
     # issue 22: the runs that settled the recommendation under glibc's default malloc ([{batch, run, status}], the
     # last candidate's last) and their length in timed steps (harness.maxbatch.prober.settle_heap)
     ("heap_settle_json", "TEXT"), ("heap_settle_steps", "INTEGER"),
+    # issue 29: the math mode the probes ran under (ieee | tf32 | framework-default); NULL in rows stored before
+    ("math_mode", "TEXT"),
 )
 MAXBATCH_COLUMN_NAMES = tuple(name for name, _ in MAXBATCH_COLUMNS)
 
@@ -537,8 +542,7 @@ def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> d
         "epochs": t.epochs, "lr": t.optimizer.lr, "optimizer": t.optimizer.name,
         "elapsed_s": outcome.elapsed_s, "param_count": outcome.param_count,
         "device": outcome.device.get("device"), "precision": t.precision, "denormals": t.denormals,
-        "mfu_pct": mfu_pct(m.get("achieved_gflop_per_s"), outcome.device.get("gpu_name"), t.precision)
-        if outcome.device.get("gpu_name") else None,
+        "math_mode": t.math_mode, **_mfu_columns(outcome, m),
         "rss_peak_mib": max(rss) if rss else None,
         "variant": t.variant, "augment": t.augment, "accumulate_steps": t.accumulate_steps,
         "effective_batch_size": t.effective_batch_size,
@@ -557,6 +561,16 @@ def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> d
         if name not in row:
             row[name] = m.get(name, mon.get(name))
     return row
+
+
+def _mfu_columns(outcome: TrialOutcome, metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """``mfu_pct`` against the peak of the arithmetic that ran (the math mode read back, the precision), with the
+    peak and a note; all NULL off the GPU and where the trial has no measurements."""
+    gpu_name = outcome.device.get("gpu_name")
+    if not gpu_name or metrics.get("achieved_gflop_per_s") is None:
+        return {"mfu_pct": None, "mfu_peak_tflops": None, "mfu_note": None}
+    got = mfu(metrics.get("achieved_gflop_per_s"), gpu_name, outcome.trial.precision, metrics.get("math_mode_seen"))
+    return {"mfu_pct": got.pct, "mfu_peak_tflops": got.peak_tflops, "mfu_note": got.note}
 
 
 def _j_per_sample(energy_j: float | None, batch_size: int, timed_steps_n: int | None) -> float | None:

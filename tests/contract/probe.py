@@ -107,7 +107,8 @@ class Probe:
         return {"versions": self.adapter.versions()}
 
     def setup(self) -> dict[str, Any]:
-        return {"facts": self.adapter.setup(RuntimeConfig(device="cpu", threads=1))}
+        # math_mode as a worker asks by default: on the CPU an adapter with the capability reads back "n/a"
+        return {"facts": self.adapter.setup(RuntimeConfig(device="cpu", threads=1, math_mode="ieee"))}
 
     def _build(self, model: str, shape: tuple[int, int, int], classes: int, optimizer: OptimizerSpec = SGD) -> Any:
         desc = build_description(model, shape, classes)

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from adapters.base import capabilities
 from harness.data import DataRequest, prepare
 from harness.records import TrialUnit
 from harness.registry import adapter_class
@@ -47,6 +48,9 @@ def test_versions_are_reported(adapter_name, probe):
 def test_setup_returns_device_facts(adapter_name, probe):
     facts = probe(adapter_name).check("setup")["facts"]
     assert isinstance(facts, dict) and "device" in facts, facts
+    cls = adapter_class(adapter_name) if ":" not in adapter_name else None
+    if cls is not None and "math_modes" in capabilities(cls):  # the capability: the mode read back, n/a on the CPU
+        assert facts.get("math_mode") == "n/a", facts
 
 
 @pytest.mark.parametrize("model", [m[0] for m in MODELS])

@@ -40,6 +40,11 @@ FLOOD_BYTES = 64 * 2**20
 BEHAVIOUR_ENV = "BATCHSCOPE_FAKE_BEHAVIOUR"
 #: with behaviour "oom_large", batches of at least this many samples "run out of memory" (doomed sizes)
 OOM_LARGE_BATCH = 64
+#: a GPU name: the fake "runs" on that GPU (its setup reports it, and a math mode other than n/a)
+FAKE_GPU_ENV = "BATCHSCOPE_FAKE_GPU"
+#: the math mode the fake framework reads back whatever was asked (a framework that ignores the switch); unset: on
+#: its fake GPU the mode asked (framework-default: tf32, as TensorFlow and JAX do), n/a on the CPU
+FAKE_MATH_ENV = "BATCHSCOPE_FAKE_MATH"
 
 
 TRANSIENT_MIB = 64
@@ -80,6 +85,7 @@ class FakeAdapter(Adapter):
     options = {"behaviour": BEHAVIOURS}
     oom_stderr_patterns = ("FAKE ALLOCATOR ABORT",)
     precisions = ("fp32", "bf16")  # "computed" in the dtype asked for; behaviour "ignores_precision": float32 always
+    math_modes = ("ieee", "tf32")  # applied to its fake GPU (FAKE_GPU_ENV), read back as FAKE_MATH_ENV says
 
     def __init__(self) -> None:
         self.behaviour = "ok"
@@ -99,9 +105,14 @@ class FakeAdapter(Adapter):
         self.precision = runtime.precision
         if self.behaviour == "hang_setup":
             time.sleep(3600)
+        gpu = os.environ.get(FAKE_GPU_ENV)
+        asked = "tf32" if runtime.math_mode == "framework-default" else runtime.math_mode
+        info: dict[str, Any] = {"device": "cuda:0", "gpu_name": gpu} if gpu else {"device": "cpu"}
+        info["math_mode"] = os.environ.get(FAKE_MATH_ENV) or (asked if gpu else "n/a")
+        info["tf32_override"] = os.environ.get("NVIDIA_TF32_OVERRIDE")  # what the worker left for cuBLAS/cuDNN
         if self.behaviour == "keeps_denormals":  # an adapter that undoes the worker's FTZ/DAZ, as some might
-            return {"device": "cpu", "cpu_denormals": "keep"}
-        return {"device": "cpu"}
+            info["cpu_denormals"] = "keep"
+        return info
 
     def build(self, model: ModelDescription, weights: Sequence[np.ndarray], optimizer: OptimizerSpec) -> None:
         self.classes = model.classes

@@ -51,3 +51,40 @@ def test_residual_networks_count_their_blocks_against_published_figures():
     # the second stage opens with a stride-2 conv (body) and a stride-2 1x1 projection (shortcut): 28x28 out
     assert r18[5] == 2 * 9 * 64 * 128 * 28 * 28
     assert r18[7] == 2 * 1 * 64 * 128 * 28 * 28
+
+
+def test_each_arithmetic_has_its_dense_peak_and_names_match_the_right_card():
+    from harness.flops import mfu
+    from harness.gpu_peaks import GPU_PEAKS, find_gpu
+
+    h100 = "NVIDIA H100 80GB HBM3"
+    assert gpu_peak_tflops(h100, "fp32", "tf32") == pytest.approx(494.7)  # 989.4 with sparsity, halved
+    assert gpu_peak_tflops(h100, "fp32", "ieee") == 67.0
+    assert gpu_peak_tflops(h100, "bf16", "ieee") == gpu_peak_tflops(h100, "amp", "tf32") == pytest.approx(989.4)
+    assert gpu_peak_tflops("NVIDIA H100 PCIe", "fp32", "tf32") == 378.0
+    assert gpu_peak_tflops(h100, "fp32", "conv-tf32") is None and gpu_peak_tflops(h100, "fp32", None) is None
+    tf32 = mfu(49_470.0, h100, "fp32", "tf32")
+    assert tf32.pct == pytest.approx(10.0) and tf32.peak_tflops == pytest.approx(494.7) and "tf32" in tf32.note
+    assert mfu(6_700.0, h100, "fp32", "ieee").pct == pytest.approx(10.0)
+    # the issue's H100 JAX trial: 105.5 % of the fp32 peak, while TF32 ran; against TF32's peak it is 14.3 %
+    jax = 0.01 * 105.5 * 67_000.0
+    assert mfu(jax, h100, "fp32", "ieee").pct is None  # above 100 %: not published
+    assert mfu(jax, h100, "fp32", "tf32").pct == pytest.approx(105.5 * 67.0 / 494.7)
+    names = {"NVIDIA A100-SXM4-80GB": "A100", "NVIDIA A100 80GB PCIe": "A100", "NVIDIA A10": "A10",
+             "NVIDIA L4": "L4", "NVIDIA GeForce RTX 4090": "GeForce RTX 4090", "Tesla V100-SXM2-16GB": "V100 SXM2",
+             "Tesla V100-PCIE-32GB": "V100 PCIe", "Tesla T4": "T4", "GeForce GTX 1060 6GB": "GeForce GTX 1060 6GB",
+             "NVIDIA GeForce GTX 1060 3GB": "GeForce GTX 1060 3GB", "NVIDIA H100 NVL": "H100 NVL",
+             "NVIDIA H200": "H200 SXM"}
+    for name, label in names.items():
+        row = find_gpu(name)
+        assert row is not None and row.label == label, name
+    for other in ("NVIDIA A10G", "NVIDIA L40S", "NVIDIA L40", "NVIDIA GeForce RTX 4090 D", "AMD Instinct MI300X",
+                  "NVIDIA GeForce RTX 4090 Laptop GPU", "GeForce GTX 1060 with Max-Q Design", "NVIDIA GH200 480GB"):
+        assert find_gpu(other) is None, other  # near names are other cards: no MFU rather than a wrong one
+    for row in GPU_PEAKS:  # dense tensor peaks are above the CUDA-core float32 one, and TF32 is below 16-bit
+        tensor = [p for p in (row.tf32_tflops, row.bf16_tflops, row.fp16_tflops) if p is not None]
+        assert all(p >= row.fp32_tflops for p in tensor), row.label
+        if row.tf32_tflops is not None and row.bf16_tflops is not None:
+            assert row.tf32_tflops <= row.bf16_tflops, row.label
+    assert gpu_peak_tflops("Tesla V100-SXM2-16GB", "fp32", "tf32") is None  # Volta has no TF32 units
+    assert mfu(1.0, "Tesla V100-SXM2-16GB", "bf16", "ieee").pct is None

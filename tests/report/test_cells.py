@@ -96,3 +96,24 @@ def test_the_drift_finding_says_whether_the_repeats_agree():
     workload = drift(cells(_drifting([+40.0, +35.0])), ["pytorch"])[0].text
     assert "1 of 2 trial(s): not the same in every repeat: most likely the machine" in machine
     assert "2 of 2 trial(s): in every repeat, the same way: the workload's own change" in workload
+
+
+def test_the_math_mode_splits_series_is_shown_beside_the_precision_and_a_mixed_comparison_is_named():
+    from report.findings import math_modes
+
+    def gpu(fw: str, mode: str, seen: str, step: float) -> dict:
+        return trial(fw, 4, 0, step) | {"device": "gpu", "math_mode": mode, "math_mode_seen": seen}
+
+    rows = [gpu("pytorch", "ieee", "ieee", 100.0), gpu("pytorch", "tf32", "tf32", 240.0),
+            gpu("jax", "framework-default", "tf32", 270.0)]
+    table = {r["framework"]: r for r in summary_rows(rows, ["pytorch", "jax"])}
+    assert set(table) == {"pytorch [ieee]", "pytorch [tf32]", "jax [framework-default]"}  # never one cell
+    assert table["pytorch [ieee]"]["arithmetic"] == "fp32 ieee" and table["pytorch [tf32]"]["arithmetic"] == "fp32 tf32"
+    assert summary_rows(TRIALS)[0]["arithmetic"] == "fp32 ?"  # stored before math modes were read back
+    same = cells([rows[1], rows[2]], ["pytorch", "jax"])
+    assert math_modes(same, ["pytorch", "jax"]) == []  # both TF32: comparable
+    mixed = cells([rows[0], rows[2]], ["pytorch", "jax"])
+    found = math_modes(mixed, ["pytorch", "jax"])
+    assert len(found) == 1 and "pytorch: fp32 ieee; jax: fp32 tf32" in found[0].text
+    cpu = [trial("pytorch", 4, 0, 1.0) | {"math_mode_seen": "n/a"}, trial("mxnet", 4, 0, 1.0)]
+    assert math_modes(cells(cpu), ["pytorch", "mxnet"]) == []  # the CPU: the question does not arise

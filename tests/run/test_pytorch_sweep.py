@@ -29,6 +29,8 @@ def test_real_pytorch_sweep_stores_a_row_per_batch_size(tmp_path, cache_dir):
         assert r["epochs_done"] == pytest.approx(1.0)
         assert r["param_count"] == 1 * 9 * 32 + 32 + 32 * 6 * 6 * 128 + 128 + 128 * 10 + 10
         assert r["device"] == "cpu" and '"torch"' in r["versions_json"]
+        # the math mode: asked ieee (the default), read back from torch as n/a on the CPU; no MFU off the GPU
+        assert (r["math_mode"], r["math_mode_seen"], r["mfu_pct"], r["mfu_note"]) == ("ieee", "n/a", None, None)
     by_bs = {r["batch_size"]: r for r in rows if r["repeat"] == 0}
     assert by_bs[4]["train_steps_n"] == 24 and by_bs[32]["train_steps_n"] == 3
     # the learning curve: eval_points (8 by default) spread over the steps, then the end of the training

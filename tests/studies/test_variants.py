@@ -51,9 +51,17 @@ def test_an_experiment_without_variants_keeps_its_old_trial_hashes():
     trial = TrialSpec(experiment="quick", framework="pytorch", model="osu_cnn", dataset="mnist5k", batch_size=16,
                       repeat=0, seed=0, epochs=2, warmup_steps=3, timed_steps=20,
                       optimizer=OptimizerSpec(name="adam", lr=0.001), device="auto", threads=1, timeout_s=300.0,
-                      data_key="k")
+                      data_key="k", math_mode="framework-default")  # what a trial on "auto" ran before math modes
     assert trial.trial_hash == "0672c6a6f53a02428930"
     import dataclasses
+
+    # the math mode (issue 29): the default ieee is a new identity under "auto" (such a trial on a GPU ran TF32 where
+    # its framework turned it on), and a stored spec without the key reads as what it ran
+    assert dataclasses.replace(trial, math_mode="ieee").trial_hash != trial.trial_hash
+    old = trial.to_dict()
+    del old["math_mode"]
+    assert TrialSpec.from_dict(old).math_mode == "framework-default"
+    assert TrialSpec.from_dict(old).trial_hash == trial.trial_hash
 
     for change in ({"variant": "adam"}, {"augment": "crop"}, {"accumulate_steps": 2}):
         assert dataclasses.replace(trial, **change).trial_hash != trial.trial_hash, change

@@ -12,6 +12,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from adapters import fpenv
 from adapters.base import Adapter, MemoryStats, PrecisionSeen, RuntimeConfig
-from harness.config.precision import check_observed
+from harness.config.precision import TF32_OVERRIDE_VAR, check_math_mode, check_observed
 from harness.config.trial import TrialSpec
 from harness.errors import ConfigError
 from harness.flops import train_flop_per_sample
@@ -60,6 +61,26 @@ def _cpu_denormals(trial: TrialSpec, facts: SetupFacts) -> str:
     return state
 
 
+def math_mode_env(math_mode: str, environ: MutableMapping[str, str]) -> None:
+    """Set NVIDIA's backstop for the math mode in ``environ`` (the worker's own, before any framework is imported, so
+    that cuBLAS and cuDNN read it when they load): ``ieee`` sets NVIDIA_TF32_OVERRIDE=0 (TF32 off in both, whatever
+    a framework's switches say), ``tf32`` removes an inherited one (it would turn TF32 off), ``framework-default``
+    leaves the user's environment as it is (and the adapter's read-back counts it)."""
+    if math_mode == "ieee":
+        environ[TF32_OVERRIDE_VAR] = "0"
+    elif math_mode == "tf32":
+        environ.pop(TF32_OVERRIDE_VAR, None)
+
+
+def on_gpu(facts: SetupFacts) -> bool:
+    """Whether the adapter's setup put the trial on a GPU: its own math-mode report says so (``n/a``: not on one);
+    for an adapter that does not report one, a GPU name or a device called cuda/gpu."""
+    if facts.math_mode is not None:
+        return facts.math_mode != "n/a"
+    device = str(facts.device or "").lower()
+    return bool(facts.gpu_name) or any(word in device for word in ("cuda", "gpu", "rocm"))
+
+
 def _precision_seen(trial: TrialSpec, adapter: Adapter) -> PrecisionSeen | None:
     """What the training forward pass computed in, as the adapter observed it; refuses a precision that did
     not run (harness.config.precision.check_observed), so no such trial is stored as if it had."""
@@ -88,6 +109,7 @@ class SetUp:
 
     facts: SetupFacts
     cpu_denormals: str
+    math_mode: str  # what the framework computes float32 convolutions and matmuls in (MATH_MODES_SEEN)
     desc: ModelDescription | None  # None for a framework's native model
     model_info: dict[str, Any]
     arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # x_train, y_train, x_test, y_test
@@ -101,8 +123,10 @@ def set_up(request: WorkerRequest, adapter: Adapter) -> SetUp:
     t_setup = time.perf_counter()
     facts = SetupFacts.from_dict(adapter.setup(RuntimeConfig(
         device=trial.device, threads=trial.threads or None, options=dict(trial.adapter_options),
-        memory_limit_mib=trial.memory_limit_mib or None, precision=trial.precision, denormals=trial.denormals)))
+        memory_limit_mib=trial.memory_limit_mib or None, precision=trial.precision, denormals=trial.denormals,
+        math_mode=trial.math_mode)))
     cpu_denormals = _cpu_denormals(trial, facts)
+    math_mode = check_math_mode(trial.math_mode, trial.framework, facts.math_mode, on_gpu(facts))
     arrays = data.load()
     desc: ModelDescription | None = None
     if is_native_model(trial.model):  # the framework's own model: no description, no shared weights
@@ -117,8 +141,8 @@ def set_up(request: WorkerRequest, adapter: Adapter) -> SetUp:
         adapter.build(desc, init_weights(desc, trial.seed), trial.optimizer)
         model_info = desc.to_dict()
     order = np.load(request.order_path, mmap_mode="r")
-    return SetUp(facts=facts, cpu_denormals=cpu_denormals, desc=desc, model_info=model_info, arrays=arrays,
-                 order=order, setup_s=time.perf_counter() - t_setup)
+    return SetUp(facts=facts, cpu_denormals=cpu_denormals, math_mode=math_mode, desc=desc, model_info=model_info,
+                 arrays=arrays, order=order, setup_s=time.perf_counter() - t_setup)
 
 
 def _metrics(trial: TrialSpec, setup: SetUp, plan: StepPlan, trained: Trained, runner: StepRunner, n_train: int,
@@ -133,6 +157,7 @@ def _metrics(trial: TrialSpec, setup: SetUp, plan: StepPlan, trained: Trained, r
         optimizer_updates_n=len(trained.step_ms), micro_batches_n=runner.micro_batches_n,
         epochs_done=trained.samples_seen / n_train if trial.epochs else 0.0,
         data_s=trained.data_s, setup_s=setup.setup_s, train_s=trained.train_s, cpu_denormals=setup.cpu_denormals,
+        math_mode_seen=setup.math_mode,
         compute_dtype=seen.compute_dtype if seen else None, loss_scale=seen.loss_scale if seen else None,
         framework_peak_mib=mem.peak_mib, framework_peak_source=mem.source,
         framework_reserved_mib=mem.reserved_mib, maxrss_mib=maxrss_mib(), **memory,
@@ -235,6 +260,7 @@ def run_trial(request: WorkerRequest, chan: Channel) -> int:
             # before the adapter imports its framework, so that every thread the framework starts inherits
             # FTZ/DAZ (adapters/fpenv.py); the adapter then applies its framework's own switch where one exists
             fpenv.set_cpu_flush(True)
+        math_mode_env(trial.math_mode, os.environ)  # before the framework loads cuBLAS and cuDNN
         adapter = load_adapter(request.adapter_target)
         chan.send(Hello(pid=os.getpid(), adapter=trial.framework, versions=adapter.versions(),
                         python=sys.version.split()[0], executable=sys.executable))
