@@ -136,6 +136,9 @@ MAXBATCH_COLUMNS: tuple[tuple[str, str], ...] = (
     # issue 22: the runs that settled the recommendation under glibc's default malloc ([{batch, run, status}], the
     # last candidate's last) and their length in timed steps (harness.maxbatch.prober.settle_heap)
     ("heap_settle_json", "TEXT"), ("heap_settle_steps", "INTEGER"),
+    # issue 31: the search's resolution ("exact", "1%", "8,1%": harness.maxbatch.search.Resolution.label): the answer
+    # is within it of the boundary. NULL in rows stored before (exact).
+    ("resolution", "TEXT"),
 )
 MAXBATCH_COLUMN_NAMES = tuple(name for name, _ in MAXBATCH_COLUMNS)
 
