@@ -109,10 +109,14 @@ def probe_peak_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
 
 def probe_growth_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
     """What grows with the batch, where the framework reports it apart from what its pool holds: on a GPU the
-    allocator's allocated peak (PyTorch's max_memory_allocated, JAX's peak_bytes_in_use), which keeps growing where
-    the reserved figure fills the budget and stays there (issue 31); None on CPU, where the peak is that figure."""
+    allocator's allocated peak (PyTorch's max_memory_allocated, JAX's peak_bytes_in_use) when a reserved figure is
+    reported beside it; it keeps growing where the reserved one fills the budget and stays there (issue 31). None
+    elsewhere: on CPU the peak is what the limit counts; TensorFlow's GPU peak is its allocated figure already, and
+    MXNet's is the device's used memory (a pool figure, censored near the budget by the search)."""
     m = outcome.metrics
     if not budget_kind.startswith("gpu") or m is None or m.framework_peak_mib is None:
+        return None
+    if m.framework_reserved_mib is None:
         return None
     return float(m.framework_peak_mib)
 

@@ -1,21 +1,20 @@
 """The max-batch search itself: pure logic, no I/O. A probe function is injected.
 
 Two strategies; both stop when the bracket (the largest size that fitted, the smallest that ran out of memory) is
-within the :class:`Resolution` (by default 1 % of the answer; on a GPU on multiples of 8, which tensor cores prefer;
-``exact``: adjacent sizes), assuming memory is monotone in the batch size at the boundary:
+within the :class:`Resolution`: by default within 1 % of the answer (on a GPU also on multiples of 8, which tensor
+cores prefer), ``exact`` for adjacent sizes (issue 31). Both assume memory is monotone in the batch size at the
+boundary.
 
-* ``model`` (default): two small probes (1 and 16) give memory(batch) = a + b·batch from what grows with the batch
-  (the framework's allocated peak where it reports one, else the peak in the budget's units; a reserved or pool
-  figure within ``censor_pct`` of the budget is censored: it says "at most the budget", not how much was needed).
-  A third probe at half the predicted limit refines the slope where it matters. Then one probe just below the
-  prediction and one a resolution above it bracket the boundary when the line is right. When it is not, the upward
-  step grows geometrically relative to the size that fitted; inside a bracket every probe is the line's estimate
-  kept at least an eighth of the bracket from either end (so each probe shrinks it by at least an eighth), with a
-  margin that doubles while the estimate keeps missing on the same side, and after three such misses the rest is
-  bisected. A size one below a failure is probed only when the bracket is that narrow.
+* ``model`` (default): two small probes (1 and 16) give memory(batch) = a + b·batch from what grows with the batch:
+  the framework's allocated peak where it reports one (on a GPU), else the peak in the budget's units, less any
+  reserved or pool figure within ``censor_pct`` of the budget (censored: it says "at most the budget", not how
+  much the batch needed). A third probe at half the predicted limit refines the slope where it matters. Then the
+  guided search (:meth:`_Search.guided`): a probe just below the line's boundary and one a resolution above it
+  settle an exact line; steps that grow relative to ``lo`` where the line undershoots; inside a bracket the line's
+  estimate with safeguards that shrink the bracket at every probe, and bisection once the line keeps missing.
 * ``double-bisect``: what PyTorch Lightning's ``binsearch`` mode does: 1, 2, 4, ... until a failure, then bisect
-  to the same resolution. The baseline ``model`` is measured against (benchmarks/maxbatch_sim.py,
-  benchmarks/maxbatch_strategies.py).
+  to the same resolution. The baseline ``model`` is measured against (benchmarks/maxbatch_sim.py against memory
+  laws, benchmarks/maxbatch_strategies.py against real workers).
 
 Both end with a *confirm* probe: the answer runs again for longer (more steps, then eval). If that
 fails with an out-of-memory error, the size is not the answer and the search continues below it.
@@ -367,15 +366,22 @@ class _Search:
         return min(max(target, self.lo + a_lo), self.hi - a_lo), "model"
 
     def guided(self) -> None:
-        """Probe where the line puts the boundary; every rule keeps a wrong line cheap.
+        """Probe where the line puts the boundary; every rule keeps a wrong line cheap (issue 31).
 
-        Without a failure yet: one probe half a resolution below the line's boundary, then (when it fits and the
-        refitted line agrees) one a resolution above it, which settles an exact line in two probes. When sizes keep
-        fitting beyond the line, the step from ``lo`` doubles (a resolution, two, four... at most ``lo``). Inside a
-        bracket each probe is the line's estimate kept an eighth of the bracket from either end; after a failure
-        the line missed by, the next takes it to miss by twice as much, never below the middle; a model probe that
-        does not halve the bracket is a miss, and after ``max_model_misses`` of them the rest is bisected. When one
-        probe can settle the bracket, it is the one nearest the estimate.
+        Without a failure yet (``up``): one probe below the line's boundary by half a resolution, or by as many samples
+        as the line misses its own points by (noise in the peaks); then (``step``) one a resolution above the size
+        that fitted, which settles an exact line in two probes. While sizes keep fitting beyond the line (a reserved
+        figure that was censored says nothing above it), the step grows relative to ``lo``: 1 % of it, 2 %, 4 %...,
+        at most ``lo``, never restarting from a sample or two.
+
+        Inside a bracket (``model``): a bracket more than 8x wide is halved in ratio; where ``lo``'s own figure was
+        censored, bisected. Where the line's boundary failed, it missed by at least (its boundary - hi + 1): the next
+        probe takes it to miss by twice that (at least two resolutions), never below the middle. Otherwise the line's
+        estimate, at least a resolution from either end; within 4 resolutions, kept where either outcome leaves a
+        bracket one probe settles, and within 2 (``close``) the one probe that settles it, nearest the estimate. So a
+        size one below a failure is probed only when the bracket is that narrow. A probe that does not halve the
+        bracket is a miss; after ``max_model_misses`` the rest is bisected, so every probe shrinks the bracket and a
+        wrong line costs at most a few probes over bisection.
         """
         ups = misses = 0
         while not self.settled and not self.capped:

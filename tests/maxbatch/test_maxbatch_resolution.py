@@ -75,6 +75,9 @@ def test_on_a_gpu_the_allocated_peak_is_what_grows_and_the_reserved_one_what_the
     assert probe_growth_mib(outcome, "gpu-emulated") == 5200.0
     assert probe_growth_mib(outcome, "cpu-rlimit-data") is None  # on CPU the peak is what the limit counts
     assert probe_growth_mib(_outcome(framework_reserved_mib=6100.0), "gpu-card") is None
+    # a peak with no reserved figure beside it is that peak (TensorFlow's allocated one, MXNet's device-level used)
+    assert probe_growth_mib(_outcome(framework_peak_mib=5200.0), "gpu-card") is None
+    assert probe_peak_mib(_outcome(framework_peak_mib=5200.0), "gpu-card") == 5200.0
 
 
 def test_search_settings_per_device():
