@@ -65,17 +65,20 @@ HEAP_SETTLE_ROUNDS = 8
 def probe_peak_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
     """A successful probe's peak memory, in the units its budget counts.
 
-    GPU: what the framework's allocator reserved (what a per-process cap counts), else its peak, else the
-    sampler's NVML figure for the worker. CPU: the highest VmData the worker sampled while training (what
-    RLIMIT_DATA counts); without that, VmData when training began plus the RSS it grew by afterwards
-    (RLIMIT_DATA counts private writable memory, not the shared libraries inside RSS); just the peak RSS
-    when the worker did not report those.
+    GPU: what the framework's allocator reserved (what a per-process cap counts), else its peak, plus what the
+    worker held outside the allocator (the CUDA context: a card of the budget's size holds it too; issue 31) where
+    the adapter measured it; else the sampler's NVML figure for the worker (which counts the context already). CPU:
+    the highest VmData the worker sampled while training (what RLIMIT_DATA counts); without that, VmData when
+    training began plus the RSS it grew by afterwards (RLIMIT_DATA counts private writable memory, not the shared
+    libraries inside RSS); just the peak RSS when the worker did not report those.
     """
     m = outcome.metrics or WorkerMetrics()
     if budget_kind.startswith("gpu"):
         mon = outcome.monitor.aggregates
-        for value in (m.framework_reserved_mib, m.framework_peak_mib,
-                      mon.get("proc_gpu_mem_peak_mib"), mon.get("proc_gpu_mem_mib")):
+        for value in (m.framework_reserved_mib, m.framework_peak_mib):
+            if value is not None:
+                return float(value) + float(m.cuda_context_mib or 0.0)
+        for value in (mon.get("proc_gpu_mem_peak_mib"), mon.get("proc_gpu_mem_mib")):
             if value is not None:
                 return float(value)
         return None
@@ -119,6 +122,13 @@ def probe_growth_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
     if m.framework_reserved_mib is None:
         return None
     return float(m.framework_peak_mib)
+
+
+def cuda_context_mib(outcomes: list[TrialOutcome]) -> float | None:
+    """The most any probe's worker held on the GPU outside its framework's allocator (None: none measured it)."""
+    held = [o.metrics.cuda_context_mib for o in outcomes
+            if o.metrics is not None and o.metrics.cuda_context_mib is not None]
+    return max(held) if held else None
 
 
 def search_settings(req: MaxBatchRequest, budget: Budget) -> SearchSettings:
@@ -462,8 +472,9 @@ def result_row(req: MaxBatchRequest, budget: Budget, result: SearchResult, param
         "adapter_options_json": json.dumps(dict(req.adapter_options), sort_keys=True, default=str),
         "answer_peak_mib": max(at_answer) if at_answer else None,
         "answer_samples_per_s": answer_throughput(outcomes, result.max_batch, req.confirm_steps),
-        # issue 31: when the search stopped (first_fail_batch - max_batch is within it)
-        "resolution": result.resolution.label,
+        # issue 31: when the search stopped (first_fail_batch - max_batch is within it); the most a probe's worker held
+        # on the GPU outside its allocator (the CUDA context), counted in the peaks and, emulated, in the card's cap
+        "resolution": result.resolution.label, "cuda_context_mib": cuda_context_mib(outcomes),
     }
     if not activation_floats:  # a native model: no analytic size, so no analytic formula (not a 0 that looks measured)
         row.update(formula_analytic_batch=None, formula_analytic_error_pct=None,

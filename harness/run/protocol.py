@@ -46,8 +46,9 @@ __all__ = ["EVENTS", "PHASES", "PROGRESS_INTERVAL_S", "PROTOCOL_VERSION", "Chann
 
 #: 2: typed messages, each line carries the version (1 sent it in the request only, and no one checked it);
 #: 3: ``result`` carries the learning curve and whether (and where) the training diverged;
-#: 4: ``result`` carries the gradient-noise measurement of each evaluation point (``gradient_noise``)
-PROTOCOL_VERSION = 4
+#: 4: ``result`` carries the gradient-noise measurement of each evaluation point (``gradient_noise``);
+#: 5: ``result``'s metrics carry ``cuda_context_mib`` (what the worker held on the GPU outside its allocator)
+PROTOCOL_VERSION = 5
 PHASES = ("setup", "warmup", "timed", "train", "eval")
 
 
