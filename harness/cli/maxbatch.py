@@ -423,7 +423,13 @@ def print_result(row: dict[str, Any], file: Any = None) -> None:
     print("", file=file)
     print(f"largest batch that fits (train + eval step): {row['max_batch']}"
           + ("  (every size up to --max-batch-cap fits)" if row.get("capped") else ""), file=file)
-    if fail is not None:
+    if fail is not None and fail - row["max_batch"] > 1:  # stopped within the resolution (issue 31)
+        print(f"smallest size tried that fails: {fail}: {row['first_fail_status']}: {row['first_fail_reason']}",
+              file=file)
+        gap = f"{row['max_batch'] + 1}" + (f"-{fail - 1}" if fail - 1 > row["max_batch"] + 1 else "")
+        print(f"  {gap} not tried: the search stops within its resolution "
+              f"({row.get('resolution') or '?'}; --granularity exact to try them)", file=file)
+    elif fail is not None:
         print(f"first size that fails: {fail}: {row['first_fail_status']}: {row['first_fail_reason']}",
               file=file)
     print_recommendation(row, file)

@@ -47,13 +47,19 @@ def test_the_bracket_is_printed_as_it_narrows_and_the_resolution_stored(tmp_path
 
 @pytest.mark.parametrize("granularity,label,widest", [("", "1%", 3), ("exact", "exact", 1), ("4", "4", 4),
                                                       ("4,2%", "4,2%", 5)])
-def test_granularity_sets_where_the_search_stops(tmp_path, fake_executor, granularity, label, widest):
+def test_granularity_sets_where_the_search_stops(tmp_path, fake_executor, capsys, granularity, label, widest):
     fake_executor()
     extra = ("--granularity", granularity) if granularity else ()
     assert _maxbatch(tmp_path / "out", 2100.0, *extra) == 0  # 200 fits (2100 MiB), 201 does not
     row = _row(tmp_path / "out")
     res = Resolution.parse(row["resolution"])
     assert row["resolution"] == label and res.allowed(row["max_batch"]) <= widest
+    printed = capsys.readouterr().out
+    if row["first_fail_batch"] > row["max_batch"] + 1:  # the sizes between were not tried, and it says so
+        first, last = row["max_batch"] + 1, row["first_fail_batch"] - 1
+        assert (f"{first}-{last} not tried" if last > first else f"  {first} not tried") in printed
+    else:
+        assert f"first size that fails: {row['first_fail_batch']}" in printed
     assert row["max_batch"] <= 200 < row["first_fail_batch"] <= row["max_batch"] + res.allowed(row["max_batch"])
     assert row["max_batch"] % res.step == 0
 
