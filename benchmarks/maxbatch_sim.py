@@ -20,6 +20,9 @@ Laws:
 * ``pool-figure``: the same pool where only the pool's size is reported (no allocated figure): a staircase that
   says nothing about the boundary, so the search degrades to growing steps and bisection. A stress law, outside
   the goal (every GPU adapter reports an allocated peak).
+* ``alloc-frag``: a caching allocator under a cap (PyTorch-like, modelled): the allocated peak reported, the
+  reserved one saturating under the cap, and a failure 5 % before the allocated line reaches the cap (fragmentation
+  seen only in failures). A stress law, outside the goal: what the failures hide costs bisection over it.
 * ``cpu-noise``: tiny_cnn on CPU (290 + 0.5·batch MiB under 520 MiB), each measured peak off by up to ±3 MiB
   (a fresh process's arenas), twenty seeds.
 """
@@ -46,7 +49,7 @@ from harness.maxbatch.search import (
 
 GOAL_PROBES = 8
 GOAL_ERROR_PCT = 1.0
-#: the laws of the goal (issue 31); ``pool-figure`` is a stress law beside them: no figure that grows with the batch
+#: the laws of the goal (issue 31); ``pool-figure`` and ``alloc-frag`` are stress laws beside them (module docstring)
 GOAL_LAWS = ("linear", "h100", "pool", "cpu-noise")
 #: issue 31: PyTorch deep_cnn, H100, --memory-limit-mib 6144: batch -> reserved MiB; every size >= 2631 failed
 H100_RESERVED_MIB = {727: 1785.0, 1714: 4032.0, 1875: 4398.0, 2042: 4780.0, 2184: 5101.0, 2241: 5232.0,
@@ -117,6 +120,18 @@ def pool(a: float, per_sample: float, budget: float, allocated: bool, region_mib
                lambda b: (a + per_sample * b) * (1 + fragmentation) <= budget, report, gpu=True)
 
 
+def caching_allocator(a: float, per_sample: float, budget: float, fragmentation: float = 0.05,
+                      cache: float = 0.15) -> Law:
+    """PyTorch's caching allocator under a cap, as modelled here (not measured): allocated a + b·batch reported,
+    reserved 15 % above it plus 30 MiB until it fills the cap (then it frees its cache and stays under it); a size
+    fails when what it allocates, ``fragmentation`` more, passes the cap. The fragmentation is seen only in failures."""
+    def report(b: int, rng: random.Random) -> tuple[float | None, float | None]:
+        use = a + per_sample * b
+        return min(budget - 1.0, use * (1 + cache) + 30.0), use
+
+    return Law("alloc-frag", budget, lambda b: (a + per_sample * b) * (1 + fragmentation) <= budget, report, gpu=True)
+
+
 def cpu_noise(noise_mib: float = 3.0) -> Law:
     """tiny_cnn on CPU, each measured peak off by up to ``noise_mib`` (the truth is not)."""
     return Law("cpu-noise", 520.0, lambda b: 290.0 + 0.5 * b <= 520.0,
@@ -133,6 +148,8 @@ def laws() -> Iterator[tuple[str, list[Law]]]:
     yield "pool-figure", [pool(a, s, budget, False) for a, s, budget in
                           ((250.0, 2.3, 6144.0), (900.0, 11.0, 30000.0), (400.0, 0.7, 12000.0))]
     yield "cpu-noise", [cpu_noise()] * 20
+    yield "alloc-frag", [caching_allocator(a, s, budget) for a, s, budget in
+                         ((130.0, 2.0, 6144.0), (900.0, 11.0, 30000.0), (400.0, 0.7, 12000.0))]
 
 
 def simulate(law: Law, strategy: str, seed: int, resolution: Resolution | None = None) -> tuple[int, int]:
