@@ -258,7 +258,9 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
               "from the start.", file=sys.stderr)
         return 130
     if compare:
-        return _print_what_helps(done, out)
+        code = _print_what_helps(done, out)
+        print(f"wall time: {time.monotonic() - started:.1f} s for {len(done)} searches")
+        return code
     print_result(outcome.row)
     print(f"wall time: {time.monotonic() - started:.1f} s for {outcome.row['probes_n']} probes (starting workers, "
           "storing, and any settling or --verify runs included)")

@@ -94,3 +94,11 @@ def test_search_settings_per_device():
                           Budget(520.0, "cpu-rlimit-data", "cpu", 520.0, 0.0))
     assert cpu.resolution == Resolution(1, 0.0) and cpu.censor_pct == 0.0
     assert MaxBatchRequest(framework="pytorch", model="tiny_cnn").resolution("cpu") == CPU_RESOLUTION
+
+
+def test_a_what_helps_run_prints_each_searchs_bracket_and_the_wall_time(tmp_path, fake_executor, capsys):
+    fake_executor()
+    assert _maxbatch(tmp_path / "out", 385.0, "--env", "MALLOC_MMAP_THRESHOLD_=131072", "--no-plain") == 0
+    printed = capsys.readouterr().out
+    assert "-> between 28 (fits) and 29 (fails)" in printed
+    assert "wall time:" in printed and "for 1 searches" in printed
