@@ -66,8 +66,9 @@ class Resolution:
     tolerance_pct: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.step < 1 or not 0 <= self.tolerance_pct <= 50 or not math.isfinite(self.tolerance_pct):
-            raise ConfigError(f"a resolution needs a step >= 1 and a tolerance in 0..50 %, got {self.label}")
+        if self.step < 1 or not 0 <= self.tolerance_pct <= 50:
+            raise ConfigError(f"a resolution needs a step >= 1 and a tolerance in 0..50 %, got step {self.step} and "
+                              f"{self.tolerance_pct} %")
 
     @classmethod
     def parse(cls, text: str) -> Resolution:
@@ -84,9 +85,9 @@ class Resolution:
                     step = int(w)
         except ValueError:
             words = []
-        if not words or len(words) > 2:
-            raise ConfigError(f"--granularity {text!r} is not 'exact', N% (e.g. 1%), K (multiples of K, e.g. 8) or "
-                              "K,N% (e.g. 8,1%)")
+        if not words or len(words) > 2 or step < 1 or not 0 <= pct <= 50:
+            raise ConfigError(f"--granularity {text!r} is not 'exact', N% (N in 0..50, e.g. 1%), K (multiples of "
+                              "K >= 1, e.g. 8) or K,N% (e.g. 8,1%)")
         return cls(step, pct)
 
     @property

@@ -297,10 +297,12 @@ def test_resolution_parses_what_the_flag_takes(text, step, pct, label):
     assert (res.step, res.tolerance_pct, res.label) == (step, pct, label)
 
 
-@pytest.mark.parametrize("text", ["", "fine", "8,8,1%", "-1", "0", "60%", "1%,x"])
+@pytest.mark.parametrize("text", ["", "fine", "8,8,1%", "-1", "0", "60%", "1%,x", "nan%", "inf%"])
 def test_resolution_refuses_what_it_cannot_mean(text):
-    with pytest.raises(ConfigError, match="granularity|resolution"):
+    with pytest.raises(ConfigError, match=r"--granularity '.*' is not 'exact'"):
         Resolution.parse(text)
+    with pytest.raises(ConfigError, match="a resolution needs"):
+        Resolution(0, 1.0)
 
 
 def test_resolution_allows_one_percent_of_the_answer_and_the_grid():
