@@ -88,11 +88,18 @@ class RuntimeConfig:
 
 @dataclass(frozen=True)
 class MemoryStats:
-    """Peak memory as the framework itself sees it; ``source`` names the API that gave it."""
+    """Peak memory as the framework itself sees it; ``source`` names the API that gave it.
+
+    ``reserved_mib``: what the allocator's pool held at its peak, where it tells that apart from ``peak_mib``
+    (allocated). ``context_mib``: what the process holds on the GPU outside the allocator at the end of the window
+    (the CUDA context, kernels loaded, library handles: adapters/gpumem.py), where the adapter measures it; the
+    max-batch search adds it to the allocator's figure, since a card of the budget's size holds it too (issue 31).
+    """
 
     peak_mib: float | None
     source: str
     reserved_mib: float | None = None
+    context_mib: float | None = None
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters import fpenv, mathmode
+from adapters import fpenv, gpumem, mathmode
 from adapters.base import (
     API_VERSION,
     Adapter,
@@ -184,6 +184,9 @@ class PyTorchAdapter(Adapter):
                 raise ConfigError("PyTorch cannot flush denormals on this CPU (torch.set_flush_denormal(True) "
                                   "returned False: no SSE3/DAZ); use denormals = 'framework-default'")
             cpu_denormals = "flush"
+        # an emulated card counts the CUDA context: the GPUs' used memory before this worker creates one is the
+        # fallback baseline where NVML does not list the process (adapters/gpumem.py)
+        before_mib = gpumem.devices_used_mib() if runtime.device != "cpu" and runtime.memory_limit_mib else None
         self.cuda = self.resolve_gpu(runtime, torch.cuda.is_available(), "torch.cuda.is_available() is False")
         self.device = torch.device("cuda:0" if self.cuda else "cpu")
         info: dict[str, Any] = {"device": str(self.device), "threads": torch.get_num_threads(),
@@ -198,10 +201,22 @@ class PyTorchAdapter(Adapter):
             info["gpu_name"] = props.name
             info["gpu_total_mib"] = props.total_memory / MIB
             if runtime.memory_limit_mib:
-                fraction = min(1.0, runtime.memory_limit_mib * MIB / props.total_memory)
-                torch.cuda.set_per_process_memory_fraction(fraction, 0)
-                info["memory_fraction"] = fraction
+                info.update(self._cap_memory(float(runtime.memory_limit_mib), props.total_memory / MIB, before_mib))
         return info
+
+    def _cap_memory(self, limit_mib: float, total_mib: float, before_mib: float | None) -> dict[str, Any]:
+        """Emulate a card of ``limit_mib``: the caching allocator may hold the card less the CUDA context this worker
+        holds (measured once the context exists: adapters/gpumem.py), as on a real card of that size (issue 31)."""
+        torch = self.torch
+        torch.zeros(1, device=self.device)  # the context exists from here on
+        torch.cuda.synchronize()
+        context = gpumem.context_mib(torch.cuda.memory_reserved() / MIB, before_mib)
+        torch.cuda.empty_cache()
+        cap_mib = gpumem.emulated_cap_mib(limit_mib, context)
+        fraction = min(1.0, cap_mib / total_mib)
+        torch.cuda.set_per_process_memory_fraction(fraction, 0)
+        return {"memory_fraction": fraction, "memory_cap_mib": cap_mib, "cuda_context_setup_mib": context.mib,
+                "cuda_context_source": context.source}
 
     def _setup_precision(self, precision: str) -> dict[str, Any]:
         """Autocast's dtype and the loss scaler for ``precision`` on the resolved device (checked again here:
@@ -449,6 +464,8 @@ class PyTorchAdapter(Adapter):
             peak_mib=torch.cuda.max_memory_allocated() / MIB,
             source="torch.cuda.max_memory_allocated",
             reserved_mib=torch.cuda.max_memory_reserved() / MIB,
+            # what the process holds beyond the allocator now: the CUDA context, kernels loaded, library handles
+            context_mib=gpumem.context_mib(torch.cuda.memory_reserved() / MIB).mib,
         )
 
     def is_oom(self, exc: BaseException) -> bool:

@@ -165,6 +165,9 @@ class WorkerMetrics:
     framework_peak_mib: float | None = None
     framework_peak_source: str | None = None
     framework_reserved_mib: float | None = None
+    #: what the worker held on the GPU outside its framework's allocator at the end of training (the CUDA context,
+    #: kernels, library handles; adapters/gpumem.py), where the adapter measured it (issue 31)
+    cuda_context_mib: float | None = None
     maxrss_mib: float | None = None
     vmdata_ready_mib: float | None = None
     rss_ready_mib: float | None = None

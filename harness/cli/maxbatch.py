@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,10 @@ def register(sub: Any) -> None:
     p.add_argument("--strategy", choices=STRATEGIES, default="model",
                    help="model: fit memory(batch) from small probes and probe near the prediction (default); "
                         "double-bisect: 1, 2, 4, ... then bisect, as Lightning's binsearch")
+    p.add_argument("--granularity", default="", metavar="RES",
+                   help="when the search stops: within 1%% of the answer by default (on a GPU also on multiples of "
+                        "8, which tensor cores prefer: 8,1%%); 'exact' for adjacent sizes, N%% for another tolerance, "
+                        "K for multiples of K, or K,N%%")
     p.add_argument("--memory-limit-mib", type=float, default=0.0,
                    help="the budget: on a GPU an emulated smaller card (default: the whole card); on CPU "
                         "required, enforced on each probe by the OS (RLIMIT_DATA)")
@@ -183,7 +188,8 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
                           threads=args.threads, max_batch_cap=args.max_batch_cap,
                           synthetic_shape=args.synthetic_shape, verify_steps=verify_steps,
                           settle_steps=args.settle_steps,
-                          accumulate_steps=args.accumulate_steps, adapter_options=options, env=env_setting)
+                          accumulate_steps=args.accumulate_steps, adapter_options=options, env=env_setting,
+                          granularity=args.granularity)
     out = Path(args.out or Path("results") / "maxbatch")
     env = environment.capture()
     from harness.maxbatch.prober import probe_peak_mib
@@ -206,7 +212,8 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
                                layout=args.data_layout), default_cache_dir())
     desc = None if is_native_model(req.model) else build_description(req.model, data.input_shape, data.classes)
     print(f"maxbatch: {req.framework} {req.model} on {budget.device}, budget {budget.mib:.0f} MiB "
-          f"({budget.kind}), strategy {req.strategy}; every probe is a fresh worker", flush=True)
+          f"({budget.kind}), strategy {req.strategy}, resolution {req.resolution(budget.device).label}; every probe "
+          "is a fresh worker", flush=True)
     if compare:
         print(f"what helps: {len(searches)} searches, each a normal one with its own stored row: "
               + "; ".join(_label(r) for r in searches), flush=True)
@@ -232,10 +239,14 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
                 else "confirm" if o.trial.timed_steps == req.confirm_steps else "probe")
         display.done(len(probes), 0, o, text=f"{kind:<7} {o.status:<8} {o.elapsed_s:5.1f} s  {extra}")
 
+    def on_bracket(probe: Any, lo: int, hi: int | None) -> None:
+        display.line(bracket_line(probe, lo, hi))
+
     command = "batchscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     # the adapter, the data and the model's fit to it were checked above, before the store is created
     make_out_dir(out)
     done: list[whathelps.Searched] = []
+    started = time.monotonic()
     try:
         with display, locked_out_dir(out), Store.open(out) as store:
             run_id = store.begin_run(req.experiment, {"maxbatch": vars(args) | {"func": None}}, command, env)
@@ -244,10 +255,10 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
                     display.line(f"search {i + 1}/{len(searches)}: {_label(search_req)}")
                     done.append(_search_compared(search_req, store, run_id, lambda r: run_maxbatch(
                         r, store, run_id, data=data, log_dir=out / "logs", on_probe=on_probe, on_event=on_event,
-                        env=env)))
+                        env=env, on_bracket=on_bracket)))
                 else:  # one plain search: its errors are the command's (exit 3: does not fit, 1: aborted)
                     outcome = run_maxbatch(search_req, store, run_id, data=data, log_dir=out / "logs",
-                                           on_probe=on_probe, on_event=on_event, env=env)
+                                           on_probe=on_probe, on_event=on_event, env=env, on_bracket=on_bracket)
     except KeyboardInterrupt:
         # Here, not in the CLI's generic handler: that one suggests --resume, which maxbatch does not have (a
         # search's probes depend on each other, so there is nothing to resume from; issue 13, item 14).
@@ -256,8 +267,12 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
               "from the start.", file=sys.stderr)
         return 130
     if compare:
-        return _print_what_helps(done, out)
+        code = _print_what_helps(done, out)
+        print(f"wall time: {time.monotonic() - started:.1f} s for {len(done)} searches")
+        return code
     print_result(outcome.row)
+    print(f"wall time: {time.monotonic() - started:.1f} s for {outcome.row['probes_n']} probes (starting workers, "
+          "storing, and any settling or --verify runs included)")
     print(f"\nstored in {out / 'results.sqlite'} (table maxbatch, probes in trials with purpose 'probe')")
     return 1 if outcome.row.get("verify_status") == "fail" else 0
 
@@ -323,6 +338,17 @@ def _print_what_helps(done: list[Any], out: Path) -> int:
     if any(s.row is None or (s.row.get("verify_status") == "fail") for s in done):
         return 1
     return 0 if any(s.row is not None and s.row.get("max_batch") for s in done) else 3
+
+
+def bracket_line(probe: Any, lo: int, hi: int | None) -> str:
+    """One probe's line as the search narrows: what it found and the bracket it left (``lo`` fits, ``hi`` fails)."""
+    what = "fits" if probe.status == "ok" else "out of memory" if probe.status == "oom" else probe.status
+    kind = "confirm" if probe.confirm else probe.stage or "probe"
+    if hi is None:
+        where = f"fits up to {lo}, no failure yet" if lo else "nothing fits yet"
+    else:
+        where = f"between {lo} (fits) and {hi} (fails): {hi - lo - 1} size(s) unknown"
+    return f"search: {kind} {probe.batch} {what} -> {where}"
 
 
 def print_recommendation(row: dict[str, Any], file: Any) -> None:
@@ -408,7 +434,13 @@ def print_result(row: dict[str, Any], file: Any = None) -> None:
     print("", file=file)
     print(f"largest batch that fits (train + eval step): {row['max_batch']}"
           + ("  (every size up to --max-batch-cap fits)" if row.get("capped") else ""), file=file)
-    if fail is not None:
+    if fail is not None and fail - row["max_batch"] > 1:  # stopped within the resolution (issue 31)
+        print(f"smallest size tried that fails: {fail}: {row['first_fail_status']}: {row['first_fail_reason']}",
+              file=file)
+        gap = f"{row['max_batch'] + 1}" + (f"-{fail - 1}" if fail - 1 > row["max_batch"] + 1 else "")
+        print(f"  {gap} not tried: the search stops within its resolution "
+              f"({row.get('resolution') or '?'}; --granularity exact to try them)", file=file)
+    elif fail is not None:
         print(f"first size that fails: {fail}: {row['first_fail_status']}: {row['first_fail_reason']}",
               file=file)
     print_recommendation(row, file)
@@ -419,7 +451,8 @@ def print_result(row: dict[str, Any], file: Any = None) -> None:
     advice = jitter_advice(row)
     if advice is not None:
         print(f"note: {advice}", file=file)
-    print(f"probes: {row['probes_n']} fresh workers, {row['wall_s']:.1f} s ({row['strategy']})", file=file)
+    res = f", resolution {row['resolution']}" if row.get("resolution") else ""
+    print(f"probes: {row['probes_n']} fresh workers, {row['wall_s']:.1f} s ({row['strategy']}{res})", file=file)
     if row["fit_b_mib_per_sample"] is not None:
         print(f"measured memory: {row['fit_a_mib']:.0f} MiB + {row['fit_b_mib_per_sample']:.3f} MiB "
               "per sample", file=file)

@@ -23,6 +23,13 @@ MIB = 1024.0 * 1024.0
 #: spare memory than this may fail on a later run: the CLI and the report say so and give a size with a margin.
 CPU_PEAK_JITTER_MIB = 3.0
 
+#: The least a GPU recommendation leaves for run-to-run variation (issue 31), as CPU_PEAK_JITTER_MIB does on CPU.
+#: Chosen, not yet measured run to run on a GPU: three of PyTorch's 20 MiB large-pool segments (its caching allocator
+#: serves blocks of 1-10 MiB from 20 MiB segments and rounds larger ones to 2 MiB, so one more segment at the
+#: boundary is the step a fresh process can take) plus room for a workspace that another cuDNN algorithm choice
+#: needs. benchmarks/gpu_check.py is where a measurement should replace it.
+GPU_MARGIN_FLOOR_MIB = 64.0
+
 #: Under glibc's default malloc (no MALLOC_* set: how users train, issue 22) the memory a CPU batch needs varies
 #: with the heap's history: glibc raises its mmap threshold as large blocks are freed, later blocks land on a heap
 #: that fragments, and how much that costs differs from one fresh process to the next and grows over steps. The
@@ -99,10 +106,10 @@ class Margin:
 
     ``jitter_mib``: how far a fresh process's peak at one size moves from run to run: on CPU the larger of
     CPU_PEAK_JITTER_MIB (measured over 72 fresh workers, docs/maxbatch.md) and the spread this search saw at one
-    size; on a GPU only the spread this search saw (no run-to-run measurement there yet). ``growth_mib``: how
-    much more the longer confirm run needed than the short probe at the answer (the heap or a caching allocator
-    growing over steps), a sign of more growth to come in a longer run. ``heap_mib``: on CPU under glibc's
-    default malloc, CPU_HEAP_ALLOWANCE of the batch's own memory at the answer (0 elsewhere).
+    size; on a GPU the larger of GPU_MARGIN_FLOOR_MIB (chosen: no run-to-run measurement there yet) and that spread.
+    ``growth_mib``: how much more the longer confirm run needed than the short probe at the answer (the heap or a
+    caching allocator growing over steps), a sign of more growth to come in a longer run. ``heap_mib``: on CPU under
+    glibc's default malloc, CPU_HEAP_ALLOWANCE of the batch's own memory at the answer (0 elsewhere).
     """
 
     user_mib: float
@@ -125,7 +132,9 @@ class Margin:
             if p.get("status") == "ok" and p.get("peak_mib") is not None:
                 by_size.setdefault((int(p["batch"]), bool(p.get("confirm"))), []).append(float(p["peak_mib"]))
         spread = max((max(v) - min(v) for v in by_size.values()), default=0.0)
-        jitter = max(spread, CPU_PEAK_JITTER_MIB) if budget_kind == "cpu-rlimit-data" else spread
+        floor = (CPU_PEAK_JITTER_MIB if budget_kind == "cpu-rlimit-data" else
+                 GPU_MARGIN_FLOOR_MIB if budget_kind.startswith("gpu") else 0.0)
+        jitter = max(spread, floor)
         short, long = by_size.get((answer, False)), by_size.get((answer, True))
         growth = max(0.0, max(long) - max(short)) if short and long else 0.0
         heap = (CPU_HEAP_ALLOWANCE * max(per_sample_mib, 0.0) * answer

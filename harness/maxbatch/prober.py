@@ -41,7 +41,7 @@ from harness.maxbatch.advice import (
     recommend,
 )
 from harness.maxbatch.request import Budget, MaxBatchRequest, resolve_budget
-from harness.maxbatch.search import ProbeResult, SearchResult, SearchSettings, search
+from harness.maxbatch.search import GPU_CENSOR_PCT, ProbeResult, Progress, SearchResult, SearchSettings, search
 from harness.maxbatch.whathelps import setting_label
 from harness.models import build_description, is_native_model
 from harness.monitor import environment
@@ -66,17 +66,20 @@ HEAP_SETTLE_ROUNDS = 8
 def probe_peak_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
     """A successful probe's peak memory, in the units its budget counts.
 
-    GPU: what the framework's allocator reserved (what a per-process cap counts), else its peak, else the
-    sampler's NVML figure for the worker. CPU: the highest VmData the worker sampled while training (what
-    RLIMIT_DATA counts); without that, VmData when training began plus the RSS it grew by afterwards
-    (RLIMIT_DATA counts private writable memory, not the shared libraries inside RSS); just the peak RSS
-    when the worker did not report those.
+    GPU: what the framework's allocator reserved (what a per-process cap counts), else its peak, plus what the
+    worker held outside the allocator (the CUDA context: a card of the budget's size holds it too; issue 31) where
+    the adapter measured it; else the sampler's NVML figure for the worker (which counts the context already). CPU:
+    the highest VmData the worker sampled while training (what RLIMIT_DATA counts); without that, VmData when
+    training began plus the RSS it grew by afterwards (RLIMIT_DATA counts private writable memory, not the shared
+    libraries inside RSS); just the peak RSS when the worker did not report those.
     """
     m = outcome.metrics or WorkerMetrics()
     if budget_kind.startswith("gpu"):
         mon = outcome.monitor.aggregates
-        for value in (m.framework_reserved_mib, m.framework_peak_mib,
-                      mon.get("proc_gpu_mem_peak_mib"), mon.get("proc_gpu_mem_mib")):
+        for value in (m.framework_reserved_mib, m.framework_peak_mib):
+            if value is not None:
+                return float(value) + float(m.cuda_context_mib or 0.0)
+        for value in (mon.get("proc_gpu_mem_peak_mib"), mon.get("proc_gpu_mem_mib")):
             if value is not None:
                 return float(value)
         return None
@@ -106,6 +109,35 @@ def probe_peak_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
         # counts against RLIMIT_DATA and not in RSS; what is still mapped at the end is a lower bound of it
         peak += max(0.0, (float(data_end) - float(ready_data)) - (float(anon_end) - float(anon_ready)))
     return peak
+
+
+def probe_growth_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
+    """What grows with the batch, where the framework reports it apart from what its pool holds: on a GPU the
+    allocator's allocated peak (PyTorch's max_memory_allocated, JAX's peak_bytes_in_use) when a reserved figure is
+    reported beside it; it keeps growing where the reserved one fills the budget and stays there (issue 31). None
+    elsewhere: on CPU the peak is what the limit counts; TensorFlow's GPU peak is its allocated figure already, and
+    MXNet's is the device's used memory (a pool figure, censored near the budget by the search)."""
+    m = outcome.metrics
+    if not budget_kind.startswith("gpu") or m is None or m.framework_peak_mib is None:
+        return None
+    if m.framework_reserved_mib is None:
+        return None
+    return float(m.framework_peak_mib)
+
+
+def cuda_context_mib(outcomes: list[TrialOutcome]) -> float | None:
+    """The most any probe's worker held on the GPU outside its framework's allocator (None: none measured it)."""
+    held = [o.metrics.cuda_context_mib for o in outcomes
+            if o.metrics is not None and o.metrics.cuda_context_mib is not None]
+    return max(held) if held else None
+
+
+def search_settings(req: MaxBatchRequest, budget: Budget) -> SearchSettings:
+    """How ``req`` is searched under ``budget``: its strategy, its resolution (the device's default unless asked),
+    and on a GPU a reserved figure within GPU_CENSOR_PCT of the budget taken as censored."""
+    return SearchSettings(strategy=req.strategy, budget_mib=budget.mib, max_batch_cap=req.max_batch_cap,
+                          resolution=req.resolution(budget.device),
+                          censor_pct=GPU_CENSOR_PCT if budget.device == "gpu" else 0.0)
 
 
 @dataclass
@@ -251,7 +283,9 @@ class WorkerProber:
                 reason = (f"{reason}; the same probe passes with a {limit:g} MiB limit, so the memory "
                           "limit caused it")
         peak = probe_peak_mib(outcome, self.budget.kind) if status == "ok" else None
-        return ProbeResult(batch=batch, status=status, peak_mib=peak, reason=reason, elapsed_s=elapsed)
+        growth = probe_growth_mib(outcome, self.budget.kind) if status == "ok" else None
+        return ProbeResult(batch=batch, status=status, peak_mib=peak, reason=reason, elapsed_s=elapsed,
+                           growth_mib=growth)
 
 
 def does_not_fit_message(req: MaxBatchRequest, budget: Budget, first: ProbeResult | None) -> str:
@@ -272,8 +306,9 @@ def run_maxbatch(req: MaxBatchRequest, store: Store, run_id: int, *, data: Prepa
                  on_probe: Callable[[TrialOutcome], None] | None = None,
                  on_event: Callable[[TrialSpec, dict[str, Any]], None] | None = None,
                  gpus: list[dict[str, Any]] | None = None, env: dict[str, Any] | None = None,
-                 settings: SearchSettings | None = None) -> MaxBatchOutcome:
-    """Search, store every probe (trials, purpose ``probe``) and the result (maxbatch), return it.
+                 settings: SearchSettings | None = None, on_bracket: Progress | None = None) -> MaxBatchOutcome:
+    """Search, store every probe (trials, purpose ``probe``) and the result (maxbatch), return it; ``on_bracket``
+    hears of every probe with the bracket it left (the CLI prints it narrowing).
 
     Raises:
         DoesNotFitError: not even batch size 1 fits (the result row is stored first).
@@ -298,9 +333,8 @@ def run_maxbatch(req: MaxBatchRequest, store: Store, run_id: int, *, data: Prepa
             on_probe(outcome)
 
     prober = WorkerProber(req, budget, data, executor, on_outcome=record, on_event=on_event)
-    settings = settings or SearchSettings(strategy=req.strategy, budget_mib=budget.mib,
-                                          max_batch_cap=req.max_batch_cap)
-    result = search(prober, settings)
+    settings = settings or search_settings(req, budget)
+    result = search(prober, settings, on_bracket)
     if desc is not None:
         param_count, activation_floats = desc.param_count(), desc.activation_floats_per_sample()
     else:
@@ -443,6 +477,9 @@ def result_row(req: MaxBatchRequest, budget: Budget, result: SearchResult, param
         "adapter_options_json": json.dumps(dict(req.adapter_options), sort_keys=True, default=str),
         "answer_peak_mib": max(at_answer) if at_answer else None,
         "answer_samples_per_s": answer_throughput(outcomes, result.max_batch, req.confirm_steps),
+        # issue 31: when the search stopped (first_fail_batch - max_batch is within it); the most a probe's worker held
+        # on the GPU outside its allocator (the CUDA context), counted in the peaks and, emulated, in the card's cap
+        "resolution": result.resolution.label, "cuda_context_mib": cuda_context_mib(outcomes),
     }
     if not activation_floats:  # a native model: no analytic size, so no analytic formula (not a 0 that looks measured)
         row.update(formula_analytic_batch=None, formula_analytic_error_pct=None,

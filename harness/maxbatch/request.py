@@ -18,7 +18,7 @@ from typing import Any
 from harness.config.choices import MATH_MODES, Device, MathMode, OptimizerName, Precision
 from harness.config.experiment import DEFAULT_SETTLE_STEPS, DEVICES, OPTIMIZERS, PRECISIONS, Experiment
 from harness.errors import BatchscopeWarning, ConfigError
-from harness.maxbatch.search import STRATEGIES
+from harness.maxbatch.search import CPU_RESOLUTION, GPU_RESOLUTION, STRATEGIES, Resolution
 
 MIB = 1024.0 * 1024.0
 
@@ -81,6 +81,15 @@ class MaxBatchRequest:
     #: environment variables every probe gets on top of the parent's (issue 22: a "what helps" setting such as
     #: ``MALLOC_MMAP_THRESHOLD_=131072``; none by default, so the probes run under the allocator users train with)
     env: dict[str, str] = field(default_factory=dict)
+    #: when the search stops (issue 31): "" the default for the device (1 %; on a GPU multiples of 8 too), "exact",
+    #: "N%", "K" (multiples of K) or "K,N%" (harness.maxbatch.search.Resolution.parse)
+    granularity: str = ""
+
+    def resolution(self, device: str) -> Resolution:
+        """The search's resolution on ``device`` ("cpu" or "gpu"): the one asked for, else the device's default."""
+        if self.granularity:
+            return Resolution.parse(self.granularity)
+        return GPU_RESOLUTION if device == "gpu" else CPU_RESOLUTION
 
     def _check_precision_runs(self) -> None:
         """Refuse a precision the adapter would not run on this device, and adapter settings that would do nothing
@@ -143,6 +152,8 @@ class MaxBatchRequest:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+        if self.granularity:
+            Resolution.parse(self.granularity)  # refused here, before anything runs
         self._check_precision_runs()
         self._check_accumulation_runs()
         if self.memory_limit_mib and self.margin_mib >= self.memory_limit_mib:

@@ -1,14 +1,20 @@
 """The max-batch search itself: pure logic, no I/O. A probe function is injected.
 
-Two strategies, both exact (the largest batch whose probe succeeds while the next size fails with
-an out-of-memory error, assuming memory is monotone in the batch size at the boundary):
+Two strategies; both stop when the bracket (the largest size that fitted, the smallest that ran out of memory) is
+within the :class:`Resolution`: by default within 1 % of the answer (on a GPU also on multiples of 8, which tensor
+cores prefer), ``exact`` for adjacent sizes (issue 31). Both assume memory is monotone in the batch size at the
+boundary.
 
-* ``model`` (default): two small probes (1 and 16) give memory(batch) = a + b·batch from the measured
-  peaks; a third probe at half the predicted limit refines the slope where it matters; then
-  the search probes at and just above the prediction, recalibrates and gallops on a miss, and falls
-  back to bisection after two misses, so a wrong model costs a few probes, never correctness.
-* ``double-bisect``: what PyTorch Lightning's ``binsearch`` mode does: 1, 2, 4, ... until a failure,
-  then bisect. The baseline ``model`` is measured against (benchmarks/maxbatch_strategies.py).
+* ``model`` (default): two small probes (1 and 16) give memory(batch) = a + b·batch from what grows with the batch:
+  the framework's allocated peak where it reports one (on a GPU), else the peak in the budget's units, less any
+  reserved or pool figure within ``censor_pct`` of the budget (censored: it says "at most the budget", not how
+  much the batch needed). A third probe at half the predicted limit refines the slope where it matters. Then the
+  guided search (:meth:`_Search.guided`): a probe just below the line's boundary and one a resolution above it
+  settle an exact line; steps that grow relative to ``lo`` where the line undershoots; inside a bracket the line's
+  estimate with safeguards that shrink the bracket at every probe, and bisection once the line keeps missing.
+* ``double-bisect``: what PyTorch Lightning's ``binsearch`` mode does: 1, 2, 4, ... until a failure, then bisect
+  to the same resolution. The baseline ``model`` is measured against (benchmarks/maxbatch_sim.py against memory
+  laws, benchmarks/maxbatch_strategies.py against real workers).
 
 Both end with a *confirm* probe: the answer runs again for longer (more steps, then eval). If that
 fails with an out-of-memory error, the size is not the answer and the search continues below it.
@@ -22,29 +28,90 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from harness.errors import ConfigError, SearchAborted
 
 STRATEGIES = ("model", "double-bisect")
 NON_MEMORY_FAILURES = ("crashed", "error", "timeout")
+#: a reserved or pool figure this close to a GPU budget (in % of it) is censored: the pool took what it could
+GPU_CENSOR_PCT = 3.0
 
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """One probe as the search sees it. ``peak_mib`` is in the units the budget is counted in."""
+    """One probe as the search sees it. ``peak_mib`` is in the units the budget is counted in; ``growth_mib`` is what
+    grows with the batch where the framework reports it apart (its allocated peak on a GPU), else None."""
 
     batch: int
     status: str  # ok / oom / crashed / error / timeout
     peak_mib: float | None = None
     reason: str = ""
     elapsed_s: float = 0.0
-    stage: str = ""  # fit / predict / predict+1 / predict-1 / double / bisect / confirm / retry
+    stage: str = ""  # fit / predict / up / model / close / bisect / double / confirm / retry
     confirm: bool = False
+    growth_mib: float | None = None
 
 
 #: ``probe(batch, confirm)``: run one probe (``confirm``: the longer run) and say what happened.
 ProbeFn = Callable[[int, bool], ProbeResult]
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """When a bracket is narrow enough: answers on multiples of ``step`` (sizes below it excepted) and the bracket
+    within ``tolerance_pct`` of the answer (0: adjacent sizes on the grid)."""
+
+    step: int = 1
+    tolerance_pct: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.step < 1 or not 0 <= self.tolerance_pct <= 50:
+            raise ConfigError(f"a resolution needs a step >= 1 and a tolerance in 0..50 %, got step {self.step} and "
+                              f"{self.tolerance_pct} %")
+
+    @classmethod
+    def parse(cls, text: str) -> Resolution:
+        """``exact``, ``N%`` (within N % of the answer), ``K`` (multiples of K, exactly) or ``K,N%`` (both)."""
+        words = [w.strip() for w in text.lower().split(",") if w.strip()]
+        if words == ["exact"]:
+            return cls(1, 0.0)
+        step, pct = 1, 0.0
+        try:
+            for w in words:
+                if w.endswith("%"):
+                    pct = float(w[:-1])
+                else:
+                    step = int(w)
+        except ValueError:
+            words = []
+        if not words or len(words) > 2 or step < 1 or not 0 <= pct <= 50:
+            raise ConfigError(f"--granularity {text!r} is not 'exact', N% (N in 0..50, e.g. 1%), K (multiples of "
+                              "K >= 1, e.g. 8) or K,N% (e.g. 8,1%)")
+        return cls(step, pct)
+
+    @property
+    def label(self) -> str:
+        """How it is written on the command line (``exact``, ``1%``, ``8``, ``8,1%``)."""
+        if self.step == 1 and not self.tolerance_pct:
+            return "exact"
+        pct = f"{self.tolerance_pct:g}%" if self.tolerance_pct else ""
+        return ",".join(p for p in (str(self.step) if self.step > 1 else "", pct) if p)
+
+    def allowed(self, lo: int) -> int:
+        """The widest bracket (hi - lo) that settles a search whose largest fitting size is ``lo``."""
+        within = 1 + math.floor(lo * self.tolerance_pct / 100.0)
+        return max(self.step, within) if lo >= self.step else within
+
+    def snap(self, batch: int) -> int:
+        """``batch`` down to the grid (unchanged below the step)."""
+        return batch // self.step * self.step if batch >= self.step else batch
+
+
+#: the defaults: within 1 % of the answer; on a GPU on multiples of 8 too
+CPU_RESOLUTION = Resolution(1, 1.0)
+GPU_RESOLUTION = Resolution(8, 1.0)
+EXACT = Resolution(1, 0.0)
 
 
 @dataclass(frozen=True)
@@ -56,7 +123,11 @@ class SearchSettings:
     fit_batches: tuple[int, ...] = (1, 16)
     max_batch_cap: int = 1 << 20
     retries: int = 1  # how often a non-memory failure is retried before the search gives up
-    max_model_misses: int = 2  # predictions that miss before the search only bisects
+    max_model_misses: int = 3  # model probes inside a bracket that miss on one side before the search only bisects
+    resolution: Resolution = field(default_factory=lambda: CPU_RESOLUTION)
+    #: a peak within this % of the budget is censored (a GPU pool's reserved figure: it fills what it may); 0 on CPU,
+    #: where the peak is what the limit counts
+    censor_pct: float = 0.0
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -67,6 +138,8 @@ class SearchSettings:
             raise ConfigError(f"fit_batches {self.fit_batches!r} must be whole numbers >= 1")
         if self.max_batch_cap < 1 or self.retries < 0:
             raise ConfigError("max_batch_cap must be >= 1 and retries >= 0")
+        if not 0 <= self.censor_pct < 100:
+            raise ConfigError(f"censor_pct {self.censor_pct!r} must be in 0..100")
 
 
 @dataclass(frozen=True)
@@ -91,10 +164,11 @@ class SearchResult:
 
     strategy: str
     max_batch: int
-    first_fail: ProbeResult | None  # the out-of-memory probe just above max_batch (None when capped)
+    first_fail: ProbeResult | None  # the out-of-memory probe that bounds max_batch from above (None when capped)
     probes: tuple[ProbeResult, ...]
     fit: LinearFit | None
     capped: bool = False  # every size up to max_batch_cap fits
+    resolution: Resolution = EXACT
 
     @property
     def probes_n(self) -> int:
@@ -132,14 +206,18 @@ def fit_line(points: dict[int, float]) -> LinearFit | None:
     return LinearFit(a_mib=points[top] - slope * top, b_mib_per_sample=slope)
 
 
+#: ``progress(probe, lo, hi)``: called after every probe with the bracket it left (hi None: no failure yet)
+Progress = Callable[[ProbeResult, int, "int | None"], None]
+
+
 class _Search:
     """State of one search: the bracket (lo fits, hi fails with oom) and every probe run."""
 
-    def __init__(self, probe: ProbeFn, settings: SearchSettings) -> None:
-        self.probe_fn = probe
-        self.s = settings
+    def __init__(self, probe: ProbeFn, settings: SearchSettings, progress: Progress | None = None) -> None:
+        self.probe_fn, self.s, self.progress = probe, settings, progress
+        self.res = settings.resolution
         self.probes: list[ProbeResult] = []
-        self.ok: dict[int, float | None] = {}  # batch -> peak (short probes that succeeded)
+        self.ok: dict[int, ProbeResult] = {}  # batch -> the short probe that fitted there (the last one)
         self.lo = 0
         self.hi: int | None = None
         self.first_fail: dict[int, ProbeResult] = {}
@@ -161,17 +239,19 @@ class _Search:
                 tuple(self.probes))
         if result.status == "ok":
             if not confirm:
-                self.ok[batch] = result.peak_mib
+                self.ok[batch] = result
             self.lo = max(self.lo, batch)
-            return "ok"
-        if result.status != "oom":
+        elif result.status != "oom":
             raise ValueError(f"probe returned an unknown status {result.status!r}")
-        if self.hi is None or batch <= self.hi:
-            self.hi = batch
-            self.first_fail[batch] = result
-        if batch <= self.lo:  # a longer run failed where a short one passed: lo must come down
-            self.lo = max((b for b in self.ok if b < batch), default=0)
-        return "oom"
+        else:
+            if self.hi is None or batch <= self.hi:
+                self.hi = batch
+                self.first_fail[batch] = result
+            if batch <= self.lo:  # a longer run failed where a short one passed: lo must come down
+                self.lo = max((b for b in self.ok if b < batch), default=0)
+        if self.progress is not None:
+            self.progress(result, self.lo, self.hi)
+        return result.status
 
     def _record(self, result: ProbeResult, stage: str, confirm: bool) -> ProbeResult:
         result = replace(result, stage=stage, confirm=confirm)
@@ -180,132 +260,143 @@ class _Search:
 
     @property
     def settled(self) -> bool:
-        return self.hi is not None and self.hi - self.lo <= 1
+        return self.hi is not None and self.hi - self.lo <= self.res.allowed(self.lo)
 
     @property
     def capped(self) -> bool:
         return self.hi is None and self.lo >= self.s.max_batch_cap
 
-    def _upper(self) -> int:
-        return self.hi - 1 if self.hi is not None else self.s.max_batch_cap
+    def _allowed(self) -> int:
+        """The widest settled bracket from ``lo``, on the grid the probes use."""
+        a = self.res.allowed(self.lo)
+        return a if self.lo < self.res.step else max(self.res.step, self.res.snap(a))
+
+    def _inside(self, batch: int) -> int:
+        """``batch`` on the grid, strictly inside the bracket (above ``lo`` only, without a failure yet)."""
+        top = self.hi - 1 if self.hi is not None else self.s.max_batch_cap
+        batch = min(max(batch, self.lo + 1), top)
+        snapped = self.res.snap(batch)
+        if snapped > self.lo:
+            return snapped
+        up = (self.lo // self.res.step + 1) * self.res.step
+        return up if up <= top else batch
+
+    # ---------------------------------------------------------------- the model
+    def points(self) -> dict[int, float]:
+        """What grows with the batch, per fitting size: allocated peaks where every such probe reported one, else
+        the peaks, less those a pool filled to within ``censor_pct`` of the budget (they only say "at most")."""
+        fitted = list(self.ok.values())
+        if fitted and all(p.growth_mib is not None for p in fitted):
+            return {p.batch: float(p.growth_mib) for p in fitted}  # type: ignore[arg-type]
+        ceiling = (self.s.budget_mib or 0.0) * (1.0 - self.s.censor_pct / 100.0)
+        return {p.batch: p.peak_mib for p in fitted
+                if p.peak_mib is not None and not (self.s.censor_pct and p.peak_mib >= ceiling)}
 
     def refit(self) -> LinearFit | None:
-        points = {b: p for b, p in self.ok.items() if p is not None}
-        self.fit = fit_line(points) or self.fit
+        self.fit = fit_line(self.points()) or self.fit
         return self.fit
-
-    # ---------------------------------------------------------------- strategies
-    def bisect(self) -> None:
-        """Bisect (lo, hi) to the boundary; with no hi, double from lo first."""
-        while not self.settled and not self.capped:
-            if self.hi is None:
-                self.run(min(max(1, self.lo * 2), self.s.max_batch_cap), "double")
-            else:
-                self.run((self.lo + self.hi) // 2, "bisect")
 
     def calibrated_budget(self, fit: LinearFit) -> float:
         """The budget in the fit's terms, made consistent with what the probes showed.
 
-        A size that fitted needed at most the budget, so the budget is at least its measured peak; a size
+        A size that fitted needed at most the budget, so the budget is at least its measured figure; a size
         that failed needed more, so the budget is below what the line says it needs. This absorbs the
-        difference between what the peak measures and what the limit counts (e.g. a CUDA context, thread
+        difference between what the figure measures and what the limit counts (e.g. a CUDA context, thread
         stacks), without trusting either number alone.
         """
         budget = self.s.budget_mib or 0.0
-        lo_peak = self.ok.get(self.lo)
-        if lo_peak is not None:
-            budget = max(budget, lo_peak)
+        lo_figure = self.points().get(self.lo)
+        if lo_figure is not None:
+            budget = max(budget, lo_figure)
         if self.hi is not None:
             budget = min(budget, fit.memory_mib(self.hi) - 1e-6)
         return budget
 
-    def _line_cannot_explain_hi(self, fit: LinearFit) -> bool:
-        """The line puts the boundary further above the failed size than the bracket is wide.
+    def _scatter_mib(self, fit: LinearFit) -> float:
+        """How far the line misses the measured points it was not drawn through (noise in the peaks), in MiB."""
+        return max((abs(m - fit.memory_mib(b)) for b, m in self.points().items()), default=0.0)
 
-        A near miss (noise in the peaks, a small constant offset) is worth another guided probe; a line
-        that says the failed size fits with room to spare is wrong inside the bracket, and all it could
-        still suggest is the size just below the failure (the calibrated budget sits right under the
-        line's value at ``hi``), a guess that pays off only when the boundary happens to be there. A
-        memory law with a jump (TensorFlow's oneDNN pool on CPU grows by a whole new region: +132 MiB
-        between batch 186 and 187) fails like this; bisection is then the best use of the probes.
-        """
-        if self.hi is None:
-            return False
-        beyond_hi = fit.predict_batch(self.s.budget_mib or 0.0) - self.hi
-        return beyond_hi > self.hi - self.lo
+    def _nominal(self, fit: LinearFit) -> int:
+        """The line's boundary at the budget, raised to what fitted (not lowered by any failure)."""
+        budget = self.s.budget_mib or 0.0
+        lo_figure = self.points().get(self.lo)
+        return fit.predict_batch(max(budget, lo_figure) if lo_figure is not None else budget)
+
+    # ---------------------------------------------------------------- strategies
+    def bisect(self) -> None:
+        """Bisect (lo, hi) to the resolution; with no hi, double from lo first."""
+        while not self.settled and not self.capped:
+            if self.hi is None:
+                self.run(min(max(1, self.lo * 2), self.s.max_batch_cap), "double")
+            else:
+                self.run(self._inside((self.lo + self.hi) // 2), "bisect")
+
+    def _target(self, fit: LinearFit, ups: int) -> tuple[int, str]:
+        """The next model probe and its stage: ``up`` (below the line's boundary, no failure yet), ``step`` (the line
+        has nothing beyond ``lo``: a step from it), ``close`` (one probe settles the bracket), ``model`` (inside a
+        bracket, from the line), ``bisect`` (the line says nothing there). See :meth:`guided`."""
+        a_lo = self._allowed()
+        nominal = self._nominal(fit)
+        estimate = fit.predict_batch(self.calibrated_budget(fit))
+        a = max(a_lo, self.res.allowed(min(estimate, self.hi or estimate)))  # the resolution where the boundary is
+        # after the closing probe, while sizes keep fitting beyond the line: 1 % of lo (at least a resolution), doubling
+        step_up = a_lo if ups <= 1 else min(max(a_lo, math.ceil(self.lo / 100)) << (ups - 2), max(self.lo, a_lo))
+        if self.hi is None:  # below the estimate by half a resolution, or by what the line misses its points by
+            hedge = max(a // 2, math.ceil(self._scatter_mib(fit) / fit.b_mib_per_sample))
+            if estimate - hedge > self.lo + step_up:
+                return min(estimate - hedge, self.s.max_batch_cap), "up"
+            return min(self.lo + step_up, self.s.max_batch_cap), "step"
+        width = self.hi - self.lo
+        if width <= 2 * a_lo:  # one probe settles it: the one nearest the estimate
+            return min(max(estimate, self.hi - a_lo), self.lo + a_lo), "close"
+        if self.hi >= 8 * max(self.lo, 1):  # a bracket across orders of magnitude: halve it in ratio
+            return math.isqrt(max(self.lo, 1) * self.hi), "model"
+        if self.lo not in self.points():  # lo's figure was censored: the line says nothing about what is above it
+            return (self.lo + self.hi) // 2, "bisect"
+        if nominal >= self.hi:
+            # the line's boundary failed: it missed by at least (nominal - hi + 1) samples; take it to miss by twice
+            # that (at least two resolutions), never below the middle (a line that says the failed size fits with
+            # room to spare is no guide: that is bisection)
+            target = max(self.hi - 2 * max(nominal - self.hi + 1, a), (self.lo + self.hi) // 2)
+        elif estimate < self.lo + step_up:
+            return self.lo + min(step_up, width // 2), "step"
+        else:
+            target = estimate
+        if width <= 4 * a_lo:  # one probe leaves a bracket one probe settles, whichever way it goes
+            target = min(max(target, self.hi - 2 * a_lo), self.lo + 2 * a_lo)
+        return min(max(target, self.lo + a_lo), self.hi - a_lo), "model"
 
     def guided(self) -> None:
-        """Probe at the model's prediction, refit after every probe, with two safeguards.
+        """Probe where the line puts the boundary; every rule keeps a wrong line cheap (issue 31).
 
-        With an exact model this is "probe at the prediction, then just above it": two probes. When the
-        model keeps undershooting (memory grows slower than the line), the step at least doubles each
-        time (galloping). When the first prediction overshoots, the search gallops down from it (2, 4,
-        8... below) rather than trusting the same line one size lower. Inside a bracket a model probe
-        that does not halve it is followed by a gallop from the side it fell on, and after two such
-        misses, or as soon as the line says a size that failed fits with more room than the bracket is
-        wide, the line is dropped for plain bisection (TensorFlow's memory on CPU jumps by ~130 MiB
-        between two adjacent sizes: no line predicts that), so the worst case stays within twice plain
-        bisection.
+        Without a failure yet (``up``): one probe below the line's boundary by half a resolution, or by as many samples
+        as the line misses its own points by (noise in the peaks); then (``step``) one a resolution above the size
+        that fitted, which settles an exact line in two probes. While sizes keep fitting beyond the line (a reserved
+        figure that was censored says nothing above it), the step grows relative to ``lo``: 1 % of it, 2 %, 4 %...,
+        at most ``lo``, never restarting from a sample or two.
 
-        Long on purpose: one loop whose state (bracket, fit, misses, gallop step) changes together at every probe;
-        its rules are documented and tested as a whole by the oracle suite (tests/maxbatch/test_maxsearch.py).
+        Inside a bracket (``model``): a bracket more than 8x wide is halved in ratio; where ``lo``'s own figure was
+        censored, bisected. Where the line's boundary failed, it missed by at least (its boundary - hi + 1): the next
+        probe takes it to miss by twice that (at least two resolutions), never below the middle. Otherwise the line's
+        estimate, at least a resolution from either end; within 4 resolutions, kept where either outcome leaves a
+        bracket one probe settles, and within 2 (``close``) the one probe that settles it, nearest the estimate. So a
+        size one below a failure is probed only when the bracket is that narrow. A probe that does not halve the
+        bracket is a miss; after ``max_model_misses`` the rest is bisected, so every probe shrinks the bracket and a
+        wrong line costs at most a few probes over bisection.
         """
-        undershoots = 0
-        misses = 0  # predictions that landed on the wrong side of the boundary
-        up_step = 0
-        safeguard_next = False
-        step = 2
-        last_ok = True
+        ups = misses = 0
         while not self.settled and not self.capped:
             fit = self.refit()
-            if fit is None:
+            if fit is None or misses >= self.s.max_model_misses:
                 self.bisect()
                 return
-            guess = fit.predict_batch(self.calibrated_budget(fit))
-            if self.hi is None:
-                guess = max(guess, self.lo + 1)
-                if undershoots >= 2:  # the line keeps undershooting: grow the step exponentially
-                    up_step = max(2 * up_step, 2)
-                    guess = max(guess, self.lo + up_step)
-                batch, stage = min(guess, self.s.max_batch_cap), "predict"
-            elif (misses >= 2 or self._line_cannot_explain_hi(fit)) and not safeguard_next:
-                # the line has missed twice, or it says the failed size fits with more room than the
-                # bracket is wide: it does not describe this memory near the boundary; bisect
-                self.bisect()
-                return
-            elif safeguard_next:
-                # gallop from the side the model's last probe fell on, never past the middle: a near miss
-                # costs a few probes, a wild one no more than bisection
-                mid = (self.lo + self.hi) // 2
-                batch = min(self.lo + step, mid) if last_ok else max(self.hi - step, mid)
-                batch, stage = min(max(batch, self.lo + 1), self.hi - 1), "gallop"
-                step *= 2
-            else:
-                batch, stage = min(max(guess, self.lo + 1), self.hi - 1), "predict"
+            target, stage = self._target(fit, ups)
             width = self.hi - self.lo if self.hi is not None else None
+            batch = self._inside(target)
             outcome = self.run(batch, stage)
-            if width is None and self.hi is None and outcome == "ok":
-                undershoots += 1
-            if stage == "predict" and width is None and outcome == "oom" and undershoots == 0:
-                # the first prediction overshot: all it says is that the line is off by an unknown amount
-                # (the calibrated line would only step one below the failure), so gallop down from it
-                last_ok, safeguard_next = False, True
-                step = 2
+            ups = (ups + 1 if stage in ("step", "close") else ups) if outcome == "ok" else 0
+            if width is not None and self.hi is not None and (self.hi - self.lo) * 2 > width:
                 misses += 1
-            elif stage == "predict":
-                last_ok = outcome == "ok"
-                halved = width is not None and self.hi is not None and (self.hi - self.lo) * 2 <= width
-                safeguard_next = width is not None and not halved
-                misses += safeguard_next
-                if halved or width is None:
-                    step = 2
-                # a miss is usually a few % of the bracket: start there; after repeated misses keep the
-                # step growing (a large constant error in the measured peaks would otherwise cost a new
-                # gallop from a small step every time)
-                step = max(step, 2, (width or 0) // 32)
-            elif stage == "gallop":
-                # keep galloping until a probe lands on the other side of the boundary, then trust the model
-                safeguard_next = (outcome == "ok") == last_ok
 
     def model(self) -> None:
         """Small fit probes, an optional third one, then the guided search."""
@@ -318,8 +409,7 @@ class _Search:
             return
         fit = self.refit()
         if fit is not None and self.hi is None:
-            predicted = fit.predict_batch(self.calibrated_budget(fit))
-            third = predicted // 2
+            third = self.res.snap(fit.predict_batch(self.calibrated_budget(fit)) * 3 // 4)
             if third > 2 * self.lo and third <= self.s.max_batch_cap:  # far extrapolation: shorten the lever
                 self.run(third, "fit")
         self.guided()
@@ -333,17 +423,18 @@ class _Search:
 
     def result(self) -> SearchResult:
         fail = self.first_fail.get(self.hi) if self.hi is not None else None
-        return SearchResult(strategy=self.s.strategy, max_batch=self.lo, first_fail=fail,
-                            probes=tuple(self.probes), fit=self.fit, capped=self.capped)
+        return SearchResult(strategy=self.s.strategy, max_batch=self.lo, first_fail=fail, probes=tuple(self.probes),
+                            fit=self.fit, capped=self.capped, resolution=self.res)
 
 
-def search(probe: ProbeFn, settings: SearchSettings) -> SearchResult:
-    """Find the largest batch that fits, with ``settings.strategy``; every probe goes through ``probe``.
+def search(probe: ProbeFn, settings: SearchSettings, progress: Progress | None = None) -> SearchResult:
+    """Find the largest batch that fits, to ``settings.resolution``, with ``settings.strategy``; every probe goes
+    through ``probe``, and ``progress`` (when given) hears of each with the bracket it left.
 
     Raises:
         SearchAborted: a probe failed twice for a reason other than memory.
     """
-    state = _Search(probe, settings)
+    state = _Search(probe, settings, progress)
     if settings.strategy == "model":
         state.model()
         state.confirm(state.guided)

@@ -144,6 +144,10 @@ MAXBATCH_COLUMNS: tuple[tuple[str, str], ...] = (
     ("heap_settle_json", "TEXT"), ("heap_settle_steps", "INTEGER"),
     # issue 29: the math mode the probes ran under (ieee | tf32 | framework-default); NULL in rows stored before
     ("math_mode", "TEXT"),
+    # issue 31: the search's resolution ("exact", "1%", "8,1%": harness.maxbatch.search.Resolution.label): the answer
+    # is within it of the boundary. NULL in rows stored before (exact). The most a probe's worker held on the GPU
+    # outside its framework's allocator (the CUDA context; trials.cuda_context_mib), NULL where none measured it.
+    ("resolution", "TEXT"), ("cuda_context_mib", "REAL"),
 )
 MAXBATCH_COLUMN_NAMES = tuple(name for name, _ in MAXBATCH_COLUMNS)
 

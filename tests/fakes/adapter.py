@@ -30,7 +30,7 @@ GPU_FAULT_ERRORS = {
 BEHAVIOURS = ("ok", "hang", "sigkill", "oom", "error", "segfault", "exit0", "noisy", "oom_stderr",
               "hang_setup", "oom_large", "hang_large", "keeps_denormals", "ignores_precision",
               "diverges", "nan_weights", "flood", "flood_then_error", "hang_eval_large", "slow_steps",
-              *GPU_FAULT_ERRORS)
+              "gpu_stats", *GPU_FAULT_ERRORS)
 #: with behaviour "diverges" (NaN logits and weights) or "nan_weights" (NaN weights, finite logits), the training
 #: goes bad from this step on
 DIVERGES_AT_STEP = 3
@@ -207,6 +207,8 @@ class FakeAdapter(Adapter):
         pass
 
     def memory_stats(self) -> MemoryStats:
+        if self.behaviour == "gpu_stats":  # what a GPU adapter reports: allocated, reserved, outside the allocator
+            return MemoryStats(peak_mib=100.0, source="fake", reserved_mib=150.0, context_mib=512.0)
         return MemoryStats(peak_mib=None, source="none: fake")
 
     def is_oom(self, exc: BaseException) -> bool:

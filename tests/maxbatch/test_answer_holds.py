@@ -17,7 +17,14 @@ import pytest
 from harness.cli import main
 from harness.config.experiment import DEFAULT_SETTLE_STEPS
 from harness.data import DataRequest, prepare
-from harness.maxbatch.advice import CPU_HEAP_ALLOWANCE, CPU_PEAK_JITTER_MIB, Margin, answer_env, train_advice
+from harness.maxbatch.advice import (
+    CPU_HEAP_ALLOWANCE,
+    CPU_PEAK_JITTER_MIB,
+    GPU_MARGIN_FLOOR_MIB,
+    Margin,
+    answer_env,
+    train_advice,
+)
 from harness.maxbatch.request import CONFIRM_STEPS, MaxBatchRequest
 from harness.store import Store
 from tests.fakes.memory_executor import BUDGET_MIB
@@ -47,10 +54,12 @@ def test_margin_is_made_of_what_varied():
     # the spread seen here is below the run-to-run jitter measured over 72 workers: that one counts on CPU
     quiet = Margin.measure(probes[2:], 28, "cpu-rlimit-data", user_mib=0.0)
     assert quiet.jitter_mib == CPU_PEAK_JITTER_MIB and quiet.growth_mib == 3.0
-    # on a GPU only what this search saw (nothing was measured run to run there)
+    # on a GPU a chosen floor (issue 31: nothing was measured run to run there yet), or the spread seen when larger
     gpu = Margin.measure(probes[2:], 28, "gpu-card", user_mib=0.0)
-    assert (gpu.jitter_mib, gpu.growth_mib) == (0.0, 3.0)
-    assert Margin.measure([], 28, "gpu-card", 0.0).total_mib == 0.0
+    assert (gpu.jitter_mib, gpu.growth_mib) == (GPU_MARGIN_FLOOR_MIB, 3.0)
+    assert Margin.measure([], 28, "gpu-emulated", 0.0).total_mib == GPU_MARGIN_FLOOR_MIB
+    wide = [{**p, "peak_mib": p["peak_mib"] + 100.0 * i} for i, p in enumerate(probes[:2])]  # 104.5 MiB apart at 16
+    assert Margin.measure(wide, 28, "gpu-card", 0.0).jitter_mib == pytest.approx(104.5)
 
 
 def test_under_glibcs_default_malloc_the_margin_leaves_a_share_of_the_batchs_memory_for_the_heap():

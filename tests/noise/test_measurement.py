@@ -86,7 +86,7 @@ def test_a_trial_without_the_key_measures_nothing(tiny_data, tmp_path):
 
 
 def test_the_result_carries_the_rows_and_the_protocol_version_says_so():
-    assert PROTOCOL_VERSION >= 4  # 4 added the rows (5: math modes)
+    assert PROTOCOL_VERSION >= 4  # 4 brought the noise rows; later versions carry them still
     record = NoiseRecord(point=0, step=5, samples_seen=40, b_small=8, b_big=32, x_small_mean=2.0, x_big_mean=1.0,
                          small_n=4, big_n=1, noise_s=0.1)
     raw = {"metrics": {}, "step_times_ms": [1.0], "phase_steps": {}, "gradient_noise": [record.to_dict()], "t": 0.0}

@@ -130,7 +130,8 @@ class EvalPoints:
     def training_peak(self, last: MemoryStats) -> MemoryStats:
         """The framework's peak over every stretch of training, ``last`` being the final stretch's stats."""
         peaks = [s.peak_mib for s in (*self.training_peaks, last) if s.peak_mib is not None]
-        return MemoryStats(peak_mib=max(peaks) if peaks else None, source=last.source, reserved_mib=last.reserved_mib)
+        return MemoryStats(peak_mib=max(peaks) if peaks else None, source=last.source, reserved_mib=last.reserved_mib,
+                           context_mib=getattr(last, "context_mib", None))  # a plugin's own stats record may lack it
 
 
 def _finite_or_none(value: float) -> float | None:

@@ -160,7 +160,8 @@ def _metrics(trial: TrialSpec, setup: SetUp, plan: StepPlan, trained: Trained, r
         math_mode_seen=setup.math_mode,
         compute_dtype=seen.compute_dtype if seen else None, loss_scale=seen.loss_scale if seen else None,
         framework_peak_mib=mem.peak_mib, framework_peak_source=mem.source,
-        framework_reserved_mib=mem.reserved_mib, maxrss_mib=maxrss_mib(), **memory,
+        framework_reserved_mib=mem.reserved_mib, cuda_context_mib=getattr(mem, "context_mib", None),
+        maxrss_mib=maxrss_mib(), **memory,
     )
 
 
