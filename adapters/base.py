@@ -44,15 +44,16 @@ from adapters.building import (
     unknown_optimizer_error,
     walk_sequence,
 )
+from adapters.builds import GpuBuild  # re-exported: plugins may return one
 from harness.config.precision import DESCRIPTIONS, PRECISIONS
 from harness.config.trial import OptimizerSpec  # re-exported: plugins import it from here
 from harness.errors import AdapterError, ConfigError
 from harness.models import LAYER_TYPES, Layer, ModelDescription
 
 __all__ = [
-    "API_VERSION", "CAPABILITIES", "Adapter", "Capability", "EvalResult", "LayerSite", "MemoryStats", "OptimizerSpec",
-    "PrecisionSeen", "RuntimeConfig", "WeightFeed", "capabilities", "check_fits", "is_generic_oom", "layer_hook_name",
-    "missing_capabilities", "resolve_gpu", "softmax_cross_entropy",
+    "API_VERSION", "CAPABILITIES", "Adapter", "Capability", "EvalResult", "GpuBuild", "LayerSite", "MemoryStats",
+    "OptimizerSpec", "PrecisionSeen", "RuntimeConfig", "WeightFeed", "capabilities", "check_fits", "is_generic_oom",
+    "layer_hook_name", "missing_capabilities", "resolve_gpu", "softmax_cross_entropy",
 ]
 
 #: The plugin API's version: what the contract suite asks of an adapter (CHANGELOG.md, "For plugin authors").
@@ -214,6 +215,13 @@ class Adapter(ABC):
             f"{precision!r} is not run by the {name} adapter on {_ON.get(device, device)} "
             f"({cls.precision_reason(precision, device)}), so {precision!r} would not be applied; {instead}"
         )
+
+    @classmethod
+    def gpu_build(cls) -> GpuBuild | None:
+        """What the installed build of the framework can run on, from its distributions' metadata, without
+        importing it (:mod:`adapters.builds`). ``device = "auto"`` is resolved from this in the parent before the
+        first trial. Default None (unknown: a plugin without it is assumed to use a GPU that NVML sees)."""
+        return None
 
     @classmethod  # noqa: B027 - an optional hook with a do-nothing default
     def validate_device_options(cls, options: Mapping[str, Any], device: str) -> None:

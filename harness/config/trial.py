@@ -7,7 +7,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, cast
 
 from harness.config.choices import Augment, Denormals, Device, OptimizerName, Precision
 
@@ -63,6 +63,18 @@ class TrialSpec:
     #: (Experiment.steady_s); 0: none. Not part of the hash: it changes no headline figure, and the length each
     #: trial measured is stored with it (``steady_window_s``)
     steady_s: float = 0.0
+    #: where ``device = "auto"`` was resolved to run, in the parent before the first trial (harness/run/devices.py):
+    #: ``cpu`` or ``gpu``; "" when unresolved (the worker's framework picks). Part of the hash only as ``gpu`` under
+    #: ``auto``: a CPU trial keeps the hash it had before the field existed, and one resolved to the GPU after the
+    #: user installed GPU builds is a new trial, so ``--resume`` does not keep the CPU rows
+    device_resolved: str = ""
+
+    @property
+    def run_device(self) -> Device:
+        """The device the worker is told to use: the resolved one under ``auto``, else the one asked for."""
+        if self.device == "auto" and self.device_resolved in ("cpu", "gpu"):
+            return cast(Device, self.device_resolved)
+        return self.device
 
     @property
     def effective_batch_size(self) -> int:
@@ -95,6 +107,8 @@ class TrialSpec:
         for name, default in _HASHED_WHEN_SET.items():
             if payload.get(name) == default:
                 payload.pop(name)
+        if payload.get("device_resolved") in ("", "cpu", payload.get("device")):
+            payload.pop("device_resolved", None)  # see device_resolved: only auto -> gpu is hashed
         if payload.get("augment", "none") == "none":
             payload.pop("augment_pad_px", None)  # no augmentation: the padding changes nothing
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)

@@ -301,3 +301,8 @@ def test_factory_samples_the_gpu_the_worker_will_see_and_travels_by_pickle(fake_
     cpu_unit = TrialUnit(trial=make_trial(device="cpu"), data=tiny_data, order_path="", adapter_target="x:Y")
     cpu = factory(cpu_unit)
     assert cpu.probes[1].fields == ()  # the null probe: a CPU trial leaves the GPU alone
+    # device = "auto" resolved per framework (issue 29): a CPU-only build's trial beside a GPU reads no GPU (its
+    # columns NULL, not an idle card's 0 %), a CUDA build's trial reads it
+    resolved = {d: factory(TrialUnit(trial=make_trial(device="auto", device_resolved=d), data=tiny_data,
+                                     order_path="", adapter_target="x:Y")).probes[1] for d in ("cpu", "gpu")}
+    assert resolved["cpu"].fields == () and isinstance(resolved["gpu"], nvml.NvmlProbe)
