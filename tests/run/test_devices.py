@@ -209,3 +209,37 @@ def test_superseded_names_only_the_other_devices_hash() -> None:
     cpu_hash = dataclasses.replace(gpu, device_resolved="cpu").trial_hash
     assert sweep.superseded([gpu], {cpu_hash, "x"}) == {cpu_hash}
     assert sweep.superseded([_spec(device="cpu")], {cpu_hash}) == set()
+
+
+# ---------------------------------------------------------------- doctor (issue 29, item 4)
+def test_doctor_names_each_build_and_the_frameworks_that_cannot_use_a_present_gpu(
+        fakes: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.cli import doctor
+
+    real = doctor.environment.capture
+    monkeypatch.setattr(doctor.environment, "capture", lambda: {**real(), "gpus": [GPU], "gpu_note": "1 GPU(s):"})
+    monkeypatch.setattr(doctor, "pin_problems", list)
+    assert doctor.run_doctor() == 0
+    out = capsys.readouterr().out
+    block = {name: out.split(f"  {name} ")[1].split("\n  ")[0:3] for name in ("fakecpu", "fakegpu")}
+    assert "build: CPU only (fakecpu-cpu 1.0 is installed)" in " ".join(block["fakecpu"])
+    assert "a GPU is present, but this fakecpu build cannot use it" in out
+    assert "build: CUDA 13.0" in " ".join(block["fakegpu"]) and "this fakegpu build" not in out
+    monkeypatch.setattr(doctor.environment, "capture", lambda: {**real(), "gpus": []})
+    doctor.run_doctor()
+    assert "cannot use it" not in capsys.readouterr().out  # no GPU: nothing to say
+
+
+def test_doctor_on_this_cpu_machine_names_the_installed_builds_cpu_only(capsys: pytest.CaptureFixture[str]) -> None:
+    """The "done when" of issue 29 on the CPU machine: each installed built-in framework's build is CPU only."""
+    from harness.cli import doctor
+
+    doctor.run_doctor()
+    lines = capsys.readouterr().out.splitlines()
+    builds_seen = [ln.split("build: ")[1] for ln in lines if "build: " in ln]
+    installed = [a for a in registry.list_adapters() if a.installed and not a.problem]
+    if not installed:
+        pytest.skip("no framework is installed here")
+    assert len(builds_seen) == len(installed)
+    if not any(registry.adapter_class(a.name).gpu_build().gpu for a in installed):  # type: ignore[union-attr]
+        assert all(b.startswith("CPU only") for b in builds_seen)
