@@ -243,3 +243,21 @@ def test_doctor_on_this_cpu_machine_names_the_installed_builds_cpu_only(capsys: 
     assert len(builds_seen) == len(installed)
     if not any(registry.adapter_class(a.name).gpu_build().gpu for a in installed):  # type: ignore[union-attr]
         assert all(b.startswith("CPU only") for b in builds_seen)
+
+
+# ---------------------------------------------------------------- GPU tests that hold on real GPUs (item 7)
+def test_gpu_tests_skip_with_the_reason_where_the_framework_or_its_gpu_build_is_missing(
+        fakes: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tests.conftest as shared
+
+    monkeypatch.setattr(shared, "_gpu_reason", lambda: None)  # as on a machine with a GPU
+    cpu_only = shared.gpu_build_reason("fakecpu")
+    assert cpu_only is not None and "the installed fakecpu is CPU only (fakecpu-cpu 1.0 is installed)" in cpu_only
+    assert shared.gpu_build_reason("fakegpu") is None
+    monkeypatch.setattr(registry.adapter_class("fakegpu"), "import_name", "no_such_framework_here")
+    missing = shared.gpu_build_reason("fakegpu")
+    assert missing is not None and "fakegpu is not installed" in missing
+    with pytest.raises(pytest.skip.Exception, match="CPU only"):
+        shared.skip_unless_gpu_build("fakecpu")
+    monkeypatch.setattr(shared, "_gpu_reason", lambda: "no NVIDIA GPU on this machine (NVML sees 0 devices)")
+    assert "NVML sees 0 devices" in (shared.gpu_build_reason("fakegpu") or "")
