@@ -57,7 +57,8 @@ def resolve(framework: str, requested: str, gpu_present: bool, gpu_note: str = "
                               "its GPU build (README, \"On a GPU machine\"), or use device = \"cpu\"")
         return ResolvedDevice(framework, "gpu", f"device = \"gpu\" was asked for; {label}")
     if not gpu_present:
-        return ResolvedDevice(framework, "cpu", f"no GPU: {gpu_note or 'NVML sees none'}; {label}")
+        note = gpu_note.split(" — ")[0] if gpu_note.startswith("no GPU") else f"no GPU: {gpu_note or 'NVML sees none'}"
+        return ResolvedDevice(framework, "cpu", f"{note}; {label}")
     if gpu is False:
         return ResolvedDevice(framework, "cpu", f"{label}, beside a GPU it cannot use")
     if gpu is None:
