@@ -218,9 +218,7 @@ class Adapter(ABC):
 
     @classmethod
     def gpu_build(cls) -> GpuBuild | None:
-        """What the installed build of the framework can run on, from its distributions' metadata, without
-        importing it (:mod:`adapters.builds`). ``device = "auto"`` is resolved from this in the parent before the
-        first trial. Default None (unknown: a plugin without it is assumed to use a GPU that NVML sees)."""
+        """What the installed build can use (its metadata, no import: adapters.builds); None: unknown, assumed GPU."""
         return None
 
     @classmethod  # noqa: B027 - an optional hook with a do-nothing default

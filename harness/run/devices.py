@@ -29,8 +29,8 @@ class ResolvedDevice:
     why: str
 
     def line(self) -> str:
-        """``tensorflow: CPU only (tensorflow-cpu 2.21.0 is installed)``-style line for ``run``."""
-        return f"{self.framework}: {'GPU' if self.device == 'gpu' else 'CPU'} ({self.why})"
+        """``tensorflow on the CPU: CPU only (tensorflow-cpu 2.21.0 is installed), beside a GPU it cannot use``."""
+        return f"{self.framework} on the {'GPU' if self.device == 'gpu' else 'CPU'}: {self.why}"
 
 
 def build_of(framework: str) -> tuple[bool | None, str]:

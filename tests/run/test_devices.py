@@ -123,7 +123,7 @@ def test_auto_resolves_per_framework(fakes: None) -> None:
     assert "assumed" in devices.resolve("fake", "auto", gpu_present=True).why
     assert devices.resolve("fakegpu", "cpu", gpu_present=True).device == "cpu"
     line = devices.resolve("fakecpu", "auto", gpu_present=True).line()
-    assert line.startswith("fakecpu: CPU (CPU only (fakecpu-cpu 1.0 is installed)")
+    assert line.startswith("fakecpu on the CPU: CPU only (fakecpu-cpu 1.0 is installed), beside a GPU it cannot")
     with pytest.raises(ConfigError, match="CPU only"):
         devices.resolve("fakecpu", "gpu", gpu_present=True)
 
@@ -154,7 +154,7 @@ def test_a_mixed_device_run_is_refused_with_the_fix_and_nothing_written(fakes: N
     err = capsys.readouterr()
     assert "different devices (cpu: fakecpu; gpu: fakegpu)" in err.err
     assert "--allow-mixed-devices" in err.err and "--frameworks" in err.err
-    assert "device fakecpu: CPU (CPU only (fakecpu-cpu 1.0 is installed)" in err.out
+    assert "device fakecpu on the CPU: CPU only (fakecpu-cpu 1.0 is installed)" in err.out
     assert not (tmp_path / "out").exists()
 
 
