@@ -2,21 +2,29 @@
 # `make quick` ends with the answer: the recommended batch size per framework (also page 1 of the PDF).
 # The virtual environment lives in .venv and is rebuilt only when pyproject.toml or constraints.txt change.
 PY ?= python3
-VENV := .venv
+# GPU=1 (README, "On a GPU machine"): a venv of its own, .venv-gpu, with the frameworks' CUDA builds (the `gpu`
+# extra under constraints-gpu.txt: never beside tensorflow-cpu, which installs the same `tensorflow` module), and
+# the quick run limited to the frameworks that have a GPU build (MXNet's CUDA wheels are retired: README)
+GPU ?=
+, := ,
+VENV := $(if $(GPU),.venv-gpu,.venv)
+EXTRAS := $(if $(GPU),gpu,dev)
+CONSTRAINTS := -c constraints.txt $(if $(GPU),-c constraints-gpu.txt)
+QUICK_FLAGS := $(if $(GPU),--frameworks pytorch$(,)tensorflow$(,)jax)
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-OUT ?= results/quick
+OUT ?= $(if $(GPU),results/quick-gpu,results/quick)
 
 .PHONY: quick test test-fast test-durations lint bench lock clean-venv
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt $(if $(GPU),constraints-gpu.txt)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install -q $(CONSTRAINTS) -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 quick: $(STAMP)
-	$(BIN)/batchscope run experiments/quick.toml --out $(OUT) --resume
+	$(BIN)/batchscope run experiments/quick.toml --out $(OUT) --resume $(QUICK_FLAGS)
 	$(BIN)/batchscope compare $(OUT)
 	$(BIN)/batchscope report $(OUT) -o $(OUT)/report.pdf
 	$(BIN)/batchscope recommend $(OUT)

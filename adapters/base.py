@@ -44,15 +44,16 @@ from adapters.building import (
     unknown_optimizer_error,
     walk_sequence,
 )
+from adapters.builds import GpuBuild  # re-exported: plugins may return one
 from harness.config.precision import DESCRIPTIONS, PRECISIONS
 from harness.config.trial import OptimizerSpec  # re-exported: plugins import it from here
 from harness.errors import AdapterError, ConfigError
 from harness.models import LAYER_TYPES, Layer, ModelDescription
 
 __all__ = [
-    "API_VERSION", "CAPABILITIES", "Adapter", "Capability", "EvalResult", "LayerSite", "MemoryStats", "OptimizerSpec",
-    "PrecisionSeen", "RuntimeConfig", "WeightFeed", "capabilities", "check_fits", "is_generic_oom", "layer_hook_name",
-    "missing_capabilities", "resolve_gpu", "softmax_cross_entropy",
+    "API_VERSION", "CAPABILITIES", "Adapter", "Capability", "EvalResult", "GpuBuild", "LayerSite", "MemoryStats",
+    "OptimizerSpec", "PrecisionSeen", "RuntimeConfig", "WeightFeed", "capabilities", "check_fits", "is_generic_oom",
+    "layer_hook_name", "missing_capabilities", "resolve_gpu", "softmax_cross_entropy",
 ]
 
 #: The plugin API's version: what the contract suite asks of an adapter (CHANGELOG.md, "For plugin authors").
@@ -229,6 +230,11 @@ class Adapter(ABC):
             f"{precision!r} is not run by the {name} adapter on {_ON.get(device, device)} "
             f"({cls.precision_reason(precision, device)}), so {precision!r} would not be applied; {instead}"
         )
+
+    @classmethod
+    def gpu_build(cls) -> GpuBuild | None:
+        """What the installed build can use (its metadata, no import: adapters.builds); None: unknown, assumed GPU."""
+        return None
 
     @classmethod  # noqa: B027 - an optional hook with a do-nothing default
     def validate_device_options(cls, options: Mapping[str, Any], device: str) -> None:

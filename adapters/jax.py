@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters import mathmode
+from adapters import builds, mathmode
 from adapters.base import (
     API_VERSION,
     Adapter,
@@ -106,6 +106,11 @@ class JAXAdapter(Adapter):
     import_name = "jax"
     framework_modules = ("jaxlib",)
     api_version = API_VERSION
+
+    @classmethod
+    def gpu_build(cls) -> builds.GpuBuild | None:
+        """The installed build's device, from its metadata (:func:`adapters.builds.jax_build`)."""
+        return builds.jax_build()
     options = {"memory_mode": MEMORY_MODES}
     # growth or preallocation of the GPU pool: nothing on a CPU, and a memory limit replaces it (setup)
     gpu_only_options = options_replaced_by_memory_limit = ("memory_mode",)

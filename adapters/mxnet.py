@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters import fpenv, mathmode
+from adapters import builds, fpenv, mathmode
 from adapters.base import (
     API_VERSION,
     Adapter,
@@ -112,6 +112,11 @@ class MXNetAdapter(Adapter):
     distributions = ("mxnet", "mxnet-cu112", "mxnet-cu117", "mxnet-cu110", "mxnet-cu102", "mxnet-mkl")
     import_name = "mxnet"
     api_version = API_VERSION
+
+    @classmethod
+    def gpu_build(cls) -> builds.GpuBuild | None:
+        """The installed build's device, from its metadata (:func:`adapters.builds.mxnet_build`)."""
+        return builds.mxnet_build()
     oom_stderr_patterns = OOM_TEXTS
     supports_accumulation = True
     bn_running_variance = "biased"  # MXNet's BatchNorm updates running_var with the biased batch variance

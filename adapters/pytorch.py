@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters import fpenv, gpumem, mathmode
+from adapters import builds, fpenv, gpumem, mathmode
 from adapters.base import (
     API_VERSION,
     Adapter,
@@ -88,6 +88,11 @@ class PyTorchAdapter(Adapter):
     distributions = ("torch",)
     import_name = "torch"
     api_version = API_VERSION
+
+    @classmethod
+    def gpu_build(cls) -> builds.GpuBuild | None:
+        """The installed build's device, from its metadata (:func:`adapters.builds.pytorch_build`)."""
+        return builds.pytorch_build()
     oom_stderr_patterns = ("CUDA out of memory", "DefaultCPUAllocator: can't allocate memory")
     #: native_model: "package.module:function" returning a torch.nn.Module (harness.models.native)
     options = {"native_model": (None, str)}

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters import mathmode
+from adapters import builds, mathmode
 from adapters.base import (
     API_VERSION,
     Adapter,
@@ -138,6 +138,11 @@ class TensorFlowAdapter(Adapter):
     import_name = "tensorflow"
     framework_modules = ("keras", "tf_keras")
     api_version = API_VERSION
+
+    @classmethod
+    def gpu_build(cls) -> builds.GpuBuild | None:
+        """The installed build's device, from its metadata (:func:`adapters.builds.tensorflow_build`)."""
+        return builds.tensorflow_build()
     options = {"memory_mode": MEMORY_MODES}
     # growth or preallocation of the GPU pool: nothing on a CPU, and a memory limit replaces it (setup)
     gpu_only_options = options_replaced_by_memory_limit = ("memory_mode",)

@@ -9,10 +9,13 @@ What it runs, each step in its own subprocess so one failure does not hide the r
 2. the readings' windows and the sampler against ``nvidia-smi`` (``benchmarks/readings_check.py``: the window rule
    on made-up samples and on a trial too short for NVML, the steady phase, then ``benchmarks/compare_nvidia_smi.py``),
    capped at :data:`READINGS_TIMEOUT_S`;
-3. ``maxbatch`` on ``deep_cnn`` with PyTorch on the whole card, and under ``--memory-limit-mib 6144``.
+3. ``maxbatch`` on ``deep_cnn`` with PyTorch on the whole card, and under ``--memory-limit-mib 6144``;
+4. device resolution (``benchmarks/devices_check.py``): where ``device = "auto"`` puts each installed framework,
+   the one-device rule, and a tiny run of them all, capped at :data:`DEVICES_TIMEOUT_S`.
 
 Without a GPU (no ``nvidia-smi``, or it lists no GPU) it says so and exits 0: nothing to prove here. ``--dry-run``
-runs the steps' CPU parts instead (step 2 on the CPU) and writes their summary, with or without a GPU.
+runs the steps' CPU parts instead (step 2 on the CPU, step 4 as if a GPU were present) and writes their summary,
+with or without a GPU.
 Exit 1 when a step fails on a machine that has a GPU (the summary says which and why).
 """
 
@@ -33,6 +36,9 @@ STEP_TIMEOUT_S = 600
 #: the readings step's cap: its short trial (~30 s with the framework's start-up) and a 300-step trial beside
 #: nvidia-smi (benchmarks/readings_check.py caps that one at 240 s)
 READINGS_TIMEOUT_S = 300
+#: the device step's cap: its tiny run starts every installed framework once (benchmarks/devices_check.py caps the
+#: run at 240 s)
+DEVICES_TIMEOUT_S = 270
 SWEEP_TOML = """name = "gpu_check"
 frameworks = ["pytorch"]
 model = "osu_cnn"
@@ -99,6 +105,8 @@ def dry_run(out: Path) -> int:
     log = [f"# GPU check, dry run on the CPU, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", ""]
     ok = _run("Readings' windows (dry run)", [sys.executable, "benchmarks/readings_check.py", "--dry-run"], log,
               READINGS_TIMEOUT_S)
+    ok &= _run("Device resolution (dry run: as if a GPU were present)",
+               [sys.executable, "benchmarks/devices_check.py", "--dry-run"], log, DEVICES_TIMEOUT_S)
     out.write_text("\n".join(log) + "\n", encoding="utf-8")
     print(f"gpu_check --dry-run: {'every step passed' if ok else 'a step FAILED'}; summary in {out}")
     return 0 if ok else 1
@@ -135,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [py, "-m", "harness", "maxbatch", "--framework", "pytorch", "--model", "deep_cnn", "--device", "gpu",
                "--out", str(work / f"maxbatch_{limit}")]
         ok &= _run(title, cmd + (["--memory-limit-mib", str(limit)] if limit else []), log)
+    ok &= _run("Device resolution: each framework's device, the one-device rule, a tiny run",
+               [py, "benchmarks/devices_check.py"], log, DEVICES_TIMEOUT_S)
     Path(args.out).write_text("\n".join(log) + "\n", encoding="utf-8")
     print(f"gpu_check: {'every step passed' if ok else 'a step FAILED'}; summary in {args.out}")
     return 0 if ok else 1

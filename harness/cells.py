@@ -32,7 +32,7 @@ from harness.monitor.fields import FIELDS, SHOWN_COLUMNS
 #: trial columns whose combination makes a series within one framework: the experiment's named variant
 #: ([variants.<name>]), then settings as asked for, never as measured (the stored ``device`` is the framework's own
 #: name for it, "cpu" / "/CPU:0" / "cpu(0)", and would split every sweep), then the gradient accumulation
-VARIANT_COLUMNS = ("variant", "precision", "math_mode", "denormals", "accumulate_steps")
+VARIANT_COLUMNS = ("variant", "precision", "math_mode", "denormals", "accumulate_steps", "run_device")
 BatchKind = Literal["micro", "effective"]
 
 
@@ -46,6 +46,9 @@ class Series:
     math_mode: str = ""  # asked for (ieee | tf32 | framework-default); "" in rows stored before it existed
     denormals: str = ""
     accumulate_steps: int = 1
+    #: ``cpu`` / ``gpu``: the device the trial was told to use (``run_device``, issue 29); "" where unresolved.
+    #: Shown only where it varies: a run allowed on mixed devices (allow_mixed_devices) never pools them
+    device: str = ""
 
     @classmethod
     def of(cls, trial: Mapping[str, Any]) -> Series:
@@ -53,12 +56,19 @@ class Series:
         return cls(framework=str(trial["framework"]), variant=str(trial.get("variant") or ""),
                    precision=str(trial.get("precision") or ""), math_mode=str(trial.get("math_mode") or ""),
                    denormals=str(trial.get("denormals") or ""),
-                   accumulate_steps=int(trial.get("accumulate_steps") or 1))
+                   accumulate_steps=int(trial.get("accumulate_steps") or 1),
+                   device=device_of(trial))
 
     def settings(self) -> tuple[str, ...]:
         """The settings part, as words (``("sgd", "fp32", "flush", "accumulate x4")``)."""
         return (self.variant, self.precision, self.math_mode, self.denormals,
-                f"accumulate x{self.accumulate_steps}" if self.accumulate_steps > 1 else "")
+                f"accumulate x{self.accumulate_steps}" if self.accumulate_steps > 1 else "", self.device)
+
+
+def device_of(trial: Mapping[str, Any]) -> str:
+    """A trial row's device class, ``cpu`` or ``gpu`` (its ``run_device``), or "" where it was not resolved."""
+    device = str(trial.get("run_device") or "")
+    return device if device in ("cpu", "gpu") else ""
 
 
 @dataclass(frozen=True)

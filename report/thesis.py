@@ -293,6 +293,10 @@ def thesis_findings(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
         measure it) and evidence (a sentence built from the measured figures).
     """
     rows = _sweep_rows(trials)
+    devices = sorted({cells.device_of(t) for t in rows})
+    if len(devices) > 1:  # allow_mixed_devices: judged on each device's trials apart, never across (issue 29)
+        return [dict(f, finding=f"[{d or 'device unresolved'}] {f['finding']}")
+                for d in devices for f in thesis_findings([t for t in rows if cells.device_of(t) == d])]
     out = [_finding_most_memory(rows), _finding_util_trend(rows, "mxnet", rising=True),
            _finding_util_trend(rows, "tensorflow", rising=False), _finding_pytorch_lowest(rows)]
     datasets = sorted({str(t.get("dataset")) for t in rows})

@@ -26,6 +26,35 @@ def _gpu_reason() -> str | None:
         return f"no NVIDIA GPU on this machine ({type(e).__name__}: {e})"
 
 
+def gpu_build_reason(framework: str) -> str | None:
+    """Why a GPU test of ``framework`` cannot run here, or None: no GPU, the framework not installed, or its
+    installed build CPU only (a GPU machine with ``tensorflow-cpu``: issue 29). Read without importing it."""
+    import importlib.util
+
+    from harness import registry
+
+    reason = _gpu_reason()
+    if reason is not None:
+        return f"GPU test skipped: {reason}"
+    try:
+        cls = registry.adapter_class(framework)
+    except Exception as e:  # noqa: BLE001 - an adapter that cannot load is a framework that is not here
+        return f"GPU test skipped: the {framework} adapter cannot be loaded ({e})"
+    if importlib.util.find_spec(cls.import_name) is None:
+        return f"GPU test skipped: {framework} is not installed (pip install 'batchscope[{framework}]')"
+    build = cls.gpu_build()
+    if build is not None and build.gpu is False:
+        return f"GPU test skipped: the installed {framework} is {build.label} (README, \"On a GPU machine\")"
+    return None
+
+
+def skip_unless_gpu_build(framework: str) -> None:
+    """Skip the calling test, saying why, unless ``framework`` can run on a GPU here (:func:`gpu_build_reason`)."""
+    reason = gpu_build_reason(framework)
+    if reason is not None:
+        pytest.skip(reason)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``gpu`` tests skip where NVML sees no GPU; ``no_gpu`` tests (what a user without one sees) skip where
     it sees one. Either way the skip says why."""

@@ -66,6 +66,24 @@ def _installed(dist: str) -> str | None:
         return None
 
 
+def build_words(framework: str, gpu_present: bool) -> tuple[str, str | None]:
+    """(the installed build in words, a note when a GPU is present that the build cannot use), from the adapter's
+    :meth:`~adapters.base.Adapter.gpu_build` (the distributions' metadata; no framework is imported)."""
+    from harness.run.devices import build_of
+
+    try:
+        gpu, label = build_of(framework)
+    except Exception as e:  # noqa: BLE001 - a broken plugin's metadata must not stop the rest of the report
+        return f"unknown ({type(e).__name__}: {e})", None
+    if gpu_present and gpu is False:
+        return label, (f"a GPU is present, but this {framework} build cannot use it: under device = \"auto\" it runs "
+                       "on the CPU, and a run beside frameworks on the GPU is refused; install its GPU build "
+                       "(README, \"On a GPU machine\") or leave it out with --frameworks")
+    if gpu_present and gpu is None:
+        return label, "a GPU is present; whether this build can use it is not known before it runs"
+    return label, None
+
+
 def run_doctor() -> int:
     """Print the report; exit 0 when nothing is wrong, 1 when a pin problem was found."""
     print(f"batchscope  python {platform.python_version()} ({sys.executable})")
@@ -81,6 +99,11 @@ def run_doctor() -> int:
         state = (f"{a.distribution} {a.version}" if a.installed
                  else f"not installed (pip install 'batchscope[{a.name}]')")
         print(f"  {a.name:<11} {state}" + (f"  PROBLEM: {a.problem}" if a.problem else ""))
+        if a.installed and not a.problem:
+            build, note = build_words(a.name, bool(env["gpus"]))
+            print(f"  {'':<11} build: {build}")
+            if note:
+                print(f"  {'':<11} NOTE: {note}")
     problems = pin_problems()
     if problems:
         print("pin problems")

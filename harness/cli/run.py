@@ -28,7 +28,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.executor = "ray"
     exp = exp.with_overrides(model=args.model, frameworks=args.frameworks, batch_sizes=args.batch_sizes,
                              device=args.device, repeats=args.repeats, epochs=args.epochs, math_mode=args.math_mode,
-                             skip_larger_after_oom=False if args.no_skip_larger else None)
+                             skip_larger_after_oom=False if args.no_skip_larger else None,
+                             allow_mixed_devices=True if args.allow_mixed_devices else None)
     out = Path(args.out or Path("results") / exp.name)
     command = "batchscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     factory, notice = monitor_factory_for(exp)
@@ -54,7 +55,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         def on_plan(todo: list[Any], data: Any) -> None:
             display.plan(todo, planned_work(todo, data.n_train))
 
+        def on_devices(resolved: list[Any]) -> None:  # device = "auto" resolved per framework, before any trial
+            for r in resolved:
+                print(f"device {r.line()}")
+
         result = run_experiment(exp, out, resume=args.resume, data_dir=args.data_dir, command=command,
+                                on_devices=on_devices,
                                 monitor_factory=factory, progress=display.done, on_start=display.start,
                                 on_event=display.event, on_plan=on_plan, executor=executor)
     if result.peak_in_flight > 1:
@@ -104,9 +110,14 @@ def register(sub: Any) -> None:
     p.add_argument("--device", choices=("auto", "cpu", "gpu"), help="override the experiment's device")
     p.add_argument("--math-mode", choices=MATH_MODES, help="override the experiment's math_mode: ieee (true float32 on "
                    "a GPU, the default), tf32 (TensorFloat-32 tensor cores) or framework-default (docs/precision.md)")
+    p.add_argument("--allow-mixed-devices", action="store_true",
+                   help="run frameworks whose builds land on different devices (one on the GPU, one on the CPU); "
+                   "every table and verdict then compares within one device only (default: refused)")
     p.add_argument("--repeats", type=int, help="override the number of repeats")
     p.add_argument("--epochs", type=int, help="override the number of epochs")
-    p.add_argument("--resume", action="store_true", help="skip trials already stored in --out")
+    p.add_argument("--resume", action="store_true",
+                   help="skip trials already stored in --out (those that ended in error, or ran on another device "
+                   "than their framework resolves to now, run again)")
     p.add_argument("--no-skip-larger", action="store_true",
                    help="run batch sizes above one that ran out of memory (default: record them as skipped)")
     p.add_argument("--data-dir", type=path_arg("--data-dir"),

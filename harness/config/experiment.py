@@ -153,6 +153,9 @@ class Experiment:
     lr_policy: LrPolicy = "fixed"
     lr_base_batch: int = _setting(32, ge=1, le=MAX_SIZE, unit="samples")
     device: Device = "auto"
+    #: allow frameworks whose builds land on different devices (one on the GPU, one on the CPU) in one run; every
+    #: table, figure and verdict then groups by device and never compares across it (issue 29). Default: refused
+    allow_mixed_devices: bool = False
     precision: Precision = "fp32"
     denormals: Denormals = "flush"  # see docs/denormals.md for why flushing is the default
     #: float32 convolutions and matmuls on a GPU: true float32 in every framework by default, so that a comparison

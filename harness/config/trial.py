@@ -7,7 +7,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, cast
 
 from harness.config.choices import Augment, Denormals, Device, MathMode, OptimizerName, Precision
 from harness.config.precision import legacy_math_mode
@@ -67,6 +67,18 @@ class TrialSpec:
     #: what float32 convolutions and matmuls compute in on a GPU: ieee | tf32 | framework-default (docs/precision.md,
     #: "Math mode"); hashed unless it is what a trial stored before the key existed ran under (see trial_hash)
     math_mode: MathMode = "ieee"
+    #: where ``device = "auto"`` was resolved to run, in the parent before the first trial (harness/run/devices.py):
+    #: ``cpu`` or ``gpu``; "" when unresolved (the worker's framework picks). Part of the hash only as ``gpu`` under
+    #: ``auto``: a CPU trial keeps the hash it had before the field existed, and one resolved to the GPU after the
+    #: user installed GPU builds is a new trial, so ``--resume`` does not keep the CPU rows
+    device_resolved: str = ""
+
+    @property
+    def run_device(self) -> Device:
+        """The device the worker is told to use: the resolved one under ``auto``, else the one asked for."""
+        if self.device == "auto" and self.device_resolved in ("cpu", "gpu"):
+            return cast(Device, self.device_resolved)
+        return self.device
 
     @property
     def effective_batch_size(self) -> int:
@@ -105,6 +117,8 @@ class TrialSpec:
             # what every trial ran under before the key existed (true float32 on the CPU, the framework's default on
             # a GPU): such old trials keep their hashes, and no trial of another math mode can take one of them
             payload.pop("math_mode")
+        if payload.get("device_resolved") in ("", "cpu", payload.get("device")):
+            payload.pop("device_resolved", None)  # see device_resolved: only auto -> gpu is hashed
         if payload.get("augment", "none") == "none":
             payload.pop("augment_pad_px", None)  # no augmentation: the padding changes nothing
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)

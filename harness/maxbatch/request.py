@@ -19,6 +19,7 @@ from harness.config.choices import MATH_MODES, Device, MathMode, OptimizerName, 
 from harness.config.experiment import DEFAULT_SETTLE_STEPS, DEVICES, OPTIMIZERS, PRECISIONS, Experiment
 from harness.errors import BatchscopeWarning, ConfigError
 from harness.maxbatch.search import CPU_RESOLUTION, GPU_RESOLUTION, STRATEGIES, Resolution
+from harness.run.devices import resolve
 
 MIB = 1024.0 * 1024.0
 
@@ -218,7 +219,10 @@ def _check_machine_memory(limit_mib: float) -> None:
 
 def resolve_budget(req: MaxBatchRequest, gpus: list[dict[str, Any]]) -> Budget:
     """Where the search runs and how its budget is enforced. Refuses what cannot be enforced."""
-    on_gpu = req.device == "gpu" or (req.device == "auto" and bool(gpus))
+    # device = "auto" resolved per framework, as the sweep does (issue 29): a CPU-only build beside a GPU searches
+    # on the CPU, under the budget the CPU needs, never told "gpu"
+    on_gpu = req.device == "gpu" or (req.device == "auto" and bool(gpus)
+                                     and resolve(req.framework, "auto", True).device == "gpu")
     if req.device == "gpu" and not gpus:
         raise ConfigError("--device gpu was asked for, but NVML sees no GPU here; use --device cpu with "
                           "--memory-limit-mib N (a budget the OS enforces on each probe)")

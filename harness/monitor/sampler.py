@@ -267,7 +267,7 @@ class SamplerFactory:
 
     def __call__(self, unit: TrialUnit) -> Monitor:
         """A fresh sampler for ``unit``."""
-        make_gpu, line = gpu_probe_factory(unit.trial.device, _visible_devices(unit.env))
+        make_gpu, line = gpu_probe_factory(unit.trial.run_device, _visible_devices(unit.env))
         return Sampler([HostProbe(), make_gpu()], interval_s=self.interval_s, notes=[line])
 
 

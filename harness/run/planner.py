@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 from harness.config.experiment import Experiment
@@ -49,11 +50,13 @@ def planned_steps(trial: TrialSpec, n_train: int) -> int:
     return sum(plan_steps(n_train, trial.effective_batch_size, trial.epochs, trial.warmup_steps, trial.timed_steps))
 
 
-def plan(exp: Experiment, data: PreparedData) -> list[TrialSpec]:
+def plan(exp: Experiment, data: PreparedData, devices: Mapping[tuple[str, str], str] | None = None
+         ) -> list[TrialSpec]:
     """Every trial of ``exp``: frameworks x variants x batch sizes (ascending) x repeats.
 
     The batch size is the micro-batch (what is in memory at once); with ``accumulate_steps`` = k an update
-    sees k of them, and the learning-rate policy scales with that effective batch.
+    sees k of them, and the learning-rate policy scales with that effective batch. ``devices``: where each
+    (framework, device asked for) was resolved to run (:mod:`harness.run.devices`); unresolved when left out.
 
     Raises:
         ConfigError: a variant's augmentation does not apply to the data set.
@@ -78,7 +81,12 @@ def plan(exp: Experiment, data: PreparedData) -> list[TrialSpec]:
             options = dict(settings.options) if settings else adapter_class(framework).validate_options({})
             for batch_size in sorted(v.batch_sizes):
                 for repeat in range(v.repeats):
-                    trials.append(_trial(v, variant, framework, batch_size, repeat, options, data))
+                    trial = _trial(v, variant, framework, batch_size, repeat, options, data)
+                    resolved = (devices or {}).get((framework, v.device), "")
+                    if resolved:
+                        trial = dataclasses.replace(trial, device_resolved=resolved,
+                                                    steady_s=0.0 if resolved == "cpu" else trial.steady_s)
+                    trials.append(trial)
     return cap_to_the_run(trials, data.n_train)
 
 

@@ -162,7 +162,7 @@ class RayExecutor:
 
     def wants_gpu(self, trial: TrialSpec) -> bool:
         """Whether ``trial`` takes a GPU: device gpu, or auto on a cluster that has GPUs."""
-        return trial.device == "gpu" or (trial.device == "auto" and any(n.gpus >= 1 for n in self.nodes()))
+        return trial.run_device == "gpu" or (trial.run_device == "auto" and any(n.gpus >= 1 for n in self.nodes()))
 
     def backend(self, units: Callable[[TrialSpec], TrialUnit], trials: Sequence[TrialSpec],
                 on_event: Callable[[TrialSpec, dict[str, Any]], None] | None = None) -> RayBackend:

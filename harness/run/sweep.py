@@ -7,6 +7,7 @@ import functools
 import json
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,13 +20,14 @@ from harness.config.trial import TrialSpec
 from harness.data import PreparedData, default_cache_dir, prepare
 from harness.data.footprint import require_disk
 from harness.diskfull import write_atomically
-from harness.errors import ConfigError, StoreError
+from harness.errors import BatchscopeWarning, ConfigError, StoreError
 from harness.gpu_peaks import refuse_tf32_without_units
 from harness.models import build_description, is_native_model
 from harness.monitor import environment
 from harness.records import Executor, Monitor, TrialOutcome, TrialUnit, allocator_env
 from harness.registry import adapter_class, adapter_target
 from harness.run.chains import oom_limits
+from harness.run.devices import ResolvedDevice, check_one_device, resolve_experiment
 from harness.run.executor import LocalExecutor, adapter_worker_env
 from harness.run.planner import data_request, plan
 from harness.run.scheduler import Backend, SerialBackend, known_durations, run_chains
@@ -76,7 +78,7 @@ def worker_env(trial: TrialSpec, env: dict[str, Any]) -> dict[str, str]:
     ``env``: the captured environment (unused today; kept so a setting can depend on the device found).
     """
     del env
-    return adapter_worker_env(trial.framework, trial.adapter_options, trial.device)
+    return adapter_worker_env(trial.framework, trial.adapter_options, trial.run_device)
 
 
 def worker_allocator_env(unit_env: dict[str, str], parent_env: dict[str, str] | None = None) -> dict[str, str]:
@@ -134,6 +136,7 @@ def run_sweep(
     on_event: EventFn | None = None,
     on_plan: Callable[[list[TrialSpec], PreparedData], None] | None = None,
     executor: Executor | None = None,
+    on_devices: Callable[[list[ResolvedDevice]], None] | None = None,
     preflight: Callable[[dict[str, Any]], None] | None = None,
     after_trials: Callable[[SweepContext, SweepResult], None] | None = None,
 ) -> SweepResult:
@@ -144,8 +147,9 @@ def run_sweep(
     worker in flight, with every finished trial already stored. ``executor`` defaults to a
     :class:`LocalExecutor` logging into ``out_dir/logs``. ``on_plan(todo, data)`` is told the trials still
     to run before the first starts, ``on_event(trial, message)`` every worker message (live progress).
-    ``preflight(env)`` runs before anything is written and may refuse the run; ``after_trials`` runs with
-    the store still open (the max-batch searches of :func:`harness.pipeline.run_experiment`).
+    ``on_devices(resolved)`` is told where each framework will run (device = "auto" resolved per framework), before
+    a run on mixed devices is refused. ``preflight(env)`` runs before anything is written and may refuse the run;
+    ``after_trials`` runs with the store still open (the max-batch searches of :func:`harness.pipeline.run_experiment`).
 
     Long on purpose: the checks that must all pass before anything is written, then the loop that writes one
     trial at a time, under one lock and one open store; the order of these steps is the reliability promise
@@ -169,6 +173,11 @@ def run_sweep(
         raise ConfigError(f"{exp.source}: device = \"gpu\" was asked for, but NVML sees no GPU here "
                           f"({env.get('gpu_note') or 'no GPU'}); use device = \"cpu\" or \"auto\", or run "
                           "where a GPU is visible")
+    # one device per comparison (issue 29): each framework's device, decided here and printed before any trial
+    resolved = resolve_experiment(exp.frameworks, [v.device for _, v in exp.resolved_variants()],
+                                  bool(env.get("gpus")), str(env.get("gpu_note") or ""))
+    if on_devices is not None:
+        on_devices(list(dict.fromkeys(resolved.values())))
     refuse_tf32_without_units([v.math_mode for _, v in exp.resolved_variants()], env.get("gpus") or [], exp.source)
     if preflight is not None:  # e.g. refuse a budget that cannot be enforced, before anything is written
         preflight(env)
@@ -176,7 +185,9 @@ def run_sweep(
     data = prepare(data_request(exp, data_dir), cache_dir or default_cache_dir())
     if not is_native_model(exp.model):  # a native model has no description: its adapter checks it in the worker
         build_description(exp.model, data.input_shape, data.classes)  # a model that does not fit the input
-    trials = plan(exp, data)  # before the store too: it refuses e.g. augmentation the data cannot take
+    trials = plan(exp, data, {key: r.device for key, r in resolved.items()})  # before the store too: it refuses
+    # e.g. augmentation the data cannot take, and frameworks on different devices unless asked for
+    check_one_device({_series_name(t): t.run_device for t in trials}, exp.allow_mixed_devices, exp.source)
     require_disk(data.order_bytes(exp.epochs) * exp.repeats, Path(data.directory),
                  f"the shuffle orders of {exp.repeats} repeat(s) x {max(exp.epochs, 1)} epoch(s)", "lower epochs")
     spec = exp.to_dict() | {"data": {k: v for k, v in data.to_dict().items() if k != "directory"}}
@@ -188,6 +199,13 @@ def run_sweep(
                              "add --resume to finish that sweep, or give another --out directory")
         if existing:
             _refuse_changed_experiment(store, exp, spec, out_dir)
+            gone = superseded(trials, {r["trial_hash"] for r in existing})
+            if gone:  # run again on the device the framework now resolves to, never kept beside it
+                store.drop_trials(gone)
+                existing = [r for r in existing if r["trial_hash"] not in gone]
+                warnings.warn(f"--resume: {len(gone)} stored trial(s) ran on another device than their framework "
+                              "resolves to now (device = \"auto\", after an install): removed, and run again here",
+                              BatchscopeWarning, stacklevel=2)
         write_atomically(out_dir / f"{exp.name}.resolved.json", json.dumps(spec, indent=2, default=str),
                          "the resolved experiment")
         run_id = store.begin_run(exp.name, spec, command, env)
@@ -226,7 +244,7 @@ def run_sweep(
 #: settings that may differ on --resume: they choose which trials run, not how one runs or is measured; or they
 #: are analysis keys, read from the store by the report and ``recommend`` (``target_accuracy``)
 RESUMABLE_CHANGES = frozenset({"frameworks", "batch_sizes", "repeats", "timeout_s", "description", "source",
-                               "skip_larger_after_oom", "max_batch",
+                               "skip_larger_after_oom", "max_batch", "allow_mixed_devices",
                                "target_accuracy"})
 
 
@@ -256,6 +274,22 @@ def _refuse_changed_experiment(store: Store, exp: Experiment, spec: dict[str, An
         raise ConfigError(f"--resume: {out_dir} holds experiment {exp.name!r} run with other settings "
                           f"({'; '.join(changes)}); resume with the same settings, or run into another --out "
                           "directory so the two are kept apart")
+
+
+def superseded(trials: Sequence[TrialSpec], stored: set[str]) -> set[str]:
+    """Stored hashes of ``trials`` as they would be on the other device: an ``auto`` trial that ran on the CPU
+    before the GPU builds were installed (or the reverse), which ``--resume`` must run again, not keep."""
+    out = set()
+    for t in trials:
+        if t.device == "auto" and t.device_resolved:
+            other = dataclasses.replace(t, device_resolved="gpu" if t.device_resolved == "cpu" else "cpu").trial_hash
+            if other != t.trial_hash and other in stored:
+                out.add(other)
+    return out
+
+
+def _series_name(trial: TrialSpec) -> str:
+    return f"{trial.framework} [{trial.variant}]" if trial.variant else trial.framework
 
 
 def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -107,8 +107,13 @@ TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("variant", "TEXT"), ("augment", "TEXT"), ("accumulate_steps", "INTEGER"), ("effective_batch_size", "INTEGER"),
     # issue 23: where it ran
     *PLACEMENT_COLUMNS,
+    # issue 29: the device the trial was told to use (cpu | gpu: device = "auto" resolved per framework in the
+    # parent; auto: unresolved, the framework picked); ``device`` above is the framework's own name for it
+    ("run_device", "TEXT"),
 )
 TRIAL_COLUMN_NAMES = tuple(name for name, _ in TRIAL_COLUMNS)
+#: statuses ``--resume`` runs again besides the unfinished ones (see :meth:`Store.finished_hashes`)
+RERUN_ON_RESUME: tuple[str, ...] = ("error",)
 
 
 #: maxbatch columns: one row per max-batch search (``batchscope maxbatch`` or ``max_batch = true`` in a sweep).
@@ -436,11 +441,27 @@ class Store:
         return int(cur.lastrowid or 0)
 
     def finished_hashes(self) -> set[str]:
-        """Hashes of every trial already recorded with a final status (a ``lost`` trial, whose node died, is not
-        finished: ``--resume`` runs it again)."""
-        marks = ", ".join("?" * len(UNFINISHED_STATUSES))
+        """Hashes of every trial ``--resume`` keeps: ``ok``, ``oom``, ``diverged``, ``skipped``, ``timeout`` and
+        ``crashed`` (outcomes of the settings: the same settings give them again). A ``lost`` trial, whose node
+        died, and an ``error`` (an exception in the worker: often a missing package or a driver, fixed since; Ray
+        Tune's resume-errored) are run again (issue 29)."""
+        again = (*UNFINISHED_STATUSES, *RERUN_ON_RESUME)
+        marks = ", ".join("?" * len(again))
         return {r[0] for r in self.conn.execute(f"SELECT trial_hash FROM trials WHERE status NOT IN ({marks})",
-                                                UNFINISHED_STATUSES)}
+                                                again)}
+
+    def drop_trials(self, hashes: Iterable[str]) -> int:
+        """Delete these trials and everything stored with them (a trial superseded by the same trial on another
+        device: :func:`harness.run.sweep.run_sweep` under ``--resume``); returns how many were there."""
+        hashes = list(hashes)
+        marks = ", ".join("?" * len(hashes))
+        if not hashes:
+            return 0
+        with self._writing("superseded trials"), self.conn:
+            for table in ("step_times", "samples", "curve", "gradient_noise"):
+                self.conn.execute(f"DELETE FROM {table} WHERE trial_hash IN ({marks})", hashes)
+            cur = self.conn.execute(f"DELETE FROM trials WHERE trial_hash IN ({marks})", hashes)
+        return int(cur.rowcount or 0)
 
     def write_trial(self, outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> None:
         """Write one trial, its step times, its samples and its curve in one transaction (all or nothing)."""
@@ -545,8 +566,8 @@ def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> d
         "repeat": t.repeat, "seed": t.seed, "status": outcome.status, "reason": outcome.reason,
         "epochs": t.epochs, "lr": t.optimizer.lr, "optimizer": t.optimizer.name,
         "elapsed_s": outcome.elapsed_s, "param_count": outcome.param_count,
-        "device": outcome.device.get("device"), "precision": t.precision, "denormals": t.denormals,
-        "math_mode": t.math_mode, **_mfu_columns(outcome, m),
+        "device": outcome.device.get("device"), "run_device": t.run_device, "precision": t.precision,
+        "denormals": t.denormals, "math_mode": t.math_mode, **_mfu_columns(outcome, m),
         "rss_peak_mib": max(rss) if rss else None,
         "variant": t.variant, "augment": t.augment, "accumulate_steps": t.accumulate_steps,
         "effective_batch_size": t.effective_batch_size,

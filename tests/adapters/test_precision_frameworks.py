@@ -17,7 +17,7 @@ from harness.records import TrialUnit
 from harness.registry import adapter_class, adapter_target
 from harness.run.executor import LocalExecutor
 from tests.adapters.test_framework_adapters import run_snippet
-from tests.conftest import make_trial
+from tests.conftest import make_trial, skip_unless_gpu_build
 
 pytestmark = pytest.mark.slow  # every test here starts a real framework
 
@@ -134,7 +134,7 @@ def test_tensorflow_accumulation_keeps_working_under_bf16(image_data, tmp_path):
 @pytest.mark.gpu
 @pytest.mark.parametrize("framework", BF16_CPU)
 def test_amp_on_a_gpu_computes_in_float16_with_a_loss_scale(framework, image_data, tmp_path):
-    _need_installed(framework)
+    skip_unless_gpu_build(framework)  # e.g. tensorflow-cpu, or no TensorFlow at all, beside a GPU
     outcome = _run(framework, image_data, tmp_path, precision="amp", device="gpu")
     assert outcome.status == "ok", outcome.reason + outcome.traceback
     assert outcome.metrics.compute_dtype == "float16" and outcome.metrics.loss_scale
@@ -142,6 +142,7 @@ def test_amp_on_a_gpu_computes_in_float16_with_a_loss_scale(framework, image_dat
 
 @pytest.mark.gpu
 def test_allocator_settings_reach_torch_on_a_gpu(image_data, tmp_path):
+    skip_unless_gpu_build("pytorch")
     from adapters.pytorch import PyTorchAdapter
 
     options = {"expandable_segments": True, "max_split_size_mb": 128}

@@ -16,6 +16,16 @@ from tests.fakes.memory_executor import LinearMemory, install
 from tests.scheduling import alone_section
 
 
+@pytest.fixture(autouse=True)
+def gpu_builds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests fake a GPU machine (a GPU list for NVML); its frameworks are faked as their CUDA builds too, so
+    that ``device = "auto"`` resolves to the GPU there (harness/run/devices.py) whatever builds this machine has.
+    A test of a CPU-only build beside a GPU patches ``build_of`` again."""
+    from harness.run import devices
+
+    monkeypatch.setattr(devices, "build_of", lambda framework: (True, "CUDA (faked: a GPU machine's build)"))
+
+
 @pytest.fixture
 def fake_executor(monkeypatch: pytest.MonkeyPatch) -> Callable[..., list[Any]]:
     """``fake_executor(killed_calls=(...), ...)``: install a LinearMemory; returns the list of executors made."""

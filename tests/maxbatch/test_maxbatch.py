@@ -79,6 +79,18 @@ def test_budgets_cpu_card_emulated_and_refusals():
         MaxBatchRequest("pytorch", "deep_cnn", memory_limit_mib=100, margin_mib=100)
 
 
+def test_a_cpu_only_build_beside_a_gpu_searches_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """device = "auto" resolved per framework (issue 29): tensorflow-cpu on a GPU machine is searched on the CPU
+    (an OS budget), never told "gpu" (where its adapter would fail, or a card's budget would describe nothing)."""
+    from harness.run import devices
+
+    monkeypatch.setattr(devices, "build_of", lambda framework: (False, "CPU only (tensorflow-cpu 2.21.0)"))
+    budget = resolve_budget(MaxBatchRequest("tensorflow", "deep_cnn", memory_limit_mib=900), GPU)
+    assert (budget.device, budget.kind) == ("cpu", "cpu-rlimit-data")
+    with pytest.raises(ConfigError, match="RLIMIT_DATA"):
+        resolve_budget(MaxBatchRequest("tensorflow", "deep_cnn"), GPU)
+
+
 def test_formula_and_recommendation():
     # 1M parameters, SGD with momentum: weights + grads + momentum = 3 x 4 MB
     f = Formula.compute(1_000_000, "sgd", 0.9, budget_mib=1000.0, per_sample_mib=2.0)

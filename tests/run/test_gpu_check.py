@@ -54,3 +54,22 @@ def test_the_readings_step_checks_the_window_rule_and_the_steady_phase(monkeypat
     readings_check.rule_on_a_trial(True, failed)
     assert failed == ["short timed phase: no utilisation, power or energy, and why", "steady phase measured"]
     assert "[FAILED]" in capsys.readouterr().out
+
+
+def test_the_device_step_refuses_mixed_devices_and_fails_when_a_resolution_is_wrong(monkeypatch, capsys):
+    """benchmarks/devices_check.py (gpu_check's device step) on made-up resolutions: a mix is refused with the fix,
+    one device is not, and a framework resolved against its build fails the check (no GPU needed)."""
+    import devices_check
+
+    from harness.run.devices import ResolvedDevice
+
+    failed: list[str] = []
+    mixed = {"pytorch": ResolvedDevice("pytorch", "gpu", "CUDA 13.0"),
+             "tensorflow": ResolvedDevice("tensorflow", "cpu", "CPU only (tensorflow-cpu)")}
+    assert devices_check.one_device_rule(mixed, failed) is True and failed == []
+    assert "[ok] mixed devices refused with the fix" in capsys.readouterr().out
+    assert devices_check.one_device_rule({"pytorch": mixed["pytorch"]}, failed) is False and failed == []
+    monkeypatch.setattr(devices_check, "build_of", lambda fw: (False, "CPU only"))
+    monkeypatch.setattr(devices_check, "resolve", lambda fw, req, gpu: ResolvedDevice(fw, "gpu", "wrong"))
+    devices_check.resolution(["tensorflow"], True, failed)
+    assert failed == ["tensorflow resolves to its build's device"]

@@ -122,7 +122,7 @@ def set_up(request: WorkerRequest, adapter: Adapter) -> SetUp:
     trial, data = request.trial, request.data
     t_setup = time.perf_counter()
     facts = SetupFacts.from_dict(adapter.setup(RuntimeConfig(
-        device=trial.device, threads=trial.threads or None, options=dict(trial.adapter_options),
+        device=trial.run_device, threads=trial.threads or None, options=dict(trial.adapter_options),
         memory_limit_mib=trial.memory_limit_mib or None, precision=trial.precision, denormals=trial.denormals,
         math_mode=trial.math_mode)))
     cpu_denormals = _cpu_denormals(trial, facts)
