@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from adapters import jax_gpu
 from adapters.base import (
     API_VERSION,
     Adapter,
@@ -148,21 +149,36 @@ class JAXAdapter(Adapter):
         if runtime.threads:
             info["cpus"] = _limit_threads(runtime.threads)
         # Before the backend starts: XLA reads these once. growth = allocate on demand (TensorFlow's
-        # "growth"); preallocate = XLA's default of 75% of the card; a memory limit preallocates exactly it.
+        # "growth"); preallocate = a pool taken at start; a memory limit preallocates exactly it.
         os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "true" if mode == "preallocate" else "false"
-        if runtime.device != "cpu" and runtime.memory_limit_mib:
-            mode = self._cap_gpu_memory(float(runtime.memory_limit_mib), info) or mode
+        environ = jax_gpu.worker_environ()
+        jaxlib = jax_gpu.installed_version("jaxlib")
+        gpu = None if runtime.device == "cpu" else jax_gpu.visible_gpu(environ)
+        if gpu is not None and runtime.memory_limit_mib:
+            mode = self._cap_gpu_memory(float(runtime.memory_limit_mib), gpu, jaxlib, info)
+        elif gpu is not None:  # the whole card, not XLA's default 75 % of it
+            fraction, budget = jax_gpu.whole_card_fraction(gpu, preallocate=mode == "preallocate")
+            info.update(jax_gpu.settle_fraction_variables(jaxlib, environ, fraction),
+                        memory_fraction=fraction, memory_budget=budget)
+        else:  # exactly one variable even so: the user's own two would stop a GPU backend that 'auto' starts
+            info.update(jax_gpu.settle_fraction_variables(jaxlib, environ))
         import jax
 
         self.jax = jax
         if runtime.device == "cpu":
             jax.config.update("jax_platforms", "cpu")  # never start a GPU backend for a CPU trial
-        gpus = [] if runtime.device == "cpu" else _gpu_devices(jax)
-        self.gpu = self.resolve_gpu(runtime, bool(gpus), "jax.devices('gpu') finds none: jaxlib without "
-                                    "a CUDA plugin (pip install 'jax[cuda12]'), or no CUDA driver")
+        elif runtime.device == "gpu":
+            # CUDA or nothing: a backend that fails to start raises with its cause instead of JAX falling back
+            # to the CPU and the trial finding "no GPU" for the wrong reason
+            jax.config.update("jax_platforms", "cuda")
+        gpus, cause = ([], "") if runtime.device == "cpu" else _gpu_devices(jax)
+        evidence = "jax.devices('gpu') finds none"
+        if runtime.device != "cpu" and not gpus:  # the cause JAX gave, and the extra that fits this CUDA
+            evidence += ": " + jax_gpu.no_gpu_remedy(cause, jax_gpu.installed_plugins(), jax_gpu.cuda_extra())
+        self.gpu = self.resolve_gpu(runtime, bool(gpus), evidence)
         if not self.gpu:
-            info.pop("memory_limit_mib", None)
-            info.pop("memory_fraction", None)
+            for key in ("memory_limit_mib", "memory_fraction", "memory_budget"):
+                info.pop(key, None)
             mode = "preallocate (no effect on CPU)" if mode == "preallocate" else MEMORY_MODES[0]
         self.device = gpus[0] if self.gpu else jax.devices("cpu")[0]
         info.update(device=str(self.device), platform=self.device.platform, memory_mode=mode,
@@ -174,27 +190,19 @@ class JAXAdapter(Adapter):
                 info["xla_bytes_limit_mib"] = stats["bytes_limit"] / MIB
         return info
 
-    def _cap_gpu_memory(self, limit_mib: float, info: dict[str, Any]) -> str | None:
+    def _cap_gpu_memory(self, limit_mib: float, gpu: jax_gpu.VisibleGPU, jaxlib: str | None,
+                        info: dict[str, Any]) -> str:
         """Emulate a smaller card: preallocate exactly ``limit_mib``, so XLA's allocator can use no more.
 
-        XLA reads the fraction when its GPU backend starts, so this runs before JAX is first used; the
-        card's total comes from NVML (batchscope's own dependency). None where NVML sees no GPU.
+        XLA reads the fraction when its GPU backend starts, so this runs before JAX is first used; the card's
+        total is that of the GPU the worker sees (``CUDA_VISIBLE_DEVICES``), from NVML.
         """
-        import pynvml
-
-        try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError:
-            return None  # no driver: setup() then refuses device = 'gpu', or runs 'auto' on the CPU
-        try:
-            total_mib = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).total / MIB
-        finally:
-            pynvml.nvmlShutdown()
-        fraction = min(1.0, limit_mib / total_mib)
+        fraction = min(1.0, limit_mib / gpu.total_mib)
         os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "true"
-        os.environ["XLA_CLIENT_MEM_FRACTION"] = os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{fraction:.4f}"
+        info.update(jax_gpu.settle_fraction_variables(jaxlib, jax_gpu.worker_environ(), fraction))
         info["memory_limit_mib"] = limit_mib
         info["memory_fraction"] = fraction
+        info["memory_budget"] = f"{limit_mib:.0f} MiB preallocated of {gpu.label}'s {gpu.total_mib:.0f} MiB"
         return f"limit:{int(limit_mib)}"
 
     # ---- the build template's hooks (Adapter.build walks the layers and calls these) ----------------
@@ -419,8 +427,12 @@ class JAXAdapter(Adapter):
         self.params, self.state, self.opt_state = [], [], None
 
 
-def _gpu_devices(jax: Any) -> list[Any]:
+def _gpu_devices(jax: Any) -> tuple[list[Any], str]:
+    """(JAX's GPUs, why there are none): the backend's own error where it did not start."""
     try:
-        return list(jax.devices("gpu"))
-    except RuntimeError:  # "Unknown backend: 'gpu' requested" where jaxlib has no CUDA plugin
-        return []
+        return list(jax.devices("gpu")), ""
+    except (RuntimeError, AssertionError) as e:
+        # RuntimeError: "Unknown backend: 'gpu' requested" or the CUDA plugin's start failure; under
+        # jax_platforms = 'cuda' with no CUDA plugin registered, jax 0.7 fails an assertion (no backend at all)
+        text = str(e).strip()
+        return [], text.splitlines()[0][:300] if text else "JAX has no 'cuda' backend registered"
