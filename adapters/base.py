@@ -44,15 +44,16 @@ from adapters.building import (
     unknown_optimizer_error,
     walk_sequence,
 )
+from adapters.compiled import CompileStats  # re-exported: an adapter's compile_stats() returns it
 from harness.config.precision import DESCRIPTIONS, PRECISIONS
 from harness.config.trial import OptimizerSpec  # re-exported: plugins import it from here
 from harness.errors import AdapterError, ConfigError
 from harness.models import LAYER_TYPES, Layer, ModelDescription
 
 __all__ = [
-    "API_VERSION", "CAPABILITIES", "Adapter", "Capability", "EvalResult", "LayerSite", "MemoryStats", "OptimizerSpec",
-    "PrecisionSeen", "RuntimeConfig", "WeightFeed", "capabilities", "check_fits", "is_generic_oom", "layer_hook_name",
-    "missing_capabilities", "resolve_gpu", "softmax_cross_entropy",
+    "API_VERSION", "CAPABILITIES", "Adapter", "Capability", "CompileStats", "EvalResult", "LayerSite", "MemoryStats",
+    "OptimizerSpec", "PrecisionSeen", "RuntimeConfig", "WeightFeed", "capabilities", "check_fits", "is_generic_oom",
+    "layer_hook_name", "missing_capabilities", "resolve_gpu", "softmax_cross_entropy",
 ]
 
 #: The plugin API's version: what the contract suite asks of an adapter (CHANGELOG.md, "For plugin authors").
@@ -81,6 +82,8 @@ class RuntimeConfig:
     #: ConfigError); "framework-default": the framework's own behaviour. Either way setup() reports what
     #: the CPU does in its info under ``cpu_denormals`` (flush | keep | unknown).
     denormals: Literal["flush", "framework-default"] = "framework-default"
+    #: the sweep's persistent compilation cache (None: ``compile_cache = false``); ignored where nothing compiles
+    compile_cache_dir: str | None = None
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,7 @@ from adapters import jax_gpu
 from adapters.base import (
     API_VERSION,
     Adapter,
+    CompileStats,
     EvalResult,
     LayerSite,
     MemoryStats,
@@ -110,6 +112,7 @@ class JAXAdapter(Adapter):
     # growth or preallocation of the GPU pool: nothing on a CPU, and a memory limit replaces it (setup)
     gpu_only_options = options_replaced_by_memory_limit = ("memory_mode",)
     bn_running_variance = "unbiased"  # written by hand, to PyTorch's (the reference's) convention
+    compiles_per_shape = True  # one XLA executable per batch size, compiled in prepare_batch
     oom_stderr_patterns = OOM_TEXTS
     precision_note = ("mixed precision is not implemented in the JAX adapter: its hand-written layers would need "
                       "a cast per layer, float32 master weights and, for float16, a loss scaler of their own")
@@ -128,6 +131,11 @@ class JAXAdapter(Adapter):
         self.trace_count = 0  # compilations of the train step: one per batch size seen
         self._evaluating = False  # prepare_batch for evaluate() needs no train step compiled
         self._seen_dtype: str | None = None  # the logits' dtype in the traced train step
+        self._compile_s = 0.0  # tracing and compiling the train step in prepare_batch
+        self._cache_dir: str | None = None  # the persistent compilation cache in use
+        self._cache_counts = {"requests": 0, "hits": 0}  # JAX's monitoring events, while the train step compiles
+        self._cache_saved_s = 0.0  # the compile time the cache's hits saved, as JAX recorded it
+        self._counting = False
 
     def versions(self) -> dict[str, str]:
         # From metadata, not by importing: XLA reads its threads and memory settings when it starts,
@@ -171,6 +179,8 @@ class JAXAdapter(Adapter):
             # CUDA or nothing: a backend that fails to start raises with its cause instead of JAX falling back
             # to the CPU and the trial finding "no GPU" for the wrong reason
             jax.config.update("jax_platforms", "cuda")
+        if runtime.compile_cache_dir:
+            self._use_compile_cache(runtime.compile_cache_dir, info)
         gpus, cause = ([], "") if runtime.device == "cpu" else _gpu_devices(jax)
         evidence = "jax.devices('gpu') finds none"
         if runtime.device != "cpu" and not gpus:  # the cause JAX gave, and the extra that fits this CUDA
@@ -189,6 +199,56 @@ class JAXAdapter(Adapter):
             if "bytes_limit" in stats:
                 info["xla_bytes_limit_mib"] = stats["bytes_limit"] / MIB
         return info
+
+    def _use_compile_cache(self, directory: str, info: dict[str, Any]) -> None:
+        """JAX's persistent compilation cache in ``directory``, for every program however small or quick to compile
+        (JAX's defaults skip those under 1 s), and its monitoring events counted to tell a cold cache from a warm
+        one: ``compile_requests_use_cache`` per compilation that consulted it, ``cache_hits`` per one it served."""
+        jax = self.jax
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as e:  # the cache is an optimisation: a trial runs without it, and says so
+            info["compile_cache_note"] = f"no compilation cache: {directory}: {e.strerror or e}"
+            return
+        jax.config.update("jax_compilation_cache_dir", directory)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)  # -1: no size threshold at all
+        jax.monitoring.register_event_listener(self._on_event)
+        jax.monitoring.register_event_duration_secs_listener(self._on_duration)
+        self._cache_dir = info["compile_cache_dir"] = directory
+
+    def _on_event(self, event: str, **kwargs: Any) -> None:
+        if self._counting and event == "/jax/compilation_cache/compile_requests_use_cache":
+            self._cache_counts["requests"] += 1
+        elif self._counting and event == "/jax/compilation_cache/cache_hits":
+            self._cache_counts["hits"] += 1
+
+    def _on_duration(self, event: str, duration: float, **kwargs: Any) -> None:
+        if self._counting and event == "/jax/compilation_cache/compile_time_saved_sec":
+            self._cache_saved_s += max(0.0, duration)
+
+    def compile_stats(self) -> CompileStats | None:
+        """Seconds tracing and compiling the train step so far, and whether the persistent cache served them all
+        (``warm``), not all (``cold``) or was not used (``off``: none set, or JAX consulted it for nothing)."""
+        if not self.trace_count:
+            return None
+        requests, hits = self._cache_counts["requests"], self._cache_counts["hits"]
+        if self._cache_dir is None or requests == 0:
+            return CompileStats(compile_s=self._compile_s, cache="off", cold_s=self._compile_s)
+        return CompileStats(compile_s=self._compile_s, cache="warm" if hits >= requests else "cold",
+                            cold_s=self._compile_s + self._cache_saved_s)
+
+    def _compile_step(self, *args: Any) -> Any:
+        """The train step compiled for these arguments' shapes, timed and its cache events counted."""
+        t0 = time.perf_counter()
+        self._counting = True
+        try:
+            compiled = self._step.lower(*args).compile()
+        finally:
+            self._counting = False
+        self._compile_s += time.perf_counter() - t0
+        self.trace_count += 1
+        return compiled
 
     def _cap_gpu_memory(self, limit_mib: float, gpu: jax_gpu.VisibleGPU, jaxlib: str | None,
                         info: dict[str, Any]) -> str:
@@ -347,8 +407,7 @@ class JAXAdapter(Adapter):
         if n not in self._compiled and not self._evaluating:
             # A batch size not seen yet (the first, or an epoch's short last batch): compile here, outside
             # the step clock, so that train_step never includes a compilation.
-            self._compiled[n] = self._step.lower(self.params, self.state, self.opt_state, xb, yb).compile()
-            self.trace_count += 1
+            self._compiled[n] = self._compile_step(self.params, self.state, self.opt_state, xb, yb)
         jax.block_until_ready((xb, yb))
         return xb, yb
 
@@ -356,9 +415,7 @@ class JAXAdapter(Adapter):
         x, y = batch
         step = self._compiled.get(int(x.shape[0]))
         if step is None:  # a batch that did not come from prepare_batch
-            step = self._compiled[int(x.shape[0])] = self._step.lower(
-                self.params, self.state, self.opt_state, x, y).compile()
-            self.trace_count += 1
+            step = self._compiled[int(x.shape[0])] = self._compile_step(self.params, self.state, self.opt_state, x, y)
         self.params, self.state, self.opt_state, loss = step(self.params, self.state, self.opt_state, x, y)
         # Dispatch is asynchronous: wait for the update itself before the caller reads its clock.
         self.jax.block_until_ready((self.params, self.state, self.opt_state, loss))

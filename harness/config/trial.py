@@ -63,6 +63,10 @@ class TrialSpec:
     #: (Experiment.steady_s); 0: none. Not part of the hash: it changes no headline figure, and the length each
     #: trial measured is stored with it (``steady_window_s``)
     steady_s: float = 0.0
+    #: a persistent compilation cache for frameworks that compile (JAX), in the cache directory
+    #: (Experiment.compile_cache). Not part of the hash: it changes how long start-up takes, never what is
+    #: measured after it, and each trial stores what its cache did (``compile_cache``)
+    compile_cache: bool = True
 
     @property
     def effective_batch_size(self) -> int:
@@ -90,6 +94,7 @@ class TrialSpec:
         payload = self.to_dict()
         payload.pop("timeout_s")
         payload.pop("steady_s")
+        payload.pop("compile_cache")
         # Fields added after stores existed are hashed only when set: an experiment that does not use them
         # keeps exactly its old hashes, so `--resume` on an old store skips what it already ran.
         for name, default in _HASHED_WHEN_SET.items():

@@ -47,8 +47,9 @@ __all__ = ["EVENTS", "PHASES", "PROGRESS_INTERVAL_S", "PROTOCOL_VERSION", "Chann
 #: 2: typed messages, each line carries the version (1 sent it in the request only, and no one checked it);
 #: 3: ``result`` carries the learning curve and whether (and where) the training diverged;
 #: 4: ``result`` carries the gradient-noise measurement of each evaluation point (``gradient_noise``);
-#: 5: the ``steady`` and ``finish`` phases after the final evaluation, ``phase_steps["steady"]`` (issue 29)
-PROTOCOL_VERSION = 5
+#: 5: the ``steady`` and ``finish`` phases after the final evaluation, ``phase_steps["steady"]`` (issue 29);
+#: 6: ``result``'s metrics carry ``compile_s``, ``compile_cache`` and ``compile_cold_s`` (issue 31)
+PROTOCOL_VERSION = 6
 PHASES = ("setup", "warmup", "timed", "train", "eval", "steady", "finish")
 
 
