@@ -45,15 +45,16 @@ from adapters.building import (
     walk_sequence,
 )
 from adapters.builds import GpuBuild  # re-exported: plugins may return one
+from adapters.compiled import CompileStats  # re-exported: an adapter's compile_stats() returns it
 from harness.config.precision import DESCRIPTIONS, PRECISIONS
 from harness.config.trial import OptimizerSpec  # re-exported: plugins import it from here
 from harness.errors import AdapterError, ConfigError
 from harness.models import LAYER_TYPES, Layer, ModelDescription
 
 __all__ = [
-    "API_VERSION", "CAPABILITIES", "Adapter", "Capability", "EvalResult", "GpuBuild", "LayerSite", "MemoryStats",
-    "OptimizerSpec", "PrecisionSeen", "RuntimeConfig", "WeightFeed", "capabilities", "check_fits", "is_generic_oom",
-    "layer_hook_name", "missing_capabilities", "resolve_gpu", "softmax_cross_entropy",
+    "API_VERSION", "CAPABILITIES", "Adapter", "Capability", "CompileStats", "EvalResult", "GpuBuild", "LayerSite",
+    "MemoryStats", "OptimizerSpec", "PrecisionSeen", "RuntimeConfig", "WeightFeed", "capabilities", "check_fits",
+    "is_generic_oom", "layer_hook_name", "missing_capabilities", "resolve_gpu", "softmax_cross_entropy",
 ]
 
 #: The plugin API's version: what the contract suite asks of an adapter (CHANGELOG.md, "For plugin authors").
@@ -85,6 +86,8 @@ class RuntimeConfig:
     #: ieee | tf32 | framework-default (harness.config.precision): setup() applies it where the adapter declares it
     #: (:attr:`Adapter.math_modes`) and reports what the framework then does under ``math_mode`` in its info
     math_mode: Literal["ieee", "tf32", "framework-default"] = "framework-default"
+    #: the sweep's persistent compilation cache (None: ``compile_cache = false``); ignored where nothing compiles
+    compile_cache_dir: str | None = None
 
 
 @dataclass(frozen=True)

@@ -24,15 +24,17 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from adapters import builds, mathmode
+from adapters import builds, jax_gpu, mathmode
 from adapters.base import (
     API_VERSION,
     Adapter,
+    CompileStats,
     EvalResult,
     LayerSite,
     MemoryStats,
@@ -115,6 +117,7 @@ class JAXAdapter(Adapter):
     # growth or preallocation of the GPU pool: nothing on a CPU, and a memory limit replaces it (setup)
     gpu_only_options = options_replaced_by_memory_limit = ("memory_mode",)
     bn_running_variance = "unbiased"  # written by hand, to PyTorch's (the reference's) convention
+    compiles_per_shape = True  # one XLA executable per batch size, compiled in prepare_batch
     oom_stderr_patterns = OOM_TEXTS
     math_modes = ("ieee", "tf32")  # jax_default_matmul_precision (adapters/mathmode.py)
     precision_note = ("mixed precision is not implemented in the JAX adapter: its hand-written layers would need "
@@ -134,6 +137,11 @@ class JAXAdapter(Adapter):
         self.trace_count = 0  # compilations of the train step: one per batch size seen
         self._evaluating = False  # prepare_batch for evaluate() needs no train step compiled
         self._seen_dtype: str | None = None  # the logits' dtype in the traced train step
+        self._compile_s = 0.0  # tracing and compiling the train step in prepare_batch
+        self._cache_dir: str | None = None  # the persistent compilation cache in use
+        self._cache_counts = {"requests": 0, "hits": 0}  # JAX's monitoring events, while the train step compiles
+        self._cache_saved_s = 0.0  # the compile time the cache's hits saved, as JAX recorded it
+        self._counting = False
 
     def versions(self) -> dict[str, str]:
         # From metadata, not by importing: XLA reads its threads and memory settings when it starts,
@@ -155,21 +163,38 @@ class JAXAdapter(Adapter):
         if runtime.threads:
             info["cpus"] = _limit_threads(runtime.threads)
         # Before the backend starts: XLA reads these once. growth = allocate on demand (TensorFlow's
-        # "growth"); preallocate = XLA's default of 75% of the card; a memory limit preallocates exactly it.
+        # "growth"); preallocate = a pool taken at start; a memory limit preallocates exactly it.
         os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "true" if mode == "preallocate" else "false"
-        if runtime.device != "cpu" and runtime.memory_limit_mib:
-            mode = self._cap_gpu_memory(float(runtime.memory_limit_mib), info) or mode
+        environ = jax_gpu.worker_environ()
+        jaxlib = jax_gpu.installed_version("jaxlib")
+        gpu = None if runtime.device == "cpu" else jax_gpu.visible_gpu(environ)
+        if gpu is not None and runtime.memory_limit_mib:
+            mode = self._cap_gpu_memory(float(runtime.memory_limit_mib), gpu, jaxlib, info)
+        elif gpu is not None:  # the whole card, not XLA's default 75 % of it
+            fraction, budget = jax_gpu.whole_card_fraction(gpu, preallocate=mode == "preallocate")
+            info.update(jax_gpu.settle_fraction_variables(jaxlib, environ, fraction),
+                        memory_fraction=fraction, memory_budget=budget)
+        else:  # exactly one variable even so: the user's own two would stop a GPU backend that 'auto' starts
+            info.update(jax_gpu.settle_fraction_variables(jaxlib, environ))
         import jax
 
         self.jax = jax
         if runtime.device == "cpu":
             jax.config.update("jax_platforms", "cpu")  # never start a GPU backend for a CPU trial
-        gpus = [] if runtime.device == "cpu" else _gpu_devices(jax)
-        self.gpu = self.resolve_gpu(runtime, bool(gpus), "jax.devices('gpu') finds none: jaxlib without "
-                                    "a CUDA plugin (pip install 'jax[cuda12]'), or no CUDA driver")
+        elif runtime.device == "gpu":
+            # CUDA or nothing: a backend that fails to start raises with its cause instead of JAX falling back
+            # to the CPU and the trial finding "no GPU" for the wrong reason
+            jax.config.update("jax_platforms", "cuda")
+        if runtime.compile_cache_dir:
+            self._use_compile_cache(runtime.compile_cache_dir, info)
+        gpus, cause = ([], "") if runtime.device == "cpu" else _gpu_devices(jax)
+        evidence = "jax.devices('gpu') finds none"
+        if runtime.device != "cpu" and not gpus:  # the cause JAX gave, and the extra that fits this CUDA
+            evidence += ": " + jax_gpu.no_gpu_remedy(cause, jax_gpu.installed_plugins(), jax_gpu.cuda_extra())
+        self.gpu = self.resolve_gpu(runtime, bool(gpus), evidence)
         if not self.gpu:
-            info.pop("memory_limit_mib", None)
-            info.pop("memory_fraction", None)
+            for key in ("memory_limit_mib", "memory_fraction", "memory_budget"):
+                info.pop(key, None)
             mode = "preallocate (no effect on CPU)" if mode == "preallocate" else MEMORY_MODES[0]
         self.device = gpus[0] if self.gpu else jax.devices("cpu")[0]
         if self.gpu:  # a CPU trial runs exactly as before math modes (recorded n/a)
@@ -184,27 +209,69 @@ class JAXAdapter(Adapter):
                 info["xla_bytes_limit_mib"] = stats["bytes_limit"] / MIB
         return info
 
-    def _cap_gpu_memory(self, limit_mib: float, info: dict[str, Any]) -> str | None:
+    def _use_compile_cache(self, directory: str, info: dict[str, Any]) -> None:
+        """JAX's persistent compilation cache in ``directory``, for every program however small or quick to compile
+        (JAX's defaults skip those under 1 s), and its monitoring events counted to tell a cold cache from a warm
+        one: ``compile_requests_use_cache`` per compilation that consulted it, ``cache_hits`` per one it served."""
+        jax = self.jax
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as e:  # the cache is an optimisation: a trial runs without it, and says so
+            info["compile_cache_note"] = f"no compilation cache: {directory}: {e.strerror or e}"
+            return
+        jax.config.update("jax_compilation_cache_dir", directory)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)  # -1: no size threshold at all
+        jax.monitoring.register_event_listener(self._on_event)
+        jax.monitoring.register_event_duration_secs_listener(self._on_duration)
+        self._cache_dir = info["compile_cache_dir"] = directory
+
+    def _on_event(self, event: str, **kwargs: Any) -> None:
+        if self._counting and event == "/jax/compilation_cache/compile_requests_use_cache":
+            self._cache_counts["requests"] += 1
+        elif self._counting and event == "/jax/compilation_cache/cache_hits":
+            self._cache_counts["hits"] += 1
+
+    def _on_duration(self, event: str, duration: float, **kwargs: Any) -> None:
+        if self._counting and event == "/jax/compilation_cache/compile_time_saved_sec":
+            self._cache_saved_s += max(0.0, duration)
+
+    def compile_stats(self) -> CompileStats | None:
+        """Seconds tracing and compiling the train step so far, and whether the persistent cache served them all
+        (``warm``), not all (``cold``) or was not used (``off``: none set, or JAX consulted it for nothing)."""
+        if not self.trace_count:
+            return None
+        requests, hits = self._cache_counts["requests"], self._cache_counts["hits"]
+        if self._cache_dir is None or requests == 0:
+            return CompileStats(compile_s=self._compile_s, cache="off", cold_s=self._compile_s)
+        return CompileStats(compile_s=self._compile_s, cache="warm" if hits >= requests else "cold",
+                            cold_s=self._compile_s + self._cache_saved_s)
+
+    def _compile_step(self, *args: Any) -> Any:
+        """The train step compiled for these arguments' shapes, timed and its cache events counted."""
+        t0 = time.perf_counter()
+        self._counting = True
+        try:
+            compiled = self._step.lower(*args).compile()
+        finally:
+            self._counting = False
+        self._compile_s += time.perf_counter() - t0
+        self.trace_count += 1
+        return compiled
+
+    def _cap_gpu_memory(self, limit_mib: float, gpu: jax_gpu.VisibleGPU, jaxlib: str | None,
+                        info: dict[str, Any]) -> str:
         """Emulate a smaller card: preallocate exactly ``limit_mib``, so XLA's allocator can use no more.
 
-        XLA reads the fraction when its GPU backend starts, so this runs before JAX is first used; the
-        card's total comes from NVML (batchscope's own dependency). None where NVML sees no GPU.
+        XLA reads the fraction when its GPU backend starts, so this runs before JAX is first used; the card's
+        total is that of the GPU the worker sees (``CUDA_VISIBLE_DEVICES``), from NVML.
         """
-        import pynvml
-
-        try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError:
-            return None  # no driver: setup() then refuses device = 'gpu', or runs 'auto' on the CPU
-        try:
-            total_mib = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).total / MIB
-        finally:
-            pynvml.nvmlShutdown()
-        fraction = min(1.0, limit_mib / total_mib)
+        fraction = min(1.0, limit_mib / gpu.total_mib)
         os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "true"
-        os.environ["XLA_CLIENT_MEM_FRACTION"] = os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{fraction:.4f}"
+        info.update(jax_gpu.settle_fraction_variables(jaxlib, jax_gpu.worker_environ(), fraction))
         info["memory_limit_mib"] = limit_mib
         info["memory_fraction"] = fraction
+        info["memory_budget"] = f"{limit_mib:.0f} MiB preallocated of {gpu.label}'s {gpu.total_mib:.0f} MiB"
         return f"limit:{int(limit_mib)}"
 
     # ---- the build template's hooks (Adapter.build walks the layers and calls these) ----------------
@@ -349,8 +416,7 @@ class JAXAdapter(Adapter):
         if n not in self._compiled and not self._evaluating:
             # A batch size not seen yet (the first, or an epoch's short last batch): compile here, outside
             # the step clock, so that train_step never includes a compilation.
-            self._compiled[n] = self._step.lower(self.params, self.state, self.opt_state, xb, yb).compile()
-            self.trace_count += 1
+            self._compiled[n] = self._compile_step(self.params, self.state, self.opt_state, xb, yb)
         jax.block_until_ready((xb, yb))
         return xb, yb
 
@@ -358,9 +424,7 @@ class JAXAdapter(Adapter):
         x, y = batch
         step = self._compiled.get(int(x.shape[0]))
         if step is None:  # a batch that did not come from prepare_batch
-            step = self._compiled[int(x.shape[0])] = self._step.lower(
-                self.params, self.state, self.opt_state, x, y).compile()
-            self.trace_count += 1
+            step = self._compiled[int(x.shape[0])] = self._compile_step(self.params, self.state, self.opt_state, x, y)
         self.params, self.state, self.opt_state, loss = step(self.params, self.state, self.opt_state, x, y)
         # Dispatch is asynchronous: wait for the update itself before the caller reads its clock.
         self.jax.block_until_ready((self.params, self.state, self.opt_state, loss))
@@ -429,8 +493,12 @@ class JAXAdapter(Adapter):
         self.params, self.state, self.opt_state = [], [], None
 
 
-def _gpu_devices(jax: Any) -> list[Any]:
+def _gpu_devices(jax: Any) -> tuple[list[Any], str]:
+    """(JAX's GPUs, why there are none): the backend's own error where it did not start."""
     try:
-        return list(jax.devices("gpu"))
-    except RuntimeError:  # "Unknown backend: 'gpu' requested" where jaxlib has no CUDA plugin
-        return []
+        return list(jax.devices("gpu")), ""
+    except (RuntimeError, AssertionError) as e:
+        # RuntimeError: "Unknown backend: 'gpu' requested" or the CUDA plugin's start failure; under
+        # jax_platforms = 'cuda' with no CUDA plugin registered, jax 0.7 fails an assertion (no backend at all)
+        text = str(e).strip()
+        return [], text.splitlines()[0][:300] if text else "JAX has no 'cuda' backend registered"

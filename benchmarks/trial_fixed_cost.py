@@ -5,6 +5,12 @@ model is built and its weights loaded; no step has run), median of ``--repeats``
 fresh worker. The whole trial's wall time (one training step at batch 8, no evaluation, process exit
 included) is printed beside it. This is what every point of a sweep pays before it measures anything.
 
+``--stages`` also splits each trial by the worker's own messages (their ``t`` is the worker's monotonic clock,
+which the parent shares on Linux): interpreter start and harness imports (spawn -> the ``setup`` phase), loading
+the adapter (-> ``hello``), the framework's import, setup, data and model build (-> ``ready``), what comes before
+the first step (JAX's compilation: -> the first training phase), the steps and evaluation (-> ``result``) and the
+teardown (-> the process gone), median of each.
+
     python benchmarks/trial_fixed_cost.py --frameworks pytorch,tensorflow,mxnet --repeats 5
 """
 
@@ -17,18 +23,33 @@ from typing import Any
 
 from common import FRAMEWORKS, frameworks_option, harness_trial, machine_facts, median, synthetic_data
 
+STAGES = ("interpreter+imports", "adapter", "framework+setup+build", "before steps", "steps+eval", "teardown")
 
-def one_trial(framework: str, data: Any) -> tuple[float, float]:
-    """(seconds from spawn to ready, seconds for the whole trial): batch 8, one timed step, no eval."""
+
+def one_trial(framework: str, data: Any, stages: dict[str, list[float]] | None = None) -> tuple[float, float]:
+    """(seconds from spawn to ready, seconds for the whole trial): batch 8, one timed step, no eval. ``stages``:
+    each stage's seconds appended (:data:`STAGES`)."""
     ready_at: list[float] = []
+    marks: dict[str, float] = {}
 
     def on_event(msg: dict[str, Any]) -> None:
         if msg["event"] == "ready":
             ready_at.append(time.monotonic())
+        key = msg["event"] if msg["event"] != "phase" else msg.get("phase", "")
+        if key in ("warmup", "timed", "train") and "train" in marks:
+            return
+        marks.setdefault("train" if key in ("warmup", "timed", "train") else key, float(msg["t"]))
 
     t0 = time.monotonic()
     harness_trial(framework, data, batch_size=8, threads=1, warmup=0, steps=1, on_event=on_event)
-    return ready_at[0] - t0, time.monotonic() - t0
+    t_end = time.monotonic()
+    if stages is not None:
+        points = [t0, marks.get("setup"), marks.get("hello"), marks.get("ready"), marks.get("train"),
+                  marks.get("result"), t_end]
+        for name, a, b in zip(STAGES, points, points[1:], strict=False):
+            if a is not None and b is not None:
+                stages.setdefault(name, []).append(b - a)
+    return ready_at[0] - t0, t_end - t0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,13 +58,15 @@ def main(argv: list[str] | None = None) -> int:
         "--frameworks", default=",".join(FRAMEWORKS), help="comma-separated, from: " + ", ".join(FRAMEWORKS)
     )
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--stages", action="store_true", help="split each trial into its stages (median of each)")
     args = parser.parse_args(argv)
     frameworks = frameworks_option(parser, args.frameworks)
     print(machine_facts())
     print("osu_cnn 1x28x28, CPU, 1 thread; spawn -> ready (import + setup + build), and the whole trial\n")
     data = synthetic_data()
     for fw in frameworks:
-        runs = [one_trial(fw, data) for _ in range(args.repeats)]
+        stages: dict[str, list[float]] = {}
+        runs = [one_trial(fw, data, stages if args.stages else None) for _ in range(args.repeats)]
         ready = [r[0] for r in runs]
         total = [r[1] for r in runs]
         print(
@@ -51,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
             f"[{min(ready):.2f} .. {max(ready):.2f}]   whole trial median {median(total):6.2f} s",
             flush=True,
         )
+        if stages:
+            print("            " + ", ".join(f"{k} {median(v):.2f} s" for k, v in stages.items()), flush=True)
     return 0
 
 

@@ -184,6 +184,16 @@ class WorkerMetrics:
     #: every evaluation point's seconds (evaluation, measurements, divergence check), the final one's included:
     #: all outside the training clock (train_s and both throughput figures leave them out)
     eval_total_s: float | None = None
+    #: seconds compiling the training step before the first step whose time counts (outside the training clock:
+    #: not in train_s, the curve or the throughput); None where the framework compiles nothing up front
+    compile_s: float | None = None
+    #: the persistent compilation cache: "cold" (something was compiled afresh), "warm" (every compilation came
+    #: from the cache), "off" (no cache: ``compile_cache = false``, or the framework did not use it); None: no
+    #: compilation up front
+    compile_cache: str | None = None
+    #: seconds a fresh process without the cache would compile: compile_s where cold, compile_s plus the compile
+    #: time the cache saved (the framework's own record of it) where warm: the start-up the user pays
+    compile_cold_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for the protocol message."""

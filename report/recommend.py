@@ -292,11 +292,18 @@ def recommend_group(g: SeriesGroup, exp: Experiment | None = None, *, target_acc
     caveats, to_run = _caveats(sizes, targets, rec, lo, hi, close, max_fit, largest, exp.name)
     assert rec_t.train_s is not None and rec_t.steps is not None
     startup = startup_s(g.by_batch.get(rec, ()), exp.curves)
+    compiled = compile_s(g.by_batch.get(rec, ()))
     if startup is not None and rec_t.train_s.mean > 0 and startup >= STARTUP_SHARE * rec_t.train_s.mean:
         t = rec_t.train_s.mean
-        said = (f"{startup:{seconds_fmt(startup)}} s of batch {rec}'s {t:{seconds_fmt(t)}} s to the target is start-up "
-                "beyond its steady pace (the steps before the first evaluation: a framework's compilation, e.g. "
-                "JAX's jit, and warm-up), counted as the user's training would pay it")
+        if compiled is None:
+            said = (f"{startup:{seconds_fmt(startup)}} s of batch {rec}'s {t:{seconds_fmt(t)}} s to the target is "
+                    "start-up beyond its steady pace (the steps before the first evaluation: a framework's "
+                    "compilation, e.g. JAX's jit, and warm-up), counted as the user's training would pay it")
+        else:  # compiled outside the training clock (issue 31): start-up is its own figure, cache or no cache
+            said = (f"start-up: {startup:{seconds_fmt(startup)}} s before batch {rec}'s {t:{seconds_fmt(t)}} s to "
+                    f"the target, {compiled:{seconds_fmt(compiled)}} s of it compiling as a fresh process pays it "
+                    "without a compilation cache (the time to target leaves compilation out, so a warm cache changes "
+                    "neither figure)")
         if target.how != "absolute":  # a longer training raises the default target; a fixed one's time stays put
             said += ("; in a longer training (a higher target) it weighs less, so a size that starts slower may "
                      "come out ahead there")
@@ -326,20 +333,40 @@ def recommend_group(g: SeriesGroup, exp: Experiment | None = None, *, target_acc
 STARTUP_SHARE = 0.2
 
 
-def startup_s(rows: Sequence[dict[str, Any]], curves: Mapping[str, Sequence[Mapping[str, Any]]]) -> float | None:
-    """Mean seconds the first steps of ``rows``' ok trials took beyond the steady pace (a framework's compilation
-    and warm-up), read from each learning curve: the pace is the seconds per step between the first evaluation and
-    the last, and the start-up what the steps before the first evaluation took beyond it. None without two points."""
+def compile_s(rows: Sequence[dict[str, Any]]) -> float | None:
+    """Mean seconds ``rows``' ok trials compiled before their first timed step, as a fresh process without a
+    compilation cache pays it (``compile_cold_s``; ``compile_s`` where that is not stored): the same figure whether
+    a trial's cache was cold or warm. None where no trial stored one (an old store, a framework that compiles
+    nothing up front)."""
     found = []
     for r in rows:
+        value = number(r.get("compile_cold_s"))
+        value = number(r.get("compile_s")) if value is None else value
+        if r.get("status") == "ok" and value is not None:
+            found.append(value)
+    return sum(found) / len(found) if found else None
+
+
+def startup_s(rows: Sequence[dict[str, Any]], curves: Mapping[str, Sequence[Mapping[str, Any]]]) -> float | None:
+    """Mean seconds of start-up of ``rows``' ok trials: the compilation stored apart (:func:`compile_s`, outside the
+    training clock) plus what the first steps took beyond the steady pace, read from each learning curve (the pace
+    is the seconds per step between the first evaluation and the last, the start-up what the steps before the first
+    evaluation took beyond it; in an old store the compilation is in there). None where neither can be read."""
+    found = []
+    for r in rows:
+        if r.get("status") != "ok":
+            continue
+        compiled = compile_s([r])
         pts = sorted((p for p in curves.get(str(r.get("trial_hash")), ())
                       if number(p.get("train_s")) is not None and number(p.get("step"))),
                      key=lambda p: int(p["step"]))
-        if r.get("status") != "ok" or len(pts) < 2 or int(pts[-1]["step"]) <= int(pts[0]["step"]):
+        if len(pts) < 2 or int(pts[-1]["step"]) <= int(pts[0]["step"]):
+            if compiled is not None:
+                found.append(compiled)
             continue
         first, last = pts[0], pts[-1]
         pace = (float(last["train_s"]) - float(first["train_s"])) / (int(last["step"]) - int(first["step"]))
-        found.append(max(0.0, float(first["train_s"]) - int(first["step"]) * pace))
+        found.append(max(0.0, float(first["train_s"]) - int(first["step"]) * pace) + (compiled or 0.0))
     return sum(found) / len(found) if found else None
 
 

@@ -192,6 +192,9 @@ class Experiment:
     #: power and J/sample are measured as a window of their own (the timed phase may be too short for NVML: issue 29,
     #: docs/sampler.md); the worker skips it on a CPU. 0: off
     steady_s: float = _setting(2.0, ge=0, le=60, unit="s", why="0: no steady phase")
+    #: a persistent compilation cache shared by the sweep's workers (JAX), under the cache directory
+    #: ($BATCHSCOPE_CACHE/compile); each trial stores its compile_s and whether the cache was cold or warm
+    compile_cache: bool = True
     study: Study = ""
     adapters: Mapping[str, AdapterSettings] = field(default_factory=dict)
     variants: tuple[Variant, ...] = ()

@@ -73,6 +73,11 @@ class TrialSpec:
     #: user installed GPU builds is a new trial, so ``--resume`` does not keep the CPU rows
     device_resolved: str = ""
 
+    #: a persistent compilation cache for frameworks that compile (JAX), in the cache directory
+    #: (Experiment.compile_cache). Not part of the hash: it changes how long start-up takes, never what is
+    #: measured after it, and each trial stores what its cache did (``compile_cache``)
+    compile_cache: bool = True
+
     @property
     def run_device(self) -> Device:
         """The device the worker is told to use: the resolved one under ``auto``, else the one asked for."""
@@ -108,6 +113,7 @@ class TrialSpec:
         payload = self.to_dict()
         payload.pop("timeout_s")
         payload.pop("steady_s")
+        payload.pop("compile_cache")
         # Fields added after stores existed are hashed only when set: an experiment that does not use them
         # keeps exactly its old hashes, so `--resume` on an old store skips what it already ran.
         for name, default in _HASHED_WHEN_SET.items():

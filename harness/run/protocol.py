@@ -49,9 +49,10 @@ __all__ = ["EVENTS", "PHASES", "PROGRESS_INTERVAL_S", "PROTOCOL_VERSION", "Chann
 #: 4: ``result`` carries the gradient-noise measurement of each evaluation point (``gradient_noise``);
 #: 5: the ``steady`` and ``finish`` phases after the final evaluation, ``phase_steps["steady"]`` (issue 29); the
 #:    request's trial carries ``math_mode``, which the worker applies (an older worker would ignore it), and
-#:    ``ready``'s device facts the math mode the framework read back (``math_mode``)
+#:    ``ready``'s device facts the math mode the framework read back (``math_mode``);
 #:    and ``result``'s metrics carry ``cuda_context_mib`` (what the worker held on the GPU outside its allocator)
-PROTOCOL_VERSION = 5
+#: 6: ``result``'s metrics carry ``compile_s``, ``compile_cache`` and ``compile_cold_s`` (issue 31)
+PROTOCOL_VERSION = 6
 PHASES = ("setup", "warmup", "timed", "train", "eval", "steady", "finish")
 
 

@@ -80,3 +80,35 @@ def test_device_gpu_without_a_gpu_is_refused_naming_the_check():
     if out["error"] is None:
         pytest.skip("this machine has a GPU that JAX sees: the refusal cannot be shown here")
     assert "JAX sees no GPU (jax.devices('gpu') finds none" in out["error"], out
+
+
+COMPILE_SNIPPET = """
+    import json
+    import numpy as np
+    from adapters.jax import JAXAdapter
+    from adapters.base import OptimizerSpec, RuntimeConfig
+    from harness.models import build_description, init_weights
+
+    a = JAXAdapter()
+    a.setup(RuntimeConfig(device="cpu", threads=1, compile_cache_dir=CACHE_DIR))
+    d = build_description("tiny_cnn", (1, 8, 8), 3)
+    a.build(d, init_weights(d, 0), OptimizerSpec(name="sgd", lr=0.01, momentum=0.9))
+    x, y = np.zeros((8, 1, 8, 8), np.float32), np.zeros(8, np.int64)
+    a.prepare_batch(x, y)
+    s = a.compile_stats()
+    print(json.dumps({"compile_s": s.compile_s, "cache": s.cache, "cold_s": s.cold_s}))
+"""
+
+
+@pytest.mark.slow
+@needs_jax
+def test_a_second_process_compiles_from_the_warm_persistent_cache(tmp_path):
+    code = COMPILE_SNIPPET.replace("CACHE_DIR", repr(str(tmp_path / "compile")))
+    first, second = run_snippet(code), run_snippet(code)
+    assert first["cache"] == "cold" and second["cache"] == "warm", (first, second)
+    assert first["compile_s"] > 0 and second["compile_s"] > 0
+    # a warm trial states what a fresh process would have compiled: its own time plus what JAX says the cache saved
+    assert second["cold_s"] > second["compile_s"], second
+    assert any((tmp_path / "compile").iterdir())
+    off = run_snippet(COMPILE_SNIPPET.replace("CACHE_DIR", "None"))
+    assert off["cache"] == "off" and off["cold_s"] == off["compile_s"], off

@@ -379,3 +379,27 @@ def test_a_store_without_gradient_noise_shows_none(rule_store: Path, capsys: pyt
     assert recs and all(r["gradient_noise"] is None for r in recs)
     assert main(["recommend", str(rule_store)]) == 0
     assert "B_simple" not in capsys.readouterr().out
+
+
+def test_a_warm_compilation_cache_changes_neither_the_answer_nor_its_start_up(tmp_path: Path) -> None:
+    """Two stores of one JAX-like sweep (issue 31): compilation outside the training clock, so the curves are the
+    same; one with the cache off (every trial compiles 3 s), one where each size's second repeat found it warm
+    (0.3 s spent, 3 s saved). Same batch, same start-up caveat: the figure is what a fresh process pays."""
+    stores = {}
+    for name, second in (("off", ("off", 3.0, 3.0)), ("cached", ("warm", 0.3, 3.0))):
+        stores[name] = tmp_path / name
+        with Store.open(stores[name]) as store:
+            run_id = store.begin_run(EXP, _spec(["alpha"]), "pytest", {})
+            for rep, (cache, spent, cold) in enumerate((("cold" if name == "cached" else "off", 3.0, 3.0), second)):
+                for bs, tput, times, accs in ((8, 100.0, [2, 4, 6, 8], [0.80, 0.90, 0.94, 0.95]),
+                                              (64, 600.0, [0.5, 1.0, 1.5, 2.0], [0.60, 0.85, 0.93, 0.955])):
+                    metrics = WorkerMetrics(step_samples_per_s=tput, accuracy=accs[-1], compile_s=spent,
+                                            compile_cache=cache, compile_cold_s=cold)
+                    store.write_trial(TrialOutcome(trial=_trial("alpha", bs, rep), status="ok",
+                                                   device={"device": "cpu"}, curve=_curve(bs, times, accs),
+                                                   metrics=metrics), run_id, {})
+    (off,), (cached,) = (recommend(load(stores[n]).experiments[0]) for n in ("off", "cached"))
+    assert off.batch_size == cached.batch_size == 64
+    said = [c for c in cached.caveats if c.startswith("start-up")]
+    assert said and said == [c for c in off.caveats if c.startswith("start-up")], (said, off.caveats)
+    assert "3.00 s of it compiling as a fresh process pays it" in said[0], said

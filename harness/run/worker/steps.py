@@ -72,8 +72,8 @@ class StepRunner:
         """Batch sizes the training will prepare besides the full (micro-)batch: an epoch's short last batch.
 
         An adapter that compiles per shape (JAX: one XLA executable per batch size) does so in
-        ``prepare_batch``; :meth:`warm_shapes` has it done before the training clock starts, like the
-        full size's compilation in the warm-up steps, so a one-time compile is not counted as training.
+        ``prepare_batch``; :meth:`warm_shapes` has it done before the training clock starts, with the full
+        size's, so a one-time compile is not counted as training.
         """
         t = self.trial
         if t.epochs <= 0:
@@ -83,9 +83,13 @@ class StepRunner:
         return sorted(sizes - {t.batch_size})
 
     def warm_shapes(self) -> None:
-        """Prepare one batch of each of :meth:`other_shapes` (no training step: the weights do not change)."""
-        for size in self.other_shapes():
-            self.adapter.prepare_batch(self.x[:size], self.y[:size])
+        """Prepare one batch of each of :meth:`other_shapes` (no training step: the weights do not change), and of
+        the full (micro-)batch too where the adapter compiles per shape: its compilation is then start-up, outside
+        the training clock (``compile_s``), the same whether a compilation cache was warm or not (issue 31)."""
+        full = [self.trial.batch_size] if getattr(self.adapter, "compiles_per_shape", False) else []
+        for size in full + self.other_shapes():
+            idx = np.arange(size) % len(self.x)  # a batch larger than the data set cycles through it, as training does
+            self.adapter.prepare_batch(self.x[idx], self.y[idx])
 
     def run(self, step: int, idx: np.ndarray) -> tuple[float, float]:
         """Run one update; returns (data seconds, step seconds)."""

@@ -14,6 +14,7 @@ import time
 import traceback
 from collections.abc import MutableMapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from adapters import fpenv
 from adapters.base import Adapter, MemoryStats, PrecisionSeen, RuntimeConfig
 from harness.config.precision import TF32_OVERRIDE_VAR, check_math_mode, check_observed
 from harness.config.trial import TrialSpec
+from harness.data.prepared import default_cache_dir
 from harness.errors import ConfigError
 from harness.flops import train_flop_per_sample
 from harness.models import ModelDescription, build_description, init_weights, is_native_model
@@ -43,6 +45,22 @@ from harness.run.worker.evaluation import EvalPoints, eval_steps, non_finite_wei
 from harness.run.worker.memory import VmDataWatcher, maxrss_mib, proc_status_mib
 from harness.run.worker.steady import run_steady
 from harness.run.worker.steps import AtPoint, StepPlan, StepRunner, Trained, train, train_metrics
+
+
+def compile_cache_dir() -> Path:
+    """The sweep's persistent compilation cache: under the cache directory ($BATCHSCOPE_CACHE), which the worker
+    inherits from the parent; frameworks key their entries by their version, the device and the program."""
+    return default_cache_dir() / "compile"
+
+
+def compile_fields(adapter: Adapter) -> dict[str, Any]:
+    """The trial's ``compile_s``, ``compile_cache`` and ``compile_cold_s`` from the adapter (all None for a plugin
+    that compiles nothing up front, or has no :meth:`~adapters.base.Adapter.compile_stats`)."""
+    hook = getattr(adapter, "compile_stats", None)
+    stats = hook() if hook is not None else None
+    if stats is None:
+        return {}
+    return dict(compile_s=stats.compile_s, compile_cache=stats.cache, compile_cold_s=stats.cold_s)
 
 
 def load_adapter(target: str) -> Adapter:
@@ -124,7 +142,7 @@ def set_up(request: WorkerRequest, adapter: Adapter) -> SetUp:
     facts = SetupFacts.from_dict(adapter.setup(RuntimeConfig(
         device=trial.run_device, threads=trial.threads or None, options=dict(trial.adapter_options),
         memory_limit_mib=trial.memory_limit_mib or None, precision=trial.precision, denormals=trial.denormals,
-        math_mode=trial.math_mode)))
+        math_mode=trial.math_mode, compile_cache_dir=str(compile_cache_dir()) if trial.compile_cache else None)))
     cpu_denormals = _cpu_denormals(trial, facts)
     math_mode = check_math_mode(trial.math_mode, trial.framework, facts.math_mode, on_gpu(facts))
     arrays = data.load()
@@ -214,7 +232,8 @@ def _train_and_evaluate(request: WorkerRequest, adapter: Adapter, setup: SetUp, 
                             -(-data.n_train // trial.effective_batch_size), trial.epochs)
     adapter.reset_memory_stats()
     runner = StepRunner(adapter, trial, setup.arrays[0], setup.arrays[1], data.n_train)
-    runner.warm_shapes()  # e.g. JAX compiles the epoch's short last batch here, not inside the timed training
+    runner.warm_shapes()  # e.g. JAX compiles its step for each batch size here, not inside the training clock
+    compiled = compile_fields(adapter)  # before the first step whose time counts
     points, at_point = _eval_points(request, adapter, setup, phases)
     trained = train(runner, setup.order, plan, phases.enter, ticker, lambda: _precision_seen(trial, adapter),
                     eval_at=eval_steps(plan.total_n, trial.eval_points) if trial.eval else (), at_point=at_point)
@@ -227,7 +246,8 @@ def _train_and_evaluate(request: WorkerRequest, adapter: Adapter, setup: SetUp, 
                   rss_file_ready_mib=ready_mem["RssFile"], rss_anon_ready_mib=ready_mem["RssAnon"],
                   rss_file_end_mib=end_mem["RssFile"], rss_anon_end_mib=end_mem["RssAnon"],
                   vmdata_end_mib=end_mem["VmData"], vmdata_peak_mib=watcher.stop() if watcher else None)
-    metrics = _metrics(trial, setup, plan, trained, runner, data.n_train, seen, mem, {**memory, **evaluated})
+    metrics = _metrics(trial, setup, plan, trained, runner, data.n_train, seen, mem,
+                       {**memory, **evaluated, **compiled})
     phase_steps = trained.phase_steps(plan)
     if not trained.stopped and points.diverged is None:  # a steady state of a diverged training measures nothing
         steady_n = run_steady(runner, setup.order, trial.steady_s, setup.facts, len(trained.step_ms), phases.enter)
