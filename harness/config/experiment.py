@@ -175,6 +175,9 @@ class Experiment:
     #: power and J/sample are measured as a window of their own (the timed phase may be too short for NVML: issue 29,
     #: docs/sampler.md); the worker skips it on a CPU. 0: off
     steady_s: float = _setting(2.0, ge=0, le=60, unit="s", why="0: no steady phase")
+    #: the next batch gathered (and, where the adapter can, copied to the device) on a background thread while the
+    #: current step trains, as users' input pipelines do (harness/run/worker/prefetch.py); false: serially
+    prefetch: bool = True
     study: Study = ""
     adapters: Mapping[str, AdapterSettings] = field(default_factory=dict)
     variants: tuple[Variant, ...] = ()

@@ -63,6 +63,9 @@ class TrialSpec:
     #: (Experiment.steady_s); 0: none. Not part of the hash: it changes no headline figure, and the length each
     #: trial measured is stored with it (``steady_window_s``)
     steady_s: float = 0.0
+    #: the next update's batch gathered (and, where the adapter can, moved to the device) on a background thread
+    #: while the current one trains (Experiment.prefetch; harness/run/worker/prefetch.py). Hashed when off only
+    prefetch: bool = True
 
     @property
     def effective_batch_size(self) -> int:
@@ -103,4 +106,4 @@ class TrialSpec:
 
 #: fields left out of :attr:`TrialSpec.trial_hash` while they hold these defaults
 _HASHED_WHEN_SET: dict[str, Any] = {"variant": "", "augment": "none", "augment_pad_px": 4, "accumulate_steps": 1,
-                                    "eval_points": 0, "gradient_noise": 0}
+                                    "eval_points": 0, "gradient_noise": 0, "prefetch": True}

@@ -140,4 +140,5 @@ def _trial(v: Experiment, variant: str, framework: str, batch_size: int, repeat:
         accumulate_steps=v.accumulate_steps,
         gradient_noise=v.gradient_noise if v.eval else 0,
         steady_s=0.0 if v.device == "cpu" else v.steady_s,  # the worker skips it where the trial ran on a CPU
+        prefetch=v.prefetch,
     )
