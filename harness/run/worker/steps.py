@@ -186,7 +186,7 @@ class Trained:
     """What the training loop measured (seconds from ``time.perf_counter``, evaluation points left out)."""
 
     step_ms: list[float]  # every step's train time, warm-up included
-    data_s: float  # batch preparation (augment, copy to the device), summed over the steps
+    data_s: float  # batch preparation on the training thread (prefetch: the wait for the batch), summed over steps
     samples_seen: int
     post_warmup_samples: int
     train_s: float  # the first step's start to the last step's end, less the evaluation points' time
