@@ -186,3 +186,62 @@ def test_what_ran_is_stored_per_trial(fake_registered: None, tmp_path: Path, cac
         (row,) = store.trials()
     assert row["status"] == "ok"
     assert row["prefetch"] == int(prefetch) and row["prefetch_device"] == 0  # the fake has no hook
+
+
+class _FakeTorch:
+    """What PyTorch's CUDA prefetch path calls, recorded in order (no GPU, no torch here)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.current = "default"
+        torch = self
+
+        class Tensor:
+            def __init__(self, array: np.ndarray, where: str = "host") -> None:
+                self.array, self.where = array, where
+
+            def pin_memory(self) -> Tensor:
+                torch.calls.append("pin")
+                return Tensor(self.array, "pinned")
+
+            def to(self, device: str, non_blocking: bool = False) -> Tensor:
+                torch.calls.append(f"copy {self.where}->{device} on {torch.current} non_blocking={non_blocking}")
+                return Tensor(self.array, device)
+
+        class Stream:
+            def __init__(self, device: str) -> None:
+                torch.calls.append("new stream")
+
+            def synchronize(self) -> None:
+                torch.calls.append("stream sync")
+
+        class StreamScope:
+            def __init__(self, stream: Stream) -> None:
+                pass
+
+            def __enter__(self) -> None:
+                torch.current = "copy stream"
+
+            def __exit__(self, *exc: object) -> None:
+                torch.current = "default"
+
+        def device_sync() -> None:
+            self.calls.append("device sync")
+
+        self.cuda = type("cuda", (), {"Stream": Stream, "stream": StreamScope,
+                                      "synchronize": staticmethod(device_sync)})
+        self.from_numpy = Tensor
+
+
+def test_pytorch_on_a_gpu_copies_ahead_from_pinned_memory_non_blocking_on_its_own_stream() -> None:
+    from adapters.pytorch import PyTorchAdapter
+
+    adapter = PyTorchAdapter()
+    adapter.torch, adapter.cuda, adapter.device = _FakeTorch(), True, "cuda:0"
+    x, y = np.ones((4, 1, 2, 2), np.float64), np.arange(4)
+    for _ in range(2):
+        xd, yd = adapter.prepare_batch_ahead(x, y)
+    assert xd.where == yd.where == "cuda:0" and xd.array.dtype == np.float32 and yd.array.dtype == np.int64
+    copy = "copy pinned->cuda:0 on copy stream non_blocking=True"
+    # one stream for the trial; the device-wide synchronisation (which would wait for the running step) never
+    assert adapter.torch.calls == ["new stream"] + ["pin", copy, "pin", copy, "stream sync"] * 2
