@@ -50,11 +50,13 @@ class Prefetcher:
     """Runs ``prepare(step, idx)`` for the next update on one background thread while the current one trains.
 
     :meth:`take` returns the prepared update for ``step``: the background thread's result where :meth:`ahead`
-    submitted that step, else ``prepare`` run here, on the training thread. One update is in flight at a time.
+    submitted that step, else ``inline(step, idx)`` run here, on the training thread (the first update, which
+    nothing ran before; it may differ from ``prepare``: JAX compiles in ``prepare_batch``, never ahead). One update
+    is in flight at a time.
     """
 
-    def __init__(self, prepare: Prepare) -> None:
-        self.prepare = prepare
+    def __init__(self, prepare: Prepare, inline: Prepare) -> None:
+        self.prepare, self.inline = prepare, inline
         self._pool: ThreadPoolExecutor | None = None
         self._pending: tuple[int, Future[Any]] | None = None
 
@@ -74,7 +76,7 @@ class Prefetcher:
             return pending[1].result()
         if pending is not None:
             pending[1].cancel()
-        return self.prepare(step, idx)
+        return self.inline(step, idx)
 
     def close(self) -> None:
         """Wait for the background thread to end (a prefetched update nobody took is dropped)."""

@@ -70,7 +70,7 @@ class StepRunner:
         self.micro_batches_n = 0  # forward/backward passes run (equal to the updates without accumulation)
         #: the adapter moves a batch to the device ahead, on the background thread (its optional hook)
         self.device_ahead = bool(trial.prefetch) and trial.accumulate_steps == 1 and has_prepare_ahead(adapter)
-        self.prefetcher = Prefetcher(self._gather_ahead) if trial.prefetch else None
+        self.prefetcher = Prefetcher(self._gather_ahead, self._gather) if trial.prefetch else None
 
     def _host(self, idx: np.ndarray, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """The samples ``idx`` gathered from the training arrays and augmented as in ``epoch`` (NumPy only)."""
