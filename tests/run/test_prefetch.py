@@ -148,6 +148,20 @@ def test_the_prefetcher_takes_the_background_result_or_prepares_inline_and_rerai
         p.close()
 
 
+def test_a_prefetch_thread_that_cannot_start_is_out_of_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    from adapters.base import is_generic_oom
+
+    def no_thread(*args: Any, **kw: Any) -> Any:
+        raise RuntimeError("can't start new thread")
+
+    p = Prefetcher(lambda step, idx: step, lambda step, idx: step)
+    monkeypatch.setattr("concurrent.futures.ThreadPoolExecutor.submit", no_thread)
+    with pytest.raises(MemoryError) as caught:  # a thread's stack counts in the probe's RLIMIT_DATA
+        p.ahead(1, "i")
+    assert is_generic_oom(caught.value)
+    p.close()
+
+
 def test_with_next_pairs_each_item_with_the_following_one() -> None:
     assert list(with_next([1, 2, 3])) == [(1, 2), (2, 3), (3, None)]
     assert list(with_next([])) == []

@@ -66,7 +66,12 @@ class Prefetcher:
             self._pending[1].cancel()
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batchscope-prefetch")
-        self._pending = (step, self._pool.submit(self.prepare, step, idx))
+        try:
+            self._pending = (step, self._pool.submit(self.prepare, step, idx))
+        except RuntimeError as exc:  # the thread could not start: under a max-batch probe's OS memory limit, its
+            # stack is what did not fit (it counts in RLIMIT_DATA); an out-of-memory, not an error to retry
+            raise MemoryError(f"out of memory: the prefetch thread could not start ({exc}); "
+                              "prefetch = false runs without it") from exc
 
     def take(self, step: int, idx: Any) -> Any:
         """Update ``step`` prepared: the prefetched one (waiting for it if needed; its error re-raised here) or,
