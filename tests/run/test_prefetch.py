@@ -98,7 +98,7 @@ def test_with_the_hook_the_adapter_prepares_ahead_on_another_thread_and_trains_w
     _train(plain, False)
     assert runner.device_ahead
     # the first batch: nothing ran before it to overlap with, and prepare_batch (JAX compiles there) prepares it
-    assert adapter.prepared_on[0] == MAIN
+    assert adapter.prepared_on[0] == MAIN  # and only then the next one is started ahead
     assert set(adapter.prepared_on[1:]) == {"ahead on batchscope-prefetch_0"}
     assert all(np.array_equal(a[0], b[0]) for a, b in zip(adapter.trained, plain.trained, strict=True))
 

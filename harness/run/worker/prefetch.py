@@ -24,7 +24,7 @@ the step's gaps or time-sliced with it, never more of it than without prefetch.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -63,7 +63,7 @@ class Prefetcher:
     def ahead(self, step: int, idx: Any) -> None:
         """Start preparing update ``step`` (indices ``idx``) on the background thread."""
         if self._pending is not None:  # a step that was never taken (the loop stopped): nothing waits for it
-            self._pending[1].cancel()
+            _drop(self._pending[1])
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batchscope-prefetch")
         try:
@@ -80,14 +80,21 @@ class Prefetcher:
         if pending is not None and pending[0] == step:
             return pending[1].result()
         if pending is not None:
-            pending[1].cancel()
+            _drop(pending[1])
         return self.inline(step, idx)
 
     def close(self) -> None:
         """Wait for the background thread to end (a prefetched update nobody took is dropped)."""
         pending, self._pending = self._pending, None
         if pending is not None:
-            pending[1].cancel()
+            _drop(pending[1])
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+
+
+def _drop(future: Future[Any]) -> None:
+    """Forget an update prepared ahead that will not be trained; one already running is let finish first, so that
+    two preparations never run at once (the augmenter keeps its epoch's draws between calls)."""
+    if not future.cancel():
+        wait([future])

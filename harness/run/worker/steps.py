@@ -120,21 +120,18 @@ class StepRunner:
         for the background thread's result, plus ``prepare_batch`` where the adapter did not run it ahead.
         """
         t0 = time.perf_counter()
-        if self.prefetcher is None:
-            parts: list[Any] = self._gather(step, idx)
-        else:
-            parts = self.prefetcher.take(step, idx)
-            if following is not None:
-                self.prefetcher.ahead(*following)
+        parts: list[Any] = self._gather(step, idx) if self.prefetcher is None else self.prefetcher.take(step, idx)
+        batch = self._batch(parts[0])
+        if self.prefetcher is not None and following is not None:
+            self.prefetcher.ahead(*following)  # from here on, overlapping this update's training
         if self.trial.accumulate_steps == 1:
-            batch = self._batch(parts[0])
             t1 = time.perf_counter()
             self.adapter.train_step(batch)
             return t1 - t0, time.perf_counter() - t1
         data_s, step_s = time.perf_counter() - t0, 0.0
-        for part in parts:
+        for i, part in enumerate(parts):
             t0 = time.perf_counter()
-            batch = self._batch(part)
+            batch = batch if i == 0 else self._batch(part)
             t1 = time.perf_counter()
             self.adapter.accumulate_gradients(batch, len(part[0]) / len(idx))
             data_s, step_s = data_s + t1 - t0, step_s + time.perf_counter() - t1
