@@ -330,9 +330,8 @@ class Adapter(ABC):
         """Move one batch (x: float32 NCHW, y: int64) onto the device, in the framework's layout."""
 
     def prepare_batch_ahead(self, x: np.ndarray, y: np.ndarray) -> Any:
-        """Optional: :meth:`prepare_batch` on the worker's background thread while the previous :meth:`train_step`
-        runs (``prefetch``), where thread-safe; the batch must be ready for ``train_step`` (a GPU copy synchronised
-        on its own stream). Not overridden: only the gathering is done ahead (docs/adapters.md)."""
+        """Optional: :meth:`prepare_batch` on the prefetch thread while the previous :meth:`train_step` runs, where
+        thread-safe; returns a batch ready for ``train_step``. Not overridden: only gathering is ahead (adapters.md)."""
         return self.prepare_batch(x, y)
 
     @abstractmethod
