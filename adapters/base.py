@@ -353,6 +353,11 @@ class Adapter(ABC):
     def prepare_batch(self, x: np.ndarray, y: np.ndarray) -> Any:
         """Move one batch (x: float32 NCHW, y: int64) onto the device, in the framework's layout."""
 
+    def prepare_batch_ahead(self, x: np.ndarray, y: np.ndarray) -> Any:
+        """Optional: :meth:`prepare_batch` on the prefetch thread while the previous :meth:`train_step` runs, where
+        thread-safe; returns a batch ready for ``train_step``. Not overridden: only gathering is ahead (adapters.md)."""
+        return self.prepare_batch(x, y)
+
     @abstractmethod
     def train_step(self, batch: Any) -> None:
         """One forward, backward and optimizer update; returns only once the device is idle."""
@@ -474,6 +479,7 @@ CAPABILITIES: tuple[Capability, ...] = (
     # required of the built-ins (the contract suite fails one without it); a plugin without it is told
     # "unsupported" and gradient_noise is refused for it in the parent
     Capability("flat_gradient", ("flat_gradient",), "the gradient as one flat array (gradient noise scale)"),
+    Capability("prepare_ahead", ("prepare_batch_ahead",), "prepares batches on the prefetch thread", required=False),
     Capability("own_build", ("build",), "builds models in its own build(): which layers it builds is found by "
                "trying, not declared by hooks", required=False),
 )

@@ -420,6 +420,16 @@ class JAXAdapter(Adapter):
         jax.block_until_ready((xb, yb))
         return xb, yb
 
+    def prepare_batch_ahead(self, x: np.ndarray, y: np.ndarray) -> Any:
+        """The batch put on the device from the worker's background thread while the previous step runs (JAX's
+        transfers are thread-safe) and waited for here. Nothing is compiled: every batch size the training uses was
+        compiled on the training thread before (the first batch, and :meth:`prepare_batch` in the worker's
+        ``warm_shapes``); one that was not would be compiled by :meth:`train_step`."""
+        xb = self._put(np.ascontiguousarray(x, dtype=np.float32))
+        yb = self._put(np.ascontiguousarray(y, dtype=np.int32))
+        self.jax.block_until_ready((xb, yb))
+        return xb, yb
+
     def train_step(self, batch: Any) -> None:
         x, y = batch
         step = self._compiled.get(int(x.shape[0]))

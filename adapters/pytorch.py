@@ -159,6 +159,7 @@ class PyTorchAdapter(Adapter):
         self.optimizer: Any = None
         self.loss_fn: Any = None
         self.cuda = False
+        self._copy_stream: Any = None  # prepare_batch_ahead's CUDA stream
         self._accumulating = False  # gradients of an unfinished accumulated update are held in .grad
         self.precision = "fp32"
         self._autocast_dtype: Any = None  # torch.float16 (amp) or torch.bfloat16 (bf16); None: fp32
@@ -388,6 +389,18 @@ class PyTorchAdapter(Adapter):
             xt, yt = xt.to(self.device, non_blocking=True), yt.to(self.device, non_blocking=True)
             torch.cuda.synchronize()
         return xt, yt
+
+    def prepare_batch_ahead(self, x: np.ndarray, y: np.ndarray) -> Any:
+        """On the prefetch thread; on a GPU pinned, non-blocking, on its own stream (train_step syncs the device)."""
+        if not self.cuda:
+            return self.prepare_batch(x, y)  # from_numpy touches no framework state
+        torch = self.torch
+        self._copy_stream = stream = self._copy_stream or torch.cuda.Stream(device=self.device)
+        with torch.cuda.stream(stream):
+            batch = tuple(torch.from_numpy(np.ascontiguousarray(a, dtype=t)).pin_memory().to(self.device,
+                          non_blocking=True) for a, t in ((x, np.float32), (y, np.int64)))
+        stream.synchronize()  # this stream only: the step on the default stream goes on
+        return batch
 
     def train_step(self, batch: Any) -> None:
         x, y = batch

@@ -442,6 +442,12 @@ class TensorFlowAdapter(Adapter):
                 self.tf.test.experimental.sync_devices()
         return xt, yt
 
+    def prepare_batch_ahead(self, x: np.ndarray, y: np.ndarray) -> Any:
+        """:meth:`prepare_batch` on the worker's background thread while the previous step runs: TensorFlow's eager
+        conversion and copy are thread-safe, and ``tf.device`` is a per-thread scope. On a GPU the device-wide
+        synchronisation waits for the running step too, so there the copy overlaps the host work, not the step."""
+        return self.prepare_batch(x, y)
+
     def train_step(self, batch: Any) -> None:
         x, y = batch
         with self.tf.device(self.device_name):

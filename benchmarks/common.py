@@ -82,12 +82,14 @@ def synthetic_data(samples: int = 2048) -> PreparedData:
 def bench_unit(
     framework: str, data: PreparedData, batch_size: int, threads: int, warmup: int, steps: int,
     progress_interval_s: float | None = PROGRESS_INTERVAL_S, extra_env: dict[str, str] | None = None,
+    prefetch: bool = True,
 ) -> TrialUnit:
     """The unit of a benchmark's harness trial, its worker environment built exactly as a sweep's is.
 
     The environment is ``harness.run.sweep.worker_env`` of the trial (the one function the sweep uses: issue 22, so
     a setting a sweep's workers get cannot hide from ``make bench`` again), plus ``extra_env``, a setting a
-    benchmark compares on purpose (``harness_overhead.py --allocator-compare``).
+    benchmark compares on purpose (``harness_overhead.py --allocator-compare``). ``prefetch``: the trial's key
+    (``harness_overhead.py --prefetch-compare`` turns it off on one side).
     """
     trial = TrialSpec(
         experiment="bench",
@@ -106,6 +108,7 @@ def bench_unit(
         timeout_s=600.0,
         eval=False,
         data_key=data.key,
+        prefetch=prefetch,
     )
     return TrialUnit(
         trial=trial,
@@ -124,6 +127,7 @@ def harness_trial(
     progress_interval_s: float | None = PROGRESS_INTERVAL_S,
     extra_env: dict[str, str] | None = None,
     bounded_log: bool = True,
+    prefetch: bool = True,
 ) -> TrialOutcome:
     """One real harness trial (fresh worker, :func:`bench_unit`: the sweep's worker environment); raises if it did
     not end ok.
@@ -131,7 +135,7 @@ def harness_trial(
     ``bounded_log`` False: the worker writes its log file itself, as before issue 24 (``worker_log_cost.py``).
     ``extra_env``: a setting on top of the sweep's environment, compared on purpose.
     """
-    unit = bench_unit(framework, data, batch_size, threads, warmup, steps, progress_interval_s, extra_env)
+    unit = bench_unit(framework, data, batch_size, threads, warmup, steps, progress_interval_s, extra_env, prefetch)
     outcome = LocalExecutor(log_dir=Path(tempfile.gettempdir()) / "batchscope-bench-logs",
                             bounded_log=bounded_log).run(unit, on_event)
     if outcome.status != "ok":

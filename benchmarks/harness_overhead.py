@@ -17,6 +17,10 @@ own overhead, bare+sync / bare the price of per-step timing (large only for asyn
 
     python benchmarks/harness_overhead.py --frameworks pytorch,tensorflow,mxnet --repeats 5
 
+``--prefetch-compare`` runs, per repeat in a rotating order, a harness trial with ``prefetch`` (the default: the next
+batch gathered and converted on a background thread while the step runs, issue 31), one without, and the bare loop;
+printed: end-to-end and step ratios to bare for both, and the data milliseconds per step left on the training thread.
+
 ``--progress-compare`` measures what live progress costs (issue 17): each repeat runs, in an order that
 rotates every repeat, a harness trial with progress as ``batchscope run`` shows it in a terminal (the
 worker's progress messages every 0.5 s, or ``--progress-interval-s``, drawn by the rich display into a
@@ -63,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="harness with vs without live progress, against bare (issue 17)")
     parser.add_argument("--progress-interval-s", type=float, default=0.5,
                         help="the worker's progress bound for --progress-compare (0: every step)")
+    parser.add_argument("--prefetch-compare", action="store_true",
+                        help="harness with the next batch prepared during the step (prefetch, the default) vs "
+                             "without, each against bare (issue 31)")
     parser.add_argument("--allocator-compare", action="store_true",
                         help="the sweep's worker environment vs the same with a fixed glibc mmap threshold (the "
                              "max-batch 'what helps' setting), each against bare")
@@ -72,11 +79,13 @@ def main(argv: list[str] | None = None) -> int:
         return progress_compare(args, frameworks)
     if args.allocator_compare:
         return allocator_compare(args, frameworks)
+    if args.prefetch_compare:
+        return prefetch_compare(args, frameworks)
 
     print(machine_facts())
     print(
         f"model osu_cnn {SHAPE_TEXT}, SGD momentum 0.9, CPU, {args.threads} thread(s), "
-        f"{args.warmup} warm-up + {args.steps} timed steps per run\n"
+        f"{args.warmup} warm-up + {args.steps} timed steps per run; harness with prefetch (the default)\n"
     )
     data = synthetic_data()
     summary: dict[str, float] = {}
@@ -94,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                 if side == "harness":
                     out = harness_trial(fw, data, args.batch, args.threads, args.warmup, args.steps)
                     assert out.metrics is not None and out.metrics.e2e_samples_per_s is not None
+                    assert out.metrics.prefetch, "the harness trial did not record prefetch as run"
                     results[side] = out.metrics.step_samples_per_s or 0.0
                     results["harness e2e"] = out.metrics.e2e_samples_per_s
                 else:
@@ -203,6 +213,42 @@ def progress_compare(args: argparse.Namespace, frameworks: list[str]) -> int:
               f"progress/no-progress {summary[fw][2]:.3f}\n", flush=True)
     return 0
 
+
+
+def prefetch_compare(args: argparse.Namespace, frameworks: list[str]) -> int:
+    """Harness with ``prefetch`` (the default) vs without, each against bare: end-to-end and step ratios, and the
+    data seconds per step the training thread still spent (issue 31, item 7). Order rotated every repeat."""
+    print(machine_facts())
+    print(f"model osu_cnn {SHAPE_TEXT}, CPU, {args.threads} thread(s), {args.warmup} warm-up + {args.steps} "
+          f"timed steps per run, batch {args.batch}\n")
+    data = synthetic_data()
+    sides = ("prefetch", "no-prefetch", "bare")
+    for fw in frameworks:
+        rows: list[dict[str, float]] = []
+        print(f"{fw}, batch {args.batch}:")
+        for r in range(args.repeats):
+            order = sides[r % 3:] + sides[: r % 3]
+            res: dict[str, float] = {}
+            for side in order:
+                if side == "bare":
+                    res[side] = bare_loop(fw, args.batch, args.threads, args.warmup, args.steps)["samples_per_s"]
+                    continue
+                m = harness_trial(fw, data, args.batch, args.threads, args.warmup, args.steps,
+                                  prefetch=side == "prefetch").metrics
+                assert m is not None and m.e2e_samples_per_s is not None and m.prefetch == (side == "prefetch")
+                res[side], res[f"{side} step"] = m.e2e_samples_per_s, m.step_samples_per_s or 0.0
+                res[f"{side} data ms"] = 1e3 * (m.data_s or 0.0) / max(m.train_steps_n, 1)
+            rows.append(res)
+            print(f"  repeat {r + 1} ({'/'.join(order)}): e2e/bare prefetch {res['prefetch'] / res['bare']:.3f}  "
+                  f"no-prefetch {res['no-prefetch'] / res['bare']:.3f};  step/bare prefetch "
+                  f"{res['prefetch step'] / res['bare']:.3f}  no-prefetch {res['no-prefetch step'] / res['bare']:.3f};"
+                  f"  data ms/step prefetch {res['prefetch data ms']:.3f}  no-prefetch "
+                  f"{res['no-prefetch data ms']:.3f}  (bare {res['bare']:.1f} samples/s)", flush=True)
+        print(f"  medians: e2e/bare prefetch {median([x['prefetch'] / x['bare'] for x in rows]):.3f}, "
+              f"no-prefetch {median([x['no-prefetch'] / x['bare'] for x in rows]):.3f} (target >= 0.95); "
+              f"prefetch/no-prefetch e2e {median([x['prefetch'] / x['no-prefetch'] for x in rows]):.3f}\n",
+              flush=True)
+    return 0
 
 
 #: the "what helps" setting ``maxbatch --env`` offers, which every CPU worker had until issue 22

@@ -150,6 +150,11 @@ class WorkerMetrics:
     micro_batches_n: int | None = None  # forward/backward passes run
     epochs_done: float = 0.0
     data_s: float | None = None
+    #: the next batch was prepared on a background thread while the step ran (the ``prefetch`` setting, as it
+    #: ran); ``prefetch_device``: the adapter converted and copied it to the device there too (its
+    #: ``prepare_batch_ahead`` hook), not only gathered it on the host. None: a worker from before issue 31
+    prefetch: bool | None = None
+    prefetch_device: bool | None = None
     setup_s: float | None = None
     train_s: float | None = None
     cpu_denormals: str = "unknown"  # what the CPU did with denormal floats: flush | keep | unknown

@@ -195,6 +195,9 @@ class Experiment:
     #: a persistent compilation cache shared by the sweep's workers (JAX), under the cache directory
     #: ($BATCHSCOPE_CACHE/compile); each trial stores its compile_s and whether the cache was cold or warm
     compile_cache: bool = True
+    #: the next batch gathered (and, where the adapter can, copied to the device) on a background thread while the
+    #: current step trains, as users' input pipelines do (harness/run/worker/prefetch.py); false: serially
+    prefetch: bool = True
     study: Study = ""
     adapters: Mapping[str, AdapterSettings] = field(default_factory=dict)
     variants: tuple[Variant, ...] = ()

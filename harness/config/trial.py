@@ -78,6 +78,10 @@ class TrialSpec:
     #: measured after it, and each trial stores what its cache did (``compile_cache``)
     compile_cache: bool = True
 
+    #: the next update's batch gathered (and, where the adapter can, moved to the device) on a background thread
+    #: while the current one trains (Experiment.prefetch; harness/run/worker/prefetch.py). Hashed when off only
+    prefetch: bool = True
+
     @property
     def run_device(self) -> Device:
         """The device the worker is told to use: the resolved one under ``auto``, else the one asked for."""
@@ -133,4 +137,4 @@ class TrialSpec:
 
 #: fields left out of :attr:`TrialSpec.trial_hash` while they hold these defaults
 _HASHED_WHEN_SET: dict[str, Any] = {"variant": "", "augment": "none", "augment_pad_px": 4, "accumulate_steps": 1,
-                                    "eval_points": 0, "gradient_noise": 0}
+                                    "eval_points": 0, "gradient_noise": 0, "prefetch": True}

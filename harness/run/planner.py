@@ -149,4 +149,5 @@ def _trial(v: Experiment, variant: str, framework: str, batch_size: int, repeat:
         gradient_noise=v.gradient_noise if v.eval else 0,
         steady_s=0.0 if v.device == "cpu" else v.steady_s,  # the worker skips it where the trial ran on a CPU
         compile_cache=v.compile_cache,
+        prefetch=v.prefetch,
     )

@@ -45,7 +45,7 @@ class _Runner:
         self.clock = clock
         self.trial = make_trial(batch_size=batch, epochs=0)
 
-    def run(self, step: int, idx: np.ndarray) -> tuple[float, float]:
+    def run(self, step: int, idx: np.ndarray, following: object = None) -> tuple[float, float]:
         self.clock.now += 1.0
         return 0.0, 1.0
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from harness.monitor.windows import FINISH_PHASE, STEADY_PHASE
 from harness.run.protocol import SetupFacts
+from harness.run.worker.prefetch import with_next
 from harness.run.worker.steps import StepRunner, batch_indices
 
 
@@ -38,8 +39,10 @@ def run_steady(runner: StepRunner, order: np.ndarray, steady_s: float, facts: Se
     announce(STEADY_PHASE)
     deadline = clock() + steady_s
     steps = 0
-    for idx in batch_indices(order, runner.trial.effective_batch_size, 0, 2**62):
-        runner.run(first_step + steps, np.sort(idx))
+    updates = ((first_step + i, np.sort(idx)) for i, idx in
+               enumerate(batch_indices(order, runner.trial.effective_batch_size, 0, 2**62)))
+    for (step, idx), following in with_next(updates):
+        runner.run(step, idx, following)  # the next batch prepared meanwhile where the trial prefetches
         steps += 1
         if clock() >= deadline:
             break

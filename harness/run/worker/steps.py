@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from adapters.base import Adapter
+from adapters.base import Adapter, capabilities
 from harness.config.trial import TrialSpec
 from harness.data.augment import Augmenter
 from harness.run.protocol import ProgressTicker
 from harness.run.timing import drift, step_figures
+from harness.run.worker.prefetch import Prefetcher, with_next
 
 
 def batch_indices(order: np.ndarray, batch_size: int, epochs: int, steps: int) -> Iterator[np.ndarray]:
@@ -56,6 +57,10 @@ class StepRunner:
     With ``accumulate_steps`` = k the index batch holds k micro-batches; each is moved and run through
     forward and backward in turn (only one is on the device at a time), weighted by its share of the
     samples so that the update is the one of the mean loss over all of them, then the optimizer steps once.
+
+    With ``trial.prefetch`` (:mod:`harness.run.worker.prefetch`), :meth:`run` given the next update's indices has
+    them gathered (and, where the adapter has ``prepare_batch_ahead`` and the update is one micro-batch, moved to
+    the device) on a background thread while this update trains.
     """
 
     def __init__(self, adapter: Adapter, trial: TrialSpec, x: np.ndarray, y: np.ndarray, n_train: int) -> None:
@@ -63,10 +68,30 @@ class StepRunner:
         self.augment = Augmenter(trial.augment, trial.augment_pad_px, trial.seed, n_train)
         self.n_train = n_train
         self.micro_batches_n = 0  # forward/backward passes run (equal to the updates without accumulation)
+        #: the adapter moves a batch to the device ahead, on the background thread (its optional hook)
+        self.device_ahead = bool(trial.prefetch) and trial.accumulate_steps == 1 and has_prepare_ahead(adapter)
+        self.prefetcher = Prefetcher(self._gather_ahead, self._gather) if trial.prefetch else None
 
-    def _batch(self, idx: np.ndarray, epoch: int) -> Any:
+    def _host(self, idx: np.ndarray, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """The samples ``idx`` gathered from the training arrays and augmented as in ``epoch`` (NumPy only)."""
+        return self.augment(self.x[idx], idx, epoch), self.y[idx]
+
+    def _gather(self, step: int, idx: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Update ``step``'s micro-batches, gathered on the host."""
+        epoch = epoch_of(step, self.n_train, self.trial.effective_batch_size, self.trial.epochs)
+        return [self._host(part, epoch) for part in micro_batches(idx, self.trial.batch_size)]
+
+    def _gather_ahead(self, step: int, idx: np.ndarray) -> list[Any]:
+        """What the background thread prepares: the host micro-batches, or the adapter's batch where it moves one
+        ahead (an element that is not a (x, y) pair of arrays is a batch ready for ``train_step``)."""
+        parts: list[Any] = self._gather(step, idx)
+        if self.device_ahead:
+            return [_Ready(self.adapter.prepare_batch_ahead(*part)) for part in parts]
+        return parts
+
+    def _batch(self, part: Any) -> Any:
         self.micro_batches_n += 1
-        return self.adapter.prepare_batch(self.augment(self.x[idx], idx, epoch), self.y[idx])
+        return part.batch if isinstance(part, _Ready) else self.adapter.prepare_batch(*part)
 
     def other_shapes(self) -> list[int]:
         """Batch sizes the training will prepare besides the full (micro-)batch: an epoch's short last batch.
@@ -91,26 +116,52 @@ class StepRunner:
             idx = np.arange(size) % len(self.x)  # a batch larger than the data set cycles through it, as training does
             self.adapter.prepare_batch(self.x[idx], self.y[idx])
 
-    def run(self, step: int, idx: np.ndarray) -> tuple[float, float]:
-        """Run one update; returns (data seconds, step seconds)."""
-        t = self.trial
-        epoch = epoch_of(step, self.n_train, t.effective_batch_size, t.epochs)
-        if t.accumulate_steps == 1:
-            t0 = time.perf_counter()
-            batch = self._batch(idx, epoch)
+    def run(self, step: int, idx: np.ndarray, following: tuple[int, np.ndarray] | None = None) -> tuple[float, float]:
+        """Run one update; returns (data seconds, step seconds). ``following``: the next update (step, indices),
+        prepared in the background meanwhile where the trial prefetches.
+
+        The data seconds are the training thread's: gathering here (prefetch off, or the first update), or waiting
+        for the background thread's result, plus ``prepare_batch`` where the adapter did not run it ahead.
+        """
+        t0 = time.perf_counter()
+        parts: list[Any] = self._gather(step, idx) if self.prefetcher is None else self.prefetcher.take(step, idx)
+        batch = self._batch(parts[0])
+        if self.prefetcher is not None and following is not None:
+            self.prefetcher.ahead(*following)  # from here on, overlapping this update's training
+        if self.trial.accumulate_steps == 1:
             t1 = time.perf_counter()
             self.adapter.train_step(batch)
             return t1 - t0, time.perf_counter() - t1
-        data_s = step_s = 0.0
-        for part in micro_batches(idx, t.batch_size):
+        data_s, step_s = time.perf_counter() - t0, 0.0
+        for i, part in enumerate(parts):
             t0 = time.perf_counter()
-            batch = self._batch(part, epoch)
+            batch = batch if i == 0 else self._batch(part)
             t1 = time.perf_counter()
-            self.adapter.accumulate_gradients(batch, len(part) / len(idx))
+            self.adapter.accumulate_gradients(batch, len(part[0]) / len(idx))
             data_s, step_s = data_s + t1 - t0, step_s + time.perf_counter() - t1
         t1 = time.perf_counter()
         self.adapter.apply_accumulated()
         return data_s, step_s + time.perf_counter() - t1
+
+    def close(self) -> None:
+        """End the background thread, if any (an update prepared ahead and never trained is dropped)."""
+        if self.prefetcher is not None:
+            self.prefetcher.close()
+
+
+@dataclass(frozen=True)
+class _Ready:
+    """A batch the adapter prepared ahead (``prepare_batch_ahead``): ready for ``train_step`` as it is."""
+
+    batch: Any
+
+
+def has_prepare_ahead(adapter: Adapter) -> bool:
+    """Whether ``adapter`` has the optional ``prepare_batch_ahead`` hook (safe on a second thread); an object that is
+    not an :class:`Adapter` (a test's stand-in) has it where it defines the method."""
+    if isinstance(adapter, Adapter):
+        return "prepare_ahead" in capabilities(type(adapter))
+    return callable(getattr(adapter, "prepare_batch_ahead", None))
 
 
 @dataclass(frozen=True)
@@ -136,7 +187,7 @@ class Trained:
     """What the training loop measured (seconds from ``time.perf_counter``, evaluation points left out)."""
 
     step_ms: list[float]  # every step's train time, warm-up included
-    data_s: float  # batch preparation (augment, copy to the device), summed over the steps
+    data_s: float  # batch preparation on the training thread (prefetch: the wait for the batch), summed over steps
     samples_seen: int
     post_warmup_samples: int
     train_s: float  # the first step's start to the last step's end, less the evaluation points' time
@@ -195,7 +246,10 @@ def train(runner: StepRunner, order: np.ndarray, plan: StepPlan, announce: Calla
     clock = TrainingClock()
     post_warmup_from_s = 0.0  # training seconds at the first post-warm-up step's start
     stopped = False
-    for step, idx in enumerate(batch_indices(order, t.effective_batch_size, t.epochs, plan.warmup_n + plan.timed_n)):
+    # in-batch order does not change a mean loss; sorted reads are faster
+    updates = ((step, np.sort(idx)) for step, idx in
+               enumerate(batch_indices(order, t.effective_batch_size, t.epochs, plan.warmup_n + plan.timed_n)))
+    for (step, idx), following in with_next(updates):
         if points and points[0] == step:
             points.pop(0)
             if at_point is not None and not clock.pause(at_point, step, samples_seen, clock.elapsed_s()):
@@ -208,8 +262,7 @@ def train(runner: StepRunner, order: np.ndarray, plan: StepPlan, announce: Calla
             announce(phase)
         if step == plan.warmup_n:
             post_warmup_from_s = clock.elapsed_s()
-        idx = np.sort(idx)  # in-batch order does not change a mean loss; sorted reads are faster
-        batch_data_s, step_s = runner.run(step, idx)
+        batch_data_s, step_s = runner.run(step, idx, following)
         if step == 0:
             after_first_step()
         data_s += batch_data_s

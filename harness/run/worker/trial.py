@@ -174,7 +174,8 @@ def _metrics(trial: TrialSpec, setup: SetUp, plan: StepPlan, trained: Trained, r
         warmup_steps_n=steps["warmup"], timed_steps_n=steps["timed"], train_steps_n=len(trained.step_ms),
         optimizer_updates_n=len(trained.step_ms), micro_batches_n=runner.micro_batches_n,
         epochs_done=trained.samples_seen / n_train if trial.epochs else 0.0,
-        data_s=trained.data_s, setup_s=setup.setup_s, train_s=trained.train_s, cpu_denormals=setup.cpu_denormals,
+        data_s=trained.data_s, prefetch=runner.prefetcher is not None, prefetch_device=runner.device_ahead,
+        setup_s=setup.setup_s, train_s=trained.train_s, cpu_denormals=setup.cpu_denormals,
         math_mode_seen=setup.math_mode,
         compute_dtype=seen.compute_dtype if seen else None, loss_scale=seen.loss_scale if seen else None,
         framework_peak_mib=mem.peak_mib, framework_peak_source=mem.source,
@@ -235,8 +236,11 @@ def _train_and_evaluate(request: WorkerRequest, adapter: Adapter, setup: SetUp, 
     runner.warm_shapes()  # e.g. JAX compiles its step for each batch size here, not inside the training clock
     compiled = compile_fields(adapter)  # before the first step whose time counts
     points, at_point = _eval_points(request, adapter, setup, phases)
-    trained = train(runner, setup.order, plan, phases.enter, ticker, lambda: _precision_seen(trial, adapter),
-                    eval_at=eval_steps(plan.total_n, trial.eval_points) if trial.eval else (), at_point=at_point)
+    try:
+        trained = train(runner, setup.order, plan, phases.enter, ticker, lambda: _precision_seen(trial, adapter),
+                        eval_at=eval_steps(plan.total_n, trial.eval_points) if trial.eval else (), at_point=at_point)
+    finally:
+        runner.close()  # the training's last batch has been taken: nothing is prepared ahead past it
     seen = _precision_seen(trial, adapter)  # again at the end: what is stored is the last step's
     # before evaluating: the training's peak, not evaluation's at its own batch size
     mem = points.training_peak(adapter.memory_stats())
@@ -250,7 +254,10 @@ def _train_and_evaluate(request: WorkerRequest, adapter: Adapter, setup: SetUp, 
                        {**memory, **evaluated, **compiled})
     phase_steps = trained.phase_steps(plan)
     if not trained.stopped and points.diverged is None:  # a steady state of a diverged training measures nothing
-        steady_n = run_steady(runner, setup.order, trial.steady_s, setup.facts, len(trained.step_ms), phases.enter)
+        try:
+            steady_n = run_steady(runner, setup.order, trial.steady_s, setup.facts, len(trained.step_ms), phases.enter)
+        finally:
+            runner.close()
         phase_steps.update({"steady": steady_n} if steady_n else {})
     return Result(metrics=metrics, step_times_ms=tuple(trained.step_ms), phase_steps=phase_steps,
                   curve=tuple(points.curve), diverged=points.diverged, gradient_noise=tuple(points.noise))
