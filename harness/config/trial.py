@@ -67,6 +67,11 @@ class TrialSpec:
     #: what float32 convolutions and matmuls compute in on a GPU: ieee | tf32 | framework-default (docs/precision.md,
     #: "Math mode"); hashed unless it is what a trial stored before the key existed ran under (see trial_hash)
     math_mode: MathMode = "ieee"
+    #: train to the target (issue 33): stop at the first evaluation at or above this accuracy (percent); 0: off, the
+    #: trial trains its whole ``epochs`` (then a budget). Evaluations every ``eval_every_steps`` updates (0: the
+    #: ``eval_points`` spread instead)
+    stop_at_accuracy: float = 0.0
+    eval_every_steps: int = 0
 
     @property
     def effective_batch_size(self) -> int:
@@ -113,4 +118,5 @@ class TrialSpec:
 
 #: fields left out of :attr:`TrialSpec.trial_hash` while they hold these defaults
 _HASHED_WHEN_SET: dict[str, Any] = {"variant": "", "augment": "none", "augment_pad_px": 4, "accumulate_steps": 1,
-                                    "eval_points": 0, "gradient_noise": 0}
+                                    "eval_points": 0, "gradient_noise": 0,
+                                    "stop_at_accuracy": 0.0, "eval_every_steps": 0}
