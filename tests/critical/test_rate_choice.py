@@ -85,3 +85,21 @@ def test_every_size_s_chosen_rate_is_the_one_with_the_fewest_steps(tmp_path):
     assert "at lr 0.01" in text and "regimes:" in text
     # 3 sizes reached: the fit exists, and the regimes are said in words
     assert study.fit is not None and "perfect scaling up to ~" in study.regimes_text()
+
+
+def test_recommend_prints_and_json_carries_the_study(tmp_path, capsys):
+    import json
+
+    from harness.cli import main
+
+    _store(tmp_path)
+    assert main(["recommend", str(tmp_path), "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)["experiments"]
+    (study,) = entry["critical_studies"]
+    assert {s["batch_size"]: s["chosen_lr"] for s in study["sizes"]} == {8: 0.01, 32: 0.1, 128: 0.01}
+    assert study["critical_batch"]["n"] == 3 and study["regimes"].startswith("perfect scaling up to ~")
+    assert study["fastest"]["batch_size"] == 128 and study["verdict"] is None  # no gradient noise measured
+    assert main(["recommend", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "critical batch size, fake: steps to 90.0% at each size's best learning rate" in out
+    assert "batch 8: 15 steps, 15.0 s at lr 0.01" in out and "time to target: batch 128" in out
