@@ -644,6 +644,9 @@ def parse_experiment(data: Mapping[str, Any], source: str = "<inline>") -> Exper
         else:
             _check_type(source, key, value, _SCALARS[key])
             kwargs[key] = float(value) if _SCALARS[key] == (int, float) else value
+    if data.get("learning_rates") and "learning_rate" in data:  # the grid's rates replace it: it would not apply
+        raise ConfigError(f"{source}: learning_rate: {data['learning_rate']!r} is not used when learning_rates "
+                          "gives a grid (each rate runs as its own variant); leave one of the two out")
     if kwargs.get("eval") is False and kwargs.get("eval_points"):  # asked for, and would not be applied
         raise ConfigError(f"{source}: eval_points: {kwargs['eval_points']!r} evaluation points were asked for, but "
                           "eval = false turns evaluation off; leave eval_points out, or set eval = true")

@@ -55,6 +55,7 @@ BASE = {"name": "t", "frameworks": ["pytorch"], "batch_sizes": [8], "epochs": 2}
     ({"learning_rates": [0.1, 0.1]}, "names a rate twice"),
     ({"learning_rates": [0.1, -1.0]}, "finite number > 0"),
     ({"learning_rates": [0.1], "variants": {"a": {"optimizer": "adam"}}}, "cannot be combined"),
+    ({"learning_rates": [0.1], "learning_rate": 0.5}, "is not used when learning_rates gives a grid"),
 ])
 def test_the_mode_and_the_grid_refuse_what_would_not_apply(extra, words):
     with pytest.raises(ConfigError, match=words):
@@ -66,3 +67,13 @@ def test_a_grid_runs_every_rate_as_a_variant_and_the_planned_trials_carry_the_mo
                             "target_eval_samples": 64, "batch_sizes": [8, 32]})
     resolved = exp.resolved_variants()
     assert [(n, v.learning_rate) for n, v in resolved] == [("lr_0.01", 0.01), ("lr_0.1", 0.1)]
+
+
+def test_run_refuses_the_mode_without_a_target_with_exit_2_and_writes_nothing(tmp_path, capsys):
+    from harness.cli import main
+
+    path = tmp_path / "e.toml"
+    path.write_text('name = "t"\nframeworks = ["pytorch"]\nbatch_sizes = [8]\nepochs = 1\ntrain_to_target = true\n')
+    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert "needs an absolute target_accuracy" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
