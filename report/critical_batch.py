@@ -129,10 +129,15 @@ class CriticalStudy:
         return NoiseVerdict(b_simple=float(self.noise.b_simple), b_crit=self.fit.b_crit)
 
     @property
-    def fastest(self) -> SizeChoice | None:
-        """The time-to-target answer over the chosen rates: the size that reached the target in the least time."""
-        reached = [(t, s.batch_size, i) for i, s in enumerate(self.sizes) if (t := s.train_s) is not None]
-        return self.sizes[min(reached)[2]] if reached else None
+    def fastest(self) -> tuple[int, RateTried] | None:
+        """The time-to-target answer: the (size, rate) that reached the target in the least mean training time, over
+        every rate tried (the recommendation's rule, across the grid), or None."""
+        ranked = [(t.train_s.mean, b, i, j) for i, size in enumerate(self.sizes) for j, r in enumerate(size.tried)
+                  if (t := r.target).eligible and t.train_s is not None and (b := size.batch_size)]
+        if not ranked:
+            return None
+        _, b, i, j = min(ranked)
+        return b, self.sizes[i].tried[j]
 
     def regimes_text(self) -> str:
         """The regimes in words, e.g. ``perfect scaling up to ~23, no further gain beyond ~372 (B_crit ≈ 93)``."""
@@ -164,7 +169,8 @@ class CriticalStudy:
                        "tried": [r.to_dict() for r in s.tried]} for s in self.sizes],
             "critical_batch": None if self.fit is None else self.fit.to_dict(), "critical_why": self.fit_why,
             "regimes": self.regimes_text(),
-            "fastest": None if fastest is None else {"batch_size": fastest.batch_size, "text": fastest.text()},
+            "fastest": None if fastest is None else {"batch_size": fastest[0], "lr": fastest[1].lr,
+                                                     "text": _reach_text(fastest[1])},
             "gradient_noise": None if self.noise is None else self.noise.to_dict(),
             "verdict": None if self.verdict is None else self.verdict.to_dict(),
         }
@@ -225,9 +231,18 @@ def study_lines(study: CriticalStudy) -> list[str]:
     lines.append(f"  regimes: {study.regimes_text()}")
     fastest = study.fastest
     if fastest is not None:
-        lines.append(f"  time to target: batch {fastest.batch_size} reaches it soonest ({fastest.text()})")
+        lines.append(f"  time to target: batch {fastest[0]} reaches it soonest ({_reach_text(fastest[1])})")
     if study.verdict is not None:
         lines.append(f"  prediction: {study.verdict.text()}")
     elif study.noise is not None:
         lines.append("  prediction: B_simple measured, but there is no fit to judge it against")
     return lines
+
+
+def _reach_text(r: RateTried) -> str:
+    """E.g. ``114 steps, 13.4 s at lr 0.01``."""
+    steps, train_s = r.target.steps, r.target.train_s
+    lr = "" if r.lr is None else f" at lr {r.lr:g}"
+    if steps is None or train_s is None:
+        return r.target.text() + lr
+    return f"{steps.mean:,.0f} steps, {train_s.mean:{seconds_fmt(train_s.mean)}} s{lr}"

@@ -98,7 +98,8 @@ def test_recommend_prints_and_json_carries_the_study(tmp_path, capsys):
     (study,) = entry["critical_studies"]
     assert {s["batch_size"]: s["chosen_lr"] for s in study["sizes"]} == {8: 0.01, 32: 0.1, 128: 0.01}
     assert study["critical_batch"]["n"] == 3 and study["regimes"].startswith("perfect scaling up to ~")
-    assert study["fastest"]["batch_size"] == 128 and study["verdict"] is None  # no gradient noise measured
+    assert study["fastest"]["batch_size"] == 128 and study["fastest"]["lr"] == 0.01
+    assert study["verdict"] is None  # no gradient noise measured
     assert main(["recommend", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "critical batch size, fake: steps to 90.0% at each size's best learning rate" in out
