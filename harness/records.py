@@ -173,6 +173,9 @@ class WorkerMetrics:
     #: what the worker held on the GPU outside its framework's allocator at the end of training (the CUDA context,
     #: kernels, library handles; adapters/gpumem.py), where the adapter measured it (issue 31)
     cuda_context_mib: float | None = None
+    #: train-to-target trials (issue 33): ``reached`` (stopped at the first evaluation at or above the target) or
+    #: ``not reached within N epochs`` (the budget ran out); None in any other trial
+    target_outcome: str | None = None
     maxrss_mib: float | None = None
     vmdata_ready_mib: float | None = None
     rss_ready_mib: float | None = None

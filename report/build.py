@@ -20,7 +20,7 @@ from harness.diskfull import KEPT_AGAIN, says_disk_full
 from harness.errors import StoreError
 from harness.noise import format_estimate
 from harness.tmpnames import remove_stale, temporary_directory
-from report import aggregate, context, curves, figures, findings, recommend, studies, tables
+from report import aggregate, context, critical_batch, curves, figures, findings, recommend, studies, tables
 from report import thesis as compare
 from report.drift import drift_figure
 from report.load import Experiment, ReportInput, load
@@ -91,6 +91,7 @@ def _answer_page(pdf: PdfWriter, answered: list[tuple[Experiment, list[recommend
                   for r in recs if r.critical is not None]
         notes += [f"{r.name}: {format_estimate(r.noise)} (later half of each trial's training)"
                   for r in recs if r.noise is not None]
+        notes += [line.strip() for st in critical_batch.studies(exp) for line in critical_batch.study_lines(st)]
         notes += [f"{r.name}: {c}" for r in recs for c in r.caveats]
         notes += [f"{r.name}, to be sure: {w}" for r in recs for w in r.to_run]
         if notes:
@@ -174,9 +175,13 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
 
     pdf.heading("Figures", 1)
     # the gradient noise scale (measured where the experiment set gradient_noise) drawn beside the fit's B_crit
-    predicted = {r.name: r.noise.b_simple for r in recs if r.noise is not None and r.noise.b_simple is not None}
+    # a critical-batch study (issue 33): one more panel per framework, each size at its best learning rate
+    best = [st.best_rate_recommendation(like) for st in critical_batch.studies(original)
+            for like in [r for r in recs if r.framework == st.framework][:1] if any(s.chosen for s in st.sizes)]
+    drawn = [*recs, *best]
+    predicted = {r.name: r.noise.b_simple for r in drawn if r.noise is not None and r.noise.b_simple is not None}
     answer_figures = [curves.learning_curve_figure(original, recs),
-                      curves.critical_figure(original, recs, predicted=predicted or None)]
+                      curves.critical_figure(original, drawn, predicted=predicted or None)]
     for i, fig in enumerate([*figures.build_figures(exp, cell_list, reference), *answer_figures,
                              drift_figure(exp, cell_list)], 1):
         stem = f"{slug}-{i:02d}-{fig.key}"

@@ -18,14 +18,19 @@ from harness.cli.table import TARGET_HELP, path_arg, print_table, target_accurac
 def cmd_recommend(args: argparse.Namespace) -> int:
     """Print the recommendation of every experiment in the store."""
     from harness.noise import format_estimate
+    from report.critical_batch import studies, study_lines
     from report.load import load
     from report.recommend import RULE_TEXT, TABLE_COLUMNS, Summary, recommend, show_variants, table_rows
 
     data = load(Path(args.dir))  # StoreError (exit 2) for no store, an empty one, another schema
     summary = Summary(tuple((exp.name, tuple(recommend(exp, target_accuracy=args.target_accuracy)))
                               for exp in data.experiments))
+    found = {exp.name: studies(exp, target_accuracy=args.target_accuracy) for exp in data.experiments}
     if args.json:
-        json.dump(summary.to_dict(), sys.stdout, indent=2)
+        out = summary.to_dict()
+        for entry in out["experiments"]:  # issue 33: each size at its best rate, the fit, the regimes, the verdict
+            entry["critical_studies"] = [s.to_dict() for s in found.get(entry["experiment"], [])]
+        json.dump(out, sys.stdout, indent=2)
         print()
         return 0
     for name, recs in summary.experiments:
@@ -45,6 +50,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                 print(f"  caveat: {caveat}")
             for what in r.to_run:
                 print(f"  to be sure: {what}")
+        for study in found.get(name, []):
+            print("\n" + "\n".join(study_lines(study)))
         print()
     print(f"rule: {RULE_TEXT}")
     return 0

@@ -171,6 +171,15 @@ class Experiment:
     #: the accuracy (percent) the recommendation's time to target is measured to; 0: each series' best mean final
     #: accuracy minus 1 point (report/target.py). An analysis key: changing it re-reads the store, reruns nothing
     target_accuracy: float = _setting(0.0, ge=0, le=100, unit="%", why="0: the best mean accuracy minus 1 point")
+    #: train to the target (issue 33, docs/critical_batch.md): each trial trains until an evaluation first finds the
+    #: absolute ``target_accuracy`` (required) or until its ``epochs`` budget runs out, evaluating every
+    #: ``target_eval_samples`` samples (the same resolution in samples, and the same evaluation cost per sample, at
+    #: every batch size; at least every step)
+    train_to_target: bool = False
+    target_eval_samples: int = _setting(500, ge=1, le=MAX_SIZE, unit="samples")
+    #: a learning-rate grid (issue 33): every rate is a variant ``lr_<rate>`` of its own; each batch size's figure is
+    #: its best rate's (fewest steps to the target; report/critical_batch.py). Empty: the one ``learning_rate``
+    learning_rates: tuple[float, ...] = ()
     train_samples: int = _setting(0, ge=0, le=MAX_SIZE, unit="samples")
     synthetic_shape: tuple[int, int, int] = (3, 32, 32)
     synthetic_classes: int = _setting(10, ge=2, le=MAX_SIZE, unit="classes")
@@ -212,7 +221,11 @@ class Experiment:
                               f"{MAX_TRIALS}; lower repeats, the batch sizes or the variants")
 
     def resolved_variants(self) -> list[tuple[str, Experiment]]:
-        """(variant name, the experiment with that variant's settings applied); ``[("", self)]`` without variants."""
+        """(variant name, the experiment with that variant's settings applied); ``[("", self)]`` without variants.
+        A learning-rate grid (``learning_rates``) is one variant per rate, named by :func:`lr_variant_name`."""
+        if self.learning_rates:
+            return [(lr_variant_name(lr), dataclasses.replace(self, learning_rates=(), learning_rate=float(lr)))
+                    for lr in self.learning_rates]
         if not self.variants:
             return [("", self)]
         out = []
@@ -278,6 +291,34 @@ class Experiment:
         if self.lr_policy == "sqrt":
             return self.learning_rate * math.sqrt(ratio)
         return self.learning_rate
+
+
+def lr_variant_name(lr: float) -> str:
+    """The variant a learning-rate grid's rate runs as: ``lr_0.001`` (``repr``-exact, so two rates never share one)."""
+    return f"lr_{float(lr)!r}"
+
+
+def _check_target_mode(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:
+    """Train-to-target needs an absolute target, a budget and evaluations; a grid needs distinct positive rates and
+    cannot be combined with named variants (a rate grid inside each variant is not built)."""
+    if exp.train_to_target:
+        if not exp.target_accuracy:
+            raise bad("train_to_target", "true needs an absolute target_accuracy (percent, e.g. 95) to train to; "
+                                         "the default target (the best mean accuracy - 1 point) is known only "
+                                         "after every trial has run")
+        if not exp.epochs:
+            raise bad("train_to_target", "true needs a budget: epochs >= 1 (a trial that never reaches the target "
+                                         "stops there, recorded as not reached within it)")
+        if not exp.eval:
+            raise bad("train_to_target", "true needs eval = true (the target is found at evaluations)")
+    if exp.learning_rates:
+        if exp.variants:
+            raise bad("learning_rates", "cannot be combined with [variants.*] (each rate is a variant of its own); "
+                                        "put the rates in variants instead, or leave the variants out")
+        if any(not (math.isfinite(lr) and lr > 0) for lr in exp.learning_rates):
+            raise bad("learning_rates", f"{list(exp.learning_rates)!r}: every rate must be a finite number > 0")
+        if len(set(exp.learning_rates)) != len(exp.learning_rates):
+            raise bad("learning_rates", f"{list(exp.learning_rates)!r} names a rate twice")
 
 
 def _toml_type(hint: Any) -> type | tuple[type, ...]:
@@ -378,6 +419,7 @@ def _validate(exp: Experiment) -> None:
     _check_precision(exp, bad)
     _check_math_mode(exp, bad)
     _check_gradient_noise(exp, bad)
+    _check_target_mode(exp, bad)
     _check_device_settings(exp, bad)
     if len(exp.synthetic_shape) != 3 or min(exp.synthetic_shape) <= 0:
         raise bad("synthetic_shape", f"{list(exp.synthetic_shape)!r} must be [channels, height, width], all > 0")
@@ -611,6 +653,9 @@ def parse_experiment(data: Mapping[str, Any], source: str = "<inline>") -> Exper
         else:
             _check_type(source, key, value, _SCALARS[key])
             kwargs[key] = float(value) if _SCALARS[key] == (int, float) else value
+    if data.get("learning_rates") and "learning_rate" in data:  # the grid's rates replace it: it would not apply
+        raise ConfigError(f"{source}: learning_rate: {data['learning_rate']!r} is not used when learning_rates "
+                          "gives a grid (each rate runs as its own variant); leave one of the two out")
     if kwargs.get("eval") is False and kwargs.get("eval_points"):  # asked for, and would not be applied
         raise ConfigError(f"{source}: eval_points: {kwargs['eval_points']!r} evaluation points were asked for, but "
                           "eval = false turns evaluation off; leave eval_points out, or set eval = true")

@@ -82,6 +82,12 @@ class TrialSpec:
     #: while the current one trains (Experiment.prefetch; harness/run/worker/prefetch.py). Hashed when off only
     prefetch: bool = True
 
+    #: train to the target (issue 33): stop at the first evaluation at or above this accuracy (percent); 0: off, the
+    #: trial trains its whole ``epochs`` (then a budget). Evaluations every ``eval_every_steps`` updates (0: the
+    #: ``eval_points`` spread instead)
+    stop_at_accuracy: float = 0.0
+    eval_every_steps: int = 0
+
     @property
     def run_device(self) -> Device:
         """The device the worker is told to use: the resolved one under ``auto``, else the one asked for."""
@@ -137,4 +143,5 @@ class TrialSpec:
 
 #: fields left out of :attr:`TrialSpec.trial_hash` while they hold these defaults
 _HASHED_WHEN_SET: dict[str, Any] = {"variant": "", "augment": "none", "augment_pad_px": 4, "accumulate_steps": 1,
-                                    "eval_points": 0, "gradient_noise": 0, "prefetch": True}
+                                    "eval_points": 0, "gradient_noise": 0, "prefetch": True,
+                                    "stop_at_accuracy": 0.0, "eval_every_steps": 0}

@@ -142,7 +142,8 @@ def _trial(v: Experiment, variant: str, framework: str, batch_size: int, repeat:
         device=v.device, threads=v.threads, timeout_s=v.timeout_s,  # type: ignore[arg-type]
         precision=v.precision, denormals=v.denormals, math_mode=v.math_mode,
         adapter_options=options,  # memory_limit_mib: the max-batch search's budget only
-        eval=v.eval, eval_points=v.eval_points if v.eval else 0, eval_batch_size=v.eval_batch_size,
+        eval=v.eval, eval_points=v.eval_points if v.eval and not v.train_to_target else 0,
+        eval_batch_size=v.eval_batch_size,
         train_samples=v.train_samples,
         data_key=data.key, variant=variant, augment=v.augment, augment_pad_px=v.augment_pad_px,
         accumulate_steps=v.accumulate_steps,
@@ -150,4 +151,12 @@ def _trial(v: Experiment, variant: str, framework: str, batch_size: int, repeat:
         steady_s=0.0 if v.device == "cpu" else v.steady_s,  # the worker skips it where the trial ran on a CPU
         compile_cache=v.compile_cache,
         prefetch=v.prefetch,
+        stop_at_accuracy=v.target_accuracy if v.train_to_target else 0.0,
+        eval_every_steps=target_eval_every(v.target_eval_samples, batch_size * v.accumulate_steps)
+        if v.train_to_target else 0,
     )
+
+
+def target_eval_every(samples: int, effective_batch: int) -> int:
+    """Updates between evaluations in train-to-target mode: ``samples`` samples' worth, at least one update."""
+    return max(1, round(samples / effective_batch))

@@ -52,7 +52,9 @@ __all__ = ["EVENTS", "PHASES", "PROGRESS_INTERVAL_S", "PROTOCOL_VERSION", "Chann
 #:    ``ready``'s device facts the math mode the framework read back (``math_mode``);
 #:    and ``result``'s metrics carry ``cuda_context_mib`` (what the worker held on the GPU outside its allocator)
 #: 6: ``result``'s metrics carry ``compile_s``, ``compile_cache`` and ``compile_cold_s`` (issue 31)
-PROTOCOL_VERSION = 6
+#: 7: the request's trial carries ``stop_at_accuracy`` and ``eval_every_steps`` (train to the target, issue 33),
+#:    which an older worker would ignore, and ``result``'s metrics ``target_outcome``
+PROTOCOL_VERSION = 7
 PHASES = ("setup", "warmup", "timed", "train", "eval", "steady", "finish")
 
 

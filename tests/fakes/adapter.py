@@ -30,7 +30,10 @@ GPU_FAULT_ERRORS = {
 BEHAVIOURS = ("ok", "hang", "sigkill", "oom", "error", "segfault", "exit0", "noisy", "oom_stderr",
               "hang_setup", "oom_large", "hang_large", "keeps_denormals", "ignores_precision",
               "diverges", "nan_weights", "flood", "flood_then_error", "hang_eval_large", "slow_steps",
-              "gpu_stats", *GPU_FAULT_ERRORS)
+              "gpu_stats", "learns", *GPU_FAULT_ERRORS)
+#: with behaviour "learns", the held-out accuracy after s training steps is min(1, s x LEARNS_PER_STEP) (to the
+#: nearest sample of each evaluation batch): a known learning curve, for train-to-target tests (issue 33)
+LEARNS_PER_STEP = 1 / 16
 #: with behaviour "diverges" (NaN logits and weights) or "nan_weights" (NaN weights, finite logits), the training
 #: goes bad from this step on
 DIVERGES_AT_STEP = 3
@@ -196,6 +199,11 @@ class FakeAdapter(Adapter):
         if self.behaviour == "hang_eval_large" and self.last_batch >= OOM_LARGE_BATCH:  # trains, then hangs in eval
             time.sleep(3600)
         fill = np.nan if self.behaviour == "diverges" and self._gone_bad() else 0.0
+        if self.behaviour == "learns":  # the first min(1, steps x LEARNS_PER_STEP) of the batch right, the rest wrong
+            y = np.asarray(batch[1]).astype(np.int64)
+            right = round(min(1.0, self.steps * LEARNS_PER_STEP) * len(x))
+            guess = np.where(np.arange(len(x)) < right, y, (y + 1) % self.classes)
+            return np.eye(self.classes, dtype=np.float32)[guess] * 10.0
         return np.full((len(x), self.classes), fill, dtype=np.float32)
 
     def precision_seen(self) -> PrecisionSeen | None:

@@ -193,10 +193,34 @@ def _eval_points(request: WorkerRequest, adapter: Adapter, setup: SetUp, phases:
 
     def at_point(step: int, samples_seen: int, train_s: float) -> bool:
         phases.enter("eval")
-        points.at(step, samples_seen, train_s)
-        return points.diverged is None
+        point = points.at(step, samples_seen, train_s)
+        return points.diverged is None and not reached(request.trial, point.accuracy)
 
     return points, at_point
+
+
+def reached(trial: TrialSpec, accuracy: float | None) -> bool:
+    """Whether a train-to-target trial's evaluation is at or above its target (never in any other trial)."""
+    return bool(trial.stop_at_accuracy) and accuracy is not None and accuracy * 100.0 >= trial.stop_at_accuracy
+
+
+def trial_eval_steps(trial: TrialSpec, total_steps: int) -> list[int]:
+    """The steps after which the trial evaluates: every ``eval_every_steps`` updates in train-to-target mode (the
+    end is the final evaluation), else the ``eval_points`` spread evenly (:func:`eval_steps`)."""
+    if not trial.eval:
+        return []
+    if trial.eval_every_steps:
+        return list(range(trial.eval_every_steps, total_steps, trial.eval_every_steps))
+    return eval_steps(total_steps, trial.eval_points)
+
+
+def target_outcome(trial: TrialSpec, points: EvalPoints) -> str | None:
+    """``reached`` or ``not reached within N epochs`` for a train-to-target trial (None for any other)."""
+    if not trial.stop_at_accuracy:
+        return None
+    if any(reached(trial, p.accuracy) for p in points.curve):
+        return "reached"
+    return f"not reached within {trial.epochs} epochs"
 
 
 def _final_evaluation(trial: TrialSpec, points: EvalPoints, trained: Trained, phases: Phases) -> dict[str, Any]:
@@ -238,7 +262,7 @@ def _train_and_evaluate(request: WorkerRequest, adapter: Adapter, setup: SetUp, 
     points, at_point = _eval_points(request, adapter, setup, phases)
     try:
         trained = train(runner, setup.order, plan, phases.enter, ticker, lambda: _precision_seen(trial, adapter),
-                        eval_at=eval_steps(plan.total_n, trial.eval_points) if trial.eval else (), at_point=at_point)
+                        eval_at=trial_eval_steps(trial, plan.total_n), at_point=at_point)
     finally:
         runner.close()  # the training's last batch has been taken: nothing is prepared ahead past it
     seen = _precision_seen(trial, adapter)  # again at the end: what is stored is the last step's
@@ -251,9 +275,9 @@ def _train_and_evaluate(request: WorkerRequest, adapter: Adapter, setup: SetUp, 
                   rss_file_end_mib=end_mem["RssFile"], rss_anon_end_mib=end_mem["RssAnon"],
                   vmdata_end_mib=end_mem["VmData"], vmdata_peak_mib=watcher.stop() if watcher else None)
     metrics = _metrics(trial, setup, plan, trained, runner, data.n_train, seen, mem,
-                       {**memory, **evaluated, **compiled})
+                       {**memory, **evaluated, **compiled, "target_outcome": target_outcome(trial, points)})
     phase_steps = trained.phase_steps(plan)
-    if not trained.stopped and points.diverged is None:  # a steady state of a diverged training measures nothing
+    if points.diverged is None:  # a steady state of a diverged training measures nothing (stopped: at the target)
         try:
             steady_n = run_steady(runner, setup.order, trial.steady_s, setup.facts, len(trained.step_ms), phases.enter)
         finally:
