@@ -193,7 +193,10 @@ class WorkerProber:
             precision=r.precision, math_mode=r.math_mode, adapter_options=dict(r.adapter_options),
             memory_limit_mib=self.budget.trial_limit_mib, eval=True, eval_batch_size=batch,
             train_samples=r.train_samples, data_key=self.data.key, purpose="probe",
-            accumulate_steps=r.accumulate_steps)  # k micro-batches of ``batch`` per update: the micro-batch
+            accumulate_steps=r.accumulate_steps,  # k micro-batches of ``batch`` per update: the micro-batch
+            # no batch gathered ahead: the answer is the model's and one update's batch, whatever the input pipeline
+            # (with prefetch the next update's batch, k micro-batches of it, would be held too)
+            prefetch=False)
 
     def _run(self, batch: int, confirm: bool, os_limit_mib: float | None,
              control: bool = False) -> TrialOutcome:

@@ -81,17 +81,3 @@ def test_the_figures_are_trials_columns():
     names = {name for name, _ in METRIC_COLUMNS}
     assert {"compile_s", "compile_cache", "compile_cold_s"} <= names
     assert WorkerMetrics.from_dict(WorkerMetrics(compile_s=1.0, compile_cache="cold").to_dict()).compile_cache == "cold"
-
-
-def test_a_worker_that_ended_well_skips_finalisation_and_a_failed_one_does_not(monkeypatch):
-    """Issue 31, item 6: os._exit after a trial that ended well (PyTorch's finalisation took 3.2-3.5 s a probe);
-    a failed trial exits normally, so that its output is flushed to its log."""
-    from harness.run.worker import __main__ as worker_main
-
-    exits: list[int] = []
-    monkeypatch.setattr(worker_main.os, "_exit", exits.append)
-    worker_main.exit_now(0)
-    assert exits == [0]
-    with pytest.raises(SystemExit) as stopped:
-        worker_main.exit_now(1)
-    assert stopped.value.code == 1 and exits == [0]

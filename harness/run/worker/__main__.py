@@ -1,8 +1,7 @@
 """Entry point of ``python -m harness.run.worker``: one trial, then exit.
 
 The order matters: the worker ties its life to its parent's before anything else, reads its request, puts
-the trial's memory budget on itself, and only then runs the trial (which imports the framework). A trial that
-ended well skips the interpreter's finalisation (:func:`exit_now`).
+the trial's memory budget on itself, and only then runs the trial (which imports the framework).
 """
 
 from __future__ import annotations
@@ -43,18 +42,5 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def exit_now(code: int) -> None:
-    """End the process with ``code``. After a trial that ended well (its result and ``end`` sent, the channel closed)
-    nothing is left that the parent waits for but the interpreter's finalisation, which nothing here needs and which
-    a framework makes slow (PyTorch's, after torch._dynamo is loaded: 3.2-3.5 s of a probe's ~22 s on the loaded
-    2-core machine, 0.1 s with this; benchmarks/trial_fixed_cost.py --stages): Python's streams are flushed and the
-    process ends at once. A failed trial exits normally, so that everything it printed reaches its log."""
-    if code != 0:
-        sys.exit(code)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
 if __name__ == "__main__":
-    exit_now(main())
+    sys.exit(main())

@@ -124,8 +124,21 @@ class StepRunner:
         for the background thread's result, plus ``prepare_batch`` where the adapter did not run it ahead.
         """
         t0 = time.perf_counter()
-        parts: list[Any] = self._gather(step, idx) if self.prefetcher is None else self.prefetcher.take(step, idx)
-        batch = self._batch(parts[0])
+        if self.prefetcher is None:
+            # one micro-batch on the host at a time, gathered just before its pass, as a plain training's loader would
+            epoch = epoch_of(step, self.n_train, self.trial.effective_batch_size, self.trial.epochs)
+            pieces = micro_batches(idx, self.trial.batch_size)
+            sizes = [len(p) for p in pieces]
+
+            def part_at(i: int) -> Any:
+                return self._host(pieces[i], epoch)
+        else:
+            parts: list[Any] = self.prefetcher.take(step, idx)
+            sizes = [len(p[0]) if not isinstance(p, _Ready) else len(idx) for p in parts]
+
+            def part_at(i: int) -> Any:
+                return parts[i]
+        batch = self._batch(part_at(0))
         if self.prefetcher is not None and following is not None:
             self.prefetcher.ahead(*following)  # from here on, overlapping this update's training
         if self.trial.accumulate_steps == 1:
@@ -133,11 +146,11 @@ class StepRunner:
             self.adapter.train_step(batch)
             return t1 - t0, time.perf_counter() - t1
         data_s, step_s = time.perf_counter() - t0, 0.0
-        for i, part in enumerate(parts):
+        for i, size in enumerate(sizes):
             t0 = time.perf_counter()
-            batch = batch if i == 0 else self._batch(part)
+            batch = batch if i == 0 else self._batch(part_at(i))
             t1 = time.perf_counter()
-            self.adapter.accumulate_gradients(batch, len(part[0]) / len(idx))
+            self.adapter.accumulate_gradients(batch, size / len(idx))
             data_s, step_s = data_s + t1 - t0, step_s + time.perf_counter() - t1
         t1 = time.perf_counter()
         self.adapter.apply_accumulated()
