@@ -8,7 +8,6 @@ allocator settings) need a GPU: the ``gpu`` tests skip, saying so, where there i
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -81,14 +80,6 @@ def test_bf16_on_the_cpu_computes_in_bfloat16_keeps_float32_weights_and_stays_ne
         assert bf16["info"]["autocast"] == "cpu:bfloat16" and "autocast" not in fp32["info"]
 
 
-def _need_installed(framework: str) -> None:
-    """Skip, saying so, where the framework is not installed here (a GPU machine need not have every one): looked up,
-    not imported (the test process never imports a framework)."""
-    module = adapter_class(framework).import_name
-    if importlib.util.find_spec(module) is None:
-        pytest.skip(f"{framework} is not installed here (no module {module!r}); install it to run this GPU test")
-
-
 def _run(framework: str, data, tmp_path: Path, **changes):
     trial = make_trial(framework, batch_size=8, epochs=1, warmup_steps=1, timed_steps=2, eval=True,
                        model="osu_cnn", timeout_s=900.0, **changes)
@@ -152,12 +143,3 @@ def test_allocator_settings_reach_torch_on_a_gpu(image_data, tmp_path):
     outcome = LocalExecutor(log_dir=tmp_path / "logs").run(unit)
     assert outcome.status == "ok", outcome.reason + outcome.traceback
     assert outcome.device["cuda_alloc_conf"] == "expandable_segments:True,max_split_size_mb:128"
-
-
-def test_a_gpu_test_of_a_framework_not_installed_skips_with_the_reason(monkeypatch):
-    import sys
-    from types import SimpleNamespace
-
-    monkeypatch.setattr(sys.modules[__name__], "adapter_class", lambda fw: SimpleNamespace(import_name="no_such_fw"))
-    with pytest.raises(pytest.skip.Exception, match="tensorflow is not installed here.*'no_such_fw'"):
-        _need_installed("tensorflow")
