@@ -88,6 +88,11 @@ class RuntimeConfig:
     math_mode: Literal["ieee", "tf32", "framework-default"] = "framework-default"
     #: the sweep's persistent compilation cache (None: ``compile_cache = false``); ignored where nothing compiles
     compile_cache_dir: str | None = None
+    #: on an emulated card (``memory_limit_mib``), the CUDA context an earlier probe of the same max-batch search
+    #: measured (MiB), for adapters that must set their cap before their own context exists (TensorFlow, JAX:
+    #: :func:`adapters.gpumem.hinted_context`); None: not measured yet. An adapter that measures its own context
+    #: once it exists (PyTorch) ignores it
+    context_hint_mib: float | None = None
 
 
 @dataclass(frozen=True)

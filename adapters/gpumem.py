@@ -85,6 +85,16 @@ def context_mib(allocator_mib: float, before_mib: float | None = None) -> Contex
     return ContextReading(None, "none: NVML does not tell")
 
 
+def hinted_context(hint_mib: float | None) -> ContextReading:
+    """The context to take off an emulated card where the framework's cap must be set before its context exists
+    (TensorFlow's logical device, XLA's memory fraction): what an earlier probe of the same search measured in its
+    worker (``RuntimeConfig.context_hint_mib``); unknown for the search's first probe, whose cap is then the whole
+    budget (a probe at a small batch: what it measures is the context, not the boundary)."""
+    if hint_mib is not None and hint_mib > 0:
+        return ContextReading(float(hint_mib), "an earlier probe of this search (NVML, in its worker)")
+    return ContextReading(None, "none yet: the search's first probe (the cap is the whole budget)")
+
+
 def emulated_cap_mib(limit_mib: float, context: ContextReading) -> float:
     """What the framework's allocator may hold on an emulated card of ``limit_mib``: the card less the context
     (0 when the context alone fills it, so the first allocation fails as on such a card)."""

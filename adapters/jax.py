@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters import builds, jax_gpu, mathmode
+from adapters import builds, gpumem, jax_gpu, mathmode
 from adapters.base import (
     API_VERSION,
     Adapter,
@@ -126,6 +126,7 @@ class JAXAdapter(Adapter):
     def __init__(self) -> None:
         self.jax: Any = None
         self.device: Any = None
+        self.cap_mib: float | None = None  # an emulated card: the pool XLA preallocated (MiB)
         self.gpu = False
         self.params: list[Any] = []
         self.state: list[Any] = []
@@ -169,7 +170,7 @@ class JAXAdapter(Adapter):
         jaxlib = jax_gpu.installed_version("jaxlib")
         gpu = None if runtime.device == "cpu" else jax_gpu.visible_gpu(environ)
         if gpu is not None and runtime.memory_limit_mib:
-            mode = self._cap_gpu_memory(float(runtime.memory_limit_mib), gpu, jaxlib, info)
+            mode = self._cap_gpu_memory(float(runtime.memory_limit_mib), gpu, jaxlib, info, runtime.context_hint_mib)
         elif gpu is not None:  # the whole card, not XLA's default 75 % of it
             fraction, budget = jax_gpu.whole_card_fraction(gpu, preallocate=mode == "preallocate")
             info.update(jax_gpu.settle_fraction_variables(jaxlib, environ, fraction),
@@ -260,18 +261,23 @@ class JAXAdapter(Adapter):
         return compiled
 
     def _cap_gpu_memory(self, limit_mib: float, gpu: jax_gpu.VisibleGPU, jaxlib: str | None,
-                        info: dict[str, Any]) -> str:
-        """Emulate a smaller card: preallocate exactly ``limit_mib``, so XLA's allocator can use no more.
+                        info: dict[str, Any], hint_mib: float | None = None) -> str:
+        """Emulate a card of ``limit_mib``: preallocate the card less the CUDA context, so XLA's allocator can use
+        no more and the process holds what it would on a real card of that size (issue 31).
 
-        XLA reads the fraction when its GPU backend starts, so this runs before JAX is first used; the card's
-        total is that of the GPU the worker sees (``CUDA_VISIBLE_DEVICES``), from NVML.
+        XLA reads the fraction when its GPU backend starts, so this runs before JAX is first used, before the
+        context exists: the context taken off is an earlier probe's (:func:`adapters.gpumem.hinted_context`). The
+        card's total is that of the GPU the worker sees (``CUDA_VISIBLE_DEVICES``), from NVML.
         """
-        fraction = min(1.0, limit_mib / gpu.total_mib)
+        context = gpumem.hinted_context(hint_mib)
+        self.cap_mib = gpumem.emulated_cap_mib(limit_mib, context)
+        fraction = min(1.0, self.cap_mib / gpu.total_mib)
         os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "true"
         info.update(jax_gpu.settle_fraction_variables(jaxlib, jax_gpu.worker_environ(), fraction))
-        info["memory_limit_mib"] = limit_mib
-        info["memory_fraction"] = fraction
-        info["memory_budget"] = f"{limit_mib:.0f} MiB preallocated of {gpu.label}'s {gpu.total_mib:.0f} MiB"
+        info.update(memory_limit_mib=limit_mib, memory_fraction=fraction, memory_cap_mib=self.cap_mib,
+                    cuda_context_setup_mib=context.mib, cuda_context_source=context.source)
+        info["memory_budget"] = (f"{self.cap_mib:.0f} MiB preallocated of {gpu.label}'s {gpu.total_mib:.0f} MiB "
+                                 f"(a {limit_mib:.0f} MiB card less {context.mib or 0:.0f} MiB of CUDA context)")
         return f"limit:{int(limit_mib)}"
 
     # ---- the build template's hooks (Adapter.build walks the layers and calls these) ----------------
@@ -474,6 +480,8 @@ class JAXAdapter(Adapter):
             source="jax Device.memory_stats()['peak_bytes_in_use'] since the process started (XLA cannot "
             "reset its peak; one trial per process)",
             reserved_mib=stats.get("pool_bytes", stats.get("bytes_reserved", 0)) / MIB or None,
+            # beyond the allocator: under a cap XLA preallocated exactly the cap; without one nothing is claimed
+            context_mib=gpumem.context_mib(self.cap_mib).mib if self.gpu and self.cap_mib else None,
         )
 
     def is_oom(self, exc: BaseException) -> bool:

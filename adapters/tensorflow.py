@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters import builds, mathmode
+from adapters import builds, gpumem, mathmode
 from adapters.base import (
     API_VERSION,
     Adapter,
@@ -165,6 +165,7 @@ class TensorFlowAdapter(Adapter):
         self.tf: Any = None
         self.gpu = False
         self.device_name = "/CPU:0"
+        self.cap_mib: float | None = None  # an emulated card: what TF's allocator may hold (its logical device's limit)
         self.model: Any = None
         self.optimizer: Any = None
         self._step_fn: Any = None
@@ -216,11 +217,9 @@ class TensorFlowAdapter(Adapter):
             tf.config.set_visible_devices([gpu], "GPU")  # one GPU per trial, like the other adapters
             if runtime.memory_limit_mib:
                 # A logical device with a hard cap emulates a smaller card; TF refuses memory growth on
-                # a device with a logical configuration, so the cap replaces the memory mode.
-                tf.config.set_logical_device_configuration(
-                    gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=int(runtime.memory_limit_mib))]
-                )
-                info["memory_limit_mib"] = float(runtime.memory_limit_mib)
+                # a device with a logical configuration, so the cap replaces the memory mode. The cap is set before
+                # the CUDA context exists, so the context taken off it is an earlier probe's (adapters/gpumem.py)
+                info.update(self._cap_memory(tf, gpu, float(runtime.memory_limit_mib), runtime.context_hint_mib))
                 mode = f"limit:{int(runtime.memory_limit_mib)}"
             elif mode == "growth":
                 tf.config.experimental.set_memory_growth(gpu, True)
@@ -532,6 +531,16 @@ class TensorFlowAdapter(Adapter):
         if self.gpu:
             self.tf.config.experimental.reset_memory_stats("GPU:0")
 
+    def _cap_memory(self, tf: Any, gpu: Any, limit_mib: float, hint_mib: float | None) -> dict[str, Any]:
+        """Emulate a card of ``limit_mib``: TF's allocator may hold the card less the CUDA context (issue 31)."""
+        context = gpumem.hinted_context(hint_mib)
+        self.cap_mib = max(1.0, float(int(gpumem.emulated_cap_mib(limit_mib, context))))  # whole MiB, at least 1
+        tf.config.set_logical_device_configuration(
+            gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=int(self.cap_mib))]
+        )
+        return {"memory_limit_mib": limit_mib, "memory_cap_mib": self.cap_mib, "cuda_context_setup_mib": context.mib,
+                "cuda_context_source": context.source}
+
     def memory_stats(self) -> MemoryStats:
         if not self.gpu:
             return MemoryStats(
@@ -546,7 +555,10 @@ class TensorFlowAdapter(Adapter):
         self.tf.test.experimental.sync_devices()
         info = self.tf.config.experimental.get_memory_info("GPU:0")
         return MemoryStats(
-            peak_mib=info["peak"] / MIB, source="tf.config.experimental.get_memory_info['peak']"
+            peak_mib=info["peak"] / MIB, source="tf.config.experimental.get_memory_info['peak']",
+            # beyond the allocator: under a cap its BFC pool is the whole cap (allocated at first use, growth being
+            # off on a logical device); without one the pool is unknown, so no context is claimed
+            context_mib=gpumem.context_mib(self.cap_mib).mib if self.cap_mib else None,
         )
 
     def is_oom(self, exc: BaseException) -> bool:

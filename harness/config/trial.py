@@ -88,6 +88,12 @@ class TrialSpec:
     stop_at_accuracy: float = 0.0
     eval_every_steps: int = 0
 
+    #: a max-batch probe on an emulated GPU: the CUDA context (MiB) earlier probes of the search measured, which an
+    #: adapter that caps its allocator before its context exists takes off the cap (RuntimeConfig.context_hint_mib);
+    #: 0: none. Not part of the hash: it makes the emulated card what a real one would hold, as PyTorch's own
+    #: measurement does, and every probe stores the context it measured (``cuda_context_mib``)
+    context_hint_mib: float = 0.0
+
     @property
     def run_device(self) -> Device:
         """The device the worker is told to use: the resolved one under ``auto``, else the one asked for."""
@@ -124,6 +130,7 @@ class TrialSpec:
         payload.pop("timeout_s")
         payload.pop("steady_s")
         payload.pop("compile_cache")
+        payload.pop("context_hint_mib")
         # Fields added after stores existed are hashed only when set: an experiment that does not use them
         # keeps exactly its old hashes, so `--resume` on an old store skips what it already ran.
         for name, default in _HASHED_WHEN_SET.items():

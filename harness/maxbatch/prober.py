@@ -196,7 +196,9 @@ class WorkerProber:
             accumulate_steps=r.accumulate_steps,  # k micro-batches of ``batch`` per update: the micro-batch
             # no batch gathered ahead: the answer is the model's and one update's batch, whatever the input pipeline
             # (with prefetch the next update's batch, k micro-batches of it, would be held too)
-            prefetch=False)
+            prefetch=False,
+            # an emulated card: the context earlier probes measured, for the adapters that cap before theirs exists
+            context_hint_mib=(cuda_context_mib(self.outcomes) or 0.0) if self.budget.kind == "gpu-emulated" else 0.0)
 
     def _run(self, batch: int, confirm: bool, os_limit_mib: float | None,
              control: bool = False) -> TrialOutcome:

@@ -194,3 +194,11 @@ def test_a_backend_that_does_not_start_is_refused_with_its_cause_and_the_right_e
     text = str(err.value)
     assert "Unable to initialize backend 'cuda': no CUDA plugin" in text, text
     assert "pip install 'jax[cuda13]' (the driver supports CUDA 13)" in text and "cuda12" not in text, text
+
+
+def test_a_memory_limit_leaves_out_the_context_an_earlier_probe_measured(gpu_worker):
+    seen = gpu_worker(memory_limit_mib=20000, context_hint_mib=400.0)
+    assert seen["env"] == {NEW_FRACTION_VAR: "0.2450", "XLA_PYTHON_CLIENT_PREALLOCATE": "true"}, seen
+    info = seen["info"]
+    assert info["memory_cap_mib"] == 19600.0 and info["cuda_context_setup_mib"] == 400.0, info
+    assert info["memory_limit_mib"] == 20000 and "less 400 MiB of CUDA context" in info["memory_budget"], info

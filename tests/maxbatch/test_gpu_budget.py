@@ -120,3 +120,65 @@ def test_the_worker_reports_the_context_its_adapter_measured(tiny_data, tmp_path
     assert outcome.status == "ok", outcome.reason
     assert outcome.metrics is not None and outcome.metrics.cuda_context_mib == 512.0
     assert outcome.metrics.framework_reserved_mib == 150.0
+
+
+# ---- TensorFlow and JAX cap their allocator before their context exists: an earlier probe's context is taken off
+
+
+class _RecordingCard:
+    """A stand-in executor for a search on an emulated card: each probe's worker held ``context_mib`` outside its
+    allocator; records the context hint each probe was started with."""
+
+    def __init__(self, context_mib: float | None) -> None:
+        self.context_mib, self.hints = context_mib, []
+
+    def run(self, unit: TrialUnit, on_event: Any = None) -> TrialOutcome:
+        self.hints.append(unit.trial.context_hint_mib)
+        return TrialOutcome(trial=unit.trial, status="ok", metrics=WorkerMetrics(cuda_context_mib=self.context_mib))
+
+
+@pytest.mark.parametrize(("kind", "device", "expected"), [("gpu-emulated", "gpu", [0.0, 510.0, 510.0]),
+                                                          ("gpu-card", "gpu", [0.0, 0.0, 0.0]),
+                                                          ("cpu-rlimit-data", "cpu", [0.0, 0.0, 0.0])])
+def test_each_probe_on_an_emulated_card_carries_the_context_earlier_probes_measured(
+        tiny_data: Any, monkeypatch: pytest.MonkeyPatch, kind: str, device: str, expected: list[float]) -> None:
+    from harness.maxbatch.prober import WorkerProber
+    from harness.maxbatch.request import Budget, MaxBatchRequest
+    from tests.fakes.registry import register_fake
+
+    register_fake(monkeypatch)
+    req = MaxBatchRequest(framework="fake", model="tiny_cnn", device=device, synthetic_shape=(1, 8, 8))  # type: ignore[arg-type]
+    card = _RecordingCard(510.0)
+    prober = WorkerProber(req, Budget(6144.0, kind, device, None, 6144.0 if kind == "gpu-emulated" else 0.0),
+                          tiny_data, card)  # type: ignore[arg-type]
+    for batch in (1, 16, 64):
+        prober(batch, False)
+    assert card.hints == expected
+    # the hint makes the card what a real one would hold: it never changes which trial a probe is
+    assert make_trial(context_hint_mib=510.0).trial_hash == make_trial().trial_hash
+
+
+class _FakeTF:
+    """The ``tf.config`` calls the TensorFlow adapter's cap makes, and the memory statistics it reads."""
+
+    def __init__(self) -> None:
+        self.limits: list[int] = []
+        self.config = SimpleNamespace(
+            LogicalDeviceConfiguration=lambda memory_limit: memory_limit,
+            set_logical_device_configuration=lambda gpu, configs: self.limits.extend(configs),
+            experimental=SimpleNamespace(get_memory_info=lambda dev: {"peak": 300 * MIB, "current": 0}))
+        self.test = SimpleNamespace(experimental=SimpleNamespace(sync_devices=lambda: None))
+
+
+def test_tensorflow_caps_its_logical_device_at_the_card_less_an_earlier_probes_context(fake_nvml):
+    from adapters.tensorflow import TensorFlowAdapter
+
+    tf, adapter = _FakeTF(), TensorFlowAdapter()
+    info = adapter._cap_memory(tf, "GPU:0", 1000.0, 520.0)
+    assert tf.limits == [480] and info["memory_cap_mib"] == 480.0 and info["cuda_context_setup_mib"] == 520.0
+    adapter.tf, adapter.gpu = tf, True
+    stats = adapter.memory_stats()  # the process holds 900 MiB (fake NVML): its pool is the whole 480 MiB cap
+    assert (stats.peak_mib, stats.context_mib) == (300.0, 420.0)
+    first = TensorFlowAdapter()._cap_memory(tf, "GPU:0", 1000.0, None)  # the search's first probe: nothing known
+    assert tf.limits[-1] == 1000 and first["cuda_context_setup_mib"] is None
+    assert "first probe" in first["cuda_context_source"]

@@ -142,7 +142,8 @@ def set_up(request: WorkerRequest, adapter: Adapter) -> SetUp:
     facts = SetupFacts.from_dict(adapter.setup(RuntimeConfig(
         device=trial.run_device, threads=trial.threads or None, options=dict(trial.adapter_options),
         memory_limit_mib=trial.memory_limit_mib or None, precision=trial.precision, denormals=trial.denormals,
-        math_mode=trial.math_mode, compile_cache_dir=str(compile_cache_dir()) if trial.compile_cache else None)))
+        math_mode=trial.math_mode, compile_cache_dir=str(compile_cache_dir()) if trial.compile_cache else None,
+        context_hint_mib=trial.context_hint_mib or None)))
     cpu_denormals = _cpu_denormals(trial, facts)
     math_mode = check_math_mode(trial.math_mode, trial.framework, facts.math_mode, on_gpu(facts))
     arrays = data.load()
