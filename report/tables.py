@@ -94,7 +94,7 @@ MAXBATCH_COLUMNS = (
     "per_sample_activation_mib", "fit_a_mib", "fit_b_mib_per_sample", "first_fail_reason", "finished_at",
     "confirm_steps", "margin_jitter_mib", "margin_growth_mib", "margin_heap_mib", "margin_total_mib", "train_env_json",
     "verify_steps", "verify_status", "verify_reason", "setting", "accumulate_steps", "effective_batch",
-    "answer_peak_mib", "answer_samples_per_s")
+    "answer_peak_mib", "answer_samples_per_s", "resolution", "cuda_context_mib")
 
 
 def _g(value: Any, fmt: str = "") -> str:
@@ -135,18 +135,20 @@ def maxbatch(rows: Sequence[dict[str, Any]]) -> Table | None:
                           "-" if spare is None else f"{spare:.1f} MiB", fail, rec,
                           formula,
                           f"{_g(r.get('probes_n'))} / {_g(r.get('wall_s'), '.0f')} s",
-                          str(r.get("strategy") or "-")))
+                          str(r.get("strategy") or "-") + (f", {r['resolution']}" if r.get("resolution") else "")))
     csv_rows = tuple(tuple(r.get(c) for c in MAXBATCH_COLUMNS) for r in rows)
     return Table(key="maxbatch", title="Largest batch that fits",
                  headers=("framework", "model", "budget", "max batch", "unused at max", "first failing",
                           "recommended",
-                          "formula (error)", "probes / wall", "strategy"),
+                          "formula (error)", "probes / wall", "strategy, resolution"),
                  rows=tuple(text_rows), csv_headers=MAXBATCH_COLUMNS, csv_rows=csv_rows,
                  note="Measured with a full train step and an eval step in a fresh worker per probe (with "
                       "accumulation, max batch is the micro-batch, × steps = the effective batch); the "
                       "formula is the seed documents' (memory − model) / per-sample size, its error relative "
                       "to the measured maximum. Unused at max: the budget minus the largest peak measured at the "
-                      "maximum." + "".join(f" {a}" for a in advice))
+                      "maximum. Resolution: where the search stopped (exact: adjacent sizes; N%: the bracket "
+                      "within N % of the answer; K: on multiples of K; docs/maxbatch.md)."
+                      + "".join(f" {a}" for a in advice))
 
 
 COMPARE_COLUMNS = ("framework", "batch_size", "metric", "ours", "ours_sd", "n", "theirs", "diff", "unit")

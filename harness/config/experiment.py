@@ -61,6 +61,7 @@ from harness.config.choices import (
     Precision,
     Study,
 )
+from harness.config.resolution import Resolution
 from harness.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -191,6 +192,9 @@ class Experiment:
     #: the max-batch search's settling runs (CPU, glibc's default malloc): as long as the training the answer must
     #: hold for, since the heap grows over steps
     max_batch_settle_steps: int = _setting(DEFAULT_SETTLE_STEPS, ge=1, le=100_000, unit="steps")
+    #: the max-batch search's resolution (``maxbatch --granularity``): "exact", "N%", "K" or "K,N%"; "": the
+    #: device's default (1 %, and multiples of 8 on a GPU; harness/config/resolution.py)
+    max_batch_granularity: str = ""
     augment: Augment = "none"
     augment_pad_px: int = _setting(4, ge=1, le=MAX_SIZE, unit="pixels")
     accumulate_steps: int = _setting(1, ge=1, le=MAX_ACCUMULATE_STEPS, unit="micro-batches")
@@ -419,6 +423,7 @@ def _validate(exp: Experiment) -> None:
     _check_precision(exp, bad)
     _check_math_mode(exp, bad)
     _check_gradient_noise(exp, bad)
+    _check_granularity(exp, bad)
     _check_target_mode(exp, bad)
     _check_device_settings(exp, bad)
     if len(exp.synthetic_shape) != 3 or min(exp.synthetic_shape) <= 0:
@@ -486,6 +491,15 @@ def has_hook(cls: type, hook: str) -> bool:
         if hook in vars(klass):
             return klass.__module__ != "adapters.base"
     return False
+
+
+def _check_granularity(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:
+    """Refuse a resolution the search could not use, before anything runs (the same rule as ``--granularity``)."""
+    if exp.max_batch_granularity:
+        try:
+            Resolution.parse(exp.max_batch_granularity, name="max_batch_granularity")
+        except ConfigError as err:
+            raise bad("max_batch_granularity", str(err).removeprefix("max_batch_granularity ")) from None
 
 
 def _check_gradient_noise(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:

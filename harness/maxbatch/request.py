@@ -172,6 +172,7 @@ class MaxBatchRequest:
                    threads=exp.threads, seed=exp.seed, synthetic_shape=exp.synthetic_shape,
                    synthetic_classes=exp.synthetic_classes, synthetic_samples=exp.synthetic_samples,
                    train_samples=exp.train_samples, experiment=exp.name, settle_steps=exp.max_batch_settle_steps,
+                   granularity=exp.max_batch_granularity,
                    python=settings.python if settings else None,
                    adapter_options=dict(settings.options) if settings else {})
 

@@ -30,6 +30,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from harness.config.resolution import Resolution  # its home; imported from here too
 from harness.errors import ConfigError, SearchAborted
 
 STRATEGIES = ("model", "double-bisect")
@@ -55,57 +56,6 @@ class ProbeResult:
 
 #: ``probe(batch, confirm)``: run one probe (``confirm``: the longer run) and say what happened.
 ProbeFn = Callable[[int, bool], ProbeResult]
-
-
-@dataclass(frozen=True)
-class Resolution:
-    """When a bracket is narrow enough: answers on multiples of ``step`` (sizes below it excepted) and the bracket
-    within ``tolerance_pct`` of the answer (0: adjacent sizes on the grid)."""
-
-    step: int = 1
-    tolerance_pct: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.step < 1 or not 0 <= self.tolerance_pct <= 50:
-            raise ConfigError(f"a resolution needs a step >= 1 and a tolerance in 0..50 %, got step {self.step} and "
-                              f"{self.tolerance_pct} %")
-
-    @classmethod
-    def parse(cls, text: str) -> Resolution:
-        """``exact``, ``N%`` (within N % of the answer), ``K`` (multiples of K, exactly) or ``K,N%`` (both)."""
-        words = [w.strip() for w in text.lower().split(",") if w.strip()]
-        if words == ["exact"]:
-            return cls(1, 0.0)
-        step, pct = 1, 0.0
-        try:
-            for w in words:
-                if w.endswith("%"):
-                    pct = float(w[:-1])
-                else:
-                    step = int(w)
-        except ValueError:
-            words = []
-        if not words or len(words) > 2 or step < 1 or not 0 <= pct <= 50:
-            raise ConfigError(f"--granularity {text!r} is not 'exact', N% (N in 0..50, e.g. 1%), K (multiples of "
-                              "K >= 1, e.g. 8) or K,N% (e.g. 8,1%)")
-        return cls(step, pct)
-
-    @property
-    def label(self) -> str:
-        """How it is written on the command line (``exact``, ``1%``, ``8``, ``8,1%``)."""
-        if self.step == 1 and not self.tolerance_pct:
-            return "exact"
-        pct = f"{self.tolerance_pct:g}%" if self.tolerance_pct else ""
-        return ",".join(p for p in (str(self.step) if self.step > 1 else "", pct) if p)
-
-    def allowed(self, lo: int) -> int:
-        """The widest bracket (hi - lo) that settles a search whose largest fitting size is ``lo``."""
-        within = 1 + math.floor(lo * self.tolerance_pct / 100.0)
-        return max(self.step, within) if lo >= self.step else within
-
-    def snap(self, batch: int) -> int:
-        """``batch`` down to the grid (unchanged below the step)."""
-        return batch // self.step * self.step if batch >= self.step else batch
 
 
 #: the defaults: within 1 % of the answer; on a GPU on multiples of 8 too

@@ -223,3 +223,19 @@ def test_target_accuracy_is_an_analysis_key_resume_accepts_and_no_trial_hash_hol
     from harness.config.trial import TrialSpec
 
     assert "target_accuracy" not in {f.name for f in fields(TrialSpec)}  # so no trial's hash depends on it
+
+
+@pytest.mark.parametrize(("text", "gpu", "cpu"),
+                         [("", "8,1%", "1%"), ("exact", "exact", "exact"), ("16,2%", "16,2%", "16,2%")])
+def test_max_batch_granularity_sets_the_sweeps_search_resolution(text, gpu, cpu):
+    from harness.maxbatch.request import MaxBatchRequest
+
+    exp = parse(max_batch=True, max_batch_granularity=text)
+    req = MaxBatchRequest.from_experiment(exp, "pytorch")
+    assert (req.resolution("gpu").label, req.resolution("cpu").label) == (gpu, cpu)
+
+
+@pytest.mark.parametrize("text", ["3%x", "0", "60%", "8,1%,2"])
+def test_a_resolution_the_search_cannot_use_is_refused_naming_the_key(text):
+    with pytest.raises(ConfigError, match=rf"exp.toml: max_batch_granularity: '{text}' is not 'exact', N%"):
+        parse(max_batch=True, max_batch_granularity=text)

@@ -194,6 +194,9 @@ def test_maxbatch_table_shows_the_stored_row(gpu_dir: Path, gpu_report: tuple[Pa
     with open(csv_path, newline="", encoding="utf-8") as f:
         (stored,) = list(csv.DictReader(f))
     assert int(stored["max_batch"]) == row["max_batch"] and stored["strategy"] == row["strategy"]
+    # where the search stopped: its resolution, beside the strategy in the table and in the CSV
+    assert row["resolution"] and f"{row['strategy']}, {row['resolution']}" in flat
+    assert stored["resolution"] == row["resolution"]
 
 
 @pytest.mark.slow
