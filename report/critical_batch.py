@@ -4,8 +4,8 @@ regimes in words, and the gradient-noise prediction judged against the fit.
 Pure: reads store rows (a :class:`report.load.Experiment`) and the recommendations already computed from them.
 
 * **A family** is the series of one framework that differ only by their variant, when the variants are a
-  learning-rate grid (``learning_rates``: variants ``lr_<rate>``), or one series trained to a target
-  (``train_to_target``) without a grid.
+  learning-rate grid (``learning_rates``: variants ``lr_<rate>``; ``lr_factors``: ``lr_x<factor>``), or one series
+  trained to a target (``train_to_target``) without a grid.
 * **A size's figure is its best rate's**: among the rates whose every repeat reached the target without diverging
   and held it (:attr:`report.target.SizeTarget.eligible`), the one with the fewest mean steps to the target, ties
   broken by the least mean training time, then the lower rate. A rate that diverged or missed is a result (shown
@@ -187,7 +187,7 @@ def choose(tried: Sequence[RateTried]) -> RateTried | None:
 def is_study(exp: Experiment) -> bool:
     """Whether ``exp`` is a critical-batch study: trained to a target, or a learning-rate grid."""
     spec = exp.spec
-    return bool(spec.get("train_to_target") or spec.get("learning_rates"))
+    return bool(spec.get("train_to_target") or spec.get("learning_rates") or spec.get("lr_factors"))
 
 
 def studies(exp: Experiment, target_accuracy: float | None = None) -> list[CriticalStudy]:

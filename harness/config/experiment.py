@@ -181,6 +181,10 @@ class Experiment:
     #: a learning-rate grid (issue 33): every rate is a variant ``lr_<rate>`` of its own; each batch size's figure is
     #: its best rate's (fewest steps to the target; report/critical_batch.py). Empty: the one ``learning_rate``
     learning_rates: tuple[float, ...] = ()
+    #: a factor grid around the ``lr_policy`` prediction (issue 33): every factor f is a variant ``lr_x<f>`` whose
+    #: rate at each size is f times what the policy gives that size (``learning_rate`` scaled by ``lr_policy``);
+    #: chosen per size as ``learning_rates``' rates are. Empty: none. Not with ``learning_rates`` or variants
+    lr_factors: tuple[float, ...] = ()
     train_samples: int = _setting(0, ge=0, le=MAX_SIZE, unit="samples")
     synthetic_shape: tuple[int, int, int] = (3, 32, 32)
     synthetic_classes: int = _setting(10, ge=2, le=MAX_SIZE, unit="classes")
@@ -230,6 +234,10 @@ class Experiment:
         if self.learning_rates:
             return [(lr_variant_name(lr), dataclasses.replace(self, learning_rates=(), learning_rate=float(lr)))
                     for lr in self.learning_rates]
+        if self.lr_factors:  # the policy scales each variant's base rate per size (lr_for)
+            return [(lr_factor_variant_name(f), dataclasses.replace(self, lr_factors=(),
+                                                                    learning_rate=self.learning_rate * float(f)))
+                    for f in self.lr_factors]
         if not self.variants:
             return [("", self)]
         out = []
@@ -302,6 +310,22 @@ def lr_variant_name(lr: float) -> str:
     return f"lr_{float(lr)!r}"
 
 
+def lr_factor_variant_name(factor: float) -> str:
+    """The variant a factor grid's factor runs as: ``lr_x0.5`` (a rate of the grid, like :func:`lr_variant_name`)."""
+    return f"lr_x{float(factor)!r}"
+
+
+def _check_grid(exp: Experiment, key: str, values: tuple[float, ...], bad: Callable[[str, str], ConfigError]) -> None:
+    """A grid (``learning_rates``, ``lr_factors``): distinct finite numbers > 0, and no named variants beside it."""
+    if exp.variants:
+        raise bad(key, "cannot be combined with [variants.*] (each value is a variant of its own); "
+                       "put the rates in variants instead, or leave the variants out")
+    if any(not (math.isfinite(v) and v > 0) for v in values):
+        raise bad(key, f"{list(values)!r}: every value must be a finite number > 0")
+    if len(set(values)) != len(values):
+        raise bad(key, f"{list(values)!r} names a value twice")
+
+
 def _check_target_mode(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:
     """Train-to-target needs an absolute target, a budget and evaluations; a grid needs distinct positive rates and
     cannot be combined with named variants (a rate grid inside each variant is not built)."""
@@ -315,14 +339,13 @@ def _check_target_mode(exp: Experiment, bad: Callable[[str, str], ConfigError]) 
                                          "stops there, recorded as not reached within it)")
         if not exp.eval:
             raise bad("train_to_target", "true needs eval = true (the target is found at evaluations)")
-    if exp.learning_rates:
-        if exp.variants:
-            raise bad("learning_rates", "cannot be combined with [variants.*] (each rate is a variant of its own); "
-                                        "put the rates in variants instead, or leave the variants out")
-        if any(not (math.isfinite(lr) and lr > 0) for lr in exp.learning_rates):
-            raise bad("learning_rates", f"{list(exp.learning_rates)!r}: every rate must be a finite number > 0")
-        if len(set(exp.learning_rates)) != len(exp.learning_rates):
-            raise bad("learning_rates", f"{list(exp.learning_rates)!r} names a rate twice")
+    if exp.learning_rates and exp.lr_factors:
+        raise bad("lr_factors", f"{list(exp.lr_factors)!r} cannot be combined with learning_rates (two grids of "
+                                "rates); "
+                                "give the rates themselves (learning_rates) or factors around lr_policy (lr_factors)")
+    for key, values in (("learning_rates", exp.learning_rates), ("lr_factors", exp.lr_factors)):
+        if values:
+            _check_grid(exp, key, values, bad)
 
 
 def _toml_type(hint: Any) -> type | tuple[type, ...]:

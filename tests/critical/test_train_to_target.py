@@ -52,7 +52,11 @@ BASE = {"name": "t", "frameworks": ["pytorch"], "batch_sizes": [8], "epochs": 2}
     ({"train_to_target": True}, "needs an absolute target_accuracy"),
     ({"train_to_target": True, "target_accuracy": 90, "epochs": 0}, "needs a budget"),
     ({"train_to_target": True, "target_accuracy": 90, "eval": False}, "needs eval = true"),
-    ({"learning_rates": [0.1, 0.1]}, "names a rate twice"),
+    ({"learning_rates": [0.1, 0.1]}, "names a value twice"),
+    ({"lr_factors": [0.5, 0.5]}, "names a value twice"),
+    ({"lr_factors": [0.5, 0.0]}, "finite number > 0"),
+    ({"lr_factors": [0.5, 2.0], "learning_rates": [0.1]}, "cannot be combined with learning_rates"),
+    ({"lr_factors": [2.0], "variants": {"a": {"optimizer": "adam"}}}, "cannot be combined"),
     ({"learning_rates": [0.1, -1.0]}, "finite number > 0"),
     ({"learning_rates": [0.1], "variants": {"a": {"optimizer": "adam"}}}, "cannot be combined"),
     ({"learning_rates": [0.1], "learning_rate": 0.5}, "is not used when learning_rates gives a grid"),
@@ -67,6 +71,23 @@ def test_a_grid_runs_every_rate_as_a_variant_and_the_planned_trials_carry_the_mo
                             "target_eval_samples": 64, "batch_sizes": [8, 32]})
     resolved = exp.resolved_variants()
     assert [(n, v.learning_rate) for n, v in resolved] == [("lr_0.01", 0.01), ("lr_0.1", 0.1)]
+
+
+def test_a_factor_grid_scales_what_the_policy_gives_each_size(tiny_data, monkeypatch):
+    from tests.fakes.registry import register_fake
+
+    register_fake(monkeypatch)
+    from harness.run.planner import plan
+
+    exp = parse_experiment({**BASE, "lr_factors": [0.5, 2.0], "learning_rate": 0.01, "lr_policy": "linear",
+                            "lr_base_batch": 8, "batch_sizes": [8, 32], "frameworks": ["fake"],
+                            "train_to_target": True, "target_accuracy": 90})
+    assert [(n, v.learning_rate) for n, v in exp.resolved_variants()] == [("lr_x0.5", 0.005), ("lr_x2.0", 0.02)]
+    rates = {(t.variant, t.batch_size): t.optimizer.lr for t in plan(exp, tiny_data)}
+    # factor x (0.01 x batch / 8): each size's rate is the policy's prediction for it, times the factor
+    assert rates == pytest.approx({("lr_x0.5", 8): 0.005, ("lr_x0.5", 32): 0.02,
+                                   ("lr_x2.0", 8): 0.02, ("lr_x2.0", 32): 0.08})
+    assert len({t.trial_hash for t in plan(exp, tiny_data)}) == 4  # every (factor, size) is a trial of its own
 
 
 def test_run_refuses_the_mode_without_a_target_with_exit_2_and_writes_nothing(tmp_path, capsys):
