@@ -155,7 +155,8 @@ def test_the_schema_is_derived_from_the_fields():
     fields = {f.name for f in dataclasses.fields(Experiment)} - {"source"}
     assert set(VALID_KEYS) == fields
     assert ex._SCALARS["learning_rate"] == (int, float) and ex._SCALARS["device"] is str
-    assert ex._LISTS == {"frameworks": str, "batch_sizes": int, "synthetic_shape": int, "learning_rates": float}
+    assert ex._LISTS == {"frameworks": str, "batch_sizes": int, "synthetic_shape": int, "learning_rates": float,
+                         "lr_factors": float}
     # every Literal field is checked against its own values, named in the message
     for key, choices in ex._CHOICES.items():
         assert choices == typing.get_args(typing.get_type_hints(Experiment)[key])
