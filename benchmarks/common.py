@@ -123,7 +123,7 @@ def bench_unit(
 
 def harness_trial(
     framework: str, data: PreparedData, batch_size: int, threads: int, warmup: int, steps: int,
-    on_event: Callable[[dict[str, Any]], None] | None = None,
+    on_event: Callable[[Any], None] | None = None,  # every worker message, typed (harness.run.protocol)
     progress_interval_s: float | None = PROGRESS_INTERVAL_S,
     extra_env: dict[str, str] | None = None,
     bounded_log: bool = True,

@@ -160,6 +160,7 @@ def progress_compare(args: argparse.Namespace, frameworks: list[str]) -> int:
     from rich.console import Console
 
     from harness.cli.progress import RichProgress
+    from harness.run.protocol import Progress
 
     print(machine_facts())
     print(f"model osu_cnn {SHAPE_TEXT}, CPU, {args.threads} thread(s), {args.warmup} warm-up + {args.steps} "
@@ -186,20 +187,20 @@ def progress_compare(args: argparse.Namespace, frameworks: list[str]) -> int:
                 display = RichProgress(console=Console(file=io.StringIO(), force_terminal=True, width=120))
                 label: Any = SimpleNamespace(trial_hash="bench", framework=fw, batch_size=args.batch, repeat=0)
                 planned = args.warmup + args.steps
-                messages: list[dict[str, Any]] = []
+                messages: list[Any] = []
                 with display:
                     display.plan([label], {"bench": (planned, planned * args.batch)})
                     display.start(1, 1, label)
 
-                    def on_event(msg: dict[str, Any], display: RichProgress = display, label: Any = label,
-                                 messages: list[dict[str, Any]] = messages) -> None:
+                    def on_event(msg: Any, display: RichProgress = display, label: Any = label,
+                                 messages: list[Any] = messages) -> None:
                         messages.append(msg)
                         display.event(label, msg)
 
                     out = harness_trial(fw, data, args.batch, args.threads, args.warmup, args.steps,
                                         on_event=on_event, progress_interval_s=args.progress_interval_s)
                 res[side] = _step_rate(out)
-                res["messages"] = sum(m["event"] == "progress" for m in messages)
+                res["messages"] = sum(isinstance(m, Progress) for m in messages)
             rows.append(res)
             print(f"  repeat {r + 1} ({'/'.join(order)}): progress {res['progress']:8.1f}  no-progress "
                   f"{res['no-progress']:8.1f}  bare {res['bare']:8.1f} samples/s;  progress/bare "

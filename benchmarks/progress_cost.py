@@ -15,6 +15,7 @@ moves) and adds them up per second of training:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import itertools
 import os
@@ -30,7 +31,7 @@ from rich.console import Console  # noqa: E402
 
 from harness.cli.progress import RichProgress  # noqa: E402
 from harness.records import PROGRESS_INTERVAL_S  # noqa: E402
-from harness.run.protocol import Channel, ProgressTicker  # noqa: E402
+from harness.run.protocol import Channel, Progress, ProgressTicker  # noqa: E402
 from tests.conftest import make_trial  # noqa: E402
 
 REDRAWS_PER_S = 1  # RichProgress(refresh_per_second=1)
@@ -69,9 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     trial = make_trial(batch_size=64)
     display.plan([trial], {trial.trial_hash: (10**6, 64 * 10**6)})
     display.start(1, 1, trial)
-    msg = {"event": "progress", "t": 0.0, "step": 1, "steps_total": 10**6, "epoch": 1, "epochs": 5,
-           "step_ms": 12.5, "phase": "train"}
-    update_us = cpu_us(lambda i: display.event(trial, msg | {"t": float(i), "step": i + 1}), 5_000)
+    msg = Progress(t=0.0, step=1, steps_total=10**6, epoch=1, epochs=5, step_ms=12.5, phase="train")
+    update_us = cpu_us(lambda i: display.event(trial, dataclasses.replace(msg, t=float(i), step=i + 1)), 5_000)
     redraw_us = cpu_us(lambda i: display.bars.refresh(), 500)
     display.close()
 

@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path:
 from harness import registry  # noqa: E402
 from harness.config.experiment import parse_experiment  # noqa: E402
 from harness.run.executor import LocalExecutor  # noqa: E402
-from harness.run.sweep import run_sweep, unit_for  # noqa: E402
+from harness.run.sweep import SweepOptions, run_sweep, unit_for  # noqa: E402
 
 
 def _experiment(name: str, framework: str, steps: int) -> Any:
@@ -43,7 +43,7 @@ def _experiment(name: str, framework: str, steps: int) -> Any:
 
 def _sweep_wall(exp: Any, out: Path, cache: Path, executor: Any) -> tuple[float, Any]:
     t0 = time.monotonic()
-    result = run_sweep(exp, out, cache_dir=cache, executor=executor)
+    result = run_sweep(exp, out, SweepOptions(cache_dir=cache, executor=executor))
     return time.monotonic() - t0, result
 
 

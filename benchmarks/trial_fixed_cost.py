@@ -32,13 +32,13 @@ def one_trial(framework: str, data: Any, stages: dict[str, list[float]] | None =
     ready_at: list[float] = []
     marks: dict[str, float] = {}
 
-    def on_event(msg: dict[str, Any]) -> None:
-        if msg["event"] == "ready":
+    def on_event(msg: Any) -> None:  # a typed worker message (harness.run.protocol)
+        if msg.event == "ready":
             ready_at.append(time.monotonic())
-        key = msg["event"] if msg["event"] != "phase" else msg.get("phase", "")
+        key = msg.phase if msg.event == "phase" else msg.event
         if key in ("warmup", "timed", "train") and "train" in marks:
             return
-        marks.setdefault("train" if key in ("warmup", "timed", "train") else key, float(msg["t"]))
+        marks.setdefault("train" if key in ("warmup", "timed", "train") else key, float(msg.t))
 
     t0 = time.monotonic()
     harness_trial(framework, data, batch_size=8, threads=1, warmup=0, steps=1, on_event=on_event)

@@ -17,18 +17,21 @@ from harness.errors import DoesNotFitError, SearchAborted
 from harness.maxbatch.prober import run_maxbatch
 from harness.maxbatch.request import MaxBatchRequest, resolve_budget
 from harness.records import TrialOutcome
-from harness.run.sweep import SweepContext, SweepResult, run_sweep
+from harness.run.listener import SweepListener
+from harness.run.sweep import SweepContext, SweepOptions, SweepResult, run_sweep
 from harness.store import Store
 
 
-def run_experiment(exp: Experiment, out_dir: Path, **kwargs: Any) -> SweepResult:
+def run_experiment(exp: Experiment, out_dir: Path, options: SweepOptions | None = None,
+                   listener: SweepListener | None = None) -> SweepResult:
     """Run the sweep of ``exp`` and, with ``max_batch = true``, one max-batch search per framework after it.
 
-    Keyword arguments are those of :func:`harness.run.sweep.run_sweep`. A budget that cannot be enforced
+    The arguments are those of :func:`harness.run.sweep.run_sweep`. A budget that cannot be enforced
     is refused before anything is written.
     """
+    options = options or SweepOptions()
     if not exp.max_batch:
-        return run_sweep(exp, out_dir, **kwargs)
+        return run_sweep(exp, out_dir, options, listener)
 
     def preflight(env: dict[str, Any]) -> None:
         for framework in exp.frameworks:
@@ -37,7 +40,7 @@ def run_experiment(exp: Experiment, out_dir: Path, **kwargs: Any) -> SweepResult
     def searches(ctx: SweepContext, result: SweepResult) -> None:
         max_batch_searches(exp, ctx, result)
 
-    return run_sweep(exp, out_dir, preflight=preflight, after_trials=searches, **kwargs)
+    return run_sweep(exp, out_dir, dataclasses.replace(options, preflight=preflight, after_trials=searches), listener)
 
 
 def max_batch_searches(exp: Experiment, ctx: SweepContext, result: SweepResult) -> None:

@@ -91,8 +91,9 @@ class Monitor(Protocol):
 class Executor(Protocol):
     """Runs trial units: :class:`LocalExecutor` here, :class:`harness.ray_executor.RayExecutor` on a cluster."""
 
-    def run(self, unit: TrialUnit, on_event: Callable[[dict[str, Any]], None] | None = None) -> TrialOutcome:
-        """Run one unit to completion and classify it; never raises for a trial's own failure."""
+    def run(self, unit: TrialUnit, on_event: Callable[[Any], None] | None = None) -> TrialOutcome:
+        """Run one unit to completion and classify it; never raises for a trial's own failure. ``on_event`` gets
+        every worker message as it arrives, typed (a :class:`harness.run.protocol.Message`)."""
 
 
 class NullMonitor:

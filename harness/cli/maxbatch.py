@@ -226,7 +226,7 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     display = make_progress(quiet=args.quiet)  # each probe live, as a sweep's trials are
     probes: list[str] = []  # trial hashes in the order the probes started
 
-    def on_event(trial: Any, msg: dict[str, Any]) -> None:
+    def on_event(trial: Any, msg: Any) -> None:  # a typed worker message (harness.run.protocol)
         if not probes or probes[-1] != trial.trial_hash:  # a control run repeats a probe's hash: still new
             probes.append(trial.trial_hash)
             display.start(len(probes), 0, trial)

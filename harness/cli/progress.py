@@ -27,6 +27,7 @@ from typing import IO, Any
 from harness.cli.table import shorten
 from harness.config.trial import TrialSpec
 from harness.records import TrialOutcome
+from harness.run.protocol import Message, Phase, Progress
 
 #: in plain mode, a running trial prints a progress line at most this often
 PLAIN_EVERY_S = 15.0
@@ -71,20 +72,20 @@ class Eta:
         """A trial's worker was started (``now_s``: this process's monotonic clock)."""
         self.live[trial_hash] = _Live(started_s=now_s, steps_total=self.planned.get(trial_hash, (0, 0))[0])
 
-    def event(self, trial_hash: str, msg: dict[str, Any]) -> None:
+    def event(self, trial_hash: str, msg: Message) -> None:
         """A protocol message of a running trial."""
         live = self.live.get(trial_hash)
         if live is None:
             return
-        if msg.get("event") == "phase":
-            live.phase = str(msg.get("phase"))
-        elif msg.get("event") == "progress":
-            point = (float(msg["t"]), int(msg["step"]))
+        if isinstance(msg, Phase):
+            live.phase = msg.phase
+        elif isinstance(msg, Progress):
+            point = (float(msg.t), int(msg.step))
             live.first = live.first or point
             live.last = point
-            live.steps_total = int(msg.get("steps_total") or live.steps_total)
-            live.step_ms, live.phase = msg.get("step_ms"), str(msg.get("phase") or live.phase)
-            live.epoch, live.epochs = int(msg.get("epoch") or 0), int(msg.get("epochs") or 0)
+            live.steps_total = int(msg.steps_total or live.steps_total)
+            live.step_ms, live.phase = msg.step_ms, msg.phase or live.phase
+            live.epoch, live.epochs = msg.epoch, msg.epochs
 
     def finish(self, trial_hash: str, elapsed_s: float, trained: bool) -> None:
         """A trial ended; ``trained``: it ran its planned steps (ok), so its time per sample is a rate."""
@@ -217,11 +218,11 @@ class PlainProgress:
         self._next_line_s = now + self.every_s
         self._print(f"{_counter(i, n)} {trial_label(trial)} running...")
 
-    def event(self, trial: TrialSpec, msg: dict[str, Any]) -> None:
+    def event(self, trial: TrialSpec, msg: Message) -> None:
         """A worker message of the running trial; prints a progress line when one is due."""
         self.eta.event(trial.trial_hash, msg)
         now = self.clock()
-        if msg.get("event") == "progress" and now >= self._next_line_s:
+        if isinstance(msg, Progress) and now >= self._next_line_s:
             self._next_line_s = now + self.every_s
             tail = f", {_sweep_eta_text(self.eta, now)}" if self.n else ""
             self._print(f"        {trial_label(trial)} {_live_text(self.eta, trial.trial_hash)}{tail}")
@@ -292,9 +293,9 @@ class RichProgress(PlainProgress):
         latest = next(reversed(self._running.values()), "")
         return latest if len(self._running) <= 1 else f"{len(self._running)} running, latest {latest}"
 
-    def event(self, trial: TrialSpec, msg: dict[str, Any]) -> None:
+    def event(self, trial: TrialSpec, msg: Message) -> None:
         self.eta.event(trial.trial_hash, msg)
-        if msg.get("event") not in ("progress", "phase"):
+        if not isinstance(msg, (Progress, Phase)):
             return
         done, total = self.eta.trial_steps(trial.trial_hash)
         self.bars.update(self.trial_task, completed=done, total=total or None,

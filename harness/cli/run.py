@@ -5,12 +5,20 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.cli.progress import make_progress, planned_work
 from harness.cli.table import _csv_ints, _csv_names, path_arg, print_table
 from harness.config.choices import MATH_MODES
+from harness.run.listener import SweepListener
+
+if TYPE_CHECKING:
+    from harness.config.trial import TrialSpec
+    from harness.data import PreparedData
+    from harness.records import TrialOutcome
+    from harness.run.protocol import Message
 
 
 # ---------------------------------------------------------------- run
@@ -20,7 +28,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.maxbatch.advice import jitter_advice, train_advice
     from harness.monitor.sampler import monitor_factory_for
     from harness.pipeline import run_experiment
-    from harness.run.sweep import summarise
+    from harness.run.sweep import SweepOptions, summarise
     from harness.store import Store
 
     exp = load_experiment(args.experiment)
@@ -51,18 +59,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError("--trials-per-node and --max-concurrent are for --executor ray (--ray-address); the local "
                           "executor runs one trial at a time, so that two timed trials never share this machine")
     with make_progress(quiet=args.quiet) as display:  # rich bars on a terminal, plain lines otherwise
-
-        def on_plan(todo: list[Any], data: Any) -> None:
-            display.plan(todo, planned_work(todo, data.n_train))
-
-        def on_devices(resolved: list[Any]) -> None:  # device = "auto" resolved per framework, before any trial
-            for r in resolved:
-                print(f"device {r.line()}")
-
-        result = run_experiment(exp, out, resume=args.resume, data_dir=args.data_dir, command=command,
-                                on_devices=on_devices,
-                                monitor_factory=factory, progress=display.done, on_start=display.start,
-                                on_event=display.event, on_plan=on_plan, executor=executor)
+        options = SweepOptions(resume=args.resume, data_dir=args.data_dir, command=command, monitor_factory=factory,
+                               executor=executor)
+        result = run_experiment(exp, out, options, _Shown(display))
     if result.peak_in_flight > 1:
         print(f"up to {result.peak_in_flight} trials ran at once (their progress lines interleave)")
     if result.not_run:
@@ -86,6 +85,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     print("\n" + SUMMARY_NOTE)
     print(f"\nstored in {out / 'results.sqlite'}")
     return 0
+
+
+class _Shown(SweepListener):
+    """The sweep as ``batchscope run`` shows it: each framework's device, then the live display's lines or bars."""
+
+    def __init__(self, display: Any) -> None:
+        self.display = display
+
+    def on_devices(self, resolved: Sequence[Any]) -> None:  # device = "auto" resolved per framework, before any trial
+        for r in resolved:
+            print(f"device {r.line()}")
+
+    def on_plan(self, todo: Sequence[TrialSpec], data: PreparedData) -> None:
+        self.display.plan(list(todo), planned_work(list(todo), data.n_train))
+
+    def on_trial_start(self, i: int, n: int, trial: TrialSpec) -> None:
+        self.display.start(i, n, trial)
+
+    def on_trial_message(self, trial: TrialSpec, msg: Message) -> None:
+        self.display.event(trial, msg)
+
+    def on_trial_complete(self, i: int, n: int, outcome: TrialOutcome) -> None:
+        self.display.done(i, n, outcome)
 
 
 def _positive(text: str) -> int:

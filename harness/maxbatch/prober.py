@@ -166,7 +166,7 @@ class WorkerProber:
 
     def __init__(self, req: MaxBatchRequest, budget: Budget, data: PreparedData, executor: LocalExecutor,
                  on_outcome: Callable[[TrialOutcome], None] | None = None,
-                 on_event: Callable[[TrialSpec, dict[str, Any]], None] | None = None) -> None:
+                 on_event: Callable[[TrialSpec, Any], None] | None = None) -> None:
         self.req, self.budget, self.data, self.executor = req, budget, data, executor
         self.on_outcome, self.on_event = on_outcome, on_event
         self.outcomes: list[TrialOutcome] = []
@@ -309,7 +309,7 @@ def run_maxbatch(req: MaxBatchRequest, store: Store, run_id: int, *, data: Prepa
                  data_dir: str | None = None, cache_dir: Path | None = None, log_dir: Path | None = None,
                  monitor_factory: Callable[[TrialUnit], Monitor] | None = None,
                  on_probe: Callable[[TrialOutcome], None] | None = None,
-                 on_event: Callable[[TrialSpec, dict[str, Any]], None] | None = None,
+                 on_event: Callable[[TrialSpec, Any], None] | None = None,
                  gpus: list[dict[str, Any]] | None = None, env: dict[str, Any] | None = None,
                  settings: SearchSettings | None = None, on_bracket: Progress | None = None) -> MaxBatchOutcome:
     """Search, store every probe (trials, purpose ``probe``) and the result (maxbatch), return it; ``on_bracket``

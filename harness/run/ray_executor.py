@@ -38,6 +38,7 @@ from harness.config.trial import TrialSpec
 from harness.errors import ConfigError
 from harness.records import Monitor, Placement, TrialOutcome, TrialUnit
 from harness.run.executor import LocalExecutor
+from harness.run.protocol import Message, Phase, Progress
 
 #: how long a cluster address may take to answer before the run is refused (ray.init itself retries for
 #: minutes: an unreachable --ray-address hung for 10 minutes, and Ctrl-C took ~35 s to get through)
@@ -45,7 +46,7 @@ RAY_CONNECT_TIMEOUT_S = 10.0
 #: on Ctrl-C, how long the tasks get to kill their workers (KeyboardInterrupt in the task) before being force-killed
 CANCEL_GRACE_S = 10.0
 #: the worker messages a node relays to the driver's live display (what it shows: the phase, the step progress)
-RELAYED_EVENTS = ("phase", "progress")
+RELAYED_EVENTS: tuple[type[Message], ...] = (Phase, Progress)  # what the driver's live display reads
 #: how often the driver looks for relayed messages while it waits for a trial to finish (seconds)
 EVENT_POLL_S = 0.5
 #: the most relayed messages held for the driver; beyond it a node drops them (a display's, never a result's)
@@ -84,8 +85,8 @@ def _run_unit(unit: TrialUnit, monitor_factory: Callable[[TrialUnit], Monitor] |
     if events is not None:
         trial_hash = unit.trial.trial_hash
 
-        def relay(msg: dict[str, Any]) -> None:
-            if msg.get("event") in RELAYED_EVENTS:
+        def relay(msg: Message) -> None:
+            if isinstance(msg, RELAYED_EVENTS):  # typed across the queue: the message dataclasses pickle
                 try:
                     events.put_nowait((trial_hash, msg))
                 except Exception:  # noqa: BLE001 - a full or gone queue must never fail the trial
@@ -165,12 +166,12 @@ class RayExecutor:
         return trial.run_device == "gpu" or (trial.run_device == "auto" and any(n.gpus >= 1 for n in self.nodes()))
 
     def backend(self, units: Callable[[TrialSpec], TrialUnit], trials: Sequence[TrialSpec],
-                on_event: Callable[[TrialSpec, dict[str, Any]], None] | None = None) -> RayBackend:
+                on_event: Callable[[TrialSpec, Message], None] | None = None) -> RayBackend:
         """The scheduler's backend for one sweep of ``trials`` (harness/run/scheduler.py); ``on_event(trial, msg)``
         is told the running trials' phase and progress messages, relayed from their nodes."""
         return RayBackend(self, units, gpu=bool(trials) and self.wants_gpu(trials[0]), on_event=on_event)
 
-    def run(self, unit: TrialUnit, on_event: Callable[[dict[str, Any]], None] | None = None) -> TrialOutcome:
+    def run(self, unit: TrialUnit, on_event: Callable[[Message], None] | None = None) -> TrialOutcome:
         """Run one unit on a node with the resources it needs; returns when it has finished (the max-batch search's
         probes, one after another). ``on_event`` is not called: worker events stay on the node."""
         backend = RayBackend(self, lambda trial: unit, gpu=self.wants_gpu(unit.trial))
@@ -237,7 +238,7 @@ class RayBackend:
     """One sweep's tasks: which node slot each CPU trial holds, and the outcome of each finished task."""
 
     def __init__(self, executor: RayExecutor, units: Callable[[TrialSpec], TrialUnit], gpu: bool,
-                 on_event: Callable[[TrialSpec, dict[str, Any]], None] | None = None) -> None:
+                 on_event: Callable[[TrialSpec, Message], None] | None = None) -> None:
         self.ex, self.ray, self.units, self.gpu = executor, executor.ray, units, gpu
         self.nodes = {n.node_id: n for n in executor.nodes()}
         self.in_flight: dict[Hashable, tuple[TrialSpec, int, str | None]] = {}  # ref: (trial, attempt, node id)

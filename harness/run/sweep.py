@@ -27,17 +27,14 @@ from harness.monitor import environment
 from harness.records import Executor, Monitor, TrialOutcome, TrialUnit, allocator_env
 from harness.registry import adapter_class, adapter_target
 from harness.run.chains import oom_limits
-from harness.run.devices import ResolvedDevice, check_one_device, resolve_experiment
+from harness.run.devices import check_one_device, resolve_experiment
 from harness.run.executor import LocalExecutor, adapter_worker_env
+from harness.run.listener import SweepListener
 from harness.run.planner import data_request, plan
 from harness.run.scheduler import Backend, SerialBackend, known_durations, run_chains
 from harness.store import Store, store_path
 from harness.store.db import make_out_dir
 from harness.store.lock import locked_out_dir
-
-ProgressFn = Callable[[int, int, TrialOutcome], None]
-#: a worker's protocol message (``progress``, ``phase``, ...) as it arrives, with the trial it belongs to
-EventFn = Callable[[TrialSpec, dict[str, Any]], None]
 
 
 @dataclass
@@ -65,6 +62,36 @@ class SweepContext:
     out_dir: Path
     monitor_factory: Callable[[TrialUnit], Monitor] | None
     executor: Executor | None = None  # the sweep's (a RayExecutor runs the max-batch searches side by side too)
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """How :func:`run_sweep` runs (what it measures is the experiment's).
+
+    ``resume``: finish a sweep already in the store (without it such a store is refused). ``executor`` defaults to
+    a :class:`LocalExecutor` logging into ``out_dir/logs``, with ``monitor_factory``'s sampler per trial.
+    ``preflight(env)`` runs before anything is written and may refuse the run; ``after_trials`` runs with the store
+    still open (the max-batch searches of :func:`harness.pipeline.run_experiment`).
+    """
+
+    resume: bool = False
+    data_dir: str | None = None
+    cache_dir: Path | None = None
+    command: str = ""  # the command line, stored with the run
+    monitor_factory: Callable[[TrialUnit], Monitor] | None = None
+    executor: Executor | None = None
+    preflight: Callable[[dict[str, Any]], None] | None = None
+    after_trials: Callable[[SweepContext, SweepResult], None] | None = None
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """Everything known before anything is written: the environment, the data, the plan, the resolved spec."""
+
+    env: dict[str, Any]
+    data: PreparedData
+    trials: list[TrialSpec]
+    spec: dict[str, Any]
 
 
 def worker_env(trial: TrialSpec, env: dict[str, Any]) -> dict[str, str]:
@@ -106,15 +133,14 @@ class ConcurrentExecutor(Protocol):
         """The scheduler's backend for a sweep of ``trials`` whose units ``units`` makes."""
 
 
-def _backend(executor: Executor, unit: Callable[[TrialSpec], TrialUnit], on_event: EventFn | None,
+def _backend(executor: Executor, unit: Callable[[TrialSpec], TrialUnit], listener: SweepListener,
              trials: Sequence[TrialSpec]) -> Backend:
     """The scheduler's backend: the executor's own where it runs units concurrently, else one slot."""
     if hasattr(executor, "backend"):
-        return executor.backend(unit, trials, on_event=on_event)  # type: ignore[no-any-return]
+        return executor.backend(unit, trials, on_event=listener.on_trial_message)  # type: ignore[no-any-return]
 
     def run(trial: TrialSpec, attempt: int) -> TrialOutcome:
-        relay = None if on_event is None else functools.partial(on_event, trial)
-        outcome = executor.run(unit(trial), on_event=relay)
+        outcome = executor.run(unit(trial), on_event=functools.partial(listener.on_trial_message, trial))
         if attempt > 1:  # a re-run (the executor said its first run was lost)
             outcome.placement = dataclasses.replace(outcome.placement, attempt=attempt)
         return outcome
@@ -122,47 +148,43 @@ def _backend(executor: Executor, unit: Callable[[TrialSpec], TrialUnit], on_even
     return SerialBackend(run)
 
 
-def run_sweep(
-    exp: Experiment,
-    out_dir: Path,
-    *,
-    resume: bool = False,
-    data_dir: str | None = None,
-    cache_dir: Path | None = None,
-    command: str = "",
-    monitor_factory: Callable[[TrialUnit], Monitor] | None = None,
-    progress: ProgressFn | None = None,
-    on_start: Callable[[int, int, TrialSpec], None] | None = None,
-    on_event: EventFn | None = None,
-    on_plan: Callable[[list[TrialSpec], PreparedData], None] | None = None,
-    executor: Executor | None = None,
-    on_devices: Callable[[list[ResolvedDevice]], None] | None = None,
-    preflight: Callable[[dict[str, Any]], None] | None = None,
-    after_trials: Callable[[SweepContext, SweepResult], None] | None = None,
-) -> SweepResult:
-    """Run every trial of ``exp`` not yet in the store of ``out_dir``.
+def run_sweep(exp: Experiment, out_dir: Path, options: SweepOptions | None = None,
+              listener: SweepListener | None = None) -> SweepResult:
+    """Run every trial of ``exp`` not yet in the store of ``out_dir``, telling ``listener`` as it goes.
 
-    Without ``resume``, a store that already holds trials of this experiment is refused rather than
+    Without ``options.resume``, a store that already holds trials of this experiment is refused rather than
     mixed with a new run. A trial that fails never stops the sweep; Ctrl-C stops it after killing the
-    worker in flight, with every finished trial already stored. ``executor`` defaults to a
-    :class:`LocalExecutor` logging into ``out_dir/logs``. ``on_plan(todo, data)`` is told the trials still
-    to run before the first starts, ``on_event(trial, message)`` every worker message (live progress).
-    ``on_devices(resolved)`` is told where each framework will run (device = "auto" resolved per framework), before
-    a run on mixed devices is refused. ``preflight(env)`` runs before anything is written and may refuse the run;
-    ``after_trials`` runs with the store still open (the max-batch searches of :func:`harness.pipeline.run_experiment`).
-
-    Long on purpose: the checks that must all pass before anything is written, then the loop that writes one
-    trial at a time, under one lock and one open store; the order of these steps is the reliability promise
-    (docs/reliability.md).
+    worker in flight, with every finished trial already stored. The order of the steps is the reliability
+    promise (docs/reliability.md): every check that can be made before anything is written
+    (:func:`_prepare`), then one lock and one open store, one trial written at a time (:func:`_run_trials`).
     """
-    out_dir = Path(out_dir)
-    if store_path(out_dir).exists() or store_path(out_dir).is_dir():
-        with Store.open(out_dir, create=False, readonly=True) as store:  # an unreadable store is refused here
-            existing = store.trials("experiment = ?", (exp.name,))
-        if existing and not resume:
-            raise StoreError(f"{out_dir} already holds {len(existing)} trial(s) of experiment {exp.name!r}; "
-                             "add --resume to finish that sweep, or give another --out directory")
-    # everything that can be known before a trial runs is checked before anything is written
+    out_dir, options, listener = Path(out_dir), options or SweepOptions(), listener or SweepListener()
+    _refuse_a_finished_store(exp, out_dir, options.resume, readonly=True)
+    ready = _prepare(exp, options, listener)
+    make_out_dir(out_dir)
+    with locked_out_dir(out_dir), Store.open(out_dir) as store:
+        return _run_trials(exp, out_dir, store, ready, options, listener)
+
+
+def _refuse_a_finished_store(exp: Experiment, out_dir: Path, resume: bool, readonly: bool = False,
+                             store: Store | None = None) -> list[dict[str, Any]]:
+    """The trials of ``exp`` already in ``out_dir``'s store; refused (StoreError) when there are some and no
+    ``resume``. ``store``: the open one (under the lock), else the store is opened read-only if it exists."""
+    if store is None:
+        if not (store_path(out_dir).exists() or store_path(out_dir).is_dir()):
+            return []
+        with Store.open(out_dir, create=False, readonly=readonly) as opened:  # an unreadable store is refused here
+            existing = opened.trials("experiment = ?", (exp.name,))
+    else:
+        existing = store.trials("experiment = ?", (exp.name,))
+    if existing and not resume:
+        raise StoreError(f"{out_dir} already holds {len(existing)} trial(s) of experiment {exp.name!r}; "
+                         "add --resume to finish that sweep, or give another --out directory")
+    return existing
+
+
+def _prepare(exp: Experiment, options: SweepOptions, listener: SweepListener) -> _Prepared:
+    """Every check that can be made before anything is written, in order; the data prepared and the trials planned."""
     for framework in exp.frameworks:
         adapter_class(framework)  # an adapter that cannot be loaded: AdapterError (exit 2)
     env = environment.capture()
@@ -176,13 +198,12 @@ def run_sweep(
     # one device per comparison (issue 29): each framework's device, decided here and printed before any trial
     resolved = resolve_experiment(exp.frameworks, [v.device for _, v in exp.resolved_variants()],
                                   bool(env.get("gpus")), str(env.get("gpu_note") or ""))
-    if on_devices is not None:
-        on_devices(list(dict.fromkeys(resolved.values())))
+    listener.on_devices(list(dict.fromkeys(resolved.values())))
     refuse_tf32_without_units([v.math_mode for _, v in exp.resolved_variants()], env.get("gpus") or [], exp.source)
-    if preflight is not None:  # e.g. refuse a budget that cannot be enforced, before anything is written
-        preflight(env)
+    if options.preflight is not None:  # e.g. refuse a budget that cannot be enforced, before anything is written
+        options.preflight(env)
     # data before the store: a data error (no network, corrupt archive) must leave nothing written
-    data = prepare(data_request(exp, data_dir), cache_dir or default_cache_dir())
+    data = prepare(data_request(exp, options.data_dir), options.cache_dir or default_cache_dir())
     if not is_native_model(exp.model):  # a native model has no description: its adapter checks it in the worker
         build_description(exp.model, data.input_shape, data.classes)  # a model that does not fit the input
     trials = plan(exp, data, {key: r.device for key, r in resolved.items()})  # before the store too: it refuses
@@ -191,54 +212,52 @@ def run_sweep(
     require_disk(data.order_bytes(exp.epochs) * exp.repeats, Path(data.directory),
                  f"the shuffle orders of {exp.repeats} repeat(s) x {max(exp.epochs, 1)} epoch(s)", "lower epochs")
     spec = exp.to_dict() | {"data": {k: v for k, v in data.to_dict().items() if k != "directory"}}
-    make_out_dir(out_dir)
-    with locked_out_dir(out_dir), Store.open(out_dir) as store:
-        existing = store.trials("experiment = ?", (exp.name,))
-        if existing and not resume:  # another run filled it between our first look and the lock
-            raise StoreError(f"{out_dir} already holds {len(existing)} trial(s) of experiment {exp.name!r}; "
-                             "add --resume to finish that sweep, or give another --out directory")
-        if existing:
-            _refuse_changed_experiment(store, exp, spec, out_dir)
-            gone = superseded(trials, {r["trial_hash"] for r in existing})
-            if gone:  # run again on the device the framework now resolves to, never kept beside it
-                store.drop_trials(gone)
-                existing = [r for r in existing if r["trial_hash"] not in gone]
-                warnings.warn(f"--resume: {len(gone)} stored trial(s) ran on another device than their framework "
-                              "resolves to now (device = \"auto\", after an install): removed, and run again here",
-                              BatchscopeWarning, stacklevel=2)
-        write_atomically(out_dir / f"{exp.name}.resolved.json", json.dumps(spec, indent=2, default=str),
-                         "the resolved experiment")
-        run_id = store.begin_run(exp.name, spec, command, env)
-        done = store.finished_hashes()
-        result = SweepResult(out_dir=out_dir, total=len(trials))
-        todo = [t for t in trials if t.trial_hash not in done]
-        result.already_done = len(trials) - len(todo)
-        index = {t.trial_hash: i for i, t in enumerate(trials, 1)}
-        executor = executor or LocalExecutor(monitor_factory=monitor_factory, log_dir=out_dir / "logs")
-        if on_plan is not None:
-            on_plan(todo, data)
+    return _Prepared(env=env, data=data, trials=trials, spec=spec)
 
-        def unit(trial: TrialSpec) -> TrialUnit:
-            return unit_for(exp, trial, data, env=worker_env(trial, env))
 
-        def started(trial: TrialSpec, attempt: int) -> None:
-            if on_start is not None:
-                on_start(index[trial.trial_hash], len(trials), trial)
+def _run_trials(exp: Experiment, out_dir: Path, store: Store, ready: _Prepared, options: SweepOptions,
+                listener: SweepListener) -> SweepResult:
+    """Under the lock, with the store open: the run recorded, then the trials still to run, one row each."""
+    existing = _refuse_a_finished_store(exp, out_dir, options.resume, store=store)  # filled since the first look?
+    if existing:
+        _refuse_changed_experiment(store, exp, ready.spec, out_dir)
+        gone = superseded(ready.trials, {r["trial_hash"] for r in existing})
+        if gone:  # run again on the device the framework now resolves to, never kept beside it
+            store.drop_trials(gone)
+            existing = [r for r in existing if r["trial_hash"] not in gone]
+            warnings.warn(f"--resume: {len(gone)} stored trial(s) ran on another device than their framework "
+                          "resolves to now (device = \"auto\", after an install): removed, and run again here",
+                          BatchscopeWarning, stacklevel=3)
+    write_atomically(out_dir / f"{exp.name}.resolved.json", json.dumps(ready.spec, indent=2, default=str),
+                     "the resolved experiment")
+    run_id = store.begin_run(exp.name, ready.spec, options.command, ready.env)
+    done = store.finished_hashes()
+    trials, n = ready.trials, len(ready.trials)
+    result = SweepResult(out_dir=out_dir, total=n)
+    todo = [t for t in trials if t.trial_hash not in done]
+    result.already_done = n - len(todo)
+    index = {t.trial_hash: i for i, t in enumerate(trials, 1)}
+    executor = options.executor or LocalExecutor(monitor_factory=options.monitor_factory, log_dir=out_dir / "logs")
+    listener.on_plan(todo, ready.data)
 
-        def finished(outcome: TrialOutcome) -> None:  # the driver writes every row, one transaction each
-            store.write_trial(outcome, run_id, env)
-            result.outcomes.append(outcome)
-            if progress is not None:
-                progress(index[outcome.trial.trial_hash], len(trials), outcome)
+    def unit(trial: TrialSpec) -> TrialUnit:
+        return unit_for(exp, trial, ready.data, env=worker_env(trial, ready.env))
 
-        backend = _backend(executor, unit, on_event, todo)
-        stats = run_chains(todo, submit=backend.submit, wait=backend.wait, cancel=backend.cancel, slots=backend.slots,
-                   on_done=finished, on_start=started, skip_larger=exp.skip_larger_after_oom,
-                   oom_at=oom_limits(existing), known=known_durations(existing))
-        result.not_run, result.peak_in_flight = stats.not_run, stats.peak_in_flight
-        if after_trials is not None:
-            after_trials(SweepContext(store, run_id, data, env, out_dir, monitor_factory, executor), result)
-        return result
+    def finished(outcome: TrialOutcome) -> None:  # the driver writes every row, one transaction each
+        store.write_trial(outcome, run_id, ready.env)
+        result.outcomes.append(outcome)
+        listener.on_trial_complete(index[outcome.trial.trial_hash], n, outcome)
+
+    backend = _backend(executor, unit, listener, todo)
+    stats = run_chains(todo, submit=backend.submit, wait=backend.wait, cancel=backend.cancel, slots=backend.slots,
+                       on_done=finished, on_start=lambda t, attempt: listener.on_trial_start(index[t.trial_hash], n, t),
+                       skip_larger=exp.skip_larger_after_oom, oom_at=oom_limits(existing),
+                       known=known_durations(existing))
+    result.not_run, result.peak_in_flight = stats.not_run, stats.peak_in_flight
+    if options.after_trials is not None:
+        options.after_trials(SweepContext(store, run_id, ready.data, ready.env, out_dir, options.monitor_factory,
+                                          executor), result)
+    return result
 
 
 #: settings that may differ on --resume: they choose which trials run, not how one runs or is measured; or they

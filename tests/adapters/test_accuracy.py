@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness.config.experiment import parse_experiment
-from harness.run.sweep import run_sweep
+from harness.run.sweep import SweepOptions, run_sweep
 from harness.store import Store
 from report.thesis import side_by_side
 
@@ -19,7 +19,7 @@ def test_every_framework_learns_digits_in_three_epochs(tmp_path: Path, cache_dir
         "dataset": "digits",
         "batch_sizes": [32], "epochs": 3, "warmup_steps": 2, "timed_steps": 5, "optimizer": "adam",
         "learning_rate": 0.001, "device": "cpu", "threads": 1, "timeout_s": 300})
-    run_sweep(exp, tmp_path / "out", cache_dir=cache_dir)
+    run_sweep(exp, tmp_path / "out", SweepOptions(cache_dir=cache_dir))
     with Store.open(tmp_path / "out", create=False) as store:
         rows = store.trials()
     assert [r["status"] for r in rows] == ["ok"] * 3, [r["reason"] for r in rows]

@@ -20,7 +20,7 @@ from harness.errors import ConfigError
 from harness.records import TrialUnit
 from harness.registry import adapter_target
 from harness.run.executor import LocalExecutor
-from harness.run.sweep import run_sweep
+from harness.run.sweep import SweepOptions, run_sweep
 from harness.store import Store
 from tests import ROOT
 from tests.conftest import make_trial
@@ -183,7 +183,7 @@ def test_trial_runs_through_the_configured_interpreter(tmp_path, cache_dir):
             "adapters": {"pytorch": {"python": str(wrapper)}},
         }
     )
-    result = run_sweep(exp, tmp_path / "out", cache_dir=cache_dir)
+    result = run_sweep(exp, tmp_path / "out", SweepOptions(cache_dir=cache_dir))
     [outcome] = result.outcomes
     assert outcome.status == "ok", outcome.reason
     assert marker.read_text().startswith("-m harness.run.worker"), "the worker was not started by the wrapper"
@@ -212,7 +212,7 @@ def test_sweep_stores_comparable_rows_for_all_three_frameworks(tmp_path, cache_d
             "adapters": {"tensorflow": {"memory_mode": "growth"}},
         }
     )
-    result = run_sweep(exp, tmp_path / "out", cache_dir=cache_dir)
+    result = run_sweep(exp, tmp_path / "out", SweepOptions(cache_dir=cache_dir))
     assert [o.status for o in result.outcomes] == ["ok"] * 6, [o.reason for o in result.outcomes]
     with Store.open(tmp_path / "out", create=False) as store:
         rows = store.trials()

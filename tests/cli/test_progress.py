@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import io
-from typing import Any
 
 from harness.cli.progress import Eta, PlainProgress, RichProgress, fmt_duration, make_progress
 from harness.records import TrialOutcome, WorkerMetrics
+from harness.run.protocol import Progress
 from tests.conftest import make_trial
 
 
-def _progress(step: int, t: float, total: int = 100) -> dict[str, Any]:
-    return {"event": "progress", "t": t, "step": step, "steps_total": total, "epoch": 1, "epochs": 2,
-            "step_ms": 10.0, "phase": "train"}
+def _progress(step: int, t: float, total: int = 100) -> Progress:
+    return Progress(t=t, step=step, steps_total=total, epoch=1, epochs=2, step_ms=10.0, phase="train")
 
 
 def test_trial_eta_is_the_remaining_steps_at_the_rate_shown() -> None:

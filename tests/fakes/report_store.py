@@ -25,7 +25,7 @@ from harness.models import build_description
 from harness.monitor.probes import ReplayProbe, synthetic_gpu_stream
 from harness.monitor.sampler import Sampler, monitor_factory_for
 from harness.records import MonitorResult, TrialOutcome, WorkerMetrics
-from harness.run.sweep import run_sweep
+from harness.run.sweep import SweepOptions, run_sweep
 from harness.store import Store
 
 MADE_UP = "MADE-UP test fixture: synthetic_gpu_stream replayed through the sampler, NOT a measurement"
@@ -44,8 +44,8 @@ def make_cpu_store(out: Path, cache_dir: Path) -> Path:
         "threads": 1, "repeats": 2, "device": "cpu", "timeout_s": 120,
     }, source="inline")
     factory, _ = monitor_factory_for(exp)  # the sampler `batchscope run` uses: CPU % and RSS of the worker
-    result = run_sweep(exp, out, cache_dir=cache_dir, command="pytest tests/test_report.py (real CPU sweep)",
-                       monitor_factory=factory)
+    result = run_sweep(exp, out, SweepOptions(cache_dir=cache_dir, monitor_factory=factory,
+                                              command="pytest tests/test_report.py (real CPU sweep)"))
     bad = [(o.status, o.reason) for o in result.outcomes if o.status != "ok"]
     assert not bad, bad
     return out

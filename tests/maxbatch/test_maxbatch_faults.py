@@ -13,6 +13,7 @@ from harness.cli import main
 from harness.cli.maxbatch import print_result
 from harness.maxbatch import prober as prober_module
 from harness.maxbatch.advice import CPU_PEAK_JITTER_MIB, jitter_advice
+from harness.run.sweep import SweepOptions
 from harness.store import Store
 from tests.fakes.memory_executor import BUDGET_MIB
 
@@ -117,7 +118,7 @@ def test_on_a_concurrent_executor_each_framework_searches_on_a_node_and_the_driv
                             "batch_sizes": [8], "device": "cpu", "threads": 1, "warmup_steps": 1, "timed_steps": 2,
                             "synthetic_shape": [1, 8, 8], "synthetic_samples": 64, "max_batch": True,
                             "memory_limit_mib": 385}, source="inline")
-    result = run_experiment(exp, tmp_path, cache_dir=cache_dir, executor=OnNodes())
+    result = run_experiment(exp, tmp_path, SweepOptions(cache_dir=cache_dir, executor=OnNodes()))
     assert handed == [2]  # both searches at once
     assert sorted(r["framework"] for r in result.maxbatch) == ["pytorch", "tensorflow"]
     with Store.open(tmp_path, create=False) as store:

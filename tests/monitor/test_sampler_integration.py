@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.run.sweep import SweepOptions
 
 
 @pytest.mark.slow
@@ -86,7 +87,7 @@ def test_sampler_travels_to_a_ray_node_and_samples_there(cache_dir: Path, tmp_pa
     executor = RayExecutor(init_kwargs={"num_cpus": 2, "configure_logging": False}, monitor_factory=factory,
                            log_dir=tmp_path / "logs")
     try:
-        run_sweep(exp, tmp_path, cache_dir=cache_dir, executor=executor, monitor_factory=factory)
+        run_sweep(exp, tmp_path, SweepOptions(cache_dir=cache_dir, executor=executor, monitor_factory=factory))
     finally:
         executor.shutdown()
     with Store.open(tmp_path) as store:

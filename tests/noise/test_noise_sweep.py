@@ -8,7 +8,7 @@ import pytest
 
 from harness.config.experiment import parse_experiment
 from harness.noise import estimate_from_rows, format_estimate
-from harness.run.sweep import run_sweep
+from harness.run.sweep import SweepOptions, run_sweep
 from harness.store import Store
 
 pytestmark = pytest.mark.slow  # starts a real framework
@@ -22,7 +22,7 @@ def test_a_sweep_with_gradient_noise_stores_rows_and_a_positive_noise_scale(tmp_
         "threads": 1, "eval_points": 2, "gradient_noise": 4, "optimizer": "sgd", "learning_rate": 0.05,
         "device": "cpu",
     }, source="inline")
-    result = run_sweep(exp, tmp_path, cache_dir=cache_dir)
+    result = run_sweep(exp, tmp_path, SweepOptions(cache_dir=cache_dir))
     assert [o.status for o in result.outcomes] == ["ok", "ok"], [o.reason for o in result.outcomes]
     with Store.open(tmp_path) as store:
         trials = {t["batch_size"]: t for t in store.trials()}

@@ -19,7 +19,7 @@ from harness.config.experiment import load_experiment
 from harness.config.trial import OptimizerSpec, TrialSpec
 from harness.errors import ConfigError
 from harness.run import devices, sweep
-from harness.run.sweep import run_sweep
+from harness.run.sweep import SweepOptions, run_sweep
 from harness.store import Store
 from report.thesis import thesis_findings
 
@@ -163,7 +163,7 @@ def test_a_mixed_device_run_is_refused_with_the_fix_and_nothing_written(fakes: N
 def test_an_allowed_mixed_run_groups_by_device_and_never_compares_across(fakes: None, a_gpu: None,
                                                                            tmp_path: Path, cache_dir: Path) -> None:
     exp = load_experiment(_toml(tmp_path / "mixed.toml", ["fakegpu", "fakecpu"], allow_mixed_devices=True))
-    run_sweep(exp, tmp_path / "out", cache_dir=cache_dir)
+    run_sweep(exp, tmp_path / "out", SweepOptions(cache_dir=cache_dir))
     with Store.open(tmp_path / "out", create=False) as store:
         rows = store.trials()
     assert {r["framework"]: r["run_device"] for r in rows} == {"fakegpu": "gpu", "fakecpu": "cpu"}
@@ -176,7 +176,7 @@ def test_an_allowed_mixed_run_groups_by_device_and_never_compares_across(fakes: 
 
 def test_one_device_for_all_is_not_mixed(fakes: None, a_gpu: None, tmp_path: Path, cache_dir: Path) -> None:
     exp = load_experiment(_toml(tmp_path / "cpu.toml", ["fakegpu", "fakecpu"], device="cpu"))
-    run_sweep(exp, tmp_path / "out", cache_dir=cache_dir)
+    run_sweep(exp, tmp_path / "out", SweepOptions(cache_dir=cache_dir))
     with Store.open(tmp_path / "out", create=False) as store:
         rows = store.trials()
     assert {r["run_device"] for r in rows} == {"cpu"}
@@ -187,18 +187,18 @@ def test_one_device_for_all_is_not_mixed(fakes: None, a_gpu: None, tmp_path: Pat
 def test_resume_reruns_errors_and_trials_resolved_to_another_device(fakes: None, tmp_path: Path, cache_dir: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     exp = load_experiment(_toml(tmp_path / "one.toml", ["fakegpu"], batch_sizes=[16, 32]))
-    run_sweep(exp, tmp_path / "out", cache_dir=cache_dir)  # no GPU here: resolved to the CPU
+    run_sweep(exp, tmp_path / "out", SweepOptions(cache_dir=cache_dir))  # no GPU here: resolved to the CPU
     with Store.open(tmp_path / "out", create=False) as store:
         cpu_hashes = {r["trial_hash"] for r in store.trials()}
         store.conn.execute("UPDATE trials SET status = 'error' WHERE batch_size = 16")
         store.conn.execute("UPDATE trials SET status = 'oom' WHERE batch_size = 32")
         store.conn.commit()
-    again = run_sweep(exp, tmp_path / "out", cache_dir=cache_dir, resume=True)
+    again = run_sweep(exp, tmp_path / "out", SweepOptions(cache_dir=cache_dir, resume=True))
     assert [o.trial.batch_size for o in again.outcomes] == [16] and again.already_done == 1  # oom kept
     real = sweep.environment.capture
     monkeypatch.setattr(sweep.environment, "capture", lambda: {**real(), "gpus": [GPU]})  # GPU builds installed
     with pytest.warns(Warning, match="another device"):
-        moved = run_sweep(exp, tmp_path / "out", cache_dir=cache_dir, resume=True)
+        moved = run_sweep(exp, tmp_path / "out", SweepOptions(cache_dir=cache_dir, resume=True))
     assert sorted(o.trial.batch_size for o in moved.outcomes) == [16, 32]
     with Store.open(tmp_path / "out", create=False) as store:
         rows = store.trials()

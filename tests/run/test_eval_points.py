@@ -10,7 +10,7 @@ import pytest
 
 from harness.records import CurvePoint, TrialOutcome, TrialUnit, WorkerMetrics
 from harness.run.executor import LocalExecutor
-from harness.run.protocol import ProgressTicker
+from harness.run.protocol import Message, Phase, ProgressTicker
 from harness.run.worker import steps
 from harness.run.worker.evaluation import eval_steps
 from harness.run.worker.steps import StepPlan, train
@@ -88,7 +88,7 @@ def run_fake(tiny_data, tmp_path, behaviour: str = "ok", **trial: Any) -> tuple[
     spec = make_trial(adapter_options={"behaviour": behaviour}, **{"epochs": 2, "batch_size": 8, **trial})
     unit = TrialUnit(trial=spec, data=tiny_data, order_path=str(tiny_data.write_order(spec.seed, spec.epochs)),
                      adapter_target=TARGET, oom_patterns=FakeAdapter.oom_stderr_patterns)
-    events: list[dict[str, Any]] = []
+    events: list[Message] = []
     return LocalExecutor(log_dir=tmp_path).run(unit, on_event=events.append), events
 
 
@@ -105,7 +105,7 @@ def test_a_trial_evaluates_at_its_points_and_at_the_end(tiny_data, tmp_path):
     last = outcome.curve[-1]
     assert (last.accuracy, last.eval_loss, last.eval_s) == (m.accuracy, m.eval_loss, m.eval_s)
     assert m.eval_total_s >= sum(p.eval_s for p in outcome.curve)
-    phases = [e["phase"] for e in events if e["event"] == "phase"]
+    phases = [e.phase for e in events if isinstance(e, Phase)]
     assert phases.count("eval") == 4 and phases[-1] == "eval"
     assert [p for p, _ in outcome.phases] == phases
 

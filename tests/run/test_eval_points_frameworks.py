@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.config.experiment import parse_experiment
-from harness.run.sweep import run_sweep
+from harness.run.sweep import SweepOptions, run_sweep
 
 pytestmark = pytest.mark.slow  # every test here starts a real framework
 
@@ -28,7 +28,7 @@ def test_evaluation_points_do_not_change_what_the_training_computes(framework: s
             "warmup_steps": 2, "timed_steps": 3, "threads": 1, "device": "cpu", "eval_points": points,
             "eval_batch_size": 16,
         }, source="inline")
-        (outcome,) = run_sweep(exp, tmp_path / str(points), cache_dir=cache_dir).outcomes
+        (outcome,) = run_sweep(exp, tmp_path / str(points), SweepOptions(cache_dir=cache_dir)).outcomes
         assert outcome.status == "ok", outcome.reason
         assert len(outcome.curve) == points + 1
         finals[points] = (outcome.metrics.accuracy, outcome.metrics.eval_loss)

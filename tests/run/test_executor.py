@@ -15,6 +15,7 @@ from harness.run.executor import LocalExecutor, classify
 from harness.run.protocol import (
     PROTOCOL_VERSION,
     Failure,
+    Message,
     Phase,
     Ready,
     Result,
@@ -34,7 +35,7 @@ def run_fake(tiny_data, behaviour: str, timeout_s: float = 60.0, tmp_path=None):
     trial = make_trial(adapter_options={"behaviour": behaviour}, timeout_s=timeout_s)
     unit = TrialUnit(trial=trial, data=tiny_data, order_path=str(tiny_data.write_order(0, 0)),
                      adapter_target=TARGET, oom_patterns=FakeAdapter.oom_stderr_patterns)
-    events: list[dict] = []
+    events: list[Message] = []
     outcome = LocalExecutor(log_dir=tmp_path).run(unit, on_event=events.append)
     return outcome, events
 
@@ -42,9 +43,9 @@ def run_fake(tiny_data, behaviour: str, timeout_s: float = 60.0, tmp_path=None):
 def test_ok_trial_reports_phases_and_metrics(tiny_data, tmp_path):
     outcome, events = run_fake(tiny_data, "ok", tmp_path=tmp_path)
     assert outcome.status == "ok", outcome.reason
-    phases = [e["phase"] for e in events if e["event"] == "phase"]
+    phases = [e.phase for e in events if isinstance(e, Phase)]
     assert phases == ["setup", "warmup", "timed", "eval"]
-    times = [e["t"] for e in events]
+    times = [e.t for e in events]
     assert times == sorted(times)  # monotonic timestamps
     assert len(outcome.step_times_ms) == 4  # 1 warm-up + 3 timed
     assert outcome.metrics.timed_steps_n == 3

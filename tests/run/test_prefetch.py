@@ -14,7 +14,7 @@ import pytest
 from harness import registry
 from harness.config.experiment import parse_experiment
 from harness.errors import ConfigError
-from harness.run.sweep import run_sweep
+from harness.run.sweep import SweepOptions, run_sweep
 from harness.run.worker.prefetch import Prefetcher, with_next
 from harness.run.worker.steps import StepPlan, StepRunner, train
 from harness.store import Store
@@ -196,7 +196,7 @@ def fake_registered(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_what_ran_is_stored_per_trial(fake_registered: None, tmp_path: Path, cache_dir: Path,
                                       prefetch: bool) -> None:
     exp = parse_experiment({**_EXP, "prefetch": prefetch}, source="inline")
-    run_sweep(exp, tmp_path / "out", cache_dir=cache_dir)
+    run_sweep(exp, tmp_path / "out", SweepOptions(cache_dir=cache_dir))
     with Store.open(tmp_path / "out", create=False) as store:
         (row,) = store.trials()
     assert row["status"] == "ok"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.config.experiment import parse_experiment
-from harness.run.sweep import run_sweep
+from harness.run.sweep import SweepOptions, run_sweep
 from harness.store import Store
 
 pytestmark = pytest.mark.slow  # every test here starts a real framework
@@ -29,7 +29,7 @@ def test_the_same_seed_gives_the_same_losses_with_prefetch_on_and_off(framework:
             "eval_batch_size": 16, "augment": "crop_flip", "augment_pad_px": 2, "prefetch": prefetch,
         }, source="inline")
         out = tmp_path / str(prefetch)
-        (outcome,) = run_sweep(exp, out, cache_dir=cache_dir).outcomes
+        (outcome,) = run_sweep(exp, out, SweepOptions(cache_dir=cache_dir)).outcomes
         assert outcome.status == "ok", outcome.reason
         with Store.open(out, create=False) as store:
             (row,) = store.trials()

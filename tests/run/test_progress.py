@@ -9,7 +9,7 @@ import pytest
 
 from harness.records import TrialUnit
 from harness.run.executor import LocalExecutor
-from harness.run.protocol import Message, ProgressTicker, decode, encode
+from harness.run.protocol import Message, Progress, ProgressTicker, decode, encode
 from tests.conftest import make_trial
 from tests.fakes.adapter import FakeAdapter
 
@@ -47,11 +47,11 @@ def test_the_executor_hands_progress_from_a_real_worker_on(tiny_data, tmp_path, 
     trial = make_trial(adapter_options={"behaviour": "ok"})  # 1 warm-up + 3 timed steps
     unit = TrialUnit(trial=trial, data=tiny_data, order_path=str(tiny_data.write_order(0, 0)),
                      adapter_target=TARGET, oom_patterns=FakeAdapter.oom_stderr_patterns)
-    events: list[dict[str, Any]] = []
+    events: list[Message] = []
     outcome = LocalExecutor(log_dir=tmp_path).run(dataclasses.replace(unit, progress_interval_s=interval_s),
                                                   on_event=events.append)
     assert outcome.status == "ok", outcome.reason
-    progress = [e for e in events if e["event"] == "progress"]
-    assert [e["step"] for e in progress] == steps
-    assert all(e["steps_total"] == 4 for e in progress)
+    progress = [e for e in events if isinstance(e, Progress)]
+    assert [e.step for e in progress] == steps
+    assert all(e.steps_total == 4 for e in progress)
     assert len(outcome.step_times_ms) == 4  # the timing is collected the same way either way

@@ -6,7 +6,7 @@ import pytest
 
 from harness.config.experiment import parse_experiment
 from harness.errors import ConfigError
-from harness.run.sweep import run_sweep
+from harness.run.sweep import SweepOptions, run_sweep
 from harness.store import Store
 
 pytestmark = pytest.mark.slow  # every test here starts a real framework
@@ -18,7 +18,7 @@ def test_real_pytorch_sweep_stores_a_row_per_batch_size(tmp_path, cache_dir):
         "synthetic_shape": [1, 12, 12], "synthetic_samples": 96, "batch_sizes": [4, 32], "epochs": 1,
         "warmup_steps": 2, "timed_steps": 4, "threads": 1, "repeats": 2,
     }, source="inline")
-    result = run_sweep(exp, tmp_path, cache_dir=cache_dir)
+    result = run_sweep(exp, tmp_path, SweepOptions(cache_dir=cache_dir))
     assert [o.status for o in result.outcomes] == ["ok"] * 4, [o.reason for o in result.outcomes]
     with Store.open(tmp_path) as store:
         rows = store.trials()
@@ -51,7 +51,7 @@ def test_a_learning_rate_that_blows_the_weights_up_gives_a_diverged_trial(tmp_pa
         "batch_sizes": [32], "epochs": 1, "warmup_steps": 2, "timed_steps": 4, "threads": 1,
         "learning_rate": 1e6, "device": "cpu",
     }, source="inline")
-    result = run_sweep(exp, tmp_path, cache_dir=cache_dir)
+    result = run_sweep(exp, tmp_path, SweepOptions(cache_dir=cache_dir))
     (outcome,) = result.outcomes
     assert outcome.status == "diverged", (outcome.status, outcome.reason)
     assert "at eval point" in outcome.reason and ("eval loss is nan" in outcome.reason
@@ -75,5 +75,5 @@ def test_asking_for_a_gpu_where_there_is_none_is_an_error(tmp_path, cache_dir):
                             "device": "gpu"}, source="inline")
     # refused in the parent, before anything is written (issue 13, item 8), not an error row per trial
     with pytest.raises(ConfigError, match='device = "gpu".*NVML sees no GPU'):
-        run_sweep(exp, tmp_path / "out", cache_dir=cache_dir)
+        run_sweep(exp, tmp_path / "out", SweepOptions(cache_dir=cache_dir))
     assert not (tmp_path / "out").exists()

@@ -17,7 +17,9 @@ from ray import cluster_utils
 
 from harness.config.experiment import parse_experiment
 from harness.run.executor import LocalExecutor
-from harness.run.sweep import run_sweep, unit_for
+from harness.run.listener import SweepListener
+from harness.run.protocol import Phase, Progress
+from harness.run.sweep import SweepOptions, run_sweep, unit_for
 from harness.store import Store
 from tests.conftest import make_trial
 from tests.fakes.registry import register_fake
@@ -67,17 +69,21 @@ def test_a_four_trial_sweep_runs_two_at_a_time_one_per_node(cluster: Any, execut
                                                             cache_dir: Path) -> None:
     register_fake(monkeypatch)
     exp = _experiment("twonodes")
-    events: dict[str, list[dict[str, Any]]] = {}
-    result = run_sweep(exp, tmp_path / "ray", cache_dir=cache_dir, executor=executor,
-                       on_event=lambda trial, msg: events.setdefault(trial.trial_hash, []).append(msg))
+    events: dict[str, list[Any]] = {}
+
+    class Record(SweepListener):
+        def on_trial_message(self, trial: Any, msg: Any) -> None:
+            events.setdefault(trial.trial_hash, []).append(msg)
+
+    result = run_sweep(exp, tmp_path / "ray", SweepOptions(cache_dir=cache_dir, executor=executor), Record())
     assert result.peak_in_flight == 2 and result.not_run == 0
     rows = _rows(tmp_path / "ray")
     # each trial's phases and step progress came back from its node for the live display, to its last step
     assert set(events) == set(rows)
     for msgs in events.values():
-        progress = [m for m in msgs if m["event"] == "progress"]
-        assert progress and progress[-1]["step"] == progress[-1]["steps_total"], msgs
-        assert {m["phase"] for m in msgs if m["event"] == "phase"} >= {"timed"}, msgs
+        progress = [m for m in msgs if isinstance(m, Progress)]  # typed, as the worker sent them, across Ray's queue
+        assert progress and progress[-1].step == progress[-1].steps_total, msgs
+        assert {m.phase for m in msgs if isinstance(m, Phase)} >= {"timed"}, msgs
     cpu_ids = {n.node_id for n in cluster.cpu_nodes}
     assert len(rows) == 4
     for row in rows.values():  # every row names its node; a CPU trial had its node's CPU to itself
@@ -85,7 +91,7 @@ def test_a_four_trial_sweep_runs_two_at_a_time_one_per_node(cluster: Any, execut
         assert (row["concurrent_n"], row["attempt"], row["device_index"]) == (1, 1, None)
     assert {r["node_id"] for r in rows.values()} == cpu_ids  # both nodes were used
     # rows equal a serial run's apart from timings and placement
-    serial = run_sweep(exp, tmp_path / "serial", cache_dir=cache_dir, executor=LocalExecutor())
+    serial = run_sweep(exp, tmp_path / "serial", SweepOptions(cache_dir=cache_dir, executor=LocalExecutor()))
     assert serial.peak_in_flight == 1
     local = _rows(tmp_path / "serial")
     assert {h: tuple(r[c] for c in SAME_COLUMNS) for h, r in rows.items()} == \
@@ -143,9 +149,15 @@ def test_a_node_removed_mid_sweep_loses_its_trial_which_runs_again(cluster: Any,
     written: list[tuple[str, str, int]] = []
     exp = _experiment("lostnode", repeats=3, timed_steps=25)  # 3 chains on 3 nodes; a trial takes ~6 s
     relayed: set[str] = set()  # the live display's messages keep coming through a node's death
-    result = run_sweep(exp, tmp_path, cache_dir=cache_dir, executor=executor,
-                       progress=lambda i, n, o: written.append((o.trial.trial_hash, o.status, o.placement.attempt)),
-                       on_event=lambda trial, msg: relayed.add(trial.trial_hash))
+
+    class Record(SweepListener):
+        def on_trial_complete(self, i: int, n: int, o: Any) -> None:
+            written.append((o.trial.trial_hash, o.status, o.placement.attempt))
+
+        def on_trial_message(self, trial: Any, msg: Any) -> None:
+            relayed.add(trial.trial_hash)
+
+    result = run_sweep(exp, tmp_path, SweepOptions(cache_dir=cache_dir, executor=executor), Record())
     assert removed.is_set(), f"no trial went to the node that was to be removed: {submitted}"
     lost = [w for w in written if w[1] == "lost"]
     assert len(lost) == 1  # its row was written, then replaced by the re-run's

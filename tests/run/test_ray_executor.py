@@ -6,7 +6,7 @@ import pytest
 
 from harness.config.experiment import parse_experiment
 from harness.run.ray_executor import RayExecutor
-from harness.run.sweep import run_sweep
+from harness.run.sweep import SweepOptions, run_sweep
 from harness.store import Store
 from tests.fakes.registry import register_fake
 
@@ -26,7 +26,7 @@ def test_sweep_on_ray_stores_ok_and_failed_trials(tmp_path, monkeypatch, cache_d
                             "model": "tiny_cnn", "dataset": "synthetic", "synthetic_shape": [1, 8, 8],
                             "synthetic_samples": 32, "warmup_steps": 1, "timed_steps": 2, "threads": 1,
                             "adapters": {"fake": {"behaviour": "error"}}}, source="inline")
-    result = run_sweep(exp, tmp_path, cache_dir=cache_dir, executor=ray_executor)
+    result = run_sweep(exp, tmp_path, SweepOptions(cache_dir=cache_dir, executor=ray_executor))
     by = {(o.trial.framework, o.trial.batch_size): o for o in result.outcomes}
     assert by[("pytorch", 2)].status == "ok" and by[("pytorch", 4)].status == "ok"
     assert by[("pytorch", 4)].metrics.step_samples_per_s > 0

@@ -8,7 +8,7 @@ import pytest
 
 from harness.config.experiment import parse_experiment
 from harness.monitor.windows import Aggregator, trial_aggregates
-from harness.run.protocol import PHASES, SetupFacts
+from harness.run.protocol import PHASES, Message, Phase, SetupFacts
 from harness.run.worker.steady import run_steady
 from harness.run.worker.steps import StepRunner
 from tests.conftest import make_trial
@@ -119,15 +119,15 @@ def test_a_worker_on_a_gpu_runs_the_steady_phase_after_the_final_evaluation_off_
     def run(target: str, steady_s: float):  # type: ignore[no-untyped-def]
         spec = make_trial(steady_s=steady_s, timed_steps=3)
         unit = TrialUnit(trial=spec, data=tiny_data, order_path=str(tiny_data.write_order(0, 0)), adapter_target=target)
-        events: list[dict] = []
+        events: list[Message] = []
         return LocalExecutor(log_dir=tmp_path).run(unit, on_event=events.append), events
 
     outcome, events = run("tests.run.test_steady:GpuFake", 0.3)
     assert outcome.status == "ok", outcome.reason
-    assert [e["phase"] for e in events if e["event"] == "phase"] == ["setup", "warmup", "timed", "eval", "steady",
+    assert [e.phase for e in events if isinstance(e, Phase)] == ["setup", "warmup", "timed", "eval", "steady",
                                                                       "finish"]
     assert outcome.phase_steps["steady"] > 0 and len(outcome.step_times_ms) == 4  # steady steps are not timed
     assert outcome.metrics.timed_steps_n == 3
     cpu, events = run("tests.fakes.adapter:FakeAdapter", 0.3)  # the same key on a CPU: no steady phase
     assert cpu.status == "ok" and "steady" not in cpu.phase_steps
-    assert "steady" not in [e.get("phase") for e in events]
+    assert "steady" not in [e.phase for e in events if isinstance(e, Phase)]

@@ -18,7 +18,7 @@ from harness.cli import main
 from harness.config.experiment import load_experiment, parse_experiment
 from harness.data import prepare
 from harness.run.planner import data_request, plan
-from harness.run.sweep import changed_settings, run_sweep
+from harness.run.sweep import SweepOptions, changed_settings, run_sweep
 from harness.store import Store
 from tests import ROOT
 from tests.fakes.adapter import OOM_LARGE_BATCH
@@ -50,7 +50,7 @@ def _by_batch(out: Path) -> dict[int, dict]:
 
 def test_sizes_above_an_oom_are_skipped(fake_registered: None, tmp_path: Path, cache_dir: Path) -> None:
     exp = load_experiment(_fake_toml(tmp_path / "doomed.toml", "oom_large"))
-    result = run_sweep(exp, tmp_path / "out", cache_dir=cache_dir)
+    result = run_sweep(exp, tmp_path / "out", SweepOptions(cache_dir=cache_dir))
     rows = _by_batch(tmp_path / "out")
     assert OOM_LARGE_BATCH == 64
     assert {bs: r["status"] for bs, r in rows.items()} == {16: "ok", 32: "ok", 64: "oom", 128: "skipped",
@@ -77,8 +77,8 @@ def test_no_skip_larger_runs_them_from_the_cli(fake_registered: None, tmp_path: 
 def test_oom_found_before_a_resume_still_dooms_larger_sizes(fake_registered: None, tmp_path: Path,
                                                             cache_dir: Path) -> None:
     exp = load_experiment(_fake_toml(tmp_path / "doomed.toml", "oom_large"))
-    run_sweep(exp.with_overrides(batch_sizes=(16, 64)), tmp_path / "out", cache_dir=cache_dir)
-    run_sweep(exp, tmp_path / "out", cache_dir=cache_dir, resume=True)
+    run_sweep(exp.with_overrides(batch_sizes=(16, 64)), tmp_path / "out", SweepOptions(cache_dir=cache_dir))
+    run_sweep(exp, tmp_path / "out", SweepOptions(cache_dir=cache_dir, resume=True))
     rows = _by_batch(tmp_path / "out")
     assert rows[64]["status"] == "oom" and rows[128]["status"] == rows[256]["status"] == "skipped"
     assert rows[32]["status"] == "ok"
@@ -111,7 +111,7 @@ def test_lr_and_epochs_are_stored_per_trial(fake_registered: None, tmp_path: Pat
     toml = _fake_toml(tmp_path / "e.toml", "ok", epochs=2, lr_policy="linear", lr_base_batch=16,
                       learning_rate=0.01)
     exp = load_experiment(toml).with_overrides(batch_sizes=(16, 32, 64))
-    run_sweep(exp, tmp_path / "out", cache_dir=cache_dir)
+    run_sweep(exp, tmp_path / "out", SweepOptions(cache_dir=cache_dir))
     rows = _by_batch(tmp_path / "out")
     for bs, r in rows.items():
         assert r["status"] == "ok" and r["lr"] == pytest.approx(0.01 * bs / 16)
@@ -196,11 +196,11 @@ def test_a_trial_lost_twice_is_stored_lost_and_resume_completes_it(fake_register
                 return TrialOutcome(trial=unit.trial, status="lost", reason="the Ray node running it died")
             return LocalExecutor().run(unit)
 
-    result = run_sweep(exp, tmp_path / "out", cache_dir=cache_dir, executor=NodeDiesAt16())
+    result = run_sweep(exp, tmp_path / "out", SweepOptions(cache_dir=cache_dir, executor=NodeDiesAt16()))
     assert calls == [16, 16, 32]  # the re-run once, then the rest of the chain
     assert [o.status for o in result.outcomes] == ["lost", "lost", "ok"]
     assert {b: r["status"] for b, r in _by_batch(tmp_path / "out").items()} == {16: "lost", 32: "ok"}
-    again = run_sweep(exp, tmp_path / "out", cache_dir=cache_dir, resume=True)
+    again = run_sweep(exp, tmp_path / "out", SweepOptions(cache_dir=cache_dir, resume=True))
     assert again.already_done == 1 and [o.trial.batch_size for o in again.outcomes] == [16]
     with Store.open(tmp_path / "out", create=False) as store:
         assert sorted((r["batch_size"], r["status"]) for r in store.trials()) == [(16, "ok"), (32, "ok")]

@@ -9,7 +9,7 @@ import pytest
 from harness.config.experiment import parse_experiment
 from harness.errors import StoreError
 from harness.records import MonitorResult, TrialOutcome, WorkerMetrics
-from harness.run.sweep import run_sweep
+from harness.run.sweep import SweepOptions, run_sweep
 from harness.store import SCHEMA_VERSION, TRIAL_COLUMN_NAMES, Store
 from tests.conftest import make_trial
 from tests.fakes.registry import register_fake
@@ -101,13 +101,13 @@ def _fake_experiment(**kw):
 def test_resume_skips_finished_trials_and_runs_the_rest(tmp_path, monkeypatch, cache_dir):
     register_fake(monkeypatch)
     exp = _fake_experiment()
-    first = run_sweep(exp.with_overrides(batch_sizes=(2, 4)), tmp_path, cache_dir=cache_dir)
+    first = run_sweep(exp.with_overrides(batch_sizes=(2, 4)), tmp_path, SweepOptions(cache_dir=cache_dir))
     assert [o.status for o in first.outcomes] == ["ok", "ok"]
     with Store.open(tmp_path) as store:
         before = {r["trial_hash"]: r["finished_at"] for r in store.trials()}
     with pytest.raises(StoreError, match="--resume"):
-        run_sweep(exp, tmp_path, cache_dir=cache_dir)
-    second = run_sweep(exp, tmp_path, resume=True, cache_dir=cache_dir)
+        run_sweep(exp, tmp_path, SweepOptions(cache_dir=cache_dir))
+    second = run_sweep(exp, tmp_path, SweepOptions(resume=True, cache_dir=cache_dir))
     assert second.already_done == 2
     assert [o.trial.batch_size for o in second.outcomes] == [8]
     with Store.open(tmp_path) as store:
@@ -120,11 +120,11 @@ def test_resume_skips_finished_trials_and_runs_the_rest(tmp_path, monkeypatch, c
 def test_a_failing_trial_does_not_stop_the_sweep_and_larger_sizes_are_skipped(tmp_path, monkeypatch, cache_dir):
     register_fake(monkeypatch)
     exp = _fake_experiment(adapters={"fake": {"behaviour": "oom"}}, batch_sizes=[2, 4, 8])
-    result = run_sweep(exp, tmp_path, cache_dir=cache_dir)
+    result = run_sweep(exp, tmp_path, SweepOptions(cache_dir=cache_dir))
     assert [o.status for o in result.outcomes] == ["oom", "skipped", "skipped"]
     assert "larger than batch size 2" in result.outcomes[1].reason
     crash = _fake_experiment(name="crashy", adapters={"fake": {"behaviour": "sigkill"}}, batch_sizes=[2, 4])
-    result = run_sweep(crash, tmp_path / "c", cache_dir=cache_dir)
+    result = run_sweep(crash, tmp_path / "c", SweepOptions(cache_dir=cache_dir))
     assert [o.status for o in result.outcomes] == ["crashed", "crashed"]  # a crash is not an oom: no skipping
 
 
@@ -132,7 +132,7 @@ def test_no_skip_larger_runs_every_size(tmp_path, monkeypatch, cache_dir):
     register_fake(monkeypatch)
     exp = _fake_experiment(adapters={"fake": {"behaviour": "oom"}}, skip_larger_after_oom=False,
                            batch_sizes=[2, 4])
-    result = run_sweep(exp, tmp_path, cache_dir=cache_dir)
+    result = run_sweep(exp, tmp_path, SweepOptions(cache_dir=cache_dir))
     assert [o.status for o in result.outcomes] == ["oom", "oom"]
 
 

@@ -10,7 +10,7 @@ import pytest
 from pypdf import PdfReader
 
 from harness.config.experiment import parse_experiment
-from harness.run.sweep import run_sweep
+from harness.run.sweep import SweepOptions, run_sweep
 from harness.store import Store
 
 
@@ -24,7 +24,7 @@ def test_an_optimizer_study_runs_end_to_end(tmp_path, cache_dir):
                      "adam": {"optimizer": "adam", "learning_rate": 0.001, "accumulate_steps": 2}},
     }, source="inline")
     out = tmp_path / "run"
-    result = run_sweep(exp, out, cache_dir=cache_dir)
+    result = run_sweep(exp, out, SweepOptions(cache_dir=cache_dir))
     assert [(o.trial.variant, o.trial.batch_size, o.status) for o in result.outcomes] == [
         ("sgd", 16, "ok"), ("sgd", 64, "ok"), ("adam", 16, "ok"), ("adam", 64, "ok")]
     with Store.open(out, create=False) as store:
@@ -34,7 +34,7 @@ def test_an_optimizer_study_runs_end_to_end(tmp_path, cache_dir):
     assert by[("adam", 64)]["optimizer_updates_n"] == 1 and by[("sgd", 64)]["optimizer_updates_n"] == 2
     assert {r["augment"] for r in rows} == {"crop"} and {r["optimizer"] for r in rows} == {"sgd", "adam"}
     # resuming plans the same hashes: nothing runs again
-    assert run_sweep(exp, out, cache_dir=cache_dir, resume=True).already_done == 4
+    assert run_sweep(exp, out, SweepOptions(cache_dir=cache_dir, resume=True)).already_done == 4
 
     from harness.cli.compare import cmd_compare
 
