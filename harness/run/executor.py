@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.capture import BoundedOutput
+from harness.config.trial import TrialSpec
 from harness.diskfull import disk_full, is_disk_full, says_disk_full
 from harness.errors import ProtocolMismatchError, WorkerProtocolError
 from harness.models import build_description, is_native_model
-from harness.records import Monitor, NullMonitor, Placement, Status, TrialOutcome, TrialUnit
+from harness.records import Monitor, MonitorResult, NullMonitor, Placement, Status, TrialOutcome, TrialUnit
 from harness.run import gpufaults
 from harness.run.protocol import Message, Phase, WorkerReport, WorkerRequest, decode
 
@@ -125,33 +126,24 @@ class LocalExecutor:
         #: into the log file, unbounded, as before issue 24 (only benchmarks/worker_log_cost.py compares the two)
         self.bounded_log = bounded_log
 
-    def run(self, unit: TrialUnit, on_event: Callable[[dict[str, Any]], None] | None = None) -> TrialOutcome:
+    def _fresh_log(self, trial: TrialSpec) -> Path:
+        """The trial's worker log, created empty (a full disk says so, naming it)."""
+        log_dir = self.log_dir or Path(tempfile.gettempdir())
+        log_path = log_dir / f"worker-{trial.trial_hash}.log"
+        with says_disk_full(log_path, "the worker's log"):
+            log_dir.mkdir(parents=True, exist_ok=True)
+            open(log_path, "wb").close()
+        return log_path
+
+    def run(self, unit: TrialUnit, on_event: Callable[[Message], None] | None = None) -> TrialOutcome:
         """Run one unit to completion (or timeout) and classify it. Never raises for a trial's failure.
 
         Long on purpose: spawn, watch and clean-up share one try/finally that must see every handle (process,
         pipe, reader thread, monitor), so that no path leaves a worker or a thread behind.
         """
         trial = unit.trial
-        request = WorkerRequest(
-            trial=trial, data=unit.data, order_path=unit.order_path, adapter_target=unit.adapter_target,
-            os_memory_limit_mib=unit.os_memory_limit_mib, progress_interval_s=unit.progress_interval_s,
-            # resolved here, in the parent: a user's model function is never imported by a worker
-            model=None if is_native_model(trial.model) else
-            build_description(trial.model, unit.data.input_shape, unit.data.classes).to_spec())
-        env = dict(os.environ)
-        # the parent's current directory last: a native model's factory module is found there, as in the parent
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", ""), os.getcwd())
-                                            if p)
-        env.update({"PYTHONUNBUFFERED": "1", "BATCHSCOPE_WORKER": "1", "TF_CPP_MIN_LOG_LEVEL": "1",
-                    "BATCHSCOPE_PARENT_PID": str(os.getpid()),  # the worker exits when we are gone
-                    # CUDA numbers GPUs as the sampler maps them to NVML's (harness.monitor.nvml.cuda_index_handle)
-                    "CUDA_DEVICE_ORDER": WORKER_CUDA_DEVICE_ORDER})
-        env.update(unit.env)
-        log_dir = self.log_dir or Path(tempfile.gettempdir())
-        log_path = log_dir / f"worker-{trial.trial_hash}.log"
-        with says_disk_full(log_path, "the worker's log"):
-            log_dir.mkdir(parents=True, exist_ok=True)
-            open(log_path, "wb").close()
+        request, env = _worker_request(unit), _worker_env(unit)
+        log_path = self._fresh_log(trial)
         read_fd, write_fd = os.pipe()
         started_at, t_start = _now(), time.monotonic()
         monitor = self.monitor_factory(unit)
@@ -191,38 +183,7 @@ class LocalExecutor:
                 except BrokenPipeError:
                     pass  # the worker died at once; its exit code tells why
                 monitor.start(proc.pid)
-                deadline = t_start + trial.timeout_s
-                last_t = t_start  # the worker's clock (time.monotonic, shared on Linux) of its latest message
-                while True:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0 and proc.poll() is None:
-                        timed_out = True
-                        break
-                    try:  # past the deadline with the worker gone (we were stopped): read what it left, then judge
-                        msg = messages.get(timeout=min(remaining, 1.0) if remaining > 0 else 5.0)
-                    except queue.Empty:
-                        if remaining <= 0:
-                            timed_out = True
-                            break
-                        continue
-                    if msg is None:  # end of file (the worker closed its pipe or died), or unreadable
-                        break
-                    last_t = max(last_t, msg.t)
-                    report.feed(msg)
-                    if isinstance(msg, Phase):
-                        monitor.phase(msg.phase, msg.t)
-                    if on_event is not None:
-                        on_event(msg.to_dict())
-                # a worker that ended while we were stopped is judged by its own clock, not by when we woke
-                timed_out = timed_out or (time.monotonic() > deadline and last_t > deadline)
-                if timed_out or report.mismatch is not None:  # a worker we cannot read is not left running
-                    _kill_group(proc)
-                try:
-                    proc.wait(timeout=max(5.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    timed_out = True
-                    _kill_group(proc)
-                    proc.wait()
+                timed_out = _watch(proc, messages, report, monitor, t_start + trial.timeout_s, t_start, on_event)
             except BaseException:
                 _kill_group(proc)  # Ctrl-C or an internal error: never leave a worker behind
                 proc.wait()
@@ -238,30 +199,101 @@ class LocalExecutor:
         if output is not None and is_disk_full(output.sink_error):  # issue 32: the trial is not stored, --resume
             log_path.unlink(missing_ok=True)  # runs it again; half a log is not left to read as the whole
             raise disk_full(log_path, "the worker's log (this trial is not stored)") from output.sink_error
-        stderr_tail = _tail(log_path)
-        status, reason = classify(report, proc.returncode, timed_out, trial.timeout_s, stderr_tail,
-                                  unit.oom_patterns)
-        if report.bad_lines:
-            reason = (reason + f"; {len(report.bad_lines)} unreadable protocol line(s)").lstrip("; ")
-        status, reason = gpufaults.judge(status, reason, measured.samples)
-        result, ready = report.result, report.ready
-        outcome = TrialOutcome(
-            trial=trial, status=status, reason=reason, metrics=result.metrics if result else None,
-            step_times_ms=list(result.step_times_ms) if result else [],
-            phase_steps=dict(result.phase_steps) if result else {}, curve=list(result.curve) if result else [],
-            gradient_noise=list(result.gradient_noise) if result else [],
-            versions=dict(report.hello.versions) if report.hello else {},
-            device=ready.device.to_dict() if ready else {}, param_count=ready.param_count if ready else None,
-            phases=list(report.phases), exit_code=proc.returncode, stderr_tail=stderr_tail if status != "ok" else "",
-            traceback=report.failure.traceback if report.failure else "", elapsed_s=time.monotonic() - t_start,
-            started_at=started_at, finished_at=_now(), monitor=measured,
-            placement=Placement(host=socket.gethostname(), concurrent_n=1, attempt=1,
-                                device_index=gpu_index(ready.device.to_dict() if ready else {},
-                                                       env.get("CUDA_VISIBLE_DEVICES"))),
-        )
-        if status == "ok":
-            log_path.unlink(missing_ok=True)
-        return outcome
+        return _outcome(unit, report, proc.returncode, timed_out, measured, log_path, (started_at, t_start), env)
+
+
+def _worker_request(unit: TrialUnit) -> WorkerRequest:
+    """What the worker is sent on its stdin: the trial, its data, and the model resolved here, in the parent (a
+    user's model function is never imported by a worker)."""
+    trial = unit.trial
+    return WorkerRequest(
+        trial=trial, data=unit.data, order_path=unit.order_path, adapter_target=unit.adapter_target,
+        os_memory_limit_mib=unit.os_memory_limit_mib, progress_interval_s=unit.progress_interval_s,
+        model=None if is_native_model(trial.model) else
+        build_description(trial.model, unit.data.input_shape, unit.data.classes).to_spec())
+
+
+def _worker_env(unit: TrialUnit) -> dict[str, str]:
+    """The worker's environment: ours, the harness's own settings, then the unit's (an adapter's, a search's)."""
+    env = dict(os.environ)
+    # the parent's current directory last: a native model's factory module is found there, as in the parent
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", ""), os.getcwd())
+                                        if p)
+    env.update({"PYTHONUNBUFFERED": "1", "BATCHSCOPE_WORKER": "1", "TF_CPP_MIN_LOG_LEVEL": "1",
+                "BATCHSCOPE_PARENT_PID": str(os.getpid()),  # the worker exits when we are gone
+                # CUDA numbers GPUs as the sampler maps them to NVML's (harness.monitor.nvml.cuda_index_handle)
+                "CUDA_DEVICE_ORDER": WORKER_CUDA_DEVICE_ORDER})
+    env.update(unit.env)
+    return env
+
+
+def _watch(proc: subprocess.Popen[bytes], messages: queue.Queue[Message | None], report: WorkerReport,
+           monitor: Monitor, deadline: float, t_start: float, on_event: Callable[[Message], None] | None) -> bool:
+    """Read the worker's messages until it ends or its deadline passes, then wait for its exit; True when it timed
+    out (it is then killed). The caller's try/finally kills it on anything else."""
+    timed_out = False
+    last_t = t_start  # the worker's clock (time.monotonic, shared on Linux) of its latest message
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 and proc.poll() is None:
+            timed_out = True
+            break
+        try:  # past the deadline with the worker gone (we were stopped): read what it left, then judge
+            msg = messages.get(timeout=min(remaining, 1.0) if remaining > 0 else 5.0)
+        except queue.Empty:
+            if remaining <= 0:
+                timed_out = True
+                break
+            continue
+        if msg is None:  # end of file (the worker closed its pipe or died), or unreadable
+            break
+        last_t = max(last_t, msg.t)
+        report.feed(msg)
+        if isinstance(msg, Phase):
+            monitor.phase(msg.phase, msg.t)
+        if on_event is not None:
+            on_event(msg)
+    # a worker that ended while we were stopped is judged by its own clock, not by when we woke
+    timed_out = timed_out or (time.monotonic() > deadline and last_t > deadline)
+    if timed_out or report.mismatch is not None:  # a worker we cannot read is not left running
+        _kill_group(proc)
+    try:
+        proc.wait(timeout=max(5.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc)
+        proc.wait()
+    return timed_out
+
+
+def _outcome(unit: TrialUnit, report: WorkerReport, exit_code: int | None, timed_out: bool, measured: MonitorResult,
+             log_path: Path, started: tuple[str, float], env: Mapping[str, str]) -> TrialOutcome:
+    """The trial's outcome from what its worker said, how it ended and what the sampler saw; the log of a trial
+    that went well is removed (a failed one's stays, named in the reason)."""
+    trial, (started_at, t_start) = unit.trial, started
+    stderr_tail = _tail(log_path)
+    status, reason = classify(report, exit_code, timed_out, trial.timeout_s, stderr_tail, unit.oom_patterns)
+    if report.bad_lines:
+        reason = (reason + f"; {len(report.bad_lines)} unreadable protocol line(s)").lstrip("; ")
+    status, reason = gpufaults.judge(status, reason, measured.samples)
+    result, ready = report.result, report.ready
+    outcome = TrialOutcome(
+        trial=trial, status=status, reason=reason, metrics=result.metrics if result else None,
+        step_times_ms=list(result.step_times_ms) if result else [],
+        phase_steps=dict(result.phase_steps) if result else {}, curve=list(result.curve) if result else [],
+        gradient_noise=list(result.gradient_noise) if result else [],
+        versions=dict(report.hello.versions) if report.hello else {},
+        device=ready.device.to_dict() if ready else {}, param_count=ready.param_count if ready else None,
+        phases=list(report.phases), exit_code=exit_code, stderr_tail=stderr_tail if status != "ok" else "",
+        traceback=report.failure.traceback if report.failure else "", elapsed_s=time.monotonic() - t_start,
+        started_at=started_at, finished_at=_now(), monitor=measured,
+        placement=Placement(host=socket.gethostname(), concurrent_n=1, attempt=1,
+                            device_index=gpu_index(ready.device.to_dict() if ready else {},
+                                                   env.get("CUDA_VISIBLE_DEVICES"))),
+    )
+    if status == "ok":
+        log_path.unlink(missing_ok=True)
+    return outcome
 
 
 def _not_started(unit: TrialUnit, error: OSError, started_at: str, t_start: float) -> TrialOutcome:
