@@ -19,14 +19,11 @@ reads only this file.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import json
 import os
 import sqlite3
 import tempfile
-import types
-import typing
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,153 +31,65 @@ from typing import Any
 
 from harness.diskfull import KEPT_RESUME, disk_full, is_disk_full
 from harness.errors import BatchscopeError, OutputError, StoreError
-from harness.flops import mfu
 from harness.monitor.fields import SAMPLE_COLUMNS
-from harness.monitor.fields import TRIAL_COLUMNS as SAMPLER_TRIAL_COLUMNS
-from harness.noise import NoiseRecord
-from harness.records import UNFINISHED_STATUSES, CurvePoint, Placement, TrialOutcome, WorkerMetrics
-
-STORE_NAME = "results.sqlite"
-#: how long an open waits for another process's transaction (a sweep commits one trial at a time, in milliseconds)
-BUSY_TIMEOUT_S = 30.0
-#: 2: whole-training throughput (step_samples_per_s, e2e_samples_per_s replace samples_per_s and
-#: train_samples_per_s, whose meaning changed), drift, denormals, FLOPs; peak GPU memory columns say peak
-SCHEMA_VERSION = 2
-
-def sql_type(hint: Any) -> str:
-    """The SQLite column type of a record field's type: ``X | None`` is a nullable X; bool is INTEGER (0/1)."""
-    args = [hint]
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-    if len(args) == 1 and typing.get_origin(args[0]) is typing.Literal:
-        args = list({type(v) for v in typing.get_args(args[0])})
-    if len(args) == 1 and args[0] in _SQL_TYPES:
-        return _SQL_TYPES[args[0]]
-    raise TypeError(f"no SQLite column type for a field of type {hint!r}; give the field a plain int, float, bool "
-                    "or str type (or X | None)")
-
-
-_SQL_TYPES: dict[Any, str] = {bool: "INTEGER", int: "INTEGER", float: "REAL", str: "TEXT"}
-
-
-def record_columns(cls: type) -> tuple[tuple[str, str], ...]:
-    """(name, SQL type) of each field of the dataclass ``cls``, in field order."""
-    hints = typing.get_type_hints(cls)
-    return tuple((f.name, sql_type(hints[f.name])) for f in dataclasses.fields(cls))
-
-
-#: what the worker measured: one trials column per :class:`~harness.records.WorkerMetrics` field, named and typed
-#: by the field (a new field is a new column, added to older stores on open). Throughput over every post-warm-up
-#: step (harness/run/timing.py): step = batch / median step time (forward, backward, update); e2e = samples / wall
-#: time of those steps, batch preparation included. NULL where the worker sent no result.
-METRIC_COLUMNS: tuple[tuple[str, str], ...] = record_columns(WorkerMetrics)
-
-#: where a trial ran (issue 23): one trials column per :class:`~harness.records.Placement` field (host, node_id,
-#: device_index, concurrent_n, attempt); NULL in rows stored before
-PLACEMENT_COLUMNS: tuple[tuple[str, str], ...] = record_columns(Placement)
-
-#: trials columns: (name, SQL type). Units are in the names; *_json columns hold JSON text. The trial's identity
-#: and settings (from its TrialSpec) and how it ended come first, then the worker's measurements, then the
-#: sampler's; a store made before a column existed gains it, empty, when opened.
-TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("trial_hash", "TEXT PRIMARY KEY"), ("run_id", "INTEGER"), ("experiment", "TEXT"), ("purpose", "TEXT"),
-    ("framework", "TEXT"), ("model", "TEXT"), ("dataset", "TEXT"), ("batch_size", "INTEGER"),
-    ("repeat", "INTEGER"), ("seed", "INTEGER"), ("status", "TEXT"), ("reason", "TEXT"),
-    ("denormals", "TEXT"),  # asked for; what the CPU did is the worker's cpu_denormals (flush | keep | unknown)
-    ("mfu_pct", "REAL"), ("rss_peak_mib", "REAL"),  # the higher of the worker's maxrss and the sampler's peak
-    ("epochs", "INTEGER"), ("lr", "REAL"), ("optimizer", "TEXT"), ("elapsed_s", "REAL"),
-    ("param_count", "INTEGER"), ("device", "TEXT"), ("precision", "TEXT"),
-    # issue 29: the math mode asked for (ieee | tf32 | framework-default; what ran is the worker's math_mode_seen), and
-    # the dense peak mfu_pct divides by, or why no MFU is published (harness.flops.mfu). NULL in rows stored before.
-    ("math_mode", "TEXT"), ("mfu_peak_tflops", "REAL"), ("mfu_note", "TEXT"),
-    *METRIC_COLUMNS,
-    # sampler aggregates, from the field table (harness/monitor/fields.py): means over the timed phase, except
-    # where the name says peak; NULL where not measured
-    *(c for c in SAMPLER_TRIAL_COLUMNS if c[0] != "rss_peak_mib"), ("j_per_sample", "REAL"),
-    ("steady_j_per_sample", "REAL"),  # the steady phase's energy per sample, after the final evaluation (issue 29)
-    ("sample_interval_ms", "REAL"), ("samples_n", "INTEGER"),
-    ("timed_samples_n", "INTEGER"),
-    ("exit_code", "INTEGER"), ("stderr_tail", "TEXT"), ("traceback", "TEXT"),
-    ("versions_json", "TEXT"), ("env_json", "TEXT"), ("device_json", "TEXT"), ("spec_json", "TEXT"),
-    ("monitor_json", "TEXT"), ("started_at", "TEXT"), ("finished_at", "TEXT"),
-    # study settings (issue 14): variant is "" without variants
-    ("variant", "TEXT"), ("augment", "TEXT"), ("accumulate_steps", "INTEGER"), ("effective_batch_size", "INTEGER"),
-    # issue 23: where it ran
-    *PLACEMENT_COLUMNS,
-    # issue 29: the device the trial was told to use (cpu | gpu: device = "auto" resolved per framework in the
-    # parent; auto: unresolved, the framework picked); ``device`` above is the framework's own name for it
-    ("run_device", "TEXT"),
+from harness.records import UNFINISHED_STATUSES, TrialOutcome
+from harness.store.schema import (
+    _SCHEMA as _SCHEMA,
 )
-TRIAL_COLUMN_NAMES = tuple(name for name, _ in TRIAL_COLUMNS)
-#: statuses ``--resume`` runs again besides the unfinished ones (see :meth:`Store.finished_hashes`)
-RERUN_ON_RESUME: tuple[str, ...] = ("error",)
-
-
-#: maxbatch columns: one row per max-batch search (``batchscope maxbatch`` or ``max_batch = true`` in a sweep).
-#: The report codes against these names; add columns, never rename.
-MAXBATCH_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("result_id", "INTEGER PRIMARY KEY AUTOINCREMENT"), ("run_id", "INTEGER"), ("experiment", "TEXT"),
-    ("framework", "TEXT"), ("model", "TEXT"), ("dataset", "TEXT"), ("device", "TEXT"), ("precision", "TEXT"),
-    ("strategy", "TEXT"), ("budget_mib", "REAL"), ("budget_kind", "TEXT"), ("margin_mib", "REAL"),
-    ("max_batch", "INTEGER"), ("first_fail_batch", "INTEGER"), ("first_fail_status", "TEXT"),
-    ("first_fail_reason", "TEXT"), ("recommended_batch", "INTEGER"), ("recommended_pow2", "INTEGER"),
-    ("recommended_mult8", "INTEGER"), ("probes_n", "INTEGER"), ("wall_s", "REAL"), ("formula_batch", "INTEGER"),
-    ("formula_error_pct", "REAL"), ("param_count", "INTEGER"), ("per_sample_activation_mib", "REAL"),
-    ("fit_a_mib", "REAL"), ("fit_b_mib_per_sample", "REAL"), ("probes_json", "TEXT"), ("env_json", "TEXT"),
-    ("finished_at", "TEXT"),
-    # added beyond the agreed set: the formula with the analytic activation size, and search facts
-    ("formula_analytic_batch", "INTEGER"), ("formula_analytic_error_pct", "REAL"),
-    ("analytic_activation_mib_per_sample", "REAL"), ("model_state_mib", "REAL"), ("capped", "INTEGER"),
-    ("versions_json", "TEXT"),
-    # issue 18: what the answer needs to hold in the user's own training, and the check that it does
-    ("confirm_steps", "INTEGER"), ("margin_jitter_mib", "REAL"), ("margin_growth_mib", "REAL"),
-    ("margin_total_mib", "REAL"), ("train_env_json", "TEXT"), ("verify_steps", "INTEGER"),
-    ("verify_status", "TEXT"), ("verify_reason", "TEXT"), ("verify_peak_mib", "REAL"),
-    # issue 14, item 5 ("what helps"): the setting a search ran with ("plain": fp32, no accumulation, the adapter's
-    # defaults), max_batch being then the micro-batch and effective_batch = max_batch x accumulate_steps; the peak
-    # and step throughput measured at the answer. NULL in rows stored before.
-    ("setting", "TEXT"), ("accumulate_steps", "INTEGER"), ("effective_batch", "INTEGER"),
-    ("adapter_options_json", "TEXT"), ("answer_peak_mib", "REAL"), ("answer_samples_per_s", "REAL"),
-    # issue 22: the probes run under glibc's default malloc; the part of margin_total_mib left for its heap
-    # variation (harness.maxbatch.advice.CPU_HEAP_ALLOWANCE). NULL in rows stored before.
-    ("margin_heap_mib", "REAL"),
-    # issue 22: the runs that settled the recommendation under glibc's default malloc ([{batch, run, status}], the
-    # last candidate's last) and their length in timed steps (harness.maxbatch.prober.settle_heap)
-    ("heap_settle_json", "TEXT"), ("heap_settle_steps", "INTEGER"),
-    # issue 29: the math mode the probes ran under (ieee | tf32 | framework-default); NULL in rows stored before
-    ("math_mode", "TEXT"),
-    # issue 31: the search's resolution ("exact", "1%", "8,1%": harness.maxbatch.search.Resolution.label): the answer
-    # is within it of the boundary. NULL in rows stored before (exact). The most a probe's worker held on the GPU
-    # outside its framework's allocator (the CUDA context; trials.cuda_context_mib), NULL where none measured it.
-    ("resolution", "TEXT"), ("cuda_context_mib", "REAL"),
+from harness.store.schema import (
+    _SQL_TYPES as _SQL_TYPES,
 )
-MAXBATCH_COLUMN_NAMES = tuple(name for name, _ in MAXBATCH_COLUMNS)
-
-#: curve columns: one row per evaluation of a trial on the held-out split, in training order (the last point is
-#: the end of the training and equals the trial row's accuracy and eval_loss), from the CurvePoint record
-CURVE_COLUMNS: tuple[tuple[str, str], ...] = (("trial_hash", "TEXT NOT NULL"), *record_columns(CurvePoint))
-CURVE_COLUMN_NAMES = tuple(name for name, _ in CURVE_COLUMNS)
-#: gradient-noise columns: one row per evaluation point that measured it (mean squared gradient norms at two batch
-#: sizes, how many, and the seconds it took), from the NoiseRecord record; harness.noise.estimate_from_rows reads them
-NOISE_COLUMNS: tuple[tuple[str, str], ...] = (("trial_hash", "TEXT NOT NULL"), *record_columns(NoiseRecord))
-NOISE_COLUMN_NAMES = tuple(name for name, _ in NOISE_COLUMNS)
-
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
-CREATE TABLE IF NOT EXISTS runs (
-    run_id INTEGER PRIMARY KEY AUTOINCREMENT, experiment TEXT, spec_json TEXT, command TEXT,
-    env_json TEXT, started_at TEXT);
-CREATE TABLE IF NOT EXISTS trials ({", ".join(f"{n} {t}" for n, t in TRIAL_COLUMNS)});
-CREATE TABLE IF NOT EXISTS step_times (
-    trial_hash TEXT NOT NULL, step INTEGER NOT NULL, phase TEXT, time_ms REAL,
-    PRIMARY KEY (trial_hash, step));
-CREATE TABLE IF NOT EXISTS samples ({", ".join(f"{n} {t}" for n, t in SAMPLE_COLUMNS)});
-CREATE INDEX IF NOT EXISTS samples_by_trial ON samples (trial_hash);
-CREATE TABLE IF NOT EXISTS maxbatch ({", ".join(f"{n} {t}" for n, t in MAXBATCH_COLUMNS)});
-CREATE TABLE IF NOT EXISTS curve ({", ".join(f"{n} {t}" for n, t in CURVE_COLUMNS)}, PRIMARY KEY (trial_hash, point));
-CREATE TABLE IF NOT EXISTS gradient_noise ({", ".join(f"{n} {t}" for n, t in NOISE_COLUMNS)},
-    PRIMARY KEY (trial_hash, point));
-"""
+from harness.store.schema import (
+    BUSY_TIMEOUT_S as BUSY_TIMEOUT_S,
+)
+from harness.store.schema import (
+    CURVE_COLUMN_NAMES as CURVE_COLUMN_NAMES,
+)
+from harness.store.schema import (
+    CURVE_COLUMNS as CURVE_COLUMNS,
+)
+from harness.store.schema import (
+    MAXBATCH_COLUMN_NAMES as MAXBATCH_COLUMN_NAMES,
+)
+from harness.store.schema import (
+    MAXBATCH_COLUMNS as MAXBATCH_COLUMNS,
+)
+from harness.store.schema import (
+    METRIC_COLUMNS as METRIC_COLUMNS,
+)
+from harness.store.schema import (
+    NOISE_COLUMN_NAMES as NOISE_COLUMN_NAMES,
+)
+from harness.store.schema import (
+    NOISE_COLUMNS as NOISE_COLUMNS,
+)
+from harness.store.schema import (
+    PLACEMENT_COLUMNS as PLACEMENT_COLUMNS,
+)
+from harness.store.schema import (
+    RERUN_ON_RESUME as RERUN_ON_RESUME,
+)
+from harness.store.schema import (
+    SCHEMA_VERSION as SCHEMA_VERSION,
+)
+from harness.store.schema import (
+    STORE_NAME as STORE_NAME,
+)
+from harness.store.schema import (
+    TRIAL_COLUMN_NAMES as TRIAL_COLUMN_NAMES,
+)
+from harness.store.schema import (
+    TRIAL_COLUMNS as TRIAL_COLUMNS,
+)
+from harness.store.schema import (  # the schema's home; its names are read from here too
+    outcome_row as outcome_row,
+)
+from harness.store.schema import (
+    record_columns as record_columns,
+)
+from harness.store.schema import (
+    sql_type as sql_type,
+)
 
 
 def _now() -> str:
@@ -552,55 +461,3 @@ class Store:
         """A transaction for callers that add tables of their own (e.g. max-batch results)."""
         with self.conn:
             yield self.conn
-
-
-def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> dict[str, Any]:
-    """The trials row for one outcome (metrics the worker or the monitor gave, or NULL)."""
-    t = outcome.trial
-    m = outcome.metrics.to_dict() if outcome.metrics is not None else {}
-    mon = outcome.monitor.aggregates
-    rss = [v for v in (m.get("maxrss_mib"), mon.get("rss_peak_mib")) if v is not None]
-    row: dict[str, Any] = {
-        "trial_hash": t.trial_hash, "run_id": run_id, "experiment": t.experiment, "purpose": t.purpose,
-        "framework": t.framework, "model": t.model, "dataset": t.dataset, "batch_size": t.batch_size,
-        "repeat": t.repeat, "seed": t.seed, "status": outcome.status, "reason": outcome.reason,
-        "epochs": t.epochs, "lr": t.optimizer.lr, "optimizer": t.optimizer.name,
-        "elapsed_s": outcome.elapsed_s, "param_count": outcome.param_count,
-        "device": outcome.device.get("device"), "run_device": t.run_device, "precision": t.precision,
-        "denormals": t.denormals, "math_mode": t.math_mode, **_mfu_columns(outcome, m),
-        "rss_peak_mib": max(rss) if rss else None,
-        "variant": t.variant, "augment": t.augment, "accumulate_steps": t.accumulate_steps,
-        "effective_batch_size": t.effective_batch_size,
-        # a timed step is one optimizer update of effective_batch_size samples
-        "j_per_sample": _j_per_sample(mon.get("energy_j"), t.effective_batch_size, outcome.phase_steps.get("timed")),
-        "steady_j_per_sample": _j_per_sample(mon.get("steady_energy_j"), t.effective_batch_size,
-                                             outcome.phase_steps.get("steady")),
-        "exit_code": outcome.exit_code, "stderr_tail": outcome.stderr_tail, "traceback": outcome.traceback,
-        "versions_json": json.dumps(outcome.versions), "env_json": json.dumps(dict(env), default=str),
-        "device_json": json.dumps(outcome.device, default=str), "spec_json": json.dumps(t.to_dict(), default=str),
-        "monitor_json": json.dumps(outcome.monitor.summary(), default=str),
-        "started_at": outcome.started_at, "finished_at": outcome.finished_at,
-    }
-    row.update(outcome.placement.to_dict())
-    for name in TRIAL_COLUMN_NAMES:  # the worker's measurements (METRIC_COLUMNS), then the sampler's
-        if name not in row:
-            row[name] = m.get(name, mon.get(name))
-    return row
-
-
-def _mfu_columns(outcome: TrialOutcome, metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """``mfu_pct`` against the peak of the arithmetic that ran (the math mode read back, the precision), with the
-    peak and a note; all NULL off the GPU and where the trial has no measurements."""
-    gpu_name = outcome.device.get("gpu_name")
-    if not gpu_name or metrics.get("achieved_gflop_per_s") is None:
-        return {"mfu_pct": None, "mfu_peak_tflops": None, "mfu_note": None}
-    got = mfu(metrics.get("achieved_gflop_per_s"), gpu_name, outcome.trial.precision, metrics.get("math_mode_seen"))
-    return {"mfu_pct": got.pct, "mfu_peak_tflops": got.peak_tflops, "mfu_note": got.note}
-
-
-def _j_per_sample(energy_j: float | None, batch_size: int, timed_steps_n: int | None) -> float | None:
-    """The timed phase's device energy per training sample (the sampler measures the energy, the worker
-    counts the steps, so the two meet here)."""
-    if energy_j is None or not timed_steps_n:
-        return None
-    return float(energy_j) / (batch_size * timed_steps_n)
