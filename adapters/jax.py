@@ -25,7 +25,6 @@ from __future__ import annotations
 import importlib.metadata as md
 import os
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -44,6 +43,7 @@ from adapters.base import (
     WeightFeed,
     is_generic_oom,
 )
+from adapters.jax_parts import LayerFn, chain, limit_threads
 from harness.errors import ConfigError
 from harness.models import (
     BatchNorm,
@@ -63,40 +63,6 @@ MEMORY_MODES = ("growth", "preallocate")
 # RESOURCE_EXHAUSTED, as one would guess); GPU (BFC allocator): "RESOURCE_EXHAUSTED: Out of memory
 # while trying to allocate N bytes".
 OOM_TEXTS = ("Out of memory allocating", "Out of memory while trying to allocate", "RESOURCE_EXHAUSTED")
-
-#: A layer function: (its parameters, its state, input, training?) -> (output, new state).
-LayerFn = Callable[[list[Any], list[Any], Any, bool], tuple[Any, list[Any]]]
-
-
-def _chain(layers: list[tuple[LayerFn, int, int]]) -> tuple[LayerFn, int, int]:
-    """Layers applied in order as one layer function: each takes its slice of the parameters and state."""
-    n_params, n_state = sum(n for _, n, _ in layers), sum(n for _, _, n in layers)
-
-    def chained(params: list[Any], state: list[Any], x: Any, train: bool) -> tuple[Any, list[Any]]:
-        new_state: list[Any] = []
-        pi = si = 0
-        for fn, np_, ns in layers:
-            x, s = fn(params[pi : pi + np_], state[si : si + ns], x, train)
-            new_state += s
-            pi, si = pi + np_, si + ns
-        return x, new_state  # no layers: the input itself (a residual block's identity shortcut)
-
-    return chained, n_params, n_state
-
-
-def _limit_threads(threads: int) -> list[int]:
-    """Make XLA's CPU thread pools ``threads`` wide; returns the CPUs this process may run on.
-
-    XLA sizes its Eigen and task pools from the CPUs the process may be scheduled on (sched_getaffinity),
-    and has no flag for "N threads" besides 1. Restricting the affinity is the knob that always works.
-    """
-    allowed = sorted(os.sched_getaffinity(0))
-    chosen = allowed[:threads]
-    os.sched_setaffinity(0, chosen)
-    if threads == 1:
-        flags = os.environ.get("XLA_FLAGS", "")
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-    return chosen
 
 
 class JAXAdapter(Adapter):
@@ -162,7 +128,7 @@ class JAXAdapter(Adapter):
             raise ConfigError(f"jax: memory_mode = {mode!r} is not one of {', '.join(MEMORY_MODES)}")
         info: dict[str, Any] = {}
         if runtime.threads:
-            info["cpus"] = _limit_threads(runtime.threads)
+            info["cpus"] = limit_threads(runtime.threads)
         # Before the backend starts: XLA reads these once. growth = allocate on demand (TensorFlow's
         # "growth"); preallocate = a pool taken at start; a memory limit preallocates exactly it.
         os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "true" if mode == "preallocate" else "false"
@@ -351,7 +317,7 @@ class JAXAdapter(Adapter):
         for path in (layer.body, layer.shortcut):  # weights: the body's, then the shortcut's
             self._layers = []
             self.build_layers(path, site.in_shape, weights)
-            paths.append(_chain(self._layers))
+            paths.append(chain(self._layers))
         self._layers = outer
         (body, nb, sb), (shortcut, ns, ss) = paths
 
@@ -379,7 +345,7 @@ class JAXAdapter(Adapter):
         self.state = [put(s) for s in self._state0]
         init, update = optimizer
         self.opt_state = init(self.params)
-        forward, _, _ = _chain(list(self._layers))
+        forward, _, _ = chain(list(self._layers))
 
         def loss_fn(params: list[Any], state: list[Any], x: Any, y: Any) -> tuple[Any, list[Any]]:
             logits, new_state = forward(params, state, x, True)

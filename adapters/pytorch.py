@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Mapping
-from functools import cache
 from typing import Any
 
 import numpy as np
@@ -30,6 +29,7 @@ from adapters.base import (
     check_fits,
     is_generic_oom,
 )
+from adapters.torch_parts import ALLOC_CONF_VARS, ALLOCATOR_SETTINGS, MIN_SPLIT_MB, alloc_conf, residual_module
 from harness.errors import ConfigError
 from harness.models import (
     BatchNorm,
@@ -44,41 +44,6 @@ from harness.models import (
 )
 
 MIB = 1024.0 * 1024.0
-#: the CUDA caching allocator's settings accepted under [adapters.pytorch], in the order they are written
-ALLOCATOR_SETTINGS = ("expandable_segments", "max_split_size_mb", "garbage_collection_threshold")
-#: where torch reads them: PYTORCH_ALLOC_CONF since 2.9 (it wins when both are set), PYTORCH_CUDA_ALLOC_CONF before.
-#: Both get the same value, so whichever this torch reads, and whatever the user's shell had, the setting holds.
-ALLOC_CONF_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
-#: PyTorch refuses smaller values (20 MiB is its large-block size; versions before 2.9 refuse 20 itself)
-MIN_SPLIT_MB = 21
-
-
-def alloc_conf(options: Mapping[str, Any]) -> str:
-    """The ``PYTORCH_CUDA_ALLOC_CONF`` value for validated allocator settings ("" when none is set)."""
-    parts = []
-    if "expandable_segments" in options:
-        parts.append(f"expandable_segments:{'True' if options['expandable_segments'] else 'False'}")
-    if "max_split_size_mb" in options:
-        parts.append(f"max_split_size_mb:{int(options['max_split_size_mb'])}")
-    if "garbage_collection_threshold" in options:
-        parts.append(f"garbage_collection_threshold:{float(options['garbage_collection_threshold']):g}")
-    return ",".join(parts)
-
-
-@cache
-def _residual_module(torch: Any) -> Any:
-    """``body(x) + shortcut(x)`` as an ``nn.Module`` class (made on first use: torch is imported lazily)."""
-
-    class ResidualBlock(torch.nn.Module):  # type: ignore[misc]
-        def __init__(self, body: Any, shortcut: Any) -> None:
-            super().__init__()
-            self.body, self.shortcut = body, shortcut
-
-        def forward(self, x: Any) -> Any:
-            return self.body(x) + self.shortcut(x)  # an empty Sequential returns its input: the identity
-
-    return ResidualBlock
-
 
 class PyTorchAdapter(Adapter):
     """PyTorch, eager mode, NCHW."""
@@ -327,7 +292,7 @@ class PyTorchAdapter(Adapter):
             self.build_layers(path, site.in_shape, weights)
             paths.append(self.torch.nn.Sequential(*self._modules))  # an empty shortcut returns its input
         self._modules = outer
-        self._modules.append(_residual_module(self.torch)(*paths))
+        self._modules.append(residual_module(self.torch)(*paths))
 
     def make_sgd(self, spec: OptimizerSpec) -> Any:
         return lambda params: self.torch.optim.SGD(params, lr=spec.lr, momentum=spec.momentum)

@@ -13,9 +13,22 @@ import argparse
 import shlex
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.cli.maxbatch_output import (  # its output's home; these names are read from here too
+    bracket_line as bracket_line,
+)
+from harness.cli.maxbatch_output import (
+    print_forecast as print_forecast,
+)
+from harness.cli.maxbatch_output import (
+    print_recommendation as print_recommendation,
+)
+from harness.cli.maxbatch_output import (
+    print_result as print_result,
+)
 from harness.cli.progress import make_progress
 from harness.cli.table import path_arg
 from harness.config.experiment import DEFAULT_SETTLE_STEPS
@@ -141,63 +154,93 @@ def _check_numbers(args: argparse.Namespace) -> None:
                           "or npz:FILE")
 
 
-def _fmt_int(value: int | None) -> str:
-    return "-" if value is None else str(value)
-
-
 def cmd_maxbatch(args: argparse.Namespace) -> int:
-    """Run the search and print the answer beside the formula.
-
-    Long on purpose: one command's script, in the order the user sees it (validate, forecast, search, answer,
-    advice, verify); each step prints, and splitting it would pass the same dozen locals around.
-    """
-    from harness.cli.table import shorten
-    from harness.data import DataRequest, default_cache_dir, prepare
-    from harness.maxbatch.prober import run_maxbatch
-    from harness.maxbatch.request import MaxBatchRequest
-    from harness.models import build_description, is_native_model
+    """Run the search and print the answer beside the formula: in the order the user sees it (validate, forecast,
+    search, answer, advice, verify); nothing is written before every check has passed."""
     from harness.monitor import environment
-    from harness.registry import adapter_class, known_adapter_names
-    from harness.store import Store
     from harness.store.db import make_out_dir
-    from harness.store.lock import locked_out_dir
+
+    req = _request(args)
+    out = Path(args.out or Path("results") / "maxbatch")
+    env = environment.capture()
+    plan = _plan(args, req, env)
+    display = _ProbeDisplay(make_progress(quiet=args.quiet), req, plan.budget.kind)
+    command = "batchscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    # the adapter, the data and the model's fit to it were checked above, before the store is created
+    make_out_dir(out)
+    started = time.monotonic()
+    try:
+        done, outcome = _run_searches(args, plan, display, out, env, command)
+    except KeyboardInterrupt:
+        # Here, not in the CLI's generic handler: that one suggests --resume, which maxbatch does not have (a
+        # search's probes depend on each other, so there is nothing to resume from; issue 13, item 14).
+        print(f"\nbatchscope: interrupted. The probes that finished are stored in {out / 'results.sqlite'} "
+              "(trials with purpose 'probe'); maxbatch has no --resume: run the same command again to search "
+              "from the start.", file=sys.stderr)
+        return 130
+    if plan.compare:
+        code = _print_what_helps(done, out)
+        print(f"wall time: {time.monotonic() - started:.1f} s for {len(done)} searches")
+        return code
+    print_result(outcome.row)
+    print(f"wall time: {time.monotonic() - started:.1f} s for {outcome.row['probes_n']} probes (starting workers, "
+          "storing, and any settling or --verify runs included)")
+    print(f"\nstored in {out / 'results.sqlite'} (table maxbatch, probes in trials with purpose 'probe')")
+    return 1 if outcome.row.get("verify_status") == "fail" else 0
+
+
+def _request(args: argparse.Namespace) -> Any:
+    """The search the command line asks for, every argument checked (ConfigError: exit 2, nothing written)."""
+    from harness.maxbatch import whathelps
+    from harness.maxbatch.request import CONFIRM_STEPS, MaxBatchRequest
+    from harness.models import check_model_name
+    from harness.registry import adapter_class, known_adapter_names
 
     if args.framework not in known_adapter_names():
         raise ConfigError(f"--framework {args.framework!r} is not a registered adapter; known: "
                           f"{', '.join(sorted(known_adapter_names()))}")
-    from harness.maxbatch import whathelps
-
     options = whathelps.adapter_options(args.adapter_option, adapter_class(args.framework))
     env_setting = whathelps.parse_env_settings(args.env_setting)
-    from harness.models import check_model_name
-
     check_model_name(args.model)  # a user's "module:function" is imported here, framework imports refused
     _check_numbers(args)
     if args.verify_steps is not None and not args.verify:
         raise ConfigError("--verify-steps applies only with --verify; add --verify or leave it out")
-    from harness.maxbatch.request import CONFIRM_STEPS
-
     verify_steps = (CONFIRM_STEPS if args.verify_steps is None else args.verify_steps) if args.verify else 0
     if args.verify and verify_steps < 1:
         raise ConfigError(f"--verify-steps {verify_steps!r} must be >= 1")
-    req = MaxBatchRequest(framework=args.framework, model=args.model, dataset=args.dataset,
-                          precision=args.precision, math_mode=args.math_mode, device=args.device,
-                          strategy=args.strategy,
-                          memory_limit_mib=args.memory_limit_mib, margin_mib=args.margin_mib,
-                          timeout_s=args.timeout_s, optimizer=args.optimizer, momentum=args.momentum,
-                          threads=args.threads, max_batch_cap=args.max_batch_cap,
-                          synthetic_shape=args.synthetic_shape, verify_steps=verify_steps,
-                          settle_steps=args.settle_steps,
-                          accumulate_steps=args.accumulate_steps, adapter_options=options, env=env_setting,
-                          granularity=args.granularity)
-    out = Path(args.out or Path("results") / "maxbatch")
-    env = environment.capture()
-    from harness.maxbatch.prober import probe_peak_mib
+    return MaxBatchRequest(framework=args.framework, model=args.model, dataset=args.dataset,
+                           precision=args.precision, math_mode=args.math_mode, device=args.device,
+                           strategy=args.strategy,
+                           memory_limit_mib=args.memory_limit_mib, margin_mib=args.margin_mib,
+                           timeout_s=args.timeout_s, optimizer=args.optimizer, momentum=args.momentum,
+                           threads=args.threads, max_batch_cap=args.max_batch_cap,
+                           synthetic_shape=args.synthetic_shape, verify_steps=verify_steps,
+                           settle_steps=args.settle_steps,
+                           accumulate_steps=args.accumulate_steps, adapter_options=options, env=env_setting,
+                           granularity=args.granularity)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the command will run, known before anything is written: the budget, the searches, the data."""
+
+    req: Any
+    budget: Any
+    searches: list[Any]
+    compare: bool  # a "what helps" run: several searches, compared
+    data: Any
+
+
+def _plan(args: argparse.Namespace, req: Any, env: dict[str, Any]) -> _Plan:
+    """Resolve the budget, refuse what cannot apply, prepare the data, and print what will run (the forecast)."""
+    from harness.data import DataRequest, default_cache_dir, prepare
+    from harness.gpu_peaks import refuse_tf32_without_units
+    from harness.maxbatch import whathelps
     from harness.maxbatch.request import resolve_budget
+    from harness.models import build_description, is_native_model
+    from harness.registry import adapter_class
 
     budget = resolve_budget(req, list(env.get("gpus") or []))  # refuse bad options before writing anything
-    from harness.gpu_peaks import refuse_tf32_without_units
-
     refuse_tf32_without_units([req.math_mode], list(env.get("gpus") or []), "--math-mode")
     compare = whathelps.asks_what_helps(req.precision, req.accumulate_steps, req.adapter_options, req.env)
     searches = _what_helps_searches(req, args.no_plain, budget) if compare else [req]
@@ -222,59 +265,61 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     else:
         print("native model (the framework's own): no forecast, since there is no description to size; the "
               "parameter count is the framework's, and no comparison across frameworks is made", flush=True)
+    return _Plan(req=req, budget=budget, searches=searches, compare=compare, data=data)
 
-    display = make_progress(quiet=args.quiet)  # each probe live, as a sweep's trials are
-    probes: list[str] = []  # trial hashes in the order the probes started
 
-    def on_event(trial: Any, msg: Any) -> None:  # a typed worker message (harness.run.protocol)
-        if not probes or probes[-1] != trial.trial_hash:  # a control run repeats a probe's hash: still new
-            probes.append(trial.trial_hash)
-            display.start(len(probes), 0, trial)
-        display.event(trial, msg)
+class _ProbeDisplay:
+    """Each probe live, as a sweep's trials are: its progress, its end, and the bracket as it narrows."""
 
-    def on_probe(o: Any) -> None:
-        peak = probe_peak_mib(o, budget.kind) if o.status == "ok" else None
+    def __init__(self, display: Any, req: Any, budget_kind: str) -> None:
+        self.display, self.req, self.budget_kind = display, req, budget_kind
+        self.probes: list[str] = []  # trial hashes in the order the probes started
+
+    def on_event(self, trial: Any, msg: Any) -> None:  # a typed worker message (harness.run.protocol)
+        if not self.probes or self.probes[-1] != trial.trial_hash:  # a control run repeats a probe's hash: new
+            self.probes.append(trial.trial_hash)
+            self.display.start(len(self.probes), 0, trial)
+        self.display.event(trial, msg)
+
+    def on_probe(self, o: Any) -> None:
+        from harness.cli.table import shorten
+        from harness.maxbatch.prober import probe_peak_mib
+
+        peak = probe_peak_mib(o, self.budget_kind) if o.status == "ok" else None
         extra = (f"peak {peak:.0f} MiB" if peak is not None else "") if o.status == "ok" else shorten(o.reason, 110)
         kind = (o.trial.purpose if o.trial.purpose in ("verify", "settle")
-                else "confirm" if o.trial.timed_steps == req.confirm_steps else "probe")
-        display.done(len(probes), 0, o, text=f"{kind:<7} {o.status:<8} {o.elapsed_s:5.1f} s  {extra}")
+                else "confirm" if o.trial.timed_steps == self.req.confirm_steps else "probe")
+        self.display.done(len(self.probes), 0, o, text=f"{kind:<7} {o.status:<8} {o.elapsed_s:5.1f} s  {extra}")
 
-    def on_bracket(probe: Any, lo: int, hi: int | None) -> None:
-        display.line(bracket_line(probe, lo, hi))
+    def on_bracket(self, probe: Any, lo: int, hi: int | None) -> None:
+        self.display.line(bracket_line(probe, lo, hi))
 
-    command = "batchscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    # the adapter, the data and the model's fit to it were checked above, before the store is created
-    make_out_dir(out)
+
+def _run_searches(args: argparse.Namespace, plan: _Plan, shown: _ProbeDisplay, out: Path, env: dict[str, Any],
+                  command: str) -> tuple[list[Any], Any]:
+    """Every search of the plan, under the output directory's lock and one open store: (the compared searches,
+    the plain search's outcome). A plain search's errors are the command's (exit 3: does not fit, 1: aborted)."""
+    from harness.maxbatch import whathelps
+    from harness.maxbatch.prober import run_maxbatch
+    from harness.store import Store
+    from harness.store.lock import locked_out_dir
+
     done: list[whathelps.Searched] = []
-    started = time.monotonic()
-    try:
-        with display, locked_out_dir(out), Store.open(out) as store:
-            run_id = store.begin_run(req.experiment, {"maxbatch": vars(args) | {"func": None}}, command, env)
-            for i, search_req in enumerate(searches):
-                if compare:
-                    display.line(f"search {i + 1}/{len(searches)}: {_label(search_req)}")
-                    done.append(_search_compared(search_req, store, run_id, lambda r: run_maxbatch(
-                        r, store, run_id, data=data, log_dir=out / "logs", on_probe=on_probe, on_event=on_event,
-                        env=env, on_bracket=on_bracket)))
-                else:  # one plain search: its errors are the command's (exit 3: does not fit, 1: aborted)
-                    outcome = run_maxbatch(search_req, store, run_id, data=data, log_dir=out / "logs",
-                                           on_probe=on_probe, on_event=on_event, env=env, on_bracket=on_bracket)
-    except KeyboardInterrupt:
-        # Here, not in the CLI's generic handler: that one suggests --resume, which maxbatch does not have (a
-        # search's probes depend on each other, so there is nothing to resume from; issue 13, item 14).
-        print(f"\nbatchscope: interrupted. The probes that finished are stored in {out / 'results.sqlite'} "
-              "(trials with purpose 'probe'); maxbatch has no --resume: run the same command again to search "
-              "from the start.", file=sys.stderr)
-        return 130
-    if compare:
-        code = _print_what_helps(done, out)
-        print(f"wall time: {time.monotonic() - started:.1f} s for {len(done)} searches")
-        return code
-    print_result(outcome.row)
-    print(f"wall time: {time.monotonic() - started:.1f} s for {outcome.row['probes_n']} probes (starting workers, "
-          "storing, and any settling or --verify runs included)")
-    print(f"\nstored in {out / 'results.sqlite'} (table maxbatch, probes in trials with purpose 'probe')")
-    return 1 if outcome.row.get("verify_status") == "fail" else 0
+    outcome = None
+    with shown.display, locked_out_dir(out), Store.open(out) as store:
+        run_id = store.begin_run(plan.req.experiment, {"maxbatch": vars(args) | {"func": None}}, command, env)
+
+        def search(r: Any) -> Any:
+            return run_maxbatch(r, store, run_id, data=plan.data, log_dir=out / "logs", on_probe=shown.on_probe,
+                                on_event=shown.on_event, env=env, on_bracket=shown.on_bracket)
+
+        for i, search_req in enumerate(plan.searches):
+            if plan.compare:
+                shown.display.line(f"search {i + 1}/{len(plan.searches)}: {_label(search_req)}")
+                done.append(_search_compared(search_req, store, run_id, search))
+            else:
+                outcome = search(search_req)
+    return done, outcome
 
 
 def _label(req: Any) -> str:
@@ -338,133 +383,3 @@ def _print_what_helps(done: list[Any], out: Path) -> int:
     if any(s.row is None or (s.row.get("verify_status") == "fail") for s in done):
         return 1
     return 0 if any(s.row is not None and s.row.get("max_batch") for s in done) else 3
-
-
-def bracket_line(probe: Any, lo: int, hi: int | None) -> str:
-    """One probe's line as the search narrows: what it found and the bracket it left (``lo`` fits, ``hi`` fails)."""
-    what = "fits" if probe.status == "ok" else "out of memory" if probe.status == "oom" else probe.status
-    kind = "confirm" if probe.confirm else probe.stage or "probe"
-    if hi is None:
-        where = f"fits up to {lo}, no failure yet" if lo else "nothing fits yet"
-    else:
-        where = f"between {lo} (fits) and {hi} (fails): {hi - lo - 1} size(s) unknown"
-    return f"search: {kind} {probe.batch} {what} -> {where}"
-
-
-def print_recommendation(row: dict[str, Any], file: Any) -> None:
-    """The recommended size, the margin it leaves and what that is made of, and how to train to keep it."""
-    import json
-
-    from harness.maxbatch.advice import env_words, settle_stopped
-
-    total = row.get("margin_total_mib")
-    if total is None:  # a row from before issue 18: the user's margin only
-        total = row["margin_mib"]
-        parts = f"--margin-mib {row['margin_mib']:g}" if row["margin_mib"] else ""
-    else:
-        parts = ", ".join(f"{what} {mib:.1f}" for what, mib in (
-            ("run-to-run jitter", row.get("margin_jitter_mib") or 0.0),
-            ("growth over the confirm run", row.get("margin_growth_mib") or 0.0),
-            ("glibc heap allowance", row.get("margin_heap_mib") or 0.0),
-            ("--margin-mib", row.get("margin_mib") or 0.0)) if mib)
-    margin = f" leaving {total:.1f} MiB unused at the boundary ({parts})" if total else ""
-    runs = json.loads(row["heap_settle_json"]) if row.get("heap_settle_json") else []
-    stopped = settle_stopped(row)
-    if not row["recommended_batch"] and stopped:
-        print(f"recommended{margin}: none: {stopped}", file=file)
-    elif not row["recommended_batch"]:
-        print(f"recommended{margin}: none: no batch size leaves that margin under this budget; give a larger "
-              f"--memory-limit-mib (at least {total:.0f} MiB more)", file=file)
-    else:
-        print(f"recommended{margin}: {row['recommended_batch']}  (power of two: "
-              f"{_fmt_int(row['recommended_pow2'] or None)}, multiple of 8: {_fmt_int(row['recommended_mult8'])})",
-              file=file)
-    if row.get("train_env_json") is not None:
-        train_env = json.loads(row["train_env_json"] or "{}")
-        if train_env:
-            print(f"the probes ran with: {env_words(train_env)}; the answer holds only under the same settings, "
-                  f"so train with them too (e.g. `{env_words(train_env)} python train.py`)", file=file)
-        else:
-            print("the probes ran with no allocator settings (none set by batchscope or in your environment: glibc's "
-                  "and the framework's defaults, as a plain `python train.py` runs); setting one in training (e.g. "
-                  "PYTORCH_CUDA_ALLOC_CONF, MALLOC_MMAP_THRESHOLD_) changes the answer", file=file)
-    if row.get("confirm_steps"):
-        print(f"confirm run: {row['confirm_steps']} steps + eval at {row['max_batch']}", file=file)
-    if runs:
-        tried = sorted({r["batch"] for r in runs if r["batch"]}, reverse=True)
-        failed = [f"{r['batch']} ({r['status']})" for r in runs if r["status"] != "ok" and r["batch"]]
-        print(f"settled under glibc's default malloc: {len(runs)} fresh run(s) of {row.get('heap_settle_steps')} "
-              f"steps + eval at {', '.join(map(str, tried))}"
-              + (f"; failed: {', '.join(failed)}" if failed else "; all trained"), file=file)
-    if row.get("verify_status"):
-        how = f": {row['verify_reason']}" if row.get("verify_reason") else ""
-        print(f"verify: {row['recommended_batch']} trained {row['verify_steps']} steps + eval in a fresh worker "
-              f"under the same budget and settings: {row['verify_status'].upper()}{how}", file=file)
-
-
-def print_forecast(desc: Any, req: Any, budget_mib: float, file: Any = None) -> None:
-    """The seed's estimate from the description alone, printed before the first probe starts.
-
-    Weights, gradients and optimizer state (fp32) plus every layer's output and its gradient per sample:
-    a large model's expected answer in a second, while the probes that measure it take minutes.
-    """
-    from harness.maxbatch.advice import MIB, Formula
-
-    file = file or sys.stdout
-    per_sample_mib = desc.activation_floats_per_sample() * 4 * 2 / MIB
-    f = Formula.compute(desc.param_count(), req.optimizer, req.momentum, budget_mib, per_sample_mib)
-    raw = (budget_mib - f.model_state_mib) / per_sample_mib if per_sample_mib > 0 else 0.0
-    print(f"forecast from the description alone (before any probe): {desc.param_count():,} parameters, "
-          f"model state {f.model_state_mib:.1f} MiB (weights, gradients, {req.optimizer} state), activations "
-          f"{per_sample_mib:.3f} MiB per sample", file=file)
-    if f.batch:
-        print(f"  -> about {int(raw):,} samples fit in {budget_mib:.0f} MiB (power of two: {f.batch}); the "
-              "framework's own overhead is not in it: the measured answer follows", file=file, flush=True)
-    else:
-        print(f"  -> the model state alone does not fit {budget_mib:.0f} MiB; the probes will tell",
-              file=file, flush=True)
-
-
-def print_result(row: dict[str, Any], file: Any = None) -> None:
-    """The answer, in the words of the issue: fits / fails / recommended / probes / formula."""
-    from harness.maxbatch.advice import answer_headroom_mib, jitter_advice
-
-    file = file or sys.stdout
-    fail = row["first_fail_batch"]
-    print("", file=file)
-    print(f"largest batch that fits (train + eval step): {row['max_batch']}"
-          + ("  (every size up to --max-batch-cap fits)" if row.get("capped") else ""), file=file)
-    if fail is not None and fail - row["max_batch"] > 1:  # stopped within the resolution (issue 31)
-        print(f"smallest size tried that fails: {fail}: {row['first_fail_status']}: {row['first_fail_reason']}",
-              file=file)
-        gap = f"{row['max_batch'] + 1}" + (f"-{fail - 1}" if fail - 1 > row["max_batch"] + 1 else "")
-        print(f"  {gap} not tried: the search stops within its resolution "
-              f"({row.get('resolution') or '?'}; --granularity exact to try them)", file=file)
-    elif fail is not None:
-        print(f"first size that fails: {fail}: {row['first_fail_status']}: {row['first_fail_reason']}",
-              file=file)
-    print_recommendation(row, file)
-    spare = answer_headroom_mib(row)
-    if spare is not None:
-        print(f"memory left unused at {row['max_batch']}: {spare:.1f} MiB of {row['budget_mib']:.0f} MiB "
-              f"({row['budget_kind']})", file=file)
-    advice = jitter_advice(row)
-    if advice is not None:
-        print(f"note: {advice}", file=file)
-    res = f", resolution {row['resolution']}" if row.get("resolution") else ""
-    print(f"probes: {row['probes_n']} fresh workers, {row['wall_s']:.1f} s ({row['strategy']}{res})", file=file)
-    if row["fit_b_mib_per_sample"] is not None:
-        print(f"measured memory: {row['fit_a_mib']:.0f} MiB + {row['fit_b_mib_per_sample']:.3f} MiB "
-              "per sample", file=file)
-    err = row["formula_error_pct"]
-    print(f"seed's formula, (budget {row['budget_mib']:.0f} - model state "
-          f"{row['model_state_mib']:.1f} MiB) / "
-          f"{row['per_sample_activation_mib']:.3f} MiB per sample, power of two: {row['formula_batch']}"
-          + (f"  ({err:+.0f}% vs measured)" if err is not None else ""), file=file)
-    aerr = row.get("formula_analytic_error_pct")
-    if row.get("analytic_activation_mib_per_sample") is None:  # a native model has no description to size
-        return
-    print(f"  with the analytic activation size "
-          f"({row['analytic_activation_mib_per_sample']:.3f} MiB per sample): "
-          f"{row['formula_analytic_batch']}" + (f"  ({aerr:+.0f}% vs measured)" if aerr is not None else ""),
-          file=file)
