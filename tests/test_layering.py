@@ -50,7 +50,7 @@ LAYERS = (
                        "harness.cells", "harness.flops", "harness.gpu_peaks", "harness.registry", "harness.capture",
                        "harness.tmpnames"),
           exceptions=(
-              ("harness.config.experiment", "harness.data.npzfile",
+              ("harness.config.checks", "harness.data.npzfile",
                "loading an experiment checks that its npz file exists and is readable"),
               ("harness.data.prepared", "harness.data.footprint", "writing prepared data checks the disk space"),
               ("harness.data.prepared", "harness.data.npzfile", "a prepared npz data set's cache is named after it"),
