@@ -207,126 +207,155 @@ def recommend_group(g: SeriesGroup, exp: Experiment | None = None, *, target_acc
     """The recommendation for one series (its sweep rows, any status) of ``exp``.
 
     ``target_accuracy`` (percent; 0 the default target) overrides the experiment's; ``accuracy_why`` says why the
-    stored accuracy means nothing (then no target and no answer, only the throughput knee).
+    stored accuracy means nothing (then no target and no answer, only the throughput knee). Built in steps, each
+    adding what it learned to the record: what ran, the knee, the target and each size's time to it, the answer.
     """
     exp = exp if exp is not None else Experiment(name="", runs=(), trials=())
-    spec = exp.spec
-    rows = g.rows
+    spec, rows = exp.spec, g.rows
     sizes = size_stats(g.by_batch)
-    max_fit = _max_fit(exp.maxbatch, g.framework)
-    base = dict(framework=g.framework, variant=g.series.variant, series=g.series, label=g.label, max_fit=max_fit,
-                share_of_best=share, sizes=tuple(sizes), noise=noise_estimate(rows, exp),
-                math_modes_seen=tuple(sorted({str(r["math_mode_seen"]) for r in rows
-                                              if r.get("status") == "ok" and r.get("math_mode_seen")})))
-    counted = [r for r in rows if r.get("status") in ("ok", "diverged")]
-    if not counted:
-        statuses = sorted({str(r.get("status")) for r in rows})
-        return Recommendation(**base, batch_size=None, best_batch=None, range_lo=None,  # type: ignore[arg-type]
-                              range_hi=None, supported=False,
-                              why=f"no trial finished ({', '.join(statuses) or 'none'}): nothing to recommend",
-                              to_run=("see `batchscope report DIR` for why each trial failed",))
-    if not any(r.get("status") == "ok" for r in counted):
-        sizes_text = ", ".join(str(b) for b in sorted({int(r["batch_size"]) for r in counted}))
-        return Recommendation(**base, batch_size=None, best_batch=None, range_lo=None,  # type: ignore[arg-type]
-                              range_hi=None, supported=False,
-                              why=f"every trial that trained diverged (batch {sizes_text}): nothing to recommend",
-                              to_run=("lower the learning_rate (a non-finite loss or weights ended each trial)",))
-    k_rec = k_best = k_lo = k_hi = None
+    rec = Recommendation(
+        framework=g.framework, variant=g.series.variant, batch_size=None, best_batch=None, range_lo=None,
+        range_hi=None, supported=False, why="", series=g.series, label=g.label, share_of_best=share,
+        max_fit=_max_fit(exp.maxbatch, g.framework), sizes=tuple(sizes), noise=noise_estimate(rows, exp),
+        math_modes_seen=tuple(sorted({str(r["math_mode_seen"]) for r in rows
+                                      if r.get("status") == "ok" and r.get("math_mode_seen")})))
+    untrained = _nothing_trained(rec, rows)
+    if untrained is not None:
+        return untrained
     if sizes:
         k_rec, k_best, k_lo, k_hi = knee(sizes, share)
-    base |= dict(knee_batch=k_rec, knee_range=(k_lo, k_hi), best_batch=k_best)
+        rec = dataclasses.replace(rec, knee_batch=k_rec, knee_range=(k_lo, k_hi), best_batch=k_best)
     pct = float(spec.get("target_accuracy") or 0.0) if target_accuracy is None else float(target_accuracy)
     classes = (spec.get("data") or {}).get("classes")
     target = series_target(g.by_batch, pct, int(classes) if classes else None) if not accuracy_why else \
         Target(None, "", None, None, None)
     targets = size_targets(g.by_batch, exp.curves, target.accuracy)
     accs = [(s.batch_size, s.accuracy_mean) for s in sizes if s.accuracy_mean is not None]
-    cost = tuple((b, (target.best_mean - a) * 100.0) for b, a in accs) if target.best_mean is not None else ()
+    best_mean = target.best_mean
+    cost = tuple((b, (best_mean - a) * 100.0) for b, a in accs) if best_mean is not None else ()
     # the fit takes every size some repeat brought to the target (its steps are measured where it reached), not only
     # the eligible ones: a size that reached in one repeat of two still says how many steps it took there
     fit, fit_why = critical.fit([(t.batch_size, t.steps.mean) for t in targets
                                  if t.steps is not None and not t.diverged_n])
-    base |= dict(target=target, targets=tuple(targets), accuracy_cost_pts=cost, critical=fit, critical_why=fit_why)
-    largest = max(int(r["batch_size"]) for r in rows)
-    knee_text = f"; the throughput knee is batch {k_rec}" if k_rec is not None else ""
-    k_stats = next((s for s in sizes if s.batch_size == k_rec), None)
+    rec = dataclasses.replace(rec, target=target, targets=tuple(targets), accuracy_cost_pts=cost, critical=fit,
+                              critical_why=fit_why)
+    no_answer = _no_answer(rec, target, targets, spec, accuracy_why)
+    return no_answer if no_answer is not None else _answer(rec, g, exp, target, targets)
+
+
+def _nothing_trained(rec: Recommendation, rows: Sequence[dict[str, Any]]) -> Recommendation | None:
+    """The record saying why there is nothing to recommend when no trial trained to its end, else None."""
+    counted = [r for r in rows if r.get("status") in ("ok", "diverged")]
+    if not counted:
+        statuses = sorted({str(r.get("status")) for r in rows})
+        return dataclasses.replace(rec, why=f"no trial finished ({', '.join(statuses) or 'none'}): nothing to "
+                                            "recommend",
+                                   to_run=("see `batchscope report DIR` for why each trial failed",))
+    if not any(r.get("status") == "ok" for r in counted):
+        sizes_text = ", ".join(str(b) for b in sorted({int(r["batch_size"]) for r in counted}))
+        return dataclasses.replace(
+            rec, why=f"every trial that trained diverged (batch {sizes_text}): nothing to recommend",
+            to_run=("lower the learning_rate (a non-finite loss or weights ended each trial)",))
+    return None
+
+
+def _knee_text(rec: Recommendation) -> str:
+    """``; the throughput knee is batch N (E J/sample)``, or "" without a knee."""
+    if rec.knee_batch is None:
+        return ""
+    text = f"; the throughput knee is batch {rec.knee_batch}"
+    k_stats = next((s for s in rec.sizes if s.batch_size == rec.knee_batch), None)
     if k_stats is not None and k_stats.j_per_sample_mean is not None:
-        knee_text += f" ({k_stats.j_per_sample_mean:.3g} J/sample)"
+        text += f" ({k_stats.j_per_sample_mean:.3g} J/sample)"
+    return text
+
+
+def _no_answer(rec: Recommendation, target: Target, targets: Sequence[SizeTarget], spec: Mapping[str, Any],
+               accuracy_why: str | None) -> Recommendation | None:
+    """The record saying why no size can be recommended (no accuracy, nothing learned, no curve, no size reached
+    the target), else None."""
+    knee_text = _knee_text(rec)
     if target.accuracy is None:
-        why = (f"no accuracy to reach ({accuracy_why or 'none was measured'}), so no time to target{knee_text}")
-        return Recommendation(**base, batch_size=None, range_lo=None, range_hi=None,  # type: ignore[arg-type]
-                              supported=False, why=why,
-                              caveats=("without a measured accuracy the answer cannot be judged on learning; the "
-                                       "knee says only where larger batches stop buying speed",),
-                              to_run=("set epochs >= 1 and eval = true on a real data set",))
-    if target.near_chance:
-        why = (f"the best mean accuracy ({target.best_mean * 100:.1f}%) is within {CHANCE_MARGIN_PTS:g} points "  # type: ignore[operator]
-               f"of chance ({target.chance * 100:.1f}%): nothing was learned, so no size is recommended")  # type: ignore[operator]
-        return Recommendation(**base, batch_size=None, range_lo=None, range_hi=None,  # type: ignore[arg-type]
-                              supported=False, why=why,
-                              to_run=("train longer (epochs), or lower the learning_rate",))
-    eligible = [t for t in targets if t.eligible and t.train_s is not None]
+        why = f"no accuracy to reach ({accuracy_why or 'none was measured'}), so no time to target{knee_text}"
+        return dataclasses.replace(rec, why=why,
+                                   caveats=("without a measured accuracy the answer cannot be judged on learning; "
+                                            "the knee says only where larger batches stop buying speed",),
+                                   to_run=("set epochs >= 1 and eval = true on a real data set",))
+    if target.near_chance and target.best_mean is not None and target.chance is not None:
+        why = (f"the best mean accuracy ({target.best_mean * 100:.1f}%) is within {CHANCE_MARGIN_PTS:g} points "
+               f"of chance ({target.chance * 100:.1f}%): nothing was learned, so no size is recommended")
+        return dataclasses.replace(rec, why=why, to_run=("train longer (epochs), or lower the learning_rate",))
     if targets and all(t.no_curve_n == t.trials_n for t in targets):
         why = ("the store holds no learning curve (eval_points = 0, or a store made before curves were recorded), "
                f"so there is no time to target{knee_text}")
-        return Recommendation(**base, batch_size=None, range_lo=None, range_hi=None,  # type: ignore[arg-type]
-                              supported=False, why=why,
-                              to_run=("run the experiment with eval_points >= 1 (the default is 8) into a new "
-                                      "--out directory",))
-    if not eligible:
+        return dataclasses.replace(rec, why=why, to_run=("run the experiment with eval_points >= 1 (the default is "
+                                                         "8) into a new --out directory",))
+    if not any(t.eligible and t.train_s is not None for t in targets):
         epochs = _epochs_text(targets, spec.get("epochs"))
         why = (f"no batch size reached the target {target.text()} in every repeat and held it to the end, within "
-               f"{epochs}: "
-               + "; ".join(f"batch {t.batch_size}: {t.text()}" for t in targets))
-        policy = spec.get("lr_policy") or "fixed"
+               f"{epochs}: " + "; ".join(f"batch {t.batch_size}: {t.text()}" for t in targets))
         to_run = [f"train longer: epochs = {2 * int(number(spec.get('epochs')) or 1)}, into a new --out directory "
                   "(epochs changes how a trial runs, so --resume refuses it)"]
-        if policy == "fixed":
+        if (spec.get("lr_policy") or "fixed") == "fixed":
             to_run.append('scale the learning rate with the batch: lr_policy = "sqrt" (or "linear") with '
                           "lr_base_batch = the smallest size")
-        return Recommendation(**base, batch_size=None, range_lo=None, range_hi=None,  # type: ignore[arg-type]
-                              supported=False, why=why, to_run=tuple(to_run))
-    rec_t = min(eligible, key=lambda t: (t.train_s.mean, t.batch_size))  # type: ignore[union-attr]
-    rec = rec_t.batch_size
-    lo, hi, close = _time_range(targets, rec_t)
-    caveats, to_run = _caveats(sizes, targets, rec, lo, hi, close, max_fit, largest, exp.name)
-    assert rec_t.train_s is not None and rec_t.steps is not None
-    startup = startup_s(g.by_batch.get(rec, ()), exp.curves)
-    compiled = compile_s(g.by_batch.get(rec, ()))
-    if startup is not None and rec_t.train_s.mean > 0 and startup >= STARTUP_SHARE * rec_t.train_s.mean:
-        t = rec_t.train_s.mean
-        if compiled is None:
-            said = (f"{startup:{seconds_fmt(startup)}} s of batch {rec}'s {t:{seconds_fmt(t)}} s to the target is "
-                    "start-up beyond its steady pace (the steps before the first evaluation: a framework's "
-                    "compilation, e.g. JAX's jit, and warm-up), counted as the user's training would pay it")
-        else:  # compiled outside the training clock (issue 31): start-up is its own figure, cache or no cache
-            said = (f"start-up: {startup:{seconds_fmt(startup)}} s before batch {rec}'s {t:{seconds_fmt(t)}} s to "
-                    f"the target, {compiled:{seconds_fmt(compiled)}} s of it compiling as a fresh process pays it "
-                    "without a compilation cache (the time to target leaves compilation out, so a warm cache changes "
-                    "neither figure)")
-        if target.how != "absolute":  # a longer training raises the default target; a fixed one's time stays put
-            said += ("; in a longer training (a higher target) it weighs less, so a size that starts slower may "
-                     "come out ahead there")
-            to_run.append(f"a longer training weighs start-up less: epochs = "
-                          f"{2 * int(number(spec.get('epochs')) or 1)}, into a new --out directory")
+        return dataclasses.replace(rec, why=why, to_run=tuple(to_run))
+    return None
+
+
+def _startup_caveat(rec_batch: int, train_s: float, g: SeriesGroup, exp: Experiment, target: Target,
+                    to_run: list[str]) -> str | None:
+    """The caveat naming start-up where it is a fifth or more of the answer's time to the target (None: less)."""
+    startup = startup_s(g.by_batch.get(rec_batch, ()), exp.curves)
+    if startup is None or train_s <= 0 or startup < STARTUP_SHARE * train_s:
+        return None
+    compiled = compile_s(g.by_batch.get(rec_batch, ()))
+    if compiled is None:
+        said = (f"{startup:{seconds_fmt(startup)}} s of batch {rec_batch}'s {train_s:{seconds_fmt(train_s)}} s to the "
+                "target is start-up beyond its steady pace (the steps before the first evaluation: a framework's "
+                "compilation, e.g. JAX's jit, and warm-up), counted as the user's training would pay it")
+    else:  # compiled outside the training clock (issue 31): start-up is its own figure, cache or no cache
+        said = (f"start-up: {startup:{seconds_fmt(startup)}} s before batch {rec_batch}'s "
+                f"{train_s:{seconds_fmt(train_s)}} s to the target, {compiled:{seconds_fmt(compiled)}} s of it "
+                "compiling as a fresh process pays it without a compilation cache (the time to target leaves "
+                "compilation out, so a warm cache changes neither figure)")
+    if target.how != "absolute":  # a longer training raises the default target; a fixed one's time stays put
+        said += ("; in a longer training (a higher target) it weighs less, so a size that starts slower may "
+                 "come out ahead there")
+        to_run.append(f"a longer training weighs start-up less: epochs = "
+                      f"{2 * int(number(exp.spec.get('epochs')) or 1)}, into a new --out directory")
+    return said
+
+
+def _answer(rec: Recommendation, g: SeriesGroup, exp: Experiment, target: Target,
+            targets: Sequence[SizeTarget]) -> Recommendation:
+    """The size that reached the target soonest among the eligible ones, with its range, caveats and reasons."""
+    eligible = [(t, t.train_s, t.steps) for t in targets if t.eligible and t.train_s is not None
+                and t.steps is not None]
+    rec_t, train_s, steps = min(eligible, key=lambda e: (e[1].mean, e[0].batch_size))
+    batch = rec_t.batch_size
+    lo, hi, close = _time_range(list(targets), rec_t)
+    largest = max(int(r["batch_size"]) for r in g.rows)
+    caveats, to_run = _caveats(list(rec.sizes), list(targets), batch, lo, hi, close, rec.max_fit, largest, exp.name)
+    said = _startup_caveat(batch, train_s.mean, g, exp, target, to_run)
+    if said is not None:
         caveats.append(said)
-    why = (f"reaches the target {target.text()} soonest: {rec_t.train_s.text(seconds_fmt(rec_t.train_s.mean))} s "
-           "of training, "
-           f"{rec_t.steps.mean:,.0f} steps")
-    others = [t for t in eligible if t is not rec_t]
+    why = (f"reaches the target {target.text()} soonest: {train_s.text(seconds_fmt(train_s.mean))} s of training, "
+           f"{steps.mean:,.0f} steps")
+    others = [e for e in eligible if e[0] is not rec_t]
     if others:
-        runner = min(others, key=lambda t: t.train_s.mean)  # type: ignore[union-attr]
+        runner = min(others, key=lambda e: e[1].mean)[0]
         why += f" (next: batch {runner.batch_size}, {runner.text()})"
-    rec_cost = dict(cost).get(rec)
+    rec_cost = dict(rec.accuracy_cost_pts).get(batch)
     if rec_cost is not None:
         why += f"; final accuracy {rec_cost:.1f} points below the best" if rec_cost > 0.05 else \
             "; the best final accuracy"
-    r_stats = next((s for s in sizes if s.batch_size == rec), None)
+    r_stats = next((s for s in rec.sizes if s.batch_size == batch), None)
     if r_stats is not None and r_stats.j_per_sample_mean is not None:
         why += f"; energy {r_stats.j_per_sample_mean:.3g} J/sample"
     supported = lo == hi and all(t.reached_n >= MIN_REPEATS for t in close)
-    return Recommendation(**base, batch_size=rec, range_lo=lo, range_hi=hi,  # type: ignore[arg-type]
-                          supported=supported, why=why, caveats=tuple(caveats), to_run=tuple(to_run))
+    return dataclasses.replace(rec, batch_size=batch, range_lo=lo, range_hi=hi, supported=supported, why=why,
+                               caveats=tuple(caveats), to_run=tuple(to_run))
 
 
 #: the share of the recommended size's time to target that start-up must reach before a caveat names it
