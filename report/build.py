@@ -101,15 +101,10 @@ def _answer_page(pdf: PdfWriter, answered: list[tuple[Experiment, list[recommend
 
 def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: BuildResult,
                         reference: list[dict[str, Any]], recs: list[recommend.Recommendation]) -> None:
-    """One experiment: runs, environment, method, findings, figures, tables.
-
-    Long on purpose: the section's flowables in reading order (a document template); each block is one call.
-    """
+    """One experiment, in reading order: what ran, runs and environment, method, findings, figures, tables."""
     slug = _slug(exp.name or "unnamed")
     spec = exp.spec
     variants = studies.variant_names(exp.trials, spec)
-    study = studies.study_findings(spec, exp.trials)
-    thesis_trials = exp.trials
     original = exp
     if variants:  # one line, row and finding per framework x variant: the views below group by "framework"
         exp = dataclasses.replace(exp, trials=tuple(studies.by_series(exp.trials)))
@@ -118,10 +113,33 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
     if acc_why:  # e.g. synthetic labels: an accuracy column or finding would invite a wrong reading
         cell_list = [dataclasses.replace(c, stats={k: v for k, v in c.stats.items() if k != aggregate.ACCURACY})
                      for c in cell_list]
+    _what_ran(pdf, exp)
+    run_table = tables.runs(exp)
+    if run_table.rows:
+        pdf.table(run_table, col_widths=[1.2 * 28.35, 3.6 * 28.35, None])  # type: ignore[list-item]
+    else:
+        pdf.para("No run row was recorded for this experiment (its results came from another command).")
+    pdf.heading("Environment", 1)
+    pdf.kv(context.environment_rows(exp))
+    pdf.heading("Method", 1)
+    for para in context.method_paragraphs(exp, cell_list):
+        pdf.para(para)
+    # the thesis compared one setting per framework: with variants its side-by-side would mix them
+    sweep = [] if variants else [t for t in original.trials if t.get("purpose") in (None, "sweep")]
+    _findings(pdf, exp, original, cell_list, variants, sweep)
+    _figures(pdf, exp, original, recs, cell_list, reference, tmp / "figures", slug, result)
+    _tables(pdf, exp, cell_list, None if variants else sweep, acc_why, tmp / "tables", slug, result)
+    path = tmp / "tables" / f"{slug}-runs.csv"
+    run_table.write_csv(path)
+    result.tables.append(path)
+
+
+def _what_ran(pdf: PdfWriter, exp: Experiment) -> None:
+    """The section's title, description, trial counts and banners, then the runs' heading."""
     title = f"Experiment “{exp.name}”" if exp.name else "Experiment (unnamed)"
     pdf.heading(title, 0)
-    if spec.get("description"):
-        pdf.para(f"<i>{esc(spec['description'])}</i>")
+    if exp.spec.get("description"):
+        pdf.para(f"<i>{esc(exp.spec['description'])}</i>")
     counts: dict[str, int] = {}
     for t in exp.trials:
         counts[t.get("status") or "?"] = counts.get(t.get("status") or "?", 0) + 1
@@ -136,19 +154,13 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
         pdf.banner(f"No trial of this experiment finished ({what}), "
                    "so there is nothing to plot or compare: the tables below list what happened to each "
                    "framework and batch size, with the reason.")
-
     pdf.heading("Runs and exact command lines", 1)
-    run_table = tables.runs(exp)
-    if run_table.rows:
-        pdf.table(run_table, col_widths=[1.2 * 28.35, 3.6 * 28.35, None])  # type: ignore[list-item]
-    else:
-        pdf.para("No run row was recorded for this experiment (its results came from another command).")
-    pdf.heading("Environment", 1)
-    pdf.kv(context.environment_rows(exp))
-    pdf.heading("Method", 1)
-    for para in context.method_paragraphs(exp, cell_list):
-        pdf.para(para)
 
+
+def _findings(pdf: PdfWriter, exp: Experiment, original: Experiment, cell_list: list[Any], variants: list[str],
+              sweep: list[dict[str, Any]]) -> None:
+    """The study's question and verdicts (with variants or a study), the findings, and the thesis's on this run."""
+    study = studies.study_findings(original.spec, original.trials)
     if variants or study:
         pdf.heading("The study's question", 1)
         if variants:
@@ -157,7 +169,7 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
                      "micro-batch x accumulate_steps samples, and the study's verdicts compare effective batches.")
         if study:
             pdf.bullets([f.text for f in study])
-        elif spec.get("study"):
+        elif original.spec.get("study"):
             pdf.para("No verdict can be computed: no trial of this study finished.")
     pdf.heading("Findings", 1)
     computed = findings.compute(exp, cell_list)
@@ -165,14 +177,17 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
         pdf.bullets([f.text for f in computed])
     else:
         pdf.para("No finding can be computed: no trial finished.")
-    # the thesis compared one setting per framework: with variants its side-by-side would mix them
-    sweep = [] if variants else [t for t in thesis_trials if t.get("purpose") in (None, "sweep")]
     # with nothing finished every verdict would read "cannot be judged": the banner already says why
     verdicts = findings.thesis_verdicts(compare.thesis_findings(sweep)) if sweep and exp.ok_trials else []
     if verdicts:
         pdf.heading("The thesis's findings on this run", 2)
         pdf.bullets([f.text for f in verdicts])
 
+
+def _figures(pdf: PdfWriter, exp: Experiment, original: Experiment, recs: list[recommend.Recommendation],
+             cell_list: list[Any], reference: list[dict[str, Any]], directory: Path, slug: str,
+             result: BuildResult) -> None:
+    """Every figure of the section, saved under ``directory``; one that cannot be drawn is said, with why."""
     pdf.heading("Figures", 1)
     # the gradient noise scale (measured where the experiment set gradient_noise) drawn beside the fit's B_crit
     # a critical-batch study (issue 33): one more panel per framework, each size at its best learning rate
@@ -189,17 +204,22 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
             pdf.absent(fig.title, fig.absent_reason or "no data")
             result.absent.append(f"{exp.name}/{fig.key}: {fig.absent_reason}")
             continue
-        paths = figures.save(fig, tmp / "figures", stem)
+        paths = figures.save(fig, directory, stem)
         result.figures += paths
         pdf.figure(paths[0], fig.title, fig.caption, fig.notes)
 
+
+def _tables(pdf: PdfWriter, exp: Experiment, cell_list: list[Any], sweep: list[dict[str, Any]] | None,
+            acc_why: str | None, directory: Path, slug: str, result: BuildResult) -> None:
+    """The section's tables, each also written as CSV under ``directory`` (``sweep`` None: no comparison with the
+    published figures, as with variants)."""
     pdf.heading("Tables", 1)
     parts = [tables.headline(cell_list, tables.SPEED_COLUMNS, "headline_speed",
                              "Per framework and batch size: speed, utilisation, energy"),
              tables.headline(cell_list, tables.MEMORY_COLUMNS, "headline_memory",
                              "Per framework and batch size: memory and accuracy"),
              tables.maxbatch(exp.maxbatch),
-             None if variants else tables.comparison(compare.side_by_side(sweep) if sweep else [])]
+             None if sweep is None else tables.comparison(compare.side_by_side(sweep) if sweep else [])]
     if parts[1] is not None and acc_why:
         parts[1] = dataclasses.replace(parts[1], note=parts[1].note + f"; no accuracy column: {acc_why}")
     wrote_headline = False
@@ -216,7 +236,7 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
         if stem == "headline" and wrote_headline:
             continue
         wrote_headline |= stem == "headline"
-        path = tmp / "tables" / f"{slug}-{stem}.csv"
+        path = directory / f"{slug}-{stem}.csv"
         table.write_csv(path)
         result.tables.append(path)
     if not exp.ok_trials:
@@ -228,9 +248,6 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
                               csv_rows=tuple(status_rows))
         pdf.heading(status.title, 2)
         pdf.table(status, col_widths=[2.2 * 28.35, 1.3 * 28.35, 2.2 * 28.35, None])  # type: ignore[list-item]
-    path = tmp / "tables" / f"{slug}-runs.csv"
-    run_table.write_csv(path)
-    result.tables.append(path)
 
 
 def _appendix(pdf: PdfWriter, data: ReportInput) -> None:
