@@ -176,10 +176,10 @@ def _math_mode_paragraph(exp: Experiment) -> str:
 def method_paragraphs(exp: Experiment, cell_list: list[Cell]) -> list[str]:
     """The method section, worded from the experiment's resolved spec and its trials.
 
-    Long on purpose: the Method section's sentences in reading order, each worded from one field of the spec.
+    The Method section's paragraphs in reading order (timing, denormals, math mode, sampling, memory, workload,
+    variants, failures), each worded from the spec's fields and what the trials stored.
     """
     spec = exp.spec
-    data = spec.get("data") or {}
     paras = []
     warm = _distinct(exp, "warmup_steps_n") or [spec.get("warmup_steps", "?")]
     measured = _distinct(exp, "measured_steps_n")
@@ -217,6 +217,32 @@ def method_paragraphs(exp: Experiment, cell_list: list[Cell]) -> list[str]:
         "CUDA context; <i>device memory used</i> (gpu_mem_used_peak_mib): the whole card's used memory, "
         "including other processes. Host memory is the peak resident set size of the worker "
         "(rss_peak_mib).")
+    variants = [v for v in spec.get("variants") or [] if isinstance(v, dict)]
+    paras.append(_workload_paragraph(exp, variants))
+    if variants:
+        paras.append("<b>Variants.</b> " + "; ".join(
+            f"<i>{v.get('name')}</i>: " + (", ".join(f"{k} = {json.dumps(val, default=str)}"
+                                                   for k, val in (v.get("settings") or {}).items()) or "the defaults")
+            for v in variants) + ". Each variant x framework x batch size x repeat is one trial; with "
+            "accumulate_steps = k an update sees k micro-batches (effective batch = batch x k).")
+    if any(k not in spec for k in ("warmup_steps", "timed_steps", "model", "dataset", "optimizer", "device")):
+        # hand-made or partial stores: say what "?" means rather than leave the reader guessing
+        paras.insert(0, "<i>This store holds no complete resolved specification for the experiment (its run "
+                        "row lacks one); values it would give are printed as “?”.</i>")
+    n_fail = sum(c.n - c.n_ok for c in cell_list)
+    if n_fail:
+        where = ("are marked on the figures and counted in the tables' status column" if exp.ok_trials
+                 else "are listed with their reasons in the table “What happened to each trial”")
+        paras.append(f"<b>Failures.</b> {n_fail} trial(s) did not finish; they {where}. Sizes larger than one "
+                     "that ran out of memory are recorded as <i>skipped</i> unless the sweep was run with "
+                     "--no-skip-larger.")
+    return paras
+
+
+def _workload_paragraph(exp: Experiment, variants: list[dict[str, Any]]) -> str:
+    """The Method's workload: the data, the model, the training, the optimizer, the repeats, the device."""
+    spec = exp.spec
+    data = spec.get("data") or {}
     shape = data.get("input_shape")
     dataset = (f"{data.get('name', spec.get('dataset', '?'))}: {data.get('n_train', '?')} training and "
                f"{data.get('n_test', '?')} test samples of shape {'×'.join(map(str, shape)) if shape else '?'}, "
@@ -239,34 +265,15 @@ def method_paragraphs(exp: Experiment, cell_list: list[Cell]) -> list[str]:
                   f"at batch {spec.get('lr_base_batch')}, scaled "
                   f"{'linearly' if policy == 'linear' else 'by the square root'} "
                   "with the batch size"))
-    variants = [v for v in spec.get("variants") or [] if isinstance(v, dict)]
     if variants:  # the top-level settings are only the defaults the variants start from
         lr_text += " (the experiment's default, which the variants below override)"
     repeats = spec.get("repeats", len(_distinct(exp, "repeat")) or 1)
-    paras.append(
+    return (
         f"<b>Workload.</b> Data set {dataset}. Model {model}. Training: {epochs_text}. Optimizer {lr_text}. "
         f"Repeats: {repeats} per framework and batch size "
         f"(seeds {', '.join(map(str, _distinct(exp, 'seed'))) or '?'}). "
         f"Device: {spec.get('device', '?')}, precision {spec.get('precision', '?')}, "
         f"math mode {spec.get('math_mode', 'not recorded')}.")
-    if variants:
-        paras.append("<b>Variants.</b> " + "; ".join(
-            f"<i>{v.get('name')}</i>: " + (", ".join(f"{k} = {json.dumps(val, default=str)}"
-                                                   for k, val in (v.get("settings") or {}).items()) or "the defaults")
-            for v in variants) + ". Each variant x framework x batch size x repeat is one trial; with "
-            "accumulate_steps = k an update sees k micro-batches (effective batch = batch x k).")
-    if any(k not in spec for k in ("warmup_steps", "timed_steps", "model", "dataset", "optimizer", "device")):
-        # hand-made or partial stores: say what "?" means rather than leave the reader guessing
-        paras.insert(0, "<i>This store holds no complete resolved specification for the experiment (its run "
-                        "row lacks one); values it would give are printed as “?”.</i>")
-    n_fail = sum(c.n - c.n_ok for c in cell_list)
-    if n_fail:
-        where = ("are marked on the figures and counted in the tables' status column" if exp.ok_trials
-                 else "are listed with their reasons in the table “What happened to each trial”")
-        paras.append(f"<b>Failures.</b> {n_fail} trial(s) did not finish; they {where}. Sizes larger than one "
-                     "that ran out of memory are recorded as <i>skipped</i> unless the sweep was run with "
-                     "--no-skip-larger.")
-    return paras
 
 
 def runs_rows(exp: Experiment) -> list[tuple[str, str, str]]:
