@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from harness.numbers import finite_or_none
+
 #: a big batch is this many small batches, its gradient their mean
 BIG_FACTOR = 4
 #: the small batch is the trial's batch size up to this: the measurement's cost per point (BIG_FACTOR x
@@ -130,8 +132,8 @@ def estimate_from_rows(rows: Iterable[Mapping[str, Any]], min_samples_seen: int 
     after that many training samples (the same share of training for every batch size of a sweep), e.g. the
     later half; ``samples_min``..``samples_max`` say what was used.
     """
-    usable = [r for r in rows if finite_number(r.get("x_small_mean")) is not None
-              and finite_number(r.get("x_big_mean")) is not None
+    usable = [r for r in rows if finite_or_none(r.get("x_small_mean")) is not None
+              and finite_or_none(r.get("x_big_mean")) is not None
               and int(r.get("b_small") or 0) > 0 and int(r.get("b_big") or 0) > int(r.get("b_small") or 0)
               and int(r.get("samples_seen") or 0) >= min_samples_seen]
     if not usable:
@@ -190,15 +192,3 @@ def format_estimate(est: NoiseEstimate | None) -> str:
 
 def _sizes(values: tuple[int, ...]) -> str:
     return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
-
-
-def finite_number(value: Any) -> float | None:
-    """A stored value as a finite float, else None (NULL, text, a bool, NaN, inf); report.knee reads rows with it
-    too."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None

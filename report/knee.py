@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 # a stored value as a finite float; report.target and report.recommend read it from here
-from harness.noise import finite_number as number
+from harness.numbers import finite_or_none
 
 #: the share of the best mean throughput the knee (smallest) size must reach
 SHARE_OF_BEST = 0.90
@@ -30,7 +30,7 @@ THROUGHPUT_COLUMN = "step_samples_per_s"
 
 def throughput_of(row: Mapping[str, Any]) -> float | None:
     """The throughput (samples/s) of one stored trial row, or None where it was not measured."""
-    return number(row.get(THROUGHPUT_COLUMN))
+    return finite_or_none(row.get(THROUGHPUT_COLUMN))
 
 
 def mean_sd(values: Sequence[float]) -> tuple[float | None, float | None]:
@@ -72,11 +72,11 @@ def size_stats(by_batch: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[Size
         if not ok:
             continue
         t_mean, t_sd = mean_sd([v for v in (throughput_of(r) for r in ok) if v is not None])
-        a_mean, a_sd = mean_sd([v for v in (number(r.get("accuracy")) for r in ok) if v is not None])
+        a_mean, a_sd = mean_sd([v for v in (finite_or_none(r.get("accuracy")) for r in ok) if v is not None])
         assert t_mean is not None
         out.append(SizeStats(batch_size=bs, repeats_n=len(ok), samples_per_s_mean=t_mean, samples_per_s_sd=t_sd,
                              accuracy_mean=a_mean, accuracy_sd=a_sd,
-                             j_per_sample_mean=mean_sd([v for v in (number(r.get("j_per_sample")) for r in ok)
+                             j_per_sample_mean=mean_sd([v for v in (finite_or_none(r.get("j_per_sample")) for r in ok)
                                                         if v is not None])[0]))
     return out
 

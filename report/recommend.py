@@ -30,8 +30,9 @@ from typing import Any
 
 from harness.cells import Series, SeriesGroup, group
 from harness.noise import NoiseEstimate, estimate_from_rows
+from harness.numbers import finite_or_none
 from report import critical
-from report.knee import SHARE_OF_BEST, THROUGHPUT_COLUMN, SizeStats, knee, number, size_stats, throughput_of
+from report.knee import SHARE_OF_BEST, THROUGHPUT_COLUMN, SizeStats, knee, size_stats, throughput_of
 from report.load import Experiment
 from report.target import CHANCE_MARGIN_PTS, SizeTarget, Target, seconds_fmt, series_target, size_targets
 
@@ -146,7 +147,7 @@ def _max_fit(rows: Sequence[dict[str, Any]], framework: str) -> MaxFit | None:
     plain = [r for r in found if r.get("setting") in (None, "", "plain")]
     r = (plain or found)[-1]
     return MaxFit(max_batch=r.get("max_batch"), recommended_batch=r.get("recommended_batch"),
-                  margin_mib=float(r.get("margin_mib") or 0.0), budget_mib=number(r.get("budget_mib")),
+                  margin_mib=float(r.get("margin_mib") or 0.0), budget_mib=finite_or_none(r.get("budget_mib")),
                   budget_kind=str(r.get("budget_kind") or ""))
 
 
@@ -160,7 +161,7 @@ def _time_range(targets: Sequence[SizeTarget], rec: SizeTarget) -> tuple[int, in
 
 
 def _epochs_text(targets: Sequence[SizeTarget], spec_epochs: Any) -> str:
-    epochs = max((t.epochs for t in targets if t.epochs), default=None) or number(spec_epochs)
+    epochs = max((t.epochs for t in targets if t.epochs), default=None) or finite_or_none(spec_epochs)
     return f"{epochs:g} epoch(s)" if epochs else "the epochs trained"
 
 
@@ -294,7 +295,8 @@ def _no_answer(rec: Recommendation, target: Target, targets: Sequence[SizeTarget
         epochs = _epochs_text(targets, spec.get("epochs"))
         why = (f"no batch size reached the target {target.text()} in every repeat and held it to the end, within "
                f"{epochs}: " + "; ".join(f"batch {t.batch_size}: {t.text()}" for t in targets))
-        to_run = [f"train longer: epochs = {2 * int(number(spec.get('epochs')) or 1)}, into a new --out directory "
+        longer = 2 * int(finite_or_none(spec.get("epochs")) or 1)
+        to_run = [f"train longer: epochs = {longer}, into a new --out directory "
                   "(epochs changes how a trial runs, so --resume refuses it)"]
         if (spec.get("lr_policy") or "fixed") == "fixed":
             to_run.append('scale the learning rate with the batch: lr_policy = "sqrt" (or "linear") with '
@@ -323,7 +325,7 @@ def _startup_caveat(rec_batch: int, train_s: float, g: SeriesGroup, exp: Experim
         said += ("; in a longer training (a higher target) it weighs less, so a size that starts slower may "
                  "come out ahead there")
         to_run.append(f"a longer training weighs start-up less: epochs = "
-                      f"{2 * int(number(exp.spec.get('epochs')) or 1)}, into a new --out directory")
+                      f"{2 * int(finite_or_none(exp.spec.get('epochs')) or 1)}, into a new --out directory")
     return said
 
 
@@ -369,8 +371,8 @@ def compile_s(rows: Sequence[dict[str, Any]]) -> float | None:
     nothing up front)."""
     found = []
     for r in rows:
-        value = number(r.get("compile_cold_s"))
-        value = number(r.get("compile_s")) if value is None else value
+        value = finite_or_none(r.get("compile_cold_s"))
+        value = finite_or_none(r.get("compile_s")) if value is None else value
         if r.get("status") == "ok" and value is not None:
             found.append(value)
     return sum(found) / len(found) if found else None
@@ -387,7 +389,7 @@ def startup_s(rows: Sequence[dict[str, Any]], curves: Mapping[str, Sequence[Mapp
             continue
         compiled = compile_s([r])
         pts = sorted((p for p in curves.get(str(r.get("trial_hash")), ())
-                      if number(p.get("train_s")) is not None and number(p.get("step"))),
+                      if finite_or_none(p.get("train_s")) is not None and finite_or_none(p.get("step"))),
                      key=lambda p: int(p["step"]))
         if len(pts) < 2 or int(pts[-1]["step"]) <= int(pts[0]["step"]):
             if compiled is not None:

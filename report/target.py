@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.cells import Stat
-from report.knee import number
+from harness.numbers import finite_or_none
 
 #: the default target lies this many points below the series' best mean final accuracy
 DEFAULT_MARGIN_PTS = 1.0
@@ -54,7 +54,7 @@ def first_reach(curve: Sequence[Mapping[str, Any]], target: float) -> Reach | No
     """The first crossing of ``target`` (a fraction) along one trial's curve rows, or None if never reached."""
     prev: Mapping[str, Any] | None = None
     for point in sorted(curve, key=lambda p: int(p.get("point") or 0)):
-        acc = number(point.get("accuracy"))
+        acc = finite_or_none(point.get("accuracy"))
         if acc is None:
             continue
         if acc >= target:
@@ -105,7 +105,7 @@ def series_target(by_batch: Mapping[int, Sequence[Mapping[str, Any]]], target_ac
     """
     means = {}
     for bs, rows in by_batch.items():
-        accs = [a for r in rows if r.get("status") == "ok" and (a := number(r.get("accuracy"))) is not None]
+        accs = [a for r in rows if r.get("status") == "ok" and (a := finite_or_none(r.get("accuracy"))) is not None]
         if accs:
             means[bs] = sum(accs) / len(accs)
     chance = 1.0 / classes if classes else None
@@ -191,7 +191,7 @@ def size_targets(by_batch: Mapping[int, Sequence[Mapping[str, Any]]],
                 no_curve += r.get("status") == "ok"
             else:
                 last = max(curve, key=lambda p: int(p.get("point") or 0))
-                if (e := number(last.get("epoch"))) is not None:
+                if (e := finite_or_none(last.get("epoch"))) is not None:
                     epochs.append(e)
             if r.get("status") != "ok" or target is None:
                 continue
@@ -199,7 +199,7 @@ def size_targets(by_batch: Mapping[int, Sequence[Mapping[str, Any]]],
             if reach is not None:
                 reaches.append(reach)
         # the epochs asked for (a last partial batch dropped makes the curve's last point a little short of it)
-        epochs_trained = number(counted[0].get("epochs")) or (max(epochs) if epochs else None)
+        epochs_trained = finite_or_none(counted[0].get("epochs")) or (max(epochs) if epochs else None)
         out.append(SizeTarget(
             batch_size=bs, trials_n=len(counted), reached_n=len(reaches),
             diverged_n=sum(1 for r in counted if r.get("status") == "diverged"), no_curve_n=no_curve,
@@ -208,7 +208,7 @@ def size_targets(by_batch: Mapping[int, Sequence[Mapping[str, Any]]],
             epochs=None if epochs_trained is None else round(epochs_trained, 2),
             first_point_n=sum(1 for x in reaches if not x.interpolated),
             final_mean=_mean([a for r in counted if r.get("status") == "ok"
-                              and (a := number(r.get("accuracy"))) is not None]),
+                              and (a := finite_or_none(r.get("accuracy"))) is not None]),
             target=target))
     return out
 

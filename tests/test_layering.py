@@ -47,7 +47,8 @@ MAXBATCH, PIPELINE, CLI, REPORT, ADAPTERS = "4. max batch", "5. pipeline", "6. c
 LAYERS = (
     Layer(VOCABULARY, ("harness", "harness.errors", "harness.models", "harness.config", "harness.records",
                        "harness.monitor.fields", "harness.data.known", "harness.data.prepared", "harness.data.checks",
-                       "harness.cells", "harness.flops", "harness.gpu_peaks", "harness.registry", "harness.capture",
+                       "harness.cells", "harness.flops", "harness.numbers", "harness.gpu_peaks", "harness.registry",
+                       "harness.capture",
                        "harness.tmpnames"),
           exceptions=(
               ("harness.config.checks", "harness.data.npzfile",

@@ -33,12 +33,12 @@ Conventions (docs/sampler.md explains why):
 from __future__ import annotations
 
 import bisect
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, TypeGuard
+from typing import Any
 
 from harness.monitor.fields import COUNTER_FIELDS, FIELDS, SERIES
+from harness.numbers import finite_or_none
 
 ENERGY_FIELD = COUNTER_FIELDS[0]  # the cumulative energy counter, differenced rather than averaged
 COUNTER_MODULUS = 2**64  # nvmlDeviceGetTotalEnergyConsumption is an unsigned 64-bit count of mJ
@@ -78,10 +78,6 @@ def readings_note(duration_s: float, samples_n: int, interval_s: float) -> str |
     return (f"{duration_s * 1000:.0f} ms with {samples_n} sample(s) at {interval_s * 1000:g} ms: shorter than NVML "
             f"can read (needs >= {need_s:g} s and >= {MIN_WINDOW_SAMPLES} samples; NVML averages utilisation over "
             "1/6-1 s and, on Ampere and newer, power over 1 s)")
-
-
-def _finite(value: Any) -> TypeGuard[float]:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -193,16 +189,16 @@ class Aggregator:
             if dt <= 0:
                 continue
             c0, c1 = self._rows[i - 1].get(ENERGY_FIELD), self._rows[i].get(ENERGY_FIELD)
-            if _finite(c0) and _finite(c1):
-                delta = c1 - c0
+            if c0 is not None and c1 is not None and None not in (finite_or_none(c0), finite_or_none(c1)):
+                delta = c1 - c0  # as stored: a counter near 2^64 (mJ) loses its low digits as a float
                 if delta < 0:
                     delta += self.counter_modulus  # wrapped past the counter's top
                 if delta <= self.max_power_w * 1000.0 * dt:  # else a reset: not energy, fall back
                     out.append((t0, t1, float(delta), "counter"))
                     continue
             power = self._rows[i].get("power_w")
-            if _finite(power):
-                out.append((t0, t1, float(power) * dt * 1000.0, "power"))
+            if (watts := finite_or_none(power)) is not None:
+                out.append((t0, t1, watts * dt * 1000.0, "power"))
         return out
 
     # -------------------------------------------------------------- windows
@@ -228,9 +224,8 @@ class Aggregator:
                 if w <= 0:
                     continue
                 for key in self.series:
-                    value = row.get(key)
-                    if _finite(value):
-                        pairs[key].append((float(value), w))
+                    if (value := finite_or_none(row.get(key))) is not None:
+                        pairs[key].append((value, w))
         series: dict[str, SeriesStats] = {}
         for key, found in pairs.items():
             if found:
@@ -249,8 +244,8 @@ class Aggregator:
     def instant_max(self, spans: Sequence[tuple[float, float]], key: str) -> float | None:
         """The highest ``key`` among the samples *taken* inside ``spans`` (each ``[start, end)``): for readings of
         a moment (memory in use), where a sample taken after a span ended describes what came after it."""
-        values = [float(row[key]) for t, row in zip(self._t, self._rows, strict=True)
-                  if any(lo <= t < hi for lo, hi in spans) and _finite(row.get(key))]
+        values = [v for t, row in zip(self._t, self._rows, strict=True)
+                  if any(lo <= t < hi for lo, hi in spans) and (v := finite_or_none(row.get(key))) is not None]
         return max(values) if values else None
 
     def _energy_over(self, spans: Sequence[tuple[float, float]]) -> tuple[float | None, str | None, float]:

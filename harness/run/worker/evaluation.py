@@ -27,6 +27,7 @@ import numpy as np
 from adapters.base import Adapter, MemoryStats
 from harness.config.trial import TrialSpec
 from harness.noise import NoiseRecord
+from harness.numbers import finite_or_none
 from harness.records import CurvePoint
 from harness.run.worker.noise import measure_noise
 
@@ -102,8 +103,8 @@ class EvalPoints:
         ev = self.adapter.evaluate(np.asarray(self.x_test), np.asarray(self.y_test), self.trial.eval_batch_size)
         eval_s = time.perf_counter() - t0
         point = CurvePoint(point=ctx.point, step=step, samples_seen=samples_seen, epoch=samples_seen / self.n_train,
-                           train_s=train_s, accuracy=_finite_or_none(ev.accuracy),
-                           eval_loss=_finite_or_none(ev.loss), eval_samples=ev.samples, eval_s=eval_s)
+                           train_s=train_s, accuracy=finite_or_none(ev.accuracy),
+                           eval_loss=finite_or_none(ev.loss), eval_samples=ev.samples, eval_s=eval_s)
         self.curve.append(point)
         self.measure(ctx)
         if self.check_divergence:
@@ -132,8 +133,3 @@ class EvalPoints:
         peaks = [s.peak_mib for s in (*self.training_peaks, last) if s.peak_mib is not None]
         return MemoryStats(peak_mib=max(peaks) if peaks else None, source=last.source, reserved_mib=last.reserved_mib,
                            context_mib=getattr(last, "context_mib", None))  # a plugin's own stats record may lack it
-
-
-def _finite_or_none(value: float) -> float | None:
-    """NaN and inf are stored as NULL (JSON and SQLite have no such numbers)."""
-    return value if math.isfinite(value) else None

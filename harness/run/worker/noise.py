@@ -12,7 +12,6 @@ vectors of the model's size on the host.
 
 from __future__ import annotations
 
-import math
 import time
 from typing import TYPE_CHECKING
 
@@ -20,6 +19,7 @@ import numpy as np
 
 from harness.data.augment import Augmenter
 from harness.noise import B_SMALL_MAX, BIG_FACTOR, NoiseRecord
+from harness.numbers import finite_or_none
 
 if TYPE_CHECKING:  # evaluation.py calls this module: no import cycle at run time
     from harness.run.worker.evaluation import PointContext
@@ -52,10 +52,6 @@ def measure_noise(ctx: PointContext, groups: int) -> NoiseRecord:
         x_big_sum += float(mean @ mean)
     small_n, big_n = groups * BIG_FACTOR, groups
     return NoiseRecord(point=ctx.point, step=ctx.step, samples_seen=ctx.samples_seen, b_small=b_small,
-                       b_big=b_small * BIG_FACTOR, x_small_mean=_finite(x_small_sum / small_n),
-                       x_big_mean=_finite(x_big_sum / big_n), small_n=small_n, big_n=big_n,
+                       b_big=b_small * BIG_FACTOR, x_small_mean=finite_or_none(x_small_sum / small_n),
+                       x_big_mean=finite_or_none(x_big_sum / big_n), small_n=small_n, big_n=big_n,
                        noise_s=time.perf_counter() - t0)
-
-
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
