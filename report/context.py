@@ -142,14 +142,20 @@ def _distinct(exp: Experiment, column: str) -> list[Any]:
     return sorted({t[column] for t in exp.trials if t.get(column) is not None})
 
 
+def _seen_per_framework(exp: Experiment, column: str) -> list[str]:
+    """``framework: a/b`` per framework: the distinct values its ok trials stored in ``column`` ("not recorded"
+    where none did)."""
+    out = []
+    for fw in exp.frameworks:
+        seen = sorted({str(t.get(column)) for t in exp.ok_trials if t.get("framework") == fw and t.get(column)})
+        out.append(f"{fw}: {'/'.join(seen) or 'not recorded'}")
+    return out
+
+
 def _denormals_paragraph(exp: Experiment) -> str:
     """What the CPU did with denormal floats, per framework, as the trials recorded it."""
     asked = _distinct(exp, "denormals") or ["?"]
-    per_fw = []
-    for fw in exp.frameworks:
-        seen = sorted({str(t.get("cpu_denormals")) for t in exp.ok_trials
-                       if t.get("framework") == fw and t.get("cpu_denormals")})
-        per_fw.append(f"{fw}: {'/'.join(seen) or 'not recorded'}")
+    per_fw = _seen_per_framework(exp, "cpu_denormals")
     return ("<b>Denormal floats.</b> Asked for: denormals = " + "/".join(map(str, asked)) + ". What the "
             "CPU did in each framework's trials: " + "; ".join(per_fw) + ". 'flush' means denormal results "
             "and inputs are treated as zero (FTZ/DAZ); 'keep' means they are computed exactly, at the cost of "
@@ -160,11 +166,7 @@ def _denormals_paragraph(exp: Experiment) -> str:
 def _math_mode_paragraph(exp: Experiment) -> str:
     """What float32 convolutions and matmuls computed in, per framework, as each framework read it back."""
     asked = _distinct(exp, "math_mode") or ["not recorded"]
-    per_fw = []
-    for fw in exp.frameworks:
-        seen = sorted({str(t.get("math_mode_seen")) for t in exp.ok_trials
-                       if t.get("framework") == fw and t.get("math_mode_seen")})
-        per_fw.append(f"{fw}: {'/'.join(seen) or 'not recorded'}")
+    per_fw = _seen_per_framework(exp, "math_mode_seen")
     return ("<b>Math mode.</b> Asked for: math_mode = " + "/".join(map(str, asked)) + ". What each framework "
             "computed float32 convolutions and matmuls in, read back from it: " + "; ".join(per_fw) + ". 'ieee' "
             "is true float32; 'tf32' TensorFloat-32 tensor cores (10-bit mantissa inputs, Ampere and newer GPUs), "
