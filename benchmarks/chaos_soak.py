@@ -169,7 +169,7 @@ def soak(work: Path, trials: int, seed: int, ray_nodes: int = 0, mean_gap_s: flo
     cluster = Cluster(ray_nodes) if ray_nodes else None
     actions = ("worker", "driver") + (("node",) if cluster else ())
     kills = {a: 0 for a in actions}
-    missed, resumes, runs, orphans = 0, 0, 0, 0
+    missed, resumes, runs, orphans, late = 0, 0, 0, 0, 0
     t0 = time.monotonic()
     try:
         while not _done(out, trials) and runs < max_rounds:
@@ -199,6 +199,7 @@ def soak(work: Path, trials: int, seed: int, ray_nodes: int = 0, mean_gap_s: flo
                     driver.send_signal(signal.SIGKILL)
                     driver.wait()
                     kills["driver"] += 1
+                    late += _done(out, trials)  # killed after it stored the last trial: nothing left to resume
                     orphans += len(_wait_gone(os.getpid(), ORPHAN_GRACE_S))  # its worker must die by itself
                 elif cluster is not None:
                     cluster.replace_one(rng)
@@ -210,7 +211,8 @@ def soak(work: Path, trials: int, seed: int, ray_nodes: int = 0, mean_gap_s: flo
     left = _wait_gone(os.getpid(), ORPHAN_GRACE_S)
     checks = _store_checks(out, trials) if (out / "results.sqlite").is_file() else {}
     return {"mode": f"ray, {ray_nodes} nodes" if cluster else "local", "trials": trials, "seed": seed,
-            "kills": kills, "kills_missed": missed, "resumes": resumes, "wall_s": round(time.monotonic() - t0, 1),
+            "kills": kills, "kills_missed": missed, "resumes": resumes,
+            "driver_kills_after_done": late, "wall_s": round(time.monotonic() - t0, 1),
             "orphans_after_driver_kills": orphans, "workers_left": len(left), **checks}
 
 

@@ -28,7 +28,9 @@ def test_a_sweep_whose_workers_and_driver_are_killed_at_random_ends_with_every_t
         tmp_path: Path) -> None:
     result = chaos_soak.soak(tmp_path, TRIALS, SEED, mean_gap_s=1.5)
     assert result["kills"]["worker"] >= 1 and result["kills"]["driver"] >= 1, result
-    assert result["resumes"] >= result["kills"]["driver"], result
+    # every driver kill is resumed, but one that lands after the last trial was stored (seen in CI) leaves nothing to do
+    assert result["resumes"] >= result["kills"]["driver"] - result["driver_kills_after_done"], result
+    assert result["driver_kills_after_done"] <= 1, result  # the soak stops at the first done store
     assert result["stored_exactly_once"] and result["rows"] == TRIALS, result
     assert result["lost_left"] == 0 and result["integrity"] == "ok", result
     assert result["orphans_after_driver_kills"] == 0 and result["workers_left"] == 0, result
