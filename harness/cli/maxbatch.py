@@ -119,41 +119,6 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_maxbatch)
 
 
-def _check_numbers(args: argparse.Namespace) -> None:
-    """Numbers the probes cannot use (inf, nan, an OS limit beyond what setrlimit takes, negatives), refused
-    with the flag before anything starts."""
-    import math
-
-    from harness.config.experiment import MAX_MEMORY_LIMIT_MIB, MAX_THREADS, MAX_TIMEOUT_S, SQLITE_INT_MAX
-
-    for flag, value, low, high in (("--memory-limit-mib", args.memory_limit_mib, 0.0, MAX_MEMORY_LIMIT_MIB),
-                                   ("--margin-mib", args.margin_mib, 0.0, MAX_MEMORY_LIMIT_MIB),
-                                   ("--timeout-s", args.timeout_s, 1e-3, MAX_TIMEOUT_S),
-                                   ("--momentum", args.momentum, 0.0, 1.0)):
-        if not math.isfinite(value):
-            raise ConfigError(f"{flag} {value!r} must be a finite number")
-        if value < low:
-            raise ConfigError(f"{flag} {value!r} must be >= {low:g}")
-        if value > high:
-            raise ConfigError(f"{flag} {value:g} is more than the largest usable value ({high:g})")
-    for flag, number in (("--threads", args.threads), ("--max-batch-cap", args.max_batch_cap)):
-        if number < 0:
-            raise ConfigError(f"{flag} {number!r} must be >= 0")
-        if number > SQLITE_INT_MAX:
-            raise ConfigError(f"{flag} {number} is larger than the store can hold ({SQLITE_INT_MAX})")
-    if args.threads > MAX_THREADS:
-        raise ConfigError(f"--threads {args.threads:,} is more than the largest usable value ({MAX_THREADS:,})")
-    from harness.data import DATASETS
-
-    if args.dataset.startswith("npz:"):  # a user's file: its contents are checked when it is prepared
-        from harness.data.npzfile import check_path
-
-        check_path(args.dataset)
-    elif args.dataset not in DATASETS:
-        raise ConfigError(f"--dataset {args.dataset!r} is not a known data set; known: {', '.join(sorted(DATASETS))}, "
-                          "or npz:FILE")
-
-
 def cmd_maxbatch(args: argparse.Namespace) -> int:
     """Run the search and print the answer beside the formula: in the order the user sees it (validate, forecast,
     search, answer, advice, verify); nothing is written before every check has passed."""
@@ -202,7 +167,6 @@ def _request(args: argparse.Namespace) -> Any:
     options = whathelps.adapter_options(args.adapter_option, adapter_class(args.framework))
     env_setting = whathelps.parse_env_settings(args.env_setting)
     check_model_name(args.model)  # a user's "module:function" is imported here, framework imports refused
-    _check_numbers(args)
     if args.verify_steps is not None and not args.verify:
         raise ConfigError("--verify-steps applies only with --verify; add --verify or leave it out")
     verify_steps = (CONFIRM_STEPS if args.verify_steps is None else args.verify_steps) if args.verify else 0

@@ -17,6 +17,7 @@ from typing import Any
 
 from harness.config.choices import MATH_MODES, Device, MathMode, OptimizerName, Precision
 from harness.config.experiment import DEFAULT_SETTLE_STEPS, DEVICES, OPTIMIZERS, PRECISIONS, Experiment
+from harness.config.limits import MAX_MEMORY_LIMIT_MIB, MAX_THREADS, MAX_TIMEOUT_S, SQLITE_INT_MAX
 from harness.errors import BatchscopeWarning, ConfigError
 from harness.maxbatch.search import CPU_RESOLUTION, GPU_RESOLUTION, STRATEGIES, Resolution
 from harness.run.devices import resolve
@@ -92,6 +93,43 @@ class MaxBatchRequest:
             return Resolution.parse(self.granularity)
         return GPU_RESOLUTION if device == "gpu" else CPU_RESOLUTION
 
+    def _check_numbers(self) -> None:
+        """Numbers the probes cannot use (inf, nan, an OS limit beyond what setrlimit takes, what the store cannot
+        hold), refused with the flag before anything starts: the one place the search's numbers are checked, for
+        the command line and the experiment key alike."""
+        import math
+
+        for flag, value, low, high in (("--memory-limit-mib", self.memory_limit_mib, 0.0, MAX_MEMORY_LIMIT_MIB),
+                                       ("--margin-mib", self.margin_mib, 0.0, MAX_MEMORY_LIMIT_MIB),
+                                       ("--timeout-s", self.timeout_s, 1e-3, MAX_TIMEOUT_S),
+                                       ("--momentum", self.momentum, 0.0, 1.0)):
+            if not math.isfinite(value):
+                raise ConfigError(f"{flag} {value!r} must be a finite number")
+            if value < low:
+                raise ConfigError(f"{flag} {value!r} must be >= {low:g}")
+            if value > high:
+                raise ConfigError(f"{flag} {value:g} is more than the largest usable value ({high:g})")
+        for flag, number in (("--threads", self.threads), ("--max-batch-cap", self.max_batch_cap)):
+            if number < 0:
+                raise ConfigError(f"{flag} {number!r} must be >= 0")
+            if number > SQLITE_INT_MAX:
+                raise ConfigError(f"{flag} {number} is larger than the store can hold ({SQLITE_INT_MAX})")
+        if self.threads > MAX_THREADS:
+            raise ConfigError(f"--threads {self.threads:,} is more than the largest usable value ({MAX_THREADS:,})")
+
+    def _check_dataset(self) -> None:
+        """A data set the search can prepare: a known name, or a user's npz file that exists (its contents are
+        checked when it is prepared, still before any probe)."""
+        from harness.data import DATASETS
+
+        if self.dataset.startswith("npz:"):
+            from harness.data.npzfile import check_path
+
+            check_path(self.dataset)
+        elif self.dataset not in DATASETS:
+            raise ConfigError(f"--dataset {self.dataset!r} is not a known data set; known: "
+                              f"{', '.join(sorted(DATASETS))}, or npz:FILE")
+
     def _check_precision_runs(self) -> None:
         """Refuse a precision the adapter would not run on this device, and adapter settings that would do nothing
         there (a probe must never be recorded under a setting it did not use)."""
@@ -150,9 +188,11 @@ class MaxBatchRequest:
             (1 <= self.accumulate_steps <= MAX_ACCUMULATE_STEPS,
              f"--accumulate-steps {self.accumulate_steps!r} must be in 1..{MAX_ACCUMULATE_STEPS}"),
         )
+        self._check_numbers()
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+        self._check_dataset()
         if self.granularity:
             Resolution.parse(self.granularity)  # refused here, before anything runs
         self._check_precision_runs()
