@@ -41,36 +41,41 @@ class Layer:
     third_party: tuple[str, ...] | None = None
 
 
-VOCABULARY, DATA, MONITOR, STORE, RUN = "0. vocabulary", "1. data", "2. monitor", "2. store", "3. run"
-MAXBATCH, PIPELINE, CLI, REPORT, ADAPTERS = "4. max batch", "5. pipeline", "6. command line", "report", "adapters"
+VOCABULARY, DESCRIPTION, DATA, MONITOR = "0. vocabulary", "0. description", "1. data", "2. monitor"
+STORE, RUN, MAXBATCH, PIPELINE, CLI = "2. store", "3. run", "4. max batch", "5. pipeline", "6. command line"
+REPORT_INPUT, ANSWER, DOCUMENT, ADAPTERS = "report: input", "report: answer", "report: document", "adapters"
+BELOW_DATA = (VOCABULARY, DESCRIPTION)
 
 LAYERS = (
-    Layer(VOCABULARY, ("harness", "harness.errors", "harness.models", "harness.config", "harness.records",
-                       "harness.monitor.fields", "harness.data.known", "harness.data.prepared", "harness.data.checks",
-                       "harness.cells", "harness.flops", "harness.numbers", "harness.gpu_peaks", "harness.registry",
-                       "harness.capture",
-                       "harness.tmpnames"),
+    Layer(VOCABULARY, ("harness", "harness.errors", "harness.numbers", "harness.tmpnames", "harness.capture",
+                       "harness.gpu_peaks", "harness.monitor.fields", "harness.cells", "harness.registry"),
+          exceptions=(("harness.registry", "adapters.base", "for type annotations only"),),
+          third_party=("numpy",)),
+    Layer(DESCRIPTION, ("harness.models", "harness.config", "harness.records", "harness.data.known",
+                        "harness.data.prepared", "harness.data.checks", "harness.flops"), (VOCABULARY,),
           exceptions=(
               ("harness.config.checks", "harness.data.npzfile",
                "loading an experiment checks that its npz file exists and is readable"),
               ("harness.data.prepared", "harness.data.footprint", "writing prepared data checks the disk space"),
               ("harness.data.prepared", "harness.data.npzfile", "a prepared npz data set's cache is named after it"),
-              ("harness.registry", "adapters.base", "for type annotations only"),
           ),
           third_party=("numpy", "tomli")),
-    Layer(DATA, ("harness.data",), (VOCABULARY,)),
-    Layer(MONITOR, ("harness.monitor",), (VOCABULARY, DATA)),
-    Layer(STORE, ("harness.store",), (VOCABULARY, DATA)),
-    Layer(RUN, ("harness.run",), (VOCABULARY, DATA, MONITOR, STORE),
+    Layer(DATA, ("harness.data",), BELOW_DATA),
+    Layer(MONITOR, ("harness.monitor",), (*BELOW_DATA, DATA)),
+    Layer(STORE, ("harness.store",), (*BELOW_DATA, DATA)),
+    Layer(RUN, ("harness.run",), (*BELOW_DATA, DATA, MONITOR, STORE),
           exceptions=(("harness.run.worker", "adapters.base", "the worker, in the child, drives the adapter"),
                       ("harness.run.worker", "adapters.fpenv",
                        "the worker sets the CPU's denormal mode before the adapter loads its framework"))),
-    Layer(MAXBATCH, ("harness.maxbatch",), (VOCABULARY, DATA, MONITOR, STORE, RUN)),
-    Layer(PIPELINE, ("harness.pipeline",), (VOCABULARY, DATA, MONITOR, STORE, RUN, MAXBATCH)),
-    Layer(REPORT, ("report",), (VOCABULARY, STORE),
-          exceptions=(("report", "harness.maxbatch.advice", "pure advice from stored numbers"),)),
+    Layer(MAXBATCH, ("harness.maxbatch",), (*BELOW_DATA, DATA, MONITOR, STORE, RUN)),
+    Layer(PIPELINE, ("harness.pipeline",), (*BELOW_DATA, DATA, MONITOR, STORE, RUN, MAXBATCH)),
+    Layer(REPORT_INPUT, ("report", "report.load", "report.aggregate"), (*BELOW_DATA, STORE)),
+    Layer(ANSWER, ("report.answer",), (*BELOW_DATA, STORE, REPORT_INPUT)),
+    Layer(DOCUMENT, ("report.document",), (*BELOW_DATA, STORE, REPORT_INPUT, ANSWER),
+          exceptions=(("report.document.tables", "harness.maxbatch.advice",
+                       "the max-batch table words the stored answer's advice (pure, no prober)"),)),
     Layer(CLI, ("harness.cli", "harness.__main__"),
-          (VOCABULARY, DATA, MONITOR, STORE, RUN, MAXBATCH, PIPELINE, REPORT, ADAPTERS)),
+          (*BELOW_DATA, DATA, MONITOR, STORE, RUN, MAXBATCH, PIPELINE, REPORT_INPUT, ANSWER, DOCUMENT, ADAPTERS)),
     Layer(ADAPTERS, ("adapters",), exceptions=tuple(
         ("adapters", target, "the contract, the model description, the errors and the trial's settings")
         for target in ("harness.models", "harness.errors", "harness.config.trial", "harness.config.precision"))),
@@ -103,14 +108,16 @@ def module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
-def imports_of(path: Path, name: str, module_level: bool = False, root: Path = ROOT) -> list[tuple[int, str]]:
+def imports_of(path: Path, name: str, module_level: bool = False, root: Path = ROOT,
+               runtime: bool = False) -> list[tuple[int, str]]:
     """Every module ``path`` imports, at any depth of the file (or at module level only), with its line.
 
     ``from pkg import x`` is an edge to ``pkg.x`` when that is a module under ``root``, else to ``pkg``.
+    ``runtime``: leave out the imports under ``if TYPE_CHECKING:`` (read by the type checker, never run).
     """
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    nodes = _module_level(tree) if module_level else ast.walk(tree)
+    nodes = _module_level(tree) if module_level else _walk(tree, skip_type_checking=runtime)
     out = []
     for node in nodes:
         if isinstance(node, ast.Import):
@@ -130,6 +137,26 @@ def imports_of(path: Path, name: str, module_level: bool = False, root: Path = R
 def _is_module(root: Path, dotted: str) -> bool:
     where = root.joinpath(*dotted.split("."))
     return where.with_suffix(".py").is_file() or (where / "__init__.py").is_file()
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    test = getattr(node, "test", None) if isinstance(node, ast.If) else None
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _walk(tree: ast.Module, skip_type_checking: bool) -> list[ast.AST]:
+    """Every node (``ast.walk``), without the bodies of ``if TYPE_CHECKING:`` blocks when asked."""
+    out: list[ast.AST] = []
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        if skip_type_checking and _is_type_checking(node):
+            stack += node.orelse  # type: ignore[attr-defined]
+            continue
+        stack += list(ast.iter_child_nodes(node))
+    return out
 
 
 def _module_level(tree: ast.Module) -> list[ast.AST]:
@@ -197,6 +224,83 @@ def violations(root: Path) -> list[str]:
     return sorted(set(found))
 
 
+def import_cycles(root: Path) -> list[list[str]]:
+    """The import cycles among the three packages' modules, lazy imports (inside functions) included, as they run:
+    an import under ``if TYPE_CHECKING:`` never runs and is left out. Each cycle as its modules, sorted."""
+    graph: dict[str, set[str]] = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            name = module_name(path, root)
+            graph[name] = {t for _, t in imports_of(path, name, root=root, runtime=True)}
+    known = set(graph)
+
+    def resolved(target: str) -> str:  # ``from pkg import name`` is an edge to the package
+        while target and target not in known:
+            target = target.rpartition(".")[0]
+        return target
+
+    edges = {n: {resolved(t) for t in targets} - {"", n} for n, targets in graph.items()}
+    # Tarjan's strongly connected components, iteratively: a component of more than one module is a cycle
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+    for start in sorted(edges):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    return sorted(cycles)
+
+
+def test_no_module_imports_itself_round_a_cycle() -> None:
+    """Import cycles, lazy imports included (issue 30 found three; one ran through 7 files and two layers): a cycle
+    is two modules that need each other, so neither can be read, tested or moved alone."""
+    assert import_cycles(ROOT) == [], "import cycles (an `if TYPE_CHECKING:` import is not counted):\n" + "\n".join(
+        " -> ".join(c) for c in import_cycles(ROOT))
+
+
+def test_a_lazy_cycle_is_caught_and_a_type_only_import_is_not(tmp_path: Path) -> None:
+    for package in PACKAGES:
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "harness" / "a.py").write_text("from harness import b\n")
+    (tmp_path / "harness" / "b.py").write_text("def f():\n    from harness.c import g\n    return g\n")
+    (tmp_path / "harness" / "c.py").write_text("def g():\n    import harness.a\n")
+    (tmp_path / "report" / "x.py").write_text("from report.y import Y\n")
+    (tmp_path / "report" / "y.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from report.x import X\nclass Y: ...\n")
+    assert import_cycles(tmp_path) == [["harness.a", "harness.b", "harness.c"]]
+
+
 def test_the_source_tree_keeps_its_layers() -> None:
     found = violations(ROOT)
     assert not found, "imports that break the layers of docs/architecture.md:\n" + "\n".join(found)
@@ -240,13 +344,13 @@ def _frameworks_in(loaded: list[str]) -> list[str]:
 
 
 def test_importing_the_report_loads_no_executor_sampler_data_loader_or_framework() -> None:
-    loaded = _loaded_after("report.build", "report.load", "report.thesis")
+    loaded = _loaded_after("report.document.build", "report.load", "report.answer.thesis")
     bad = [m for m in loaded if any(under(m, p) for p in (
         "harness.run", "harness.monitor.sampler", "harness.monitor.nvml", "harness.maxbatch.prober",
         "harness.data.catalogue", "harness.data.cifar10", "adapters", *FRAMEWORKS))]
     assert not bad, f"importing the report loaded {bad}"
     # without the plotting stack (pandas and seaborn bring these themselves) reading a store loads no downloader
-    light = _loaded_after("report.load", "report.thesis")
+    light = _loaded_after("report.load", "report.answer.thesis")
     assert not [m for m in light if m in ("tarfile", "urllib.request")], "reading a store loaded a downloader"
 
 

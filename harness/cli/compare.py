@@ -7,7 +7,7 @@ from typing import Any
 
 from harness.cli.table import path_arg
 from harness.errors import ConfigError
-from report.thesis import (
+from report.answer.thesis import (
     REFERENCE_DATASET,
     REFERENCE_EPOCHS,
     _sweep_rows,
@@ -95,7 +95,7 @@ def render_study(trials: list[dict[str, Any]], spec: dict[str, Any], file: Any =
     """A study (variants and/or ``study = ...``): per framework x variant x batch, then the study's verdicts."""
     from harness.cli.table import print_table
     from harness.run.sweep import summarise
-    from report.studies import STUDY_CLAIMS, study_findings, variant_names
+    from report.answer.studies import STUDY_CLAIMS, study_findings, variant_names
 
     sweep = [t for t in trials if t.get("purpose") in (None, "sweep")]
     variants = variant_names(sweep, spec)

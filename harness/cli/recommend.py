@@ -1,6 +1,6 @@
 """``batchscope recommend DIR [--json]``: which batch size to train with, from the store alone.
 
-The same rule and the same table as the report's first page (:mod:`report.recommend`), in the terminal;
+The same rule and the same table as the report's first page (:mod:`report.answer.recommend`), in the terminal;
 ``--json`` prints every number behind it for scripts.
 """
 
@@ -18,9 +18,9 @@ from harness.cli.table import TARGET_HELP, path_arg, print_table, target_accurac
 def cmd_recommend(args: argparse.Namespace) -> int:
     """Print the recommendation of every experiment in the store."""
     from harness.noise import format_estimate
-    from report.critical_batch import studies, study_lines
+    from report.answer.critical_batch import studies, study_lines
+    from report.answer.recommend import RULE_TEXT, TABLE_COLUMNS, Summary, recommend, show_variants, table_rows
     from report.load import load
-    from report.recommend import RULE_TEXT, TABLE_COLUMNS, Summary, recommend, show_variants, table_rows
 
     data = load(Path(args.dir))  # StoreError (exit 2) for no store, an empty one, another schema
     summary = Summary(tuple((exp.name, tuple(recommend(exp, target_accuracy=args.target_accuracy)))

@@ -8,7 +8,7 @@ from typing import Any
 
 from harness.cli.table import TARGET_HELP, path_arg, target_accuracy_arg
 
-#: where the report goes without -o, under DIR (report.build.default_output, not imported: it loads matplotlib)
+#: where the report goes without -o, under DIR (report.document.build.default_output, not imported: it loads matplotlib)
 DEFAULT_REPORT = Path("report") / "report.pdf"
 
 
@@ -29,7 +29,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     target = Path(args.output) if args.output else Path(args.dir) / DEFAULT_REPORT
     writable_dir(target.parent, "give -o a path in a directory you can write" if args.output else
                  f"the report goes to {target} by default: give -o a path in a directory you can write")
-    from report.build import build_report
+    from report.document.build import build_report
 
     result = build_report(Path(args.dir), Path(args.output) if args.output else None,
                           target_accuracy=args.target_accuracy)

@@ -154,7 +154,8 @@ def check_model_name(name: str) -> None:
 def build_description(name: str, input_shape: tuple[int, int, int], classes: int) -> ModelDescription:
     """Look a model up (catalogue or ``package.module:function``) and describe it for this input."""
     from harness.models.native import is_native_model
-    from harness.models.user import describe_user_model, is_user_model
+    from harness.models.sandbox import describe_user_model
+    from harness.models.user import is_user_model
 
     if is_native_model(name):
         raise ConfigError(f"model {name!r} is a framework's own model: it has no framework-neutral description "

@@ -12,7 +12,7 @@ harness.models.sandbox``) that:
 * writes the description (JSON) or the error to a file; its stdout and stderr are drained with their head and
   tail kept (:mod:`harness.capture`), and the tail is quoted where it crashed without saying why.
 
-The parent calls it once per run (:func:`harness.models.user.describe_user_model` caches the result), not
+The parent calls it once per run (this module's :func:`describe_user_model` caches the result), not
 once per trial: one interpreter start, about a quarter of a second.
 """
 
@@ -32,6 +32,7 @@ from typing import Any
 from harness.capture import BoundedOutput
 from harness.errors import ConfigError
 from harness.models.description import ModelDescription
+from harness.models.user import describe_here, split_name
 
 #: how long importing the module and calling the function may take (a description takes milliseconds)
 TIMEOUT_S = 60.0
@@ -126,9 +127,22 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
 
-def _answer(name: str, shape: tuple[int, int, int], classes: int) -> dict[str, Any]:
-    from harness.models.user import describe_here
+#: descriptions made in this process, by (name, input shape, classes): the user's function runs once per run
+_DESCRIBED: dict[tuple[str, tuple[int, ...], int], ModelDescription] = {}
 
+
+def describe_user_model(name: str, input_shape: tuple[int, int, int], classes: int) -> ModelDescription:
+    """The user's function's description of this input, made once per process in a child that is bounded in time
+    and memory (:mod:`harness.models.sandbox`): whatever the user's code does (exits, crashes, hangs, allocates
+    without end) is a :class:`ConfigError` naming the model, and the parent is untouched."""
+    key = (name, tuple(int(d) for d in input_shape), int(classes))
+    if key not in _DESCRIBED:
+        split_name(name)
+        _DESCRIBED[key] = describe_in_child(name, key[1], key[2])  # type: ignore[arg-type]
+    return _DESCRIBED[key]
+
+
+def _answer(name: str, shape: tuple[int, int, int], classes: int) -> dict[str, Any]:
     try:
         return {"spec": describe_here(name, shape, classes).to_spec()}
     except ConfigError as e:

@@ -89,7 +89,8 @@ def _framework_refusal(name: str, what: str) -> ConfigError:
                        "only, name a factory as that adapter's native_model setting")
 
 
-def _split(name: str) -> tuple[str, str]:
+def split_name(name: str) -> tuple[str, str]:
+    """``package.module:function`` as (module, function), or a :class:`ConfigError` saying the form."""
     module, _, attr = name.partition(":")
     parts = [*module.split("."), *attr.split(".")]
     if not module or not attr or not all(p.isidentifier() for p in parts):
@@ -130,7 +131,7 @@ def _framework_attributes(module: types.ModuleType) -> list[str]:
 
 def load_user_factory(name: str) -> Callable[..., Any]:
     """The function ``name`` points at, imported with framework imports refused."""
-    module_name, attr = _split(name)
+    module_name, attr = split_name(name)
     module = _import(name, module_name)
     held = _framework_attributes(module)
     if held:
@@ -149,8 +150,9 @@ def load_user_factory(name: str) -> Callable[..., Any]:
 
 def check_user_model(name: str) -> None:
     """Refuse a malformed name, or one whose module cannot be found, without running any of the user's code: the
-    module is imported, and the function called, once, in a child process (:func:`describe_user_model`)."""
-    module_name, _ = _split(name)
+    module is imported, and the function called, once, in a child process
+    (:func:`harness.models.sandbox.describe_user_model`)."""
+    module_name, _ = split_name(name)
     top = module_name.partition(".")[0]
     cwd = os.getcwd()
     added = cwd not in sys.path and "" not in sys.path
@@ -167,23 +169,6 @@ def check_user_model(name: str) -> None:
         raise ConfigError(f"model {name!r}: module {module_name!r} cannot be imported (no module {top!r} in the "
                           f"current directory, {cwd}, or on PYTHONPATH); install it or run from the directory that "
                           "holds it")
-
-
-#: descriptions made in this process, by (name, input shape, classes): the user's function runs once per run
-_DESCRIBED: dict[tuple[str, tuple[int, ...], int], ModelDescription] = {}
-
-
-def describe_user_model(name: str, input_shape: tuple[int, int, int], classes: int) -> ModelDescription:
-    """The user's function's description of this input, made once per process in a child that is bounded in time
-    and memory (:mod:`harness.models.sandbox`): whatever the user's code does (exits, crashes, hangs, allocates
-    without end) is a :class:`ConfigError` naming the model, and the parent is untouched."""
-    key = (name, tuple(int(d) for d in input_shape), int(classes))
-    if key not in _DESCRIBED:
-        _split(name)
-        from harness.models.sandbox import describe_in_child
-
-        _DESCRIBED[key] = describe_in_child(name, key[1], key[2])  # type: ignore[arg-type]
-    return _DESCRIBED[key]
 
 
 def describe_here(name: str, input_shape: tuple[int, int, int], classes: int) -> ModelDescription:

@@ -9,7 +9,7 @@ import pytest
 from harness.config.experiment import parse_experiment
 from harness.run.sweep import SweepOptions, run_sweep
 from harness.store import Store
-from report.thesis import side_by_side
+from report.answer.thesis import side_by_side
 
 
 @pytest.mark.slow

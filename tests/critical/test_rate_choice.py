@@ -8,7 +8,7 @@ import sqlite3
 from harness.config.trial import OptimizerSpec
 from harness.records import CurvePoint, TrialOutcome, WorkerMetrics
 from harness.store import Store
-from report.critical_batch import studies, study_lines
+from report.answer.critical_batch import studies, study_lines
 from report.load import load
 from tests.conftest import make_trial
 

@@ -7,8 +7,8 @@ import pytest
 
 from harness.cells import Series
 from harness.noise import NoiseEstimate
-from report.critical import CriticalFit
-from report.critical_batch import CriticalStudy, NoiseVerdict, study_lines
+from report.answer.critical import CriticalFit
+from report.answer.critical_batch import CriticalStudy, NoiseVerdict, study_lines
 
 
 @pytest.mark.parametrize(("b_simple", "b_crit", "agrees"), [(18.0, 93.0, False), (50.0, 93.0, True),

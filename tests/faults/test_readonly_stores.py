@@ -257,7 +257,7 @@ def test_every_reading_verb_reads_a_store_while_a_sweep_writes_it(tmp_path: Path
 def test_the_report_command_checks_the_place_the_builder_writes_to() -> None:
     """``report`` checks DIR/report before it imports the builder (matplotlib): both must name one place."""
     from harness.cli.report import DEFAULT_REPORT
-    from report.build import default_output
+    from report.document.build import default_output
 
     assert Path("d") / DEFAULT_REPORT == default_output(Path("d"))
 

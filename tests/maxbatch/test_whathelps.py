@@ -256,8 +256,8 @@ def test_refusals_exit_2_and_write_nothing(extra, framework, message, fake_execu
 
 
 def test_the_report_tells_the_searches_apart_and_takes_the_plain_one_as_what_fits():
-    from report.recommend import _max_fit
-    from report.tables import maxbatch
+    from report.answer.recommend import _max_fit
+    from report.document.tables import maxbatch
 
     plain = {"framework": "pytorch", "model": "m", "max_batch": 28, "recommended_batch": 27, "setting": "plain",
              "accumulate_steps": 1, "effective_batch": 28, "budget_mib": 385.0, "budget_kind": "cpu-rlimit-data"}

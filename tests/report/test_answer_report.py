@@ -12,9 +12,9 @@ from pypdf import PdfReader
 
 from harness.records import TrialOutcome, WorkerMetrics
 from harness.store import Store
-from report.build import build_report
+from report.answer.recommend import recommend
+from report.document.build import build_report
 from report.load import load
-from report.recommend import recommend
 from tests.report.test_recommend import EXP, TRAIN_N, _curve, _spec, _trial
 
 B_CRIT, S_MIN = 60.0, 20.0

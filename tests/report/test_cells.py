@@ -8,8 +8,8 @@ import pytest
 
 from harness.cells import METRICS, cells, summary_rows
 from harness.cli.compare import render
-from report.tables import SPEED_COLUMNS, headline
-from report.thesis import side_by_side
+from report.answer.thesis import side_by_side
+from report.document.tables import SPEED_COLUMNS, headline
 
 
 def trial(fw: str, bs: int, rep: int, step: float, *, status: str = "ok", drifted: bool = False,
@@ -90,7 +90,7 @@ def test_drift_is_read_from_its_repeats(changes, reading):
 
 
 def test_the_drift_finding_says_whether_the_repeats_agree():
-    from report.findings import drift
+    from report.answer.findings import drift
 
     machine = drift(cells(_drifting([+36.0, None])), ["pytorch"])[0].text
     workload = drift(cells(_drifting([+40.0, +35.0])), ["pytorch"])[0].text
@@ -99,7 +99,7 @@ def test_the_drift_finding_says_whether_the_repeats_agree():
 
 
 def test_the_math_mode_splits_series_is_shown_beside_the_precision_and_a_mixed_comparison_is_named():
-    from report.findings import math_modes
+    from report.answer.findings import math_modes
 
     def gpu(fw: str, mode: str, seen: str, step: float) -> dict:
         return trial(fw, 4, 0, step) | {"device": "gpu", "math_mode": mode, "math_mode_seen": seen}

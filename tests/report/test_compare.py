@@ -9,7 +9,7 @@ import pytest
 
 from harness.cli import compare as compare_cli
 from harness.cli import main
-from report import thesis as compare
+from report.answer import thesis as compare
 
 
 def _thesis_trials(repeats: int = 1, jitter: float = 0.0) -> list[dict[str, Any]]:
@@ -197,7 +197,7 @@ def test_compare_says_not_measurable_for_utilisation_read_over_48_ms(tmp_path: A
 
 def test_the_energy_finding_says_not_measurable_where_a_window_was_too_short(tmp_path: Any) -> None:
     from harness.cells import cells
-    from report.findings import energy_best
+    from report.answer.findings import energy_best
 
     trials = [_h100_trial(tmp_path, "jax", 64, 0.048, 0.0), _h100_trial(tmp_path, "jax", 128, 1.5, 30.0),
               _h100_trial(tmp_path, "jax", 256, 1.5, 30.0)]

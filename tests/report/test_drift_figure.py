@@ -5,7 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 
 from report.aggregate import cells
-from report.drift import drift_figure, rolling_median
+from report.document.drift import drift_figure, rolling_median
 from report.load import Experiment
 
 

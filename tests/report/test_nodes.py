@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from report.context import environment_rows, node_rows
+from report.document.context import environment_rows, node_rows
 from report.load import Experiment
 
 

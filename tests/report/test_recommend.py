@@ -22,8 +22,8 @@ from harness.config.trial import TrialSpec
 from harness.noise import NoiseRecord
 from harness.records import CurvePoint, TrialOutcome, WorkerMetrics
 from harness.store import Store
+from report.answer.recommend import THROUGHPUT_COLUMN, SizeStats, knee, recommend, throughput_of
 from report.load import load
-from report.recommend import THROUGHPUT_COLUMN, SizeStats, knee, recommend, throughput_of
 
 EXP = "rule_test"
 TRAIN_N = 4000

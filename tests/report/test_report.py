@@ -21,9 +21,9 @@ from pypdf import PdfReader
 
 from harness.registry import framework_modules
 from harness.store import Store
-from report import figures as report_figures
 from report.aggregate import cells
-from report.build import build_report
+from report.document import figures as report_figures
+from report.document.build import build_report
 from report.load import load
 from tests import ROOT
 from tests.fakes.report_store import GPU_EXPERIMENT, GPU_OOM, MADE_UP, make_cpu_store, make_gpu_replay_store
@@ -115,7 +115,7 @@ def test_every_drawn_figure_has_data(cpu_dir: Path, gpu_dir: Path) -> None:
 
 
 def test_gpu_figures_mark_the_oom_size_and_draw_the_published_points(gpu_dir: Path) -> None:
-    from report.thesis import load_reference
+    from report.answer.thesis import load_reference
 
     (exp,) = load(gpu_dir).experiments
     results = {f.key: f for f in report_figures.build_figures(exp, cells(exp.trials, exp.frameworks),
@@ -132,7 +132,7 @@ def test_gpu_figures_mark_the_oom_size_and_draw_the_published_points(gpu_dir: Pa
 
 
 def test_reference_memory_is_taken_as_given_in_mib() -> None:
-    from report.thesis import load_reference
+    from report.answer.thesis import load_reference
 
     ref = load_reference()
     mem = report_figures._reference_for(ref, "proc_gpu_mem_peak_mib")
@@ -201,7 +201,7 @@ def test_maxbatch_table_shows_the_stored_row(gpu_dir: Path, gpu_report: tuple[Pa
 
 @pytest.mark.slow
 def test_thesis_verdicts_end_with_one_full_stop(cpu_report: tuple[Path, str], gpu_report: tuple[Path, str]) -> None:
-    from report.findings import thesis_verdicts
+    from report.answer.findings import thesis_verdicts
 
     (done,) = thesis_verdicts([{"finding": "F", "holds": True, "evidence": "ours 1.0. theirs 2.0."}])
     assert done.text == "F: holds on this run (ours 1.0. theirs 2.0)."
@@ -224,7 +224,7 @@ def test_a_rebuild_in_a_fresh_process_imports_no_framework_and_removes_stale_fil
     mine = out / "notes.txt"
     for p in (stale_fig, stale_csv, mine):
         p.write_text("old")
-    code = ("import sys; from report.build import build_report; "
+    code = ("import sys; from report.document.build import build_report; "
             f"build_report({str(gpu_dir)!r}, {str(out / 'report.pdf')!r}); "
             f"print(sorted(m for m in {FRAMEWORK_MODULES!r} if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
@@ -325,7 +325,7 @@ def test_page_one_leads_with_a_recommendation_recomputed_from_the_store(
 
 def test_the_environment_table_says_which_allocator_settings_the_cpu_workers_ran_with():
     # issue 22: the run records what its workers ran with, and the report says it, old runs included
-    from report.context import cpu_worker_env_words
+    from report.document.context import cpu_worker_env_words
 
     assert cpu_worker_env_words({"cpu_worker_env": {}}).startswith("none: glibc's and the frameworks' defaults")
     assert cpu_worker_env_words({"cpu_worker_env": {"MALLOC_MMAP_THRESHOLD_": "131072"}}) == \

@@ -14,9 +14,9 @@ import pytest
 
 from harness.cells import METRICS, cells
 from harness.monitor.fields import FIELDS, shown_in
-from report import figures
+from report.document import figures
+from report.document.tables import MEMORY_COLUMNS, SPEED_COLUMNS, headline
 from report.load import Experiment
-from report.tables import MEMORY_COLUMNS, SPEED_COLUMNS, headline
 
 SHOWN = [f for f in FIELDS if f.trial_column and f.shown]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from report.critical import fit
-from report.target import first_reach
+from report.answer.critical import fit
+from report.answer.target import first_reach
 
 
 def _pts(*rows: tuple[float, int, float | None]) -> list[dict[str, object]]:

@@ -21,7 +21,7 @@ from harness.errors import ConfigError
 from harness.run import devices, sweep
 from harness.run.sweep import SweepOptions, run_sweep
 from harness.store import Store
-from report.thesis import thesis_findings
+from report.answer.thesis import thesis_findings
 
 GPU = {"index": 0, "name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559.0, "driver": "580", "cuda_driver": "13.0"}
 

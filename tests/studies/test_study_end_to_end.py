@@ -45,7 +45,7 @@ def test_an_optimizer_study_runs_end_to_end(tmp_path, cache_dir):
     assert "Claim tested: Adam holds accuracy to a larger batch than SGD" in text
     assert "] pytorch: Adam holds" in text and "adam (adam) best" in text
 
-    from report.build import build_report
+    from report.document.build import build_report
 
     built = build_report(out)
     pdf = "\n".join(page.extract_text() or "" for page in PdfReader(built.pdf).pages)

@@ -10,7 +10,7 @@ import io
 
 import pytest
 
-from report.studies import by_series, holds_to, study_findings, variant_names
+from report.answer.studies import by_series, holds_to, study_findings, variant_names
 
 
 def row(variant: str, batch: int, acc: float | None = None, speed: float = 100.0, rss: float = 500.0,

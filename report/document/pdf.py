@@ -37,7 +37,7 @@ from reportlab.platypus import (
 )
 from reportlab.platypus import Table as RLTable
 
-from report.tables import Table
+from report.document.tables import Table
 
 MARGIN = 1.7 * cm
 TEXT_WIDTH = A4[0] - 2 * MARGIN

@@ -14,9 +14,9 @@ from typing import Any
 
 from harness.monitor.fields import shown_in
 from report.aggregate import METRICS, Cell, has_metric
+from report.answer.recommend import TABLE_COLUMNS as RECOMMEND_COLUMNS
+from report.answer.recommend import Recommendation, show_variants, table_rows
 from report.load import Experiment
-from report.recommend import TABLE_COLUMNS as RECOMMEND_COLUMNS
-from report.recommend import Recommendation, show_variants, table_rows
 
 #: the headline table is printed in two parts so it fits a portrait page
 #: the headline tables' columns: the worker's figures, and the sampler columns the field table shows there
@@ -156,7 +156,7 @@ COMPARE_LABELS = {"gpu_util_pct": "GPU util.", "gpu_mem_mib": "GPU memory", "acc
 
 
 def comparison(rows: Sequence[dict[str, Any]]) -> Table | None:
-    """Our figures beside the published ones (rows from :func:`report.thesis.side_by_side`)."""
+    """Our figures beside the published ones (rows from :func:`report.answer.thesis.side_by_side`)."""
     if not rows:
         return None
     text_rows = []

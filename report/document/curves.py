@@ -4,7 +4,7 @@
   (each repeat drawn; the series' target as a dashed line), from the ``curve`` rows.
 * :func:`critical_figure`: per series, the steps to the target against the batch size on log-log axes, with the
   perfect-scaling line (S proportional to 1/B through the smallest size), McCandlish et al.'s fit
-  S = S_min (1 + B_crit / B) and the three regimes of Shallue et al. 2019 (:mod:`report.critical`). A predicted
+  S = S_min (1 + B_crit / B) and the three regimes of Shallue et al. 2019 (:mod:`report.answer.critical`). A predicted
   B (the gradient noise scale B_simple, measured by :mod:`harness.noise` where it exists) is drawn beside B_crit
   when ``predicted`` gives one for the series.
 """
@@ -22,10 +22,10 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
 from harness.cells import Series
-from report.critical import REGIME_FACTOR
-from report.figures import FigureResult, _log2_axis, palette
+from report.answer.critical import REGIME_FACTOR
+from report.answer.recommend import Recommendation
+from report.document.figures import FigureResult, _log2_axis, palette
 from report.load import Experiment
-from report.recommend import Recommendation
 
 _PANEL_W, _PANEL_H = 3.5, 2.6
 

@@ -20,11 +20,13 @@ from harness.diskfull import KEPT_AGAIN, says_disk_full
 from harness.errors import StoreError
 from harness.noise import format_estimate
 from harness.tmpnames import remove_stale, temporary_directory
-from report import aggregate, context, critical_batch, curves, figures, findings, recommend, studies, tables
-from report import thesis as compare
-from report.drift import drift_figure
+from report import aggregate
+from report.answer import critical_batch, findings, recommend, studies
+from report.answer import thesis as compare
+from report.document import context, curves, figures, tables
+from report.document.drift import drift_figure
+from report.document.pdf import PdfWriter, esc
 from report.load import Experiment, ReportInput, load
-from report.pdf import PdfWriter, esc
 
 DEFAULT_SUBDIR = "report"
 PDF_NAME = "report.pdf"

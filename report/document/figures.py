@@ -31,9 +31,9 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: 
 
 from harness.monitor.fields import FIELDS, Shown, shown_in  # noqa: E402
 from report.aggregate import ACCURACY, METRICS, Cell, has_metric  # noqa: E402
-from report.context import had_gpu  # noqa: E402
+from report.answer.recommend import Recommendation  # noqa: E402
+from report.document.context import had_gpu  # noqa: E402
 from report.load import Experiment  # noqa: E402
-from report.recommend import Recommendation  # noqa: E402
 
 #: fixed framework colours (colour-blind safe), so a framework looks the same in every figure
 FRAMEWORK_COLOURS = {"pytorch": "#D55E00", "tensorflow": "#E69F00", "mxnet": "#0072B2", "jax": "#009E73"}
@@ -151,7 +151,7 @@ def _legend(fig: Figure, colours: dict[str, str], failed: bool, reference: bool,
 def _reference_for(reference: Sequence[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
     """Published points matching one of our metrics.
 
-    ``reference`` is :func:`report.thesis.load_reference`'s rows, already in our metric names and units
+    ``reference`` is :func:`report.answer.thesis.load_reference`'s rows, already in our metric names and units
     (GPU memory in MiB, accuracy in %), so the points are drawn as given: converting here again would
     make two sources of truth for the same unit question.
     """

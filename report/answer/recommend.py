@@ -6,7 +6,7 @@ report's first page, ``batchscope recommend`` (and ``--json``) and the end of ``
 
 1. Trials are grouped by series (:func:`harness.cells.group`: framework x variant x precision x math mode x
    denormals x accumulation) and then by batch size; every series gets its own answer, never an average of two settings.
-2. **The target** (:mod:`report.target`): the experiment's ``target_accuracy`` in percent, or by default the
+2. **The target** (:mod:`report.answer.target`): the experiment's ``target_accuracy`` in percent, or by default the
    series' best mean final accuracy minus 1 point. Each trial's time to target is interpolated on its learning curve.
 3. A size is *eligible* when every finished repeat reached the target, none diverged, and its mean final accuracy
    is still at the target. **The recommended size is
@@ -16,9 +16,9 @@ report's first page, ``batchscope recommend`` (and ``--json``) and the end of ``
 4. The range: every eligible size whose mean - sd of the time to target is at most the recommended size's
    mean + sd. The recommendation is *supported* only when every eligible size in the range has at least two
    repeats and the range is that one size; otherwise the caveats say why and ``to_run`` what to run.
-5. Beside it, the throughput knee (:mod:`report.knee`: the smallest size within 90 % of the best throughput),
+5. Beside it, the throughput knee (:mod:`report.answer.knee`: the smallest size within 90 % of the best throughput),
    the accuracy cost of each size (points below the best mean), energy per sample where there was a GPU, the
-   critical batch size (:mod:`report.critical`) and the largest size that fits (the ``maxbatch`` table).
+   critical batch size (:mod:`report.answer.critical`) and the largest size that fits (the ``maxbatch`` table).
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from typing import Any
 from harness.cells import Series, SeriesGroup, group
 from harness.noise import NoiseEstimate, estimate_from_rows
 from harness.numbers import finite_or_none
-from report import critical
-from report.knee import SHARE_OF_BEST, THROUGHPUT_COLUMN, SizeStats, knee, size_stats, throughput_of
+from report.answer import critical
+from report.answer.knee import SHARE_OF_BEST, THROUGHPUT_COLUMN, SizeStats, knee, size_stats, throughput_of
+from report.answer.target import CHANCE_MARGIN_PTS, SizeTarget, Target, seconds_fmt, series_target, size_targets
 from report.load import Experiment
-from report.target import CHANCE_MARGIN_PTS, SizeTarget, Target, seconds_fmt, series_target, size_targets
 
 __all__ = ["MIN_REPEATS", "RULE_TEXT", "SHARE_OF_BEST", "TABLE_COLUMNS", "THROUGHPUT_COLUMN", "MaxFit",
            "Recommendation", "SizeStats", "Summary", "accuracy_unusable", "knee", "recommend", "recommend_group",

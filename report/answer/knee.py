@@ -1,6 +1,6 @@
 """The throughput knee: the smallest batch size within a share of the fastest (the recommendation's second column).
 
-Before the time-to-target rule (:mod:`report.recommend`), this was the recommendation itself. It stays beside the
+Before the time-to-target rule (:mod:`report.answer.recommend`), this was the recommendation itself. It stays beside the
 answer because it says where larger batches stop buying speed; it says nothing about whether they learn, which is
 why it no longer decides (docs/recommend.md). Pure: reads only the rows of one series.
 
@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# a stored value as a finite float; report.target and report.recommend read it from here
+# a stored value as a finite float; report.answer.target and report.answer.recommend read it from here
 from harness.numbers import finite_or_none
 
 #: the share of the best mean throughput the knee (smallest) size must reach

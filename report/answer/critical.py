@@ -1,6 +1,6 @@
 """The critical batch size: McCandlish et al. 2018's S = S_min (1 + B_crit / B), fitted to the measured steps.
 
-S is the optimizer steps to reach the target at batch size B (:mod:`report.target`, mean over the repeats that
+S is the optimizer steps to reach the target at batch size B (:mod:`report.answer.target`, mean over the repeats that
 reached it). The model is linear in 1/B: S = S_min + (S_min · B_crit) · (1/B), so an ordinary least-squares line
 through the points (1/B, S) gives S_min (its intercept) and B_crit (slope / intercept). Every size that some repeat
 brought to the target counts, with the steps of the repeats that did (a repeat that missed it has no steps to
@@ -12,7 +12,7 @@ slope is steeper than -0.8, i.e. B < B_crit / 4; **no further gain** once it is 
 **diminishing returns** between. The thresholds are this tool's convention, stated wherever they are drawn.
 
 The gradient noise scale B_simple (McCandlish's prediction of B_crit from gradients measured at two batch sizes)
-is drawn beside the fit when one is given (:func:`report.figures.critical_figure`'s ``predicted``).
+is drawn beside the fit when one is given (:func:`report.document.figures.critical_figure`'s ``predicted``).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from report.aggregate import Cell
-from report.figures import PANEL_H_IN, PANEL_W_IN, FigureResult, palette
+from report.document.figures import PANEL_H_IN, PANEL_W_IN, FigureResult, palette
 from report.load import Experiment
 
 #: panels at most (a portrait page fits three)

@@ -7,11 +7,11 @@ Pure: reads store rows (a :class:`report.load.Experiment`) and the recommendatio
   learning-rate grid (``learning_rates``: variants ``lr_<rate>``; ``lr_factors``: ``lr_x<factor>``), or one series
   trained to a target (``train_to_target``) without a grid.
 * **A size's figure is its best rate's**: among the rates whose every repeat reached the target without diverging
-  and held it (:attr:`report.target.SizeTarget.eligible`), the one with the fewest mean steps to the target, ties
+  and held it (:attr:`report.answer.target.SizeTarget.eligible`), the one with the fewest mean steps to the target, ties
   broken by the least mean training time, then the lower rate. A rate that diverged or missed is a result (shown
   as tried), never chosen. The rate shown is the one the trials ran with (the store's ``lr``).
-* **The fit** S = S_min (1 + B_crit / B) (:func:`report.critical.fit`) over every size's chosen steps; the
-  regimes' edges are B_crit / 4 and 4 B_crit (:data:`report.critical.REGIME_FACTOR`).
+* **The fit** S = S_min (1 + B_crit / B) (:func:`report.answer.critical.fit`) over every size's chosen steps; the
+  regimes' edges are B_crit / 4 and 4 B_crit (:data:`report.answer.critical.REGIME_FACTOR`).
 * **The prediction judged**: B_simple over the chosen trials' gradient-noise rows from the later half of their
   training (in train-to-target mode: the approach to the target) against the fitted B_crit; they *agree* when
   their ratio is within :data:`AGREE_FACTOR` either way.
@@ -26,10 +26,10 @@ from typing import Any
 
 from harness.cells import Series
 from harness.noise import NoiseEstimate
-from report import critical
+from report.answer import critical
+from report.answer.recommend import Recommendation, noise_estimate, sweep_groups
+from report.answer.target import SizeTarget, seconds_fmt, series_target, size_targets
 from report.load import Experiment
-from report.recommend import Recommendation, noise_estimate, sweep_groups
-from report.target import SizeTarget, seconds_fmt, series_target, size_targets
 
 #: B_simple and B_crit agree when neither is more than this factor above the other (McCandlish et al. 2018 claim
 #: B_crit ≈ B_simple; a factor of 2 is well inside a fit's uncertainty over a handful of sizes)
@@ -154,7 +154,7 @@ class CriticalStudy:
                 f"{fit.n} sizes; measured sizes by regime: {sizes})")
 
     def best_rate_recommendation(self, like: Recommendation) -> Recommendation:
-        """A recommendation-shaped record of the best rates (for :func:`report.curves.critical_figure`)."""
+        """A recommendation-shaped record of the best rates (for :func:`report.document.curves.critical_figure`)."""
         return dataclasses.replace(like, variant="", label="best learning rate per size",
                                    targets=tuple(s.chosen.target for s in self.sizes if s.chosen is not None),
                                    critical=self.fit, critical_why=self.fit_why, noise=self.noise)

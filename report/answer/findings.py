@@ -4,7 +4,7 @@ Each finding is a sentence built from the cells' numbers (never canned text): th
 best throughput per framework and whether its lead over the runner-up is larger than the spread of the
 repeats; where accuracy peaks and whether that is at an end of the sweep or inside it; how much memory
 each extra sample costs (least-squares slope, per memory view); the most frugal batch in energy; and
-what did not finish. The thesis's qualitative findings are judged by :func:`report.thesis.thesis_findings`
+what did not finish. The thesis's qualitative findings are judged by :func:`report.answer.thesis.thesis_findings`
 and only worded here.
 """
 
@@ -223,7 +223,7 @@ def compute(exp: Experiment, cell_list: Sequence[Cell]) -> list[Finding]:
 
 
 def thesis_verdicts(rows: Sequence[dict[str, Any]]) -> list[Finding]:
-    """The thesis's findings as judged on this run by :func:`report.thesis.thesis_findings`."""
+    """The thesis's findings as judged on this run by :func:`report.answer.thesis.thesis_findings`."""
     words = {True: "holds on this run", False: "does not hold on this run", None: "cannot be judged on this run"}
     return [Finding("thesis", f"{r.get('finding', '?')}: {words.get(r.get('holds'), 'not judged')}"
                               + (f" ({str(r['evidence']).rstrip('.')})" if r.get("evidence") else "") + ".")
