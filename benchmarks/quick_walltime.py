@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from harness.store import Store
-    from report.thesis import side_by_side
+    from report.answer.thesis import side_by_side
 
     with tempfile.TemporaryDirectory(prefix="bs-quick-") as tmp:
         out = Path(args.keep) if args.keep else Path(tmp) / "out"
