@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.cells import Series
 from harness.errors import StoreError
 from harness.store import STORE_NAME, Store
 
@@ -47,6 +48,10 @@ class Experiment:
     curves: Mapping[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
     #: each trial's gradient-noise measurements by trial hash: its ``gradient_noise`` rows, in point order
     gradient_noise: Mapping[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
+    #: where the rows' ``framework`` names a line rather than a framework (a study's variants, drawn one line each:
+    #: :func:`report.answer.studies.by_series`), the series each such name stands for; the palette reads the
+    #: framework from here, never from the name
+    lines: Mapping[str, Series] = field(default_factory=dict)
 
     @property
     def spec(self) -> dict[str, Any]:

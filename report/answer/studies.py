@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.cells import group
+from harness.cells import Series, group
 from report.aggregate import Stat
 
 #: a memory saving smaller than this share of the baseline's peak is not called a saving
@@ -69,8 +69,16 @@ def series_label(framework: str, variant: str | None) -> str:
 
 
 def by_series(trials: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Trials with ``framework`` replaced by its series label, so per-framework views draw one line per variant."""
+    """Trials with ``framework`` replaced by its series label, so per-framework views draw one line per variant
+    (:func:`series_lines` says which series each label is)."""
     return [{**t, "framework": series_label(t["framework"], t.get("variant"))} for t in trials]
+
+
+def series_lines(trials: Iterable[dict[str, Any]]) -> dict[str, Series]:
+    """Each label :func:`by_series` gives, and the series (framework and variant) it stands for."""
+    return {series_label(t["framework"], t.get("variant")): Series(framework=str(t["framework"]),
+                                                                   variant=str(t.get("variant") or ""))
+            for t in trials}
 
 
 def variant_names(trials: Iterable[dict[str, Any]], spec: dict[str, Any] | None = None) -> list[str]:

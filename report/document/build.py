@@ -109,7 +109,8 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
     variants = studies.variant_names(exp.trials, spec)
     original = exp
     if variants:  # one line, row and finding per framework x variant: the views below group by "framework"
-        exp = dataclasses.replace(exp, trials=tuple(studies.by_series(exp.trials)))
+        exp = dataclasses.replace(exp, trials=tuple(studies.by_series(exp.trials)),
+                                  lines=studies.series_lines(exp.trials))
     cell_list = aggregate.cells(exp.trials, exp.frameworks)
     acc_why = _accuracy_unusable(spec)
     if acc_why:  # e.g. synthetic labels: an accuracy column or finding would invite a wrong reading

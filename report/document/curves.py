@@ -24,7 +24,7 @@ from matplotlib.ticker import FuncFormatter
 from harness.cells import Series
 from report.answer.critical import REGIME_FACTOR
 from report.answer.recommend import Recommendation
-from report.document.figures import FigureResult, _log2_axis, palette
+from report.document.figures import FigureResult, _log2_axis, palette, recommendation_lines
 from report.load import Experiment
 
 _PANEL_W, _PANEL_H = 3.5, 2.6
@@ -114,7 +114,7 @@ def critical_figure(exp: Experiment, recs: Sequence[Recommendation],
     sns.set_theme(style="whitegrid", context="paper")
     rows, cols = _grid(len(usable))
     fig, axes = plt.subplots(rows, cols, figsize=(_PANEL_W * cols, _PANEL_H * rows + 0.7), squeeze=False)
-    colours = palette([r.name for r in usable])
+    colours = palette([r.name for r in usable], recommendation_lines(usable))
     notes = []
     for ax, r in zip(axes.flat, usable, strict=False):
         c = colours[r.name]

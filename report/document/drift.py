@@ -49,7 +49,7 @@ def drift_figure(exp: Experiment, cell_list: Sequence[Cell]) -> FigureResult:
         return FigureResult(key="drift", title=title, caption=caption,
                             absent_reason=f"No step-time figure: no finished trial has {MIN_STEPS} or more "
                                           "post-warm-up steps.")
-    colours = palette(list(exp.frameworks))
+    colours = palette(exp.frameworks, exp.lines)
     fig, axes = plt.subplots(1, len(batches), figsize=(PANEL_W_IN * max(len(batches), 2), PANEL_H_IN + 0.6),
                              squeeze=False)
     for ax, bs in zip(axes[0], batches, strict=True):

@@ -17,7 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # the report never needs a display; must precede pyplot
 
-from collections.abc import Callable, Sequence  # noqa: E402
+from collections.abc import Callable, Mapping, Sequence  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -29,6 +29,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
+from harness.cells import Series  # noqa: E402
 from harness.monitor.fields import FIELDS, Shown, shown_in  # noqa: E402
 from report.aggregate import ACCURACY, METRICS, Cell, has_metric  # noqa: E402
 from report.answer.recommend import Recommendation  # noqa: E402
@@ -66,19 +67,29 @@ def _shade(colour: str, i: int, n: int) -> str:
     return to_hex((r, g, b))
 
 
-def palette(frameworks: Sequence[str]) -> dict[str, str]:
-    """Colour per framework (known ones fixed, others from a colour-blind-safe list); a study's
-    ``framework · variant`` lines take their framework's hue, one shade per variant."""
+def palette(names: Sequence[str], lines: Mapping[str, Series] | None = None) -> dict[str, str]:
+    """Colour per line name: a framework's fixed colour (others from a colour-blind-safe list); a name ``lines``
+    maps to a series of a known framework with settings (a study's variant, a precision...) takes its framework's
+    hue, one shade per distinct setting."""
     extra = iter(_EXTRA_COLOURS)
-    variants = list(dict.fromkeys(fw.partition(" · ")[2] for fw in frameworks if " · " in fw))
+    lines = lines or {}
+    shaded = {name: lines[name] for name in names if name in lines and lines[name].framework in FRAMEWORK_COLOURS
+              and any(lines[name].settings())}
+    settings = list(dict.fromkeys(s.settings() for s in shaded.values()))
     out = {}
-    for fw in frameworks:
-        base, _, variant = fw.partition(" · ")
-        if variant and base in FRAMEWORK_COLOURS:
-            out[fw] = _shade(FRAMEWORK_COLOURS[base], variants.index(variant), len(variants))
+    for name in names:
+        if name in shaded:
+            colour = FRAMEWORK_COLOURS[shaded[name].framework]
+            out[name] = _shade(colour, settings.index(shaded[name].settings()), len(settings)) if len(
+                settings) > 1 else colour
         else:
-            out[fw] = FRAMEWORK_COLOURS.get(fw) or next(extra, "#777777")
+            out[name] = FRAMEWORK_COLOURS.get(name) or next(extra, "#777777")
     return out
+
+
+def recommendation_lines(recs: Sequence[Recommendation]) -> dict[str, Series]:
+    """Each recommendation's line name and its series (for :func:`palette`)."""
+    return {r.name: r.series for r in recs if r.series is not None}
 
 
 def trial_frame(exp: Experiment) -> pd.DataFrame:
@@ -169,7 +180,7 @@ def metric_figure(exp: Experiment, frame: pd.DataFrame, cell_list: Sequence[Cell
     missing = [absent[m] for m in metrics if m not in present]
     if not present:
         return FigureResult(key=key, title=title, caption=caption, absent_reason=" ".join(dict.fromkeys(missing)))
-    colours = palette([fw for fw in exp.frameworks])
+    colours = palette(exp.frameworks, exp.lines)
     hue_order = list(colours)
     batch_sizes = exp.batch_sizes
     fig, axes = plt.subplots(1, len(present), figsize=(PANEL_W_IN * max(len(present), 2) if len(present) > 1
@@ -294,7 +305,7 @@ def recommendation_figure(exp: Experiment, recs: Sequence[Recommendation]) -> Fi
     sns.set_theme(style="whitegrid", context="paper")
     timed = [r for r in usable if any(t.train_s is not None for t in r.targets)]
     share = usable[0].share_of_best
-    colours = palette([r.name for r in usable])
+    colours = palette([r.name for r in usable], recommendation_lines(usable))
     fig, axes = plt.subplots(1, 2 if timed else 1, figsize=(7.2 if timed else 5.0, 2.9), squeeze=False)
     batches = sorted({s.batch_size for r in usable for s in r.sizes} | {t.batch_size for r in usable
                                                                            for t in r.targets})

@@ -1,0 +1,36 @@
+"""The figures' colours come from typed series, never from parsing a line's name (issue 30)."""
+
+from __future__ import annotations
+
+from harness.cells import Series
+from report.document.figures import FRAMEWORK_COLOURS, palette
+
+
+def test_a_studys_variants_take_their_frameworks_hue_one_shade_each() -> None:
+    lines = {"pytorch · sgd": Series("pytorch", "sgd"), "pytorch · adam": Series("pytorch", "adam"),
+             "tensorflow · sgd": Series("tensorflow", "sgd")}
+    colours = palette(list(lines), lines)
+    assert len(set(colours.values())) == 3, colours
+    assert colours["pytorch · sgd"] != FRAMEWORK_COLOURS["pytorch"] != colours["pytorch · adam"]
+    # each line keeps its framework's hue (one framework, one hue family), in shades that tell the variants apart
+    for name, series in lines.items():
+        assert abs(_hue(colours[name]) - _hue(FRAMEWORK_COLOURS[series.framework])) < 0.02, (name, colours)
+
+
+def _hue(colour: str) -> float:
+    import colorsys
+
+    r, g, b = (int(colour.lstrip("#")[i:i + 2], 16) / 255 for i in (0, 2, 4))
+    return colorsys.rgb_to_hls(r, g, b)[0]
+
+
+def test_plain_frameworks_keep_their_colours_and_a_name_is_never_split() -> None:
+    colours = palette(["pytorch", "jax", "mine · fast"])
+    assert colours["pytorch"] == FRAMEWORK_COLOURS["pytorch"] and colours["jax"] == FRAMEWORK_COLOURS["jax"]
+    # a plugin framework whose name has the separator in it is not read as pytorch's variant: no series says so
+    assert colours["mine · fast"] not in FRAMEWORK_COLOURS.values()
+
+
+def test_one_setting_for_every_series_is_the_frameworks_own_colour() -> None:
+    lines = {"pytorch": Series("pytorch", precision="fp32"), "tensorflow": Series("tensorflow", precision="fp32")}
+    assert palette(list(lines), lines) == {fw: FRAMEWORK_COLOURS[fw] for fw in lines}
