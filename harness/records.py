@@ -99,13 +99,13 @@ class Executor(Protocol):
 class NullMonitor:
     """Measures nothing."""
 
-    def start(self, pid: int) -> None:  # noqa: D102
+    def start(self, pid: int) -> None:
         pass
 
-    def phase(self, name: str, t_monotonic: float) -> None:  # noqa: D102
+    def phase(self, name: str, t_monotonic: float) -> None:
         pass
 
-    def stop(self) -> MonitorResult:  # noqa: D102
+    def stop(self) -> MonitorResult:
         return MonitorResult()
 
 

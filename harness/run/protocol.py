@@ -222,7 +222,7 @@ class Ready(Message):
     model: Mapping[str, Any]
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> Ready:  # noqa: D102
+    def from_dict(cls, raw: Mapping[str, Any]) -> Ready:
         return cls(device=SetupFacts.from_dict(raw.get("device")), param_count=raw.get("param_count"),
                    model=raw.get("model") or {}, t=raw["t"])
 
@@ -254,7 +254,7 @@ class Result(Message):
     gradient_noise: tuple[NoiseRecord, ...] = ()  # one per evaluation point where the trial measured it
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> Result:  # noqa: D102
+    def from_dict(cls, raw: Mapping[str, Any]) -> Result:
         return cls(metrics=WorkerMetrics.from_dict(dict(raw["metrics"])),
                    step_times_ms=tuple(raw["step_times_ms"]), phase_steps=dict(raw["phase_steps"]),
                    curve=tuple(CurvePoint(**p) for p in raw.get("curve", ())), diverged=raw.get("diverged"),

@@ -7,11 +7,8 @@ imports no framework, so TensorFlow, MXNet and PyTorch never meet in one process
 from __future__ import annotations
 
 import json
-import os
 import stat
-import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -22,28 +19,12 @@ from harness.registry import adapter_target
 from harness.run.executor import LocalExecutor
 from harness.run.sweep import SweepOptions, run_sweep
 from harness.store import Store
-from tests import ROOT
 from tests.conftest import make_trial
+from tests.helpers.snippet import run_snippet
 
-PROJECT_ROOT = ROOT
 BASE = {"name": "t", "frameworks": ["tensorflow"], "batch_sizes": [4]}
 
 pytestmark = pytest.mark.slow  # every test here starts a real framework
-
-
-def run_snippet(code: str, timeout_s: float = 300) -> dict:
-    """Run ``code`` in a fresh interpreter; it must print one JSON object as its last stdout line."""
-    env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT), TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        cwd=PROJECT_ROOT,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 # ---- settings, validated in the parent -------------------------------------------------------------

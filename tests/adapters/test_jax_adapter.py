@@ -12,7 +12,7 @@ import pytest
 
 from harness.config.experiment import parse_experiment
 from harness.errors import ConfigError
-from tests.adapters.test_framework_adapters import run_snippet
+from tests.helpers.snippet import run_snippet
 
 BASE = {"name": "t", "frameworks": ["jax"], "batch_sizes": [4]}
 needs_jax = pytest.mark.skipif(importlib.util.find_spec("jax") is None,

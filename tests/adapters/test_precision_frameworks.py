@@ -15,8 +15,8 @@ import pytest
 from harness.records import TrialUnit
 from harness.registry import adapter_class, adapter_target
 from harness.run.executor import LocalExecutor
-from tests.adapters.test_framework_adapters import run_snippet
 from tests.conftest import make_trial, skip_unless_gpu_build
+from tests.helpers.snippet import run_snippet
 
 pytestmark = pytest.mark.slow  # every test here starts a real framework
 

@@ -2,27 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pandas as pd
 import pytest
 
-from tests import ROOT
-
-
-def bs(*args: str, cwd: Path = ROOT, env_extra: dict | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, **(env_extra or {}))
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=cwd,
-                          env=env, timeout=600)
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    p = tmp_path / "exp.toml"
-    p.write_text(text)
-    return p
+from tests.helpers.cli import bs, write
 
 
 def test_bad_experiment_exits_2_and_writes_nothing(tmp_path):

@@ -15,7 +15,7 @@ import pytest
 
 from tests.contract import verdicts
 from tests.contract.conftest import REFERENCE_ADAPTER, ProbeResult, import_loads, run_failing_step, run_probe
-from tests.contract.test_contract import batchnorm_verdict
+from tests.helpers.contract import batchnorm_verdict
 
 pytestmark = pytest.mark.slow
 

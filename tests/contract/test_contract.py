@@ -25,8 +25,9 @@ from harness.run.executor import LocalExecutor
 from tests.conftest import make_trial
 from tests.contract import verdicts
 from tests.contract.checks import MODELS, REFERENCE_COUNTS
-from tests.contract.conftest import REFERENCE_ADAPTER, ProbeResult, import_loads, resolve_target
+from tests.contract.conftest import REFERENCE_ADAPTER, import_loads, resolve_target
 from tests.contract.verdicts import LOGITS_ATOL, LOGITS_RTOL, WEIGHTS_ATOL, WEIGHTS_RTOL
+from tests.helpers.contract import batchnorm_verdict
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("contract")]  # one probe per adapter (conftest.py)
 
@@ -136,16 +137,6 @@ def test_isolated_layers_match_numpy(adapter_name, probe):
     this.check("isolated")
     message = verdicts.isolated_layers(this.arrays)
     assert message is None, message
-
-
-def batchnorm_verdict(this: ProbeResult, ref: ProbeResult) -> str | None:
-    """The BatchNorm-statistics verdict of ``this`` against the reference probe."""
-    record, ref_record = this.check("batchnorm"), ref.check("batchnorm")
-    arrays = {
-        side: {k: [p.arrays[f"bn/{i}/{k}"] for i in range(len(r["n"]))] for k in ("mean", "var")}
-        for side, p, r in (("this", this, record), ("ref", ref, ref_record))
-    }
-    return verdicts.batchnorm_statistics(arrays["this"], {**ref_record, **arrays["ref"]}, record["declared"])
 
 
 def test_batchnorm_running_statistics_match_the_reference(adapter_name, probe):

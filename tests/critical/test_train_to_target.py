@@ -9,7 +9,7 @@ from harness.config.experiment import parse_experiment
 from harness.errors import ConfigError
 from harness.run.planner import target_eval_every
 from tests.fakes.adapter import LEARNS_PER_STEP
-from tests.run.test_eval_points import run_fake
+from tests.helpers.fake_trial import run_fake
 
 
 def test_a_trial_stops_at_the_first_evaluation_at_or_above_the_target(tiny_data, tmp_path):

@@ -8,7 +8,7 @@ import pytest
 
 from harness.cli import main
 from harness.store import Store
-from tests.models.test_user_models import GOOD, user_package
+from tests.helpers.user_models import GOOD, user_package
 
 FRAMEWORKS = ("pytorch", "tensorflow", "mxnet")
 

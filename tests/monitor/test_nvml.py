@@ -18,7 +18,7 @@ from harness.monitor.sampler import Sampler, SamplerFactory, monitor_factory_for
 from harness.records import TrialOutcome, TrialUnit
 from harness.store import Store
 from tests.conftest import make_trial
-from tests.monitor.test_sampler import FakeClock, FixedTree
+from tests.fakes.monitor import FakeClock, FixedTree
 
 HANDLE = object()
 MIB = 2**20

@@ -19,22 +19,7 @@ from harness.monitor.sampler import Sampler, monitor_factory_for
 from harness.records import TrialUnit
 from harness.run.executor import LocalExecutor
 from tests.conftest import make_trial
-
-
-class FakeClock:
-    """Monotonic time that moves only when the sampler waits (or a probe says a read took time)."""
-
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-        self.waits: list[float] = []
-
-    def __call__(self) -> float:
-        return self.t
-
-    def wait(self, timeout_s: float) -> bool:
-        self.waits.append(timeout_s)
-        self.t += timeout_s
-        return False
+from tests.fakes.monitor import FakeClock, FixedTree
 
 
 def wait_for_children(pid: int, n: int = 1, timeout_s: float = 10.0) -> set[int]:
@@ -47,16 +32,6 @@ def wait_for_children(pid: int, n: int = 1, timeout_s: float = 10.0) -> set[int]
         if len(kids) >= n or time.monotonic() > deadline:
             return kids
         time.sleep(0.05)
-
-
-class FixedTree:
-    """A process tree that is always there (the replay probe ends sampling)."""
-
-    def __init__(self, pid: int) -> None:
-        self.pids = frozenset({pid})
-
-    def refresh(self) -> frozenset[int]:
-        return self.pids
 
 
 class SlowProbe(ReplayProbe):

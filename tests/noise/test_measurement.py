@@ -24,7 +24,7 @@ from harness.store import Store
 from harness.store.export import export
 from tests.conftest import make_trial
 from tests.fakes.registry import register_fake
-from tests.run.test_eval_points import run_fake
+from tests.helpers.fake_trial import run_fake
 
 LEGACY = "tests.contract.legacy.pytorch_v1:PyTorchV1Adapter"
 

@@ -15,7 +15,7 @@ from harness.store import Store
 from report.answer.recommend import recommend
 from report.document.build import build_report
 from report.load import load
-from tests.report.test_recommend import EXP, TRAIN_N, _curve, _spec, _trial
+from tests.helpers.recommend_rows import EXP, TRAIN_N, even_curve, experiment_spec, sweep_trial
 
 B_CRIT, S_MIN = 60.0, 20.0
 
@@ -23,7 +23,7 @@ B_CRIT, S_MIN = 60.0, 20.0
 @pytest.fixture()
 def store(tmp_path: Path) -> Path:
     with Store.open(tmp_path) as st:
-        run = st.begin_run(EXP, _spec(["alpha"]), "made up", {})
+        run = st.begin_run(EXP, experiment_spec(["alpha"]), "made up", {})
         for bs in (4, 16, 64, 256):
             for rep in (0, 1):
                 total = 2 * TRAIN_N // bs
@@ -31,8 +31,8 @@ def store(tmp_path: Path) -> Path:
                 step_s = 0.002 + bs * 0.0004
                 points = [total * i / 4 for i in range(1, 5)]
                 accs = [min(0.1 + 0.88 * (1 - math.exp(-p / s_target * 2.3)), 0.99) + 0.002 * rep for p in points]
-                st.write_trial(TrialOutcome(trial=_trial("alpha", bs, rep), status="ok", device={"device": "cpu"},
-                                            curve=_curve(bs, [p * step_s for p in points], accs),
+                st.write_trial(TrialOutcome(trial=sweep_trial("alpha", bs, rep), status="ok", device={"device": "cpu"},
+                                            curve=even_curve(bs, [p * step_s for p in points], accs),
                                             metrics=WorkerMetrics(step_samples_per_s=bs / step_s,
                                                                   accuracy=accs[-1])), run, {})
     return tmp_path

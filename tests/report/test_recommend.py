@@ -9,24 +9,18 @@ with ``recommend --json``.
 from __future__ import annotations
 
 import json
-import sqlite3
-import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from adapters.base import OptimizerSpec
 from harness.cli import main
-from harness.config.trial import TrialSpec
 from harness.noise import NoiseRecord
 from harness.records import CurvePoint, TrialOutcome, WorkerMetrics
 from harness.store import Store
 from report.answer.recommend import THROUGHPUT_COLUMN, SizeStats, knee, recommend, throughput_of
 from report.load import load
-
-EXP = "rule_test"
-TRAIN_N = 4000
+from tests.helpers.recommend_rows import EXP, even_curve, experiment_spec, recompute, sweep_trial
 
 
 def _size(bs: int, mean: float, sd: float | None = None, n: int = 2) -> SizeStats:
@@ -45,24 +39,6 @@ def test_throughput_is_read_from_the_named_column_only() -> None:
     assert throughput_of({THROUGHPUT_COLUMN: 12.5, "e2e_samples_per_s": 99.0}) == 12.5
     assert throughput_of({THROUGHPUT_COLUMN: None}) is None
     assert throughput_of({THROUGHPUT_COLUMN: float("nan")}) is None
-
-
-def _trial(fw: str, bs: int, repeat: int, variant: str = "", optimizer: str = "sgd") -> TrialSpec:
-    return TrialSpec(experiment=EXP, framework=fw, model="tiny_cnn", dataset="digits", batch_size=bs,
-                     repeat=repeat, seed=repeat, epochs=2, warmup_steps=1, timed_steps=3,
-                     optimizer=OptimizerSpec(name=optimizer, lr=0.01), device="cpu", threads=1, timeout_s=60.0,
-                     eval=True, eval_batch_size=32, variant=variant)
-
-
-def _curve(bs: int, times: Sequence[float], accs: Sequence[float]) -> list[CurvePoint]:
-    """Evaluations spread evenly over 2 epochs of TRAIN_N samples at batch ``bs``."""
-    steps = 2 * TRAIN_N // bs
-    out = []
-    for i, (t, a) in enumerate(zip(times, accs, strict=True)):
-        step = steps * (i + 1) // len(times)
-        out.append(CurvePoint(point=i, step=step, samples_seen=step * bs, epoch=step * bs / TRAIN_N, train_s=t,
-                              accuracy=a, eval_loss=1.0 - a, eval_samples=500, eval_s=0.1))
-    return out
 
 
 #: (framework, batch) -> per repeat (samples/s, status, training seconds at each of 4 evaluations, accuracies)
@@ -98,76 +74,23 @@ CASES: dict[tuple[str, int], list[tuple[float, str, list[float], list[float]]]] 
 def _write(store: Store, run_id: int, fw: str, bs: int, repeat: int, tput: float, status: str, times: Sequence[float],
            accs: Sequence[float], variant: str = "", optimizer: str = "sgd") -> None:
     final = accs[-1] if status == "ok" else None
-    store.write_trial(TrialOutcome(trial=_trial(fw, bs, repeat, variant, optimizer), status=status,  # type: ignore[arg-type]
-                                   device={"device": "cpu"}, curve=_curve(bs, times, accs),
+    store.write_trial(TrialOutcome(trial=sweep_trial(fw, bs, repeat, variant, optimizer), status=status,  # type: ignore[arg-type]
+                                   device={"device": "cpu"}, curve=even_curve(bs, times, accs),
                                    metrics=WorkerMetrics(step_samples_per_s=tput, accuracy=final)), run_id, {})
-
-
-def _spec(frameworks: Sequence[str], **extra: object) -> dict[str, object]:
-    return {"name": EXP, "frameworks": list(frameworks), "epochs": 2, "lr_policy": "fixed",
-            "data": {"name": "digits", "classes": 10, "n_train": TRAIN_N}, **extra}
 
 
 @pytest.fixture()
 def rule_store(tmp_path: Path) -> Path:
     with Store.open(tmp_path) as store:
-        run_id = store.begin_run(EXP, _spec(["alpha", "beta", "gamma", "delta"]), "pytest (rule test rows)", {})
+        spec = experiment_spec(["alpha", "beta", "gamma", "delta"])
+        run_id = store.begin_run(EXP, spec, "pytest (rule test rows)", {})
         for (fw, bs), reps in CASES.items():
             for repeat, (tput, status, times, accs) in enumerate(reps):
                 _write(store, run_id, fw, bs, repeat, tput, status, times, accs)
-        store.write_trial(TrialOutcome(trial=_trial("gamma", 1024, 0), status="oom", reason="made up"), run_id, {})
+        store.write_trial(TrialOutcome(trial=sweep_trial("gamma", 1024, 0), status="oom", reason="made up"), run_id, {})
         store.write_maxbatch({"experiment": EXP, "framework": "alpha", "max_batch": 700, "recommended_batch": 512,
                               "margin_mib": 256.0, "budget_mib": 4096.0, "budget_kind": "os-rlimit"})
     return tmp_path
-
-
-def recompute(store_dir: Path, target_pct: float = 0.0) -> dict[str, dict[str, object]]:
-    """The documented rule, independently, in plain SQL on the store file: per framework, the target (best mean final
-    accuracy of the ok sweep trials minus 1 point, or ``target_pct``), each trial's training seconds to its first
-    curve point at or above it (linear between that point and the one before), and the size with the least mean
-    time among those where every ok repeat reached it, none diverged and the mean final accuracy is at the target;
-    none where the best mean accuracy is within 5 points of chance. Returns framework -> {"batch", "times"}."""
-    conn = sqlite3.connect(store_dir / "results.sqlite")
-    finals = conn.execute("SELECT framework, batch_size, AVG(accuracy) FROM trials WHERE status = 'ok' AND "
-                          "accuracy IS NOT NULL AND (purpose IS NULL OR purpose = 'sweep') "
-                          "GROUP BY framework, batch_size").fetchall()
-    final = {(fw, bs): acc for fw, bs, acc in finals}
-    target = {}
-    for fw, _, acc in finals:
-        target[fw] = max(target.get(fw, 0.0), acc - 0.01)
-    # no answer where the best mean accuracy is within 5 points of chance (1 / classes, from the run's spec)
-    (spec_json,) = conn.execute("SELECT spec_json FROM runs ORDER BY run_id DESC LIMIT 1").fetchone()
-    classes = (json.loads(spec_json).get("data") or {}).get("classes")
-    learned = {fw: not classes or t + 0.01 - 1 / classes >= 0.05 for fw, t in target.items()}
-    if target_pct:
-        target = {fw: target_pct / 100 for fw in target}
-    # each curve point with the point before it (SQL window function), for ok and diverged sweep trials
-    rows = conn.execute("""
-        SELECT t.framework, t.batch_size, t.trial_hash, t.status, c.accuracy, c.train_s,
-               LAG(c.accuracy) OVER w, LAG(c.train_s) OVER w
-        FROM trials t JOIN curve c USING (trial_hash)
-        WHERE t.status IN ('ok', 'diverged') AND (t.purpose IS NULL OR t.purpose = 'sweep')
-        WINDOW w AS (PARTITION BY c.trial_hash ORDER BY c.point)
-        ORDER BY t.trial_hash, c.point""").fetchall()
-    conn.close()
-    reached: dict[str, float] = {}
-    trials: dict[tuple[str, int], dict[str, str]] = {}
-    for fw, bs, h, status, acc, t, prev_acc, prev_t in rows:
-        trials.setdefault((fw, bs), {})[h] = status
-        if status != "ok" or h in reached or acc < target[fw]:
-            continue
-        reached[h] = t if prev_acc is None else prev_t + (t - prev_t) * (target[fw] - prev_acc) / (acc - prev_acc)
-    out: dict[str, dict[str, object]] = {}
-    for (fw, bs), hashes in trials.items():
-        times = [reached[h] for h in hashes if h in reached]
-        entry = out.setdefault(fw, {"batch": None, "times": {}})
-        entry["times"][bs] = statistics.fmean(times) if times else None  # type: ignore[index]
-        if (learned[fw] and len(times) == len(hashes) and "diverged" not in hashes.values()
-                and final[(fw, bs)] >= target[fw] - 1e-12):
-            best = entry["batch"]
-            if best is None or statistics.fmean(times) < entry["times"][best]:  # type: ignore[index]
-                entry["batch"] = bs
-    return out
 
 
 def test_time_to_target_and_the_recommended_size_are_recomputed_from_the_stored_rows(
@@ -233,9 +156,8 @@ def test_two_variants_are_two_answers_never_averaged(tmp_path: Path) -> None:
     """As experiments/optimizer_batch.toml: sgd and adam on one framework. Averaged into one cell, batch 64 would
     win (sgd's slow 8 and adam's missed 64 mixed); kept apart, sgd's answer is 64 and adam's is 8."""
     with Store.open(tmp_path) as store:
-        run_id = store.begin_run(EXP, _spec(["alpha"], variants=[{"name": "sgd", "settings": {"optimizer": "sgd"}},
-                                                                  {"name": "adam",
-                                                                   "settings": {"optimizer": "adam"}}]), "pytest", {})
+        variants = [{"name": opt, "settings": {"optimizer": opt}} for opt in ("sgd", "adam")]
+        run_id = store.begin_run(EXP, experiment_spec(["alpha"], variants=variants), "pytest", {})
         for rep in (0, 1):
             _write(store, run_id, "alpha", 8, rep, 100.0, "ok", [2, 4, 6, 8], [0.5, 0.7, 0.85, 0.90], "sgd", "sgd")
             _write(store, run_id, "alpha", 64, rep, 900.0, "ok", [1, 2, 3, 4], [0.6, 0.8, 0.9, 0.92], "sgd", "sgd")
@@ -258,7 +180,7 @@ def test_start_up_that_weighs_on_the_time_to_target_is_named(tmp_path: Path, rul
     not."""
     own = tmp_path / "start_up"  # tmp_path holds the rule store
     with Store.open(own) as store:
-        run_id = store.begin_run(EXP, _spec(["alpha"]), "pytest", {})
+        run_id = store.begin_run(EXP, experiment_spec(["alpha"]), "pytest", {})
         for rep in (0, 1):
             _write(store, run_id, "alpha", 8, rep, 100.0, "ok", [2, 4, 6, 8], [0.80, 0.90, 0.94, 0.95])
             _write(store, run_id, "alpha", 64, rep, 600.0, "ok", [1.5, 2.0, 2.5, 3.0], [0.60, 0.85, 0.93, 0.955])
@@ -282,7 +204,7 @@ def test_no_accuracy_gives_no_answer_but_the_knee(tmp_path: Path) -> None:
         run_id = store.begin_run(EXP, {"name": EXP, "epochs": 0}, "pytest", {})
         for bs, tput in ((8, 10.0), (64, 50.0)):
             for rep in (0, 1):
-                store.write_trial(TrialOutcome(trial=_trial("alpha", bs, rep), status="ok",
+                store.write_trial(TrialOutcome(trial=sweep_trial("alpha", bs, rep), status="ok",
                                                metrics=WorkerMetrics(step_samples_per_s=tput + rep)), run_id, {})
     (rec,) = recommend(load(tmp_path).experiments[0])
     assert rec.batch_size is None and rec.knee_batch == 64
@@ -292,7 +214,7 @@ def test_no_accuracy_gives_no_answer_but_the_knee(tmp_path: Path) -> None:
 
 def test_a_best_accuracy_near_chance_gives_no_answer(tmp_path: Path) -> None:
     with Store.open(tmp_path) as store:
-        run_id = store.begin_run(EXP, _spec(["alpha"]), "pytest", {})
+        run_id = store.begin_run(EXP, experiment_spec(["alpha"]), "pytest", {})
         for bs in (8, 64):
             for rep in (0, 1):
                 _write(store, run_id, "alpha", bs, rep, 100.0 * bs, "ok", [1, 2, 3, 4], [0.10, 0.11, 0.12, 0.13])
@@ -303,7 +225,7 @@ def test_a_best_accuracy_near_chance_gives_no_answer(tmp_path: Path) -> None:
 def test_nothing_finished_gives_no_size_and_says_why(tmp_path: Path) -> None:
     with Store.open(tmp_path) as store:
         run_id = store.begin_run(EXP, {"name": EXP}, "pytest", {})
-        store.write_trial(TrialOutcome(trial=_trial("alpha", 8, 0), status="oom", reason="made up"), run_id, {})
+        store.write_trial(TrialOutcome(trial=sweep_trial("alpha", 8, 0), status="oom", reason="made up"), run_id, {})
     (rec,) = recommend(load(tmp_path).experiments[0])
     assert rec.batch_size is None and not rec.supported and "no trial finished (oom)" in rec.why
 
@@ -315,10 +237,10 @@ def test_recommend_without_a_store_is_a_usage_error(tmp_path: Path, capsys: pyte
 
 def test_a_store_without_learning_curves_says_so_and_gives_the_knee(tmp_path: Path) -> None:
     with Store.open(tmp_path) as store:
-        run_id = store.begin_run(EXP, _spec(["alpha"]), "pytest", {})
+        run_id = store.begin_run(EXP, experiment_spec(["alpha"]), "pytest", {})
         for bs in (8, 64):
             for rep in (0, 1):
-                store.write_trial(TrialOutcome(trial=_trial("alpha", bs, rep), status="ok", metrics=WorkerMetrics(
+                store.write_trial(TrialOutcome(trial=sweep_trial("alpha", bs, rep), status="ok", metrics=WorkerMetrics(
                     step_samples_per_s=10.0 * bs, accuracy=0.9)), run_id, {})
     (rec,) = recommend(load(tmp_path).experiments[0])
     assert rec.batch_size is None and "no learning curve" in rec.why and rec.knee_batch == 64
@@ -328,7 +250,7 @@ def test_a_store_without_learning_curves_says_so_and_gives_the_knee(tmp_path: Pa
 def test_a_sweep_that_only_diverged_recommends_nothing_and_says_so(tmp_path: Path) -> None:
     """As learning_rate = 1e6: every trial diverged; nothing is recommended, and the reason is the divergence."""
     with Store.open(tmp_path) as store:
-        run_id = store.begin_run(EXP, _spec(["alpha"]), "pytest", {})
+        run_id = store.begin_run(EXP, experiment_spec(["alpha"]), "pytest", {})
         for bs in (8, 32):
             _write(store, run_id, "alpha", bs, 0, 100.0, "diverged", [1.0], [0.1])
     (rec,) = recommend(load(tmp_path).experiments[0])
@@ -355,13 +277,13 @@ def test_the_gradient_noise_scale_of_the_later_half_of_training_is_shown_beside_
     pull an all-points average to 100/3.25 ≈ 31."""
     curves = []
     with Store.open(tmp_path) as store:
-        run_id = store.begin_run(EXP, _spec(["alpha"], gradient_noise=4), "pytest (noise rows)", {})
+        run_id = store.begin_run(EXP, experiment_spec(["alpha"], gradient_noise=4), "pytest (noise rows)", {})
         for bs in (8, 64):
             for repeat, (tput, status, times, accs) in enumerate(CASES[("alpha", bs)]):
-                curve = _curve(bs, times, accs)
+                curve = even_curve(bs, times, accs)
                 curves.append(curve)
                 store.write_trial(TrialOutcome(
-                    trial=_trial("alpha", bs, repeat), status=status, device={"device": "cpu"},  # type: ignore[arg-type]
+                    trial=sweep_trial("alpha", bs, repeat), status=status, device={"device": "cpu"},  # type: ignore[arg-type]
                     curve=curve, gradient_noise=_noise_rows(curve, 10.0, 1.0, 100.0),
                     metrics=WorkerMetrics(step_samples_per_s=tput, accuracy=accs[-1])), run_id, {})
     assert main(["recommend", str(tmp_path), "--json"]) == 0
@@ -389,14 +311,14 @@ def test_a_warm_compilation_cache_changes_neither_the_answer_nor_its_start_up(tm
     for name, second in (("off", ("off", 3.0, 3.0)), ("cached", ("warm", 0.3, 3.0))):
         stores[name] = tmp_path / name
         with Store.open(stores[name]) as store:
-            run_id = store.begin_run(EXP, _spec(["alpha"]), "pytest", {})
+            run_id = store.begin_run(EXP, experiment_spec(["alpha"]), "pytest", {})
             for rep, (cache, spent, cold) in enumerate((("cold" if name == "cached" else "off", 3.0, 3.0), second)):
                 for bs, tput, times, accs in ((8, 100.0, [2, 4, 6, 8], [0.80, 0.90, 0.94, 0.95]),
                                               (64, 600.0, [0.5, 1.0, 1.5, 2.0], [0.60, 0.85, 0.93, 0.955])):
                     metrics = WorkerMetrics(step_samples_per_s=tput, accuracy=accs[-1], compile_s=spent,
                                             compile_cache=cache, compile_cold_s=cold)
-                    store.write_trial(TrialOutcome(trial=_trial("alpha", bs, rep), status="ok",
-                                                   device={"device": "cpu"}, curve=_curve(bs, times, accs),
+                    store.write_trial(TrialOutcome(trial=sweep_trial("alpha", bs, rep), status="ok",
+                                                   device={"device": "cpu"}, curve=even_curve(bs, times, accs),
                                                    metrics=metrics), run_id, {})
     (off,), (cached,) = (recommend(load(stores[n]).experiments[0]) for n in ("off", "cached"))
     assert off.batch_size == cached.batch_size == 64

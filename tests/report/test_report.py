@@ -27,7 +27,7 @@ from report.document.build import build_report
 from report.load import load
 from tests import ROOT
 from tests.fakes.report_store import GPU_EXPERIMENT, GPU_OOM, MADE_UP, make_cpu_store, make_gpu_replay_store
-from tests.report.test_recommend import recompute
+from tests.helpers.recommend_rows import recompute
 
 SECTIONS = ("Runs and exact command lines", "Environment", "Method", "Findings", "Figures", "Tables",
             "Appendix: resolved experiment specifications")
@@ -306,7 +306,7 @@ def test_page_one_leads_with_a_recommendation_recomputed_from_the_store(
         page1 = _flat(PdfReader(pdf).pages[0].extract_text() or "")
         assert "The answer: which batch size to train with" in page1
         assert "The answer: training time to the target accuracy, and throughput" in page1  # the figure is on page 1
-        # the documented rule, in plain SQL on the curve rows (tests/report/test_recommend.py); the GPU replay trained
+        # the documented rule, in plain SQL on the curve rows (tests/helpers/recommend_rows.py); the GPU replay trained
         # no epochs, so it has no accuracy, no target and no answer
         expected = {fw: e["batch"] for fw, e in recompute(store_dir).items()}
         for framework, batch in expected.items():

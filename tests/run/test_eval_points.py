@@ -8,17 +8,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.records import CurvePoint, TrialOutcome, TrialUnit, WorkerMetrics
-from harness.run.executor import LocalExecutor
-from harness.run.protocol import Message, Phase, ProgressTicker
+from harness.records import CurvePoint, TrialOutcome, WorkerMetrics
+from harness.run.protocol import Phase, ProgressTicker
 from harness.run.worker import steps
 from harness.run.worker.evaluation import eval_steps
 from harness.run.worker.steps import StepPlan, train
 from harness.store import Store
 from tests.conftest import make_trial
-from tests.fakes.adapter import DIVERGES_AT_STEP, FakeAdapter
-
-TARGET = "tests.fakes.adapter:FakeAdapter"
+from tests.fakes.adapter import DIVERGES_AT_STEP
+from tests.helpers.fake_trial import run_fake
 
 
 def test_eval_steps_are_spread_evenly_inside_the_training():
@@ -82,14 +80,6 @@ def test_a_point_that_finds_the_training_diverged_stops_it(monkeypatch):
     assert len(seen) == 2 and trained.stopped and len(trained.step_ms) == 5
     assert trained.phase_steps(StepPlan(2, 6, 0)) == {"warmup": 2, "timed": 3, "train": 0}
     assert trained.train_s == 5.0
-
-
-def run_fake(tiny_data, tmp_path, behaviour: str = "ok", **trial: Any) -> tuple[TrialOutcome, list[dict[str, Any]]]:
-    spec = make_trial(adapter_options={"behaviour": behaviour}, **{"epochs": 2, "batch_size": 8, **trial})
-    unit = TrialUnit(trial=spec, data=tiny_data, order_path=str(tiny_data.write_order(spec.seed, spec.epochs)),
-                     adapter_target=TARGET, oom_patterns=FakeAdapter.oom_stderr_patterns)
-    events: list[Message] = []
-    return LocalExecutor(log_dir=tmp_path).run(unit, on_event=events.append), events
 
 
 def test_a_trial_evaluates_at_its_points_and_at_the_end(tiny_data, tmp_path):

@@ -16,9 +16,9 @@ from harness.run.executor import LocalExecutor
 from harness.run.protocol import SetupFacts
 from harness.run.worker.trial import math_mode_env, on_gpu
 from harness.store.db import outcome_row
-from tests.cli.test_cli import bs, write
 from tests.conftest import make_trial
 from tests.fakes.adapter import FAKE_GPU_ENV, FAKE_MATH_ENV, FakeAdapter
+from tests.helpers.cli import bs, write
 
 TARGET = "tests.fakes.adapter:FakeAdapter"
 H100 = "NVIDIA H100 80GB HBM3"

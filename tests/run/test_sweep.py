@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.metadata as md
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from harness.run.sweep import SweepOptions, changed_settings, run_sweep
 from harness.store import Store
 from tests import ROOT
 from tests.fakes.adapter import OOM_LARGE_BATCH
+from tests.faults.helpers import interruptible, rows
 
 
 @pytest.fixture()
@@ -119,20 +119,6 @@ def test_lr_and_epochs_are_stored_per_trial(fake_registered: None, tmp_path: Pat
         assert r["train_steps_n"] == 2 * -(-100 // bs) and r["epochs_done"] == pytest.approx(2.0)
 
 
-def _rows(out: Path) -> list[dict]:
-    path = out / "results.sqlite"
-    if not path.exists():
-        return []
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)  # read-only: never create it
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute("SELECT * FROM trials ORDER BY rowid")]
-    except sqlite3.OperationalError:  # the table does not exist yet
-        return []
-    finally:
-        conn.close()
-
-
 @pytest.mark.slow
 def test_ctrl_c_then_resume_finishes_without_loss_or_repeat(tmp_path: Path) -> None:
     """A real `batchscope run` (PyTorch workers) gets SIGINT mid-sweep; --resume finishes the sweep."""
@@ -145,28 +131,26 @@ def test_ctrl_c_then_resume_finishes_without_loss_or_repeat(tmp_path: Path) -> N
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(ROOT), BATCHSCOPE_CACHE=str(tmp_path / "cache"))
     cmd = [sys.executable, "-m", "harness", "run", str(toml), "--out", str(out)]
-    from tests.faults.helpers import interruptible
-
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=interruptible)  # SIGINT not ignored even if this suite runs as `cmd &`
     deadline = time.monotonic() + 240
-    while len(_rows(out)) < 3 and proc.poll() is None and time.monotonic() < deadline:
+    while len(rows(out)) < 3 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     assert proc.poll() is None, "the sweep ended before it could be interrupted"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "--resume" in err
-    before = _rows(out)
+    before = rows(out)
     assert 3 <= len(before) < 8
 
     # the same command without --resume is refused, and changes nothing
     again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert again.returncode == 2 and "--resume" in again.stderr and _rows(out) == before
+    assert again.returncode == 2 and "--resume" in again.stderr and rows(out) == before
 
     done = subprocess.run([*cmd, "--resume"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert f"{len(before)} trial(s) already stored" in done.stdout
-    after = _rows(out)
+    after = rows(out)
     exp = load_experiment(toml)
     planned = [t.trial_hash for t in plan(exp, prepare(data_request(exp), tmp_path / "cache"))]
     hashes = [r["trial_hash"] for r in after]

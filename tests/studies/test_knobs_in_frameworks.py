@@ -13,9 +13,9 @@ import pytest
 from harness.records import TrialUnit
 from harness.registry import adapter_class
 from harness.run.executor import LocalExecutor
-from tests.adapters.test_framework_adapters import run_snippet
 from tests.conftest import make_trial
 from tests.fakes.recording import TARGETS
+from tests.helpers.snippet import run_snippet
 
 FRAMEWORKS = ("pytorch", "tensorflow", "mxnet")
 

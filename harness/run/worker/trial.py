@@ -327,6 +327,6 @@ def run_trial(request: WorkerRequest, chan: Channel) -> int:
         if adapter is not None:
             try:
                 adapter.close()
-            except Exception:  # noqa: BLE001, S110 - closing after a failure is best effort
+            except Exception:  # noqa: BLE001 - closing after a failure is best effort
                 pass
 
