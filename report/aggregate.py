@@ -1,8 +1,8 @@
-"""Per framework × batch size statistics over repeats, and the small fits the findings use.
+"""The small least-squares fits the findings and the critical batch size use.
 
-Every figure, table and finding of the report reads its numbers from here, so they agree with each
-other and with the CLI and ``compare``: the statistics themselves live in :mod:`harness.cells` (mean
-over the cell's *ok* trials ± sample sd; the choice is explained there) and are re-exported here.
+The statistics per framework × batch size over repeats (mean over the cell's *ok* trials ± sample sd) are
+:mod:`harness.cells`', which every figure, table and finding of the report, the CLI and ``compare`` import from
+there, so they agree with each other.
 """
 
 from __future__ import annotations
@@ -11,10 +11,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.cells import ACCURACY, DRIFT_READINGS, METRICS, Cell, Metric, Stat, cells, has_metric
-
-__all__ = ["ACCURACY", "DRIFT_READINGS", "METRICS", "Cell", "LinearFit", "Metric", "Stat", "cells", "has_metric",
-           "linear_fit"]
+__all__ = ["LinearFit", "linear_fit"]
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     """Print the recommendation of every experiment in the store."""
     from harness.noise import format_estimate
     from report.answer.critical_batch import studies, study_lines
-    from report.answer.recommend import RULE_TEXT, TABLE_COLUMNS, Summary, recommend, show_variants, table_rows
+    from report.answer.recommend import RULE_TEXT, Summary, recommend
+    from report.answer.recommend_table import TABLE_COLUMNS, show_variants, table_rows
     from report.load import load
 
     data = load(Path(args.dir))  # StoreError (exit 2) for no store, an empty one, another schema

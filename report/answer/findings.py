@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from report.aggregate import ACCURACY, DRIFT_READINGS, METRICS, Cell, Stat, linear_fit
+from harness.cells import ACCURACY, DRIFT_READINGS, METRICS, Cell, Stat
+from report.aggregate import linear_fit
 from report.load import Experiment
 
 MEMORY_VIEWS = ("framework_peak_mib", "proc_gpu_mem_peak_mib", "gpu_mem_used_peak_mib", "rss_peak_mib")
@@ -50,8 +51,7 @@ def best_throughput(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> lis
     """Per framework: the batch size with the highest mean throughput, and how clear its lead is."""
     out = []
     for fw, group in _by_framework(cell_list, frameworks).items():
-        ranked = sorted(((c, c.get("step_samples_per_s")) for c in group if c.get("step_samples_per_s")),
-                        key=lambda cs: -cs[1].mean)  # type: ignore[union-attr]
+        ranked = sorted(((c, st) for c in group if (st := c.get("step_samples_per_s"))), key=lambda cs: -cs[1].mean)
         if not ranked:
             continue
         (best, s), rest = ranked[0], ranked[1:]
@@ -130,12 +130,12 @@ def accuracy_peak(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[
     """Per framework: where accuracy peaks, and whether the peak is inside the sweep."""
     out = []
     for fw, group in _by_framework(cell_list, frameworks).items():
-        scored = [(c, c.get(ACCURACY)) for c in group if c.get(ACCURACY) is not None]
+        scored = [(c, st) for c in group if (st := c.get(ACCURACY)) is not None]
         if len(scored) < 2:
             continue
         scored.sort(key=lambda cs: cs[0].batch_size)
-        best, bs = max(scored, key=lambda cs: cs[1].mean)  # type: ignore[union-attr]
-        worst, ws = min(scored, key=lambda cs: cs[1].mean)  # type: ignore[union-attr]
+        best, bs = max(scored, key=lambda cs: cs[1].mean)
+        worst, ws = min(scored, key=lambda cs: cs[1].mean)
         assert bs is not None and ws is not None
         where = ("at the smallest batch size tried" if best is scored[0][0] else
                  "at the largest batch size tried" if best is scored[-1][0] else
@@ -152,7 +152,7 @@ def memory_growth(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[
     for fw, group in _by_framework(cell_list, frameworks).items():
         parts = []
         for view in MEMORY_VIEWS:
-            points = [(c.batch_size, c.get(view).mean) for c in group if c.get(view) is not None]  # type: ignore[union-attr]
+            points = [(c.batch_size, st.mean) for c in group if (st := c.get(view)) is not None]
             fit = linear_fit(points)
             if fit is None:
                 continue
@@ -175,11 +175,11 @@ def energy_best(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Fi
                                          f"{', '.join(str(c.batch_size) for c in unread)}: "
                                          f"{unread[0].readings_notes[0]}" + _steady_words(group) + "."))
             continue
-        scored = [(c, c.get("j_per_sample")) for c in group if c.get("j_per_sample") is not None]
+        scored = [(c, st) for c in group if (st := c.get("j_per_sample")) is not None]
         if len(scored) < 2:
             continue
-        best, s = min(scored, key=lambda cs: cs[1].mean)  # type: ignore[union-attr]
-        worst, w = max(scored, key=lambda cs: cs[1].mean)  # type: ignore[union-attr]
+        best, s = min(scored, key=lambda cs: cs[1].mean)
+        worst, w = max(scored, key=lambda cs: cs[1].mean)
         assert s is not None and w is not None
         out.append(Finding("energy", f"{fw} used the least energy per sample at batch {best.batch_size} "
                                      f"({s.mean:.3g} J), {w.mean / s.mean:.1f}× less than at batch "

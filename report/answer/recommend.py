@@ -32,13 +32,12 @@ from harness.cells import Series, SeriesGroup, group
 from harness.noise import NoiseEstimate, estimate_from_rows
 from harness.numbers import finite_or_none
 from report.answer import critical
-from report.answer.knee import SHARE_OF_BEST, THROUGHPUT_COLUMN, SizeStats, knee, size_stats, throughput_of
+from report.answer.knee import SHARE_OF_BEST, THROUGHPUT_COLUMN, SizeStats, knee, size_stats
 from report.answer.target import CHANCE_MARGIN_PTS, SizeTarget, Target, seconds_fmt, series_target, size_targets
 from report.load import Experiment
 
-__all__ = ["MIN_REPEATS", "RULE_TEXT", "SHARE_OF_BEST", "TABLE_COLUMNS", "THROUGHPUT_COLUMN", "MaxFit",
-           "Recommendation", "SizeStats", "Summary", "accuracy_unusable", "knee", "recommend", "recommend_group",
-           "show_variants", "size_stats", "table_rows", "throughput_of"]
+__all__ = ["MIN_REPEATS", "RULE_TEXT", "MaxFit", "Recommendation", "Summary", "accuracy_unusable", "recommend",
+           "recommend_group"]
 
 #: below this many repeats a size's spread is unknown, so the recommendation cannot be supported
 MIN_REPEATS = 2
@@ -470,49 +469,3 @@ RULE_TEXT = ("Recommended: the batch size that reaches the target accuracy in th
              "the sizes whose time is within one sd; supported only with two or more repeats there and a range of "
              f"one size. Beside it, the throughput knee (the smallest size within {SHARE_OF_BEST:.0%} of the best "
              "throughput) and the largest size that fits (max-batch search).")
-
-
-#: the columns of the recommendation table, as (key, header), shared by the PDF and the terminal
-TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("framework", "framework"), ("recommended", "recommended batch"), ("why", "why"),
-    ("time", "time to target"), ("knee", "throughput knee"), ("max_fit", "max that fits"),
-    ("accuracy", "accuracy %: recommended vs best"),
-)
-
-
-def _acc_text(s: SizeStats | None) -> str:
-    if s is None or s.accuracy_mean is None:
-        return "-"
-    sd = f" ± {s.accuracy_sd * 100:.1f}" if s.accuracy_sd is not None else ""
-    return f"{s.accuracy_mean * 100:.1f}{sd}"
-
-
-def table_rows(recs: Sequence[Recommendation], show_variant: bool = False) -> list[dict[str, str]]:
-    """The recommendation table as text cells (keys of :data:`TABLE_COLUMNS`)."""
-    rows = []
-    for r in recs:
-        name = r.name if show_variant else r.framework
-        if r.batch_size is None:
-            size = "none"
-        else:
-            size = str(r.batch_size) + ("" if r.range_lo == r.range_hi else f" (range {r.range_lo}–{r.range_hi})")
-            size += "" if r.supported else ", tentative"
-        fit = "-" if r.max_fit is None or r.max_fit.max_batch is None else str(r.max_fit.max_batch)
-        if r.max_fit is not None and r.max_fit.max_batch is not None and r.max_fit.margin_mib:
-            fit += f" ({r.max_fit.recommended_batch} with a {r.max_fit.margin_mib:g} MiB margin)"
-        t = r.target_at(r.batch_size)
-        time = "-" if t is None else t.text()
-        knee_text = "-" if r.knee_batch is None else str(r.knee_batch)
-        if r.knee_batch is not None and r.knee_range[0] != r.knee_range[1]:
-            knee_text += f" (range {r.knee_range[0]}–{r.knee_range[1]})"
-        best_acc = None if r.target is None else r.target.best_batch
-        rows.append({"framework": name, "recommended": size, "why": r.why, "max_fit": fit, "time": time,
-                     "knee": knee_text,
-                     "accuracy": f"{_acc_text(r.at(r.batch_size))} vs {_acc_text(r.at(best_acc))}"})
-    return rows
-
-
-def show_variants(recs: Sequence[Recommendation]) -> bool:
-    """Whether some framework has more than one series (then the series' label is printed with its name)."""
-    names = [r.framework for r in recs]
-    return len(names) != len(set(names))

@@ -26,8 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.cells import Series, group
-from report.aggregate import Stat
+from harness.cells import Series, Stat, group
 
 #: a memory saving smaller than this share of the baseline's peak is not called a saving
 MEMORY_FLOOR = 0.02

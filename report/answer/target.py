@@ -92,7 +92,9 @@ class Target:
             return "none (no accuracy measured)"
         if self.how == "absolute":
             return f"{self.accuracy * 100:.1f}% (absolute, target_accuracy)"
-        return (f"{self.accuracy * 100:.1f}% (best mean {self.best_mean * 100:.1f}% at batch {self.best_batch} "  # type: ignore[operator]
+        if self.best_mean is None:  # a relative target is made from the best mean: not reached in practice
+            return f"{self.accuracy * 100:.1f}%"
+        return (f"{self.accuracy * 100:.1f}% (best mean {self.best_mean * 100:.1f}% at batch {self.best_batch} "
                 f"- {DEFAULT_MARGIN_PTS:g} point)")
 
 

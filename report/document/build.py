@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.cells import ACCURACY, cells
 from harness.diskfull import KEPT_AGAIN, says_disk_full
 from harness.errors import StoreError
 from harness.noise import format_estimate
 from harness.tmpnames import remove_stale, temporary_directory
-from report import aggregate
 from report.answer import critical_batch, findings, recommend, studies
 from report.answer import thesis as compare
 from report.document import context, curves, figures, tables
@@ -111,10 +111,10 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
     if variants:  # one line, row and finding per framework x variant: the views below group by "framework"
         exp = dataclasses.replace(exp, trials=tuple(studies.by_series(exp.trials)),
                                   lines=studies.series_lines(exp.trials))
-    cell_list = aggregate.cells(exp.trials, exp.frameworks)
+    cell_list = cells(exp.trials, exp.frameworks)
     acc_why = _accuracy_unusable(spec)
     if acc_why:  # e.g. synthetic labels: an accuracy column or finding would invite a wrong reading
-        cell_list = [dataclasses.replace(c, stats={k: v for k, v in c.stats.items() if k != aggregate.ACCURACY})
+        cell_list = [dataclasses.replace(c, stats={k: v for k, v in c.stats.items() if k != ACCURACY})
                      for c in cell_list]
     _what_ran(pdf, exp)
     run_table = tables.runs(exp)

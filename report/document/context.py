@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from harness.cells import Cell
 from harness.monitor.fields import NO_GPU_NOTICE
-from report.aggregate import Cell
-from report.load import Experiment, parse_json
+from report.load import Experiment
 
 
 def _fmt_mib(value: Any) -> str:
@@ -294,5 +294,5 @@ def spec_summary(exp: Experiment) -> dict[str, Any]:
     return spec
 
 
-__all__ = ["environment_rows", "had_gpu", "method_paragraphs", "no_gpu_banner", "node_rows", "parse_json",
+__all__ = ["environment_rows", "had_gpu", "method_paragraphs", "no_gpu_banner", "node_rows",
            "runs_rows", "used_gpu_rows"]

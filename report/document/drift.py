@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from report.aggregate import Cell
+from harness.cells import Cell
 from report.document.figures import PANEL_H_IN, PANEL_W_IN, FigureResult, palette
 from report.load import Experiment
 

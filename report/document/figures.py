@@ -29,9 +29,14 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
-from harness.cells import Series  # noqa: E402
+from harness.cells import (  # noqa: E402
+    ACCURACY,
+    METRICS,
+    Cell,
+    Series,  # noqa: E402
+    has_metric,
+)
 from harness.monitor.fields import FIELDS, Shown, shown_in  # noqa: E402
-from report.aggregate import ACCURACY, METRICS, Cell, has_metric  # noqa: E402
 from report.answer.recommend import Recommendation  # noqa: E402
 from report.document.context import had_gpu  # noqa: E402
 from report.load import Experiment  # noqa: E402

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.cells import METRICS, Cell, has_metric
 from harness.monitor.fields import shown_in
-from report.aggregate import METRICS, Cell, has_metric
-from report.answer.recommend import TABLE_COLUMNS as RECOMMEND_COLUMNS
-from report.answer.recommend import Recommendation, show_variants, table_rows
+from report.answer.recommend import Recommendation
+from report.answer.recommend_table import TABLE_COLUMNS as RECOMMEND_COLUMNS
+from report.answer.recommend_table import show_variants, table_rows
 from report.load import Experiment
 
 #: the headline table is printed in two parts so it fits a portrait page

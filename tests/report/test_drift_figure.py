@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-from report.aggregate import cells
+from harness.cells import cells
 from report.document.drift import drift_figure, rolling_median
 from report.load import Experiment
 

@@ -18,7 +18,8 @@ from harness.cli import main
 from harness.noise import NoiseRecord
 from harness.records import CurvePoint, TrialOutcome, WorkerMetrics
 from harness.store import Store
-from report.answer.recommend import THROUGHPUT_COLUMN, SizeStats, knee, recommend, throughput_of
+from report.answer.knee import THROUGHPUT_COLUMN, SizeStats, knee, throughput_of
+from report.answer.recommend import recommend
 from report.load import load
 from tests.helpers.recommend_rows import EXP, even_curve, experiment_spec, recompute, sweep_trial
 

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from pypdf import PdfReader
 
+from harness.cells import cells
 from harness.registry import framework_modules
 from harness.store import Store
-from report.aggregate import cells
 from report.document import figures as report_figures
 from report.document.build import build_report
 from report.load import load
