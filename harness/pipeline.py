@@ -16,7 +16,7 @@ from harness.data import PreparedData
 from harness.errors import DoesNotFitError, SearchAborted
 from harness.maxbatch.prober import run_maxbatch
 from harness.maxbatch.request import MaxBatchRequest, resolve_budget
-from harness.records import TrialOutcome
+from harness.records import MaxBatchResult, TrialOutcome
 from harness.run.listener import SweepListener
 from harness.run.sweep import SweepContext, SweepOptions, SweepResult, run_sweep
 from harness.store import Store
@@ -50,7 +50,7 @@ def max_batch_searches(exp: Experiment, ctx: SweepContext, result: SweepResult) 
     that finds nothing (the model does not fit at batch 1, a probe keeps crashing) is noted, and the
     other frameworks still run: the sweep's own results are never lost to it.
     """
-    done = {r["framework"] for r in ctx.store.maxbatch_results("experiment = ?", (exp.name,))}
+    done = {r.framework for r in ctx.store.maxbatch_answers("experiment = ?", (exp.name,))}
     if hasattr(ctx.executor, "map_on_nodes"):  # Ray: one search per framework, side by side
         _searches_on_ray(exp, ctx, result, [f for f in exp.frameworks if f not in done])
         return
@@ -72,19 +72,19 @@ class _Collected:
 
     def __init__(self) -> None:
         self.trials: list[TrialOutcome] = []
-        self.row: dict[str, Any] | None = None
+        self.row: MaxBatchResult | None = None
 
     def write_trial(self, outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> None:
         self.trials.append(outcome)
 
-    def write_maxbatch(self, row: Mapping[str, Any]) -> int:
-        self.row = dict(row)
+    def write_maxbatch(self, result: MaxBatchResult) -> int:
+        self.row = result
         return 0
 
 
 def _search_on_node(req: MaxBatchRequest, run_id: int, data: PreparedData, log_dir: Path,
                     monitor_factory: Any, gpus: list[dict[str, Any]],
-                    env: dict[str, Any]) -> tuple[list[TrialOutcome], dict[str, Any] | None, str]:
+                    env: dict[str, Any]) -> tuple[list[TrialOutcome], MaxBatchResult | None, str]:
     """The body of one search's Ray task: (its probes, its maxbatch row, why it gave no answer or "")."""
     collected = _Collected()
     note = ""

@@ -286,3 +286,102 @@ class TrialOutcome:
     #: the gradient-noise measurement of each evaluation point (harness.noise.NoiseRecord), where it was asked for
     gradient_noise: list[NoiseRecord] = field(default_factory=list)
     placement: Placement = field(default_factory=Placement)  # where it ran (host, node, GPU, concurrency, attempt)
+
+
+@dataclass(frozen=True)
+class MaxBatchResult:
+    """One max-batch search's answer and how it was found: a ``maxbatch`` row of the store, typed.
+
+    Made by the prober (:func:`harness.maxbatch.prober.result_row`, then the settling and verifying runs with
+    :func:`dataclasses.replace`), written by the store (one column per field, named and typed by it: a new field is
+    a new column, added to older stores on open), read back by :meth:`from_row` for the command line and the report.
+    A field that may be None is one a row stored before its column existed (or a search that did not measure it)
+    leaves NULL; the search's identity and answer (framework, strategy, budget, margin, max_batch, probes, wall time)
+    are always written, and read back as their empty value from a row made by hand without them.
+    """
+
+    run_id: int | None = None
+    experiment: str | None = None
+    framework: str = ""
+    model: str | None = None
+    dataset: str | None = None
+    device: str | None = None
+    precision: str | None = None
+    strategy: str = ""
+    budget_mib: float = 0.0
+    budget_kind: str = ""
+    margin_mib: float = 0.0
+    max_batch: int = 0
+    first_fail_batch: int | None = None
+    first_fail_status: str | None = None
+    first_fail_reason: str | None = None
+    recommended_batch: int | None = None
+    recommended_pow2: int | None = None
+    recommended_mult8: int | None = None
+    probes_n: int = 0
+    wall_s: float = 0.0
+    formula_batch: int | None = None
+    formula_error_pct: float | None = None
+    param_count: int | None = None
+    per_sample_activation_mib: float | None = None
+    fit_a_mib: float | None = None
+    fit_b_mib_per_sample: float | None = None
+    probes_json: str | None = None  # every probe: [{batch, status, peak_mib, stage, ...}]
+    env_json: str | None = None
+    finished_at: str | None = None
+    # the formula with the analytic activation size (None for a native model), and search facts
+    formula_analytic_batch: int | None = None
+    formula_analytic_error_pct: float | None = None
+    analytic_activation_mib_per_sample: float | None = None
+    model_state_mib: float | None = None
+    capped: int | None = None  # 1: the search stopped at max_batch_cap, not at a failure
+    versions_json: str | None = None
+    # issue 18: what the answer needs to hold in the user's own training, and the check that it does
+    confirm_steps: int | None = None
+    margin_jitter_mib: float | None = None
+    margin_growth_mib: float | None = None
+    margin_total_mib: float | None = None
+    train_env_json: str | None = None
+    verify_steps: int | None = None
+    verify_status: str | None = None  # pass | fail; None: not verified
+    verify_reason: str | None = None
+    verify_peak_mib: float | None = None
+    # issue 14, item 5 ("what helps"): the setting a search ran with ("plain": fp32, no accumulation, the adapter's
+    # defaults), max_batch being then the micro-batch and effective_batch = max_batch x accumulate_steps; the peak
+    # and step throughput measured at the answer
+    setting: str | None = None
+    accumulate_steps: int | None = None
+    effective_batch: int | None = None
+    adapter_options_json: str | None = None
+    answer_peak_mib: float | None = None
+    answer_samples_per_s: float | None = None
+    # issue 22: the probes run under glibc's default malloc; the part of margin_total_mib left for its heap variation
+    # (harness.maxbatch.advice.CPU_HEAP_ALLOWANCE)
+    margin_heap_mib: float | None = None
+    # issue 22: the runs that settled the recommendation under glibc's default malloc ([{batch, run, status}], the
+    # last candidate's last) and their length in timed steps (harness.maxbatch.prober.settle_heap)
+    heap_settle_json: str | None = None
+    heap_settle_steps: int | None = None
+    # issue 29: the math mode the probes ran under (ieee | tf32 | framework-default)
+    math_mode: str | None = None
+    # issue 31: the search's resolution ("exact", "1%", "8,1%": harness.config.resolution.Resolution.label): the
+    # answer is within it of the boundary (None in rows stored before: exact). The most a probe's worker held on the
+    # GPU outside its framework's allocator (the CUDA context; trials.cuda_context_mib), None where none measured it
+    resolution: str | None = None
+    cuda_context_mib: float | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> MaxBatchResult:
+        """The record of a stored row (its ``result_id`` and any column this version does not know are left out)."""
+        nullable = {f.name for f in fields(cls) if f.default is None}
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in row.items() if k in known and (v is not None or k in nullable)})
+
+    def to_row(self) -> dict[str, Any]:
+        """The row to store: one column per field."""
+        return asdict(self)
+
+    @property
+    def verify_failed(self) -> bool:
+        """A ``--verify`` run of the recommendation that did not complete."""
+        return self.verify_status == "fail"

@@ -18,6 +18,7 @@ from typing import Any
 
 from harness.cells import Series
 from harness.errors import StoreError
+from harness.records import MaxBatchResult
 from harness.store import STORE_NAME, Store
 
 #: the max-batch finder's table (written by ``batchscope maxbatch`` and by sweeps with max_batch = true)
@@ -41,7 +42,7 @@ class Experiment:
     name: str
     runs: tuple[dict[str, Any], ...]
     trials: tuple[dict[str, Any], ...]
-    maxbatch: tuple[dict[str, Any], ...] = ()
+    maxbatch: tuple[MaxBatchResult, ...] = ()
     #: post-warm-up step times (ms, in order) of each ok sweep trial, by trial hash: the drift figure's data
     step_times: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     #: each trial's learning curve by trial hash: its ``curve`` rows (dicts of CURVE_COLUMNS), in training order
@@ -135,7 +136,7 @@ def load(source_dir: str | Path) -> ReportInput:
             runs = store.runs()
             trials = store.trials()
             has_maxbatch = store.has_table(MAXBATCH_TABLE)
-            maxbatch = store.maxbatch_results()
+            maxbatch = store.maxbatch_answers()
             step_times: dict[str, list[float]] = {}
             for h, ms in store.conn.execute(
                     "SELECT s.trial_hash, s.time_ms FROM step_times s JOIN trials t USING (trial_hash) "
@@ -156,8 +157,7 @@ def load(source_dir: str | Path) -> ReportInput:
         raise StoreError(f"{path}: the store holds no trial yet{started}; finish the sweep with "
                          "`batchscope run EXPERIMENT --out DIR --resume`, then build the report")
     names: list[str] = []
-    for row in [*runs, *trials, *maxbatch]:
-        name = row.get("experiment") or ""
+    for name in [*(row.get("experiment") or "" for row in [*runs, *trials]), *(m.experiment or "" for m in maxbatch)]:
         if name not in names:
             names.append(name)
     experiments = []
@@ -166,7 +166,7 @@ def load(source_dir: str | Path) -> ReportInput:
             name=name,
             runs=tuple(r for r in runs if (r.get("experiment") or "") == name),
             trials=tuple(t for t in trials if (t.get("experiment") or "") == name),
-            maxbatch=tuple(m for m in maxbatch if (m.get("experiment") or "") == name),
+            maxbatch=tuple(m for m in maxbatch if (m.experiment or "") == name),
             step_times={t["trial_hash"]: tuple(step_times[t["trial_hash"]]) for t in trials
                         if (t.get("experiment") or "") == name and t["trial_hash"] in step_times},
             curves={t["trial_hash"]: tuple(curves[t["trial_hash"]]) for t in trials

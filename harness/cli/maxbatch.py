@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.cli.maxbatch_output import (  # its output's home; these names are read from here too
     bracket_line as bracket_line,
@@ -33,6 +33,9 @@ from harness.cli.progress import make_progress
 from harness.cli.table import path_arg
 from harness.config.experiment import DEFAULT_SETTLE_STEPS
 from harness.errors import ConfigError
+
+if TYPE_CHECKING:  # the search's modules are imported when a command runs
+    from harness.maxbatch.whathelps import Searched
 
 
 def _shape(text: str) -> tuple[int, int, int]:
@@ -148,10 +151,10 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
         print(f"wall time: {time.monotonic() - started:.1f} s for {len(done)} searches")
         return code
     print_result(outcome.row)
-    print(f"wall time: {time.monotonic() - started:.1f} s for {outcome.row['probes_n']} probes (starting workers, "
+    print(f"wall time: {time.monotonic() - started:.1f} s for {outcome.row.probes_n} probes (starting workers, "
           "storing, and any settling or --verify runs included)")
     print(f"\nstored in {out / 'results.sqlite'} (table maxbatch, probes in trials with purpose 'probe')")
-    return 1 if outcome.row.get("verify_status") == "fail" else 0
+    return 1 if outcome.row.verify_failed else 0
 
 
 def _request(args: argparse.Namespace) -> Any:
@@ -319,21 +322,21 @@ def _search_compared(req: Any, store: Any, run_id: int, run: Any) -> Any:
     try:
         return Searched(_label(req), req.accumulate_steps, run(req).row)
     except DoesNotFitError as e:  # the search stored its row (max_batch 0) before saying so: the last of this run
-        return Searched(_label(req), req.accumulate_steps, store.maxbatch_results("run_id = ?", (run_id,))[-1],
+        return Searched(_label(req), req.accumulate_steps, store.maxbatch_answers("run_id = ?", (run_id,))[-1],
                         problem=str(e))
     except SearchAborted as e:
         return Searched(_label(req), req.accumulate_steps, None, problem=str(e))
 
 
-def _print_what_helps(done: list[Any], out: Path) -> int:
+def _print_what_helps(done: list[Searched], out: Path) -> int:
     """The plain search's answer in full, then one table of every search. Exit 0 when every search finished and
     something fits; 3 when nothing fits even at a micro-batch of 1; 1 when a search aborted or a --verify failed."""
     from harness.maxbatch.whathelps import PLAIN, TABLE_NOTE, cost_notes, render_table, table_rows
 
     first = done[0]  # the plain search (or, with --no-plain, the first setting): its answer in full
-    if first.row is not None and first.row.get("max_batch"):
+    if first.row is not None and first.row.max_batch:
         print(f"\n{'plain search' if first.setting == PLAIN else first.setting}:", end="")
-        print_result(dict(first.row))
+        print_result(first.row)
     for s in done:
         if s.problem:
             print(f"{s.setting}: {s.problem}", file=sys.stderr)
@@ -344,6 +347,6 @@ def _print_what_helps(done: list[Any], out: Path) -> int:
         print(f"cost: {cost}")
     print(f"\nstored in {out / 'results.sqlite'} (table maxbatch, one row per search, told apart by its setting; "
           "probes in trials with purpose 'probe')")
-    if any(s.row is None or (s.row.get("verify_status") == "fail") for s in done):
+    if any(s.row is None or s.row.verify_failed for s in done):
         return 1
-    return 0 if any(s.row is not None and s.row.get("max_batch") for s in done) else 3
+    return 0 if any(s.row is not None and s.row.max_batch for s in done) else 3

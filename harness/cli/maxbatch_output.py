@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from harness.records import MaxBatchResult
+
 
 def _fmt_int(value: int | None) -> str:
     return "-" if value is None else str(value)
@@ -22,36 +24,36 @@ def bracket_line(probe: Any, lo: int, hi: int | None) -> str:
     return f"search: {kind} {probe.batch} {what} -> {where}"
 
 
-def print_recommendation(row: dict[str, Any], file: Any) -> None:
+def print_recommendation(row: MaxBatchResult, file: Any) -> None:
     """The recommended size, the margin it leaves and what that is made of, and how to train to keep it."""
     import json
 
     from harness.maxbatch.advice import env_words, settle_stopped
 
-    total = row.get("margin_total_mib")
+    total = row.margin_total_mib
     if total is None:  # a row from before issue 18: the user's margin only
-        total = row["margin_mib"]
-        parts = f"--margin-mib {row['margin_mib']:g}" if row["margin_mib"] else ""
+        total = row.margin_mib
+        parts = f"--margin-mib {row.margin_mib:g}" if row.margin_mib else ""
     else:
         parts = ", ".join(f"{what} {mib:.1f}" for what, mib in (
-            ("run-to-run jitter", row.get("margin_jitter_mib") or 0.0),
-            ("growth over the confirm run", row.get("margin_growth_mib") or 0.0),
-            ("glibc heap allowance", row.get("margin_heap_mib") or 0.0),
-            ("--margin-mib", row.get("margin_mib") or 0.0)) if mib)
+            ("run-to-run jitter", row.margin_jitter_mib or 0.0),
+            ("growth over the confirm run", row.margin_growth_mib or 0.0),
+            ("glibc heap allowance", row.margin_heap_mib or 0.0),
+            ("--margin-mib", row.margin_mib or 0.0)) if mib)
     margin = f" leaving {total:.1f} MiB unused at the boundary ({parts})" if total else ""
-    runs = json.loads(row["heap_settle_json"]) if row.get("heap_settle_json") else []
+    runs = json.loads(row.heap_settle_json) if row.heap_settle_json else []
     stopped = settle_stopped(row)
-    if not row["recommended_batch"] and stopped:
+    if not row.recommended_batch and stopped:
         print(f"recommended{margin}: none: {stopped}", file=file)
-    elif not row["recommended_batch"]:
+    elif not row.recommended_batch:
         print(f"recommended{margin}: none: no batch size leaves that margin under this budget; give a larger "
               f"--memory-limit-mib (at least {total:.0f} MiB more)", file=file)
     else:
-        print(f"recommended{margin}: {row['recommended_batch']}  (power of two: "
-              f"{_fmt_int(row['recommended_pow2'] or None)}, multiple of 8: {_fmt_int(row['recommended_mult8'])})",
+        print(f"recommended{margin}: {row.recommended_batch}  (power of two: "
+              f"{_fmt_int(row.recommended_pow2 or None)}, multiple of 8: {_fmt_int(row.recommended_mult8)})",
               file=file)
-    if row.get("train_env_json") is not None:
-        train_env = json.loads(row["train_env_json"] or "{}")
+    if row.train_env_json is not None:
+        train_env = json.loads(row.train_env_json or "{}")
         if train_env:
             print(f"the probes ran with: {env_words(train_env)}; the answer holds only under the same settings, "
                   f"so train with them too (e.g. `{env_words(train_env)} python train.py`)", file=file)
@@ -59,18 +61,18 @@ def print_recommendation(row: dict[str, Any], file: Any) -> None:
             print("the probes ran with no allocator settings (none set by batchscope or in your environment: glibc's "
                   "and the framework's defaults, as a plain `python train.py` runs); setting one in training (e.g. "
                   "PYTORCH_CUDA_ALLOC_CONF, MALLOC_MMAP_THRESHOLD_) changes the answer", file=file)
-    if row.get("confirm_steps"):
-        print(f"confirm run: {row['confirm_steps']} steps + eval at {row['max_batch']}", file=file)
+    if row.confirm_steps:
+        print(f"confirm run: {row.confirm_steps} steps + eval at {row.max_batch}", file=file)
     if runs:
         tried = sorted({r["batch"] for r in runs if r["batch"]}, reverse=True)
         failed = [f"{r['batch']} ({r['status']})" for r in runs if r["status"] != "ok" and r["batch"]]
-        print(f"settled under glibc's default malloc: {len(runs)} fresh run(s) of {row.get('heap_settle_steps')} "
+        print(f"settled under glibc's default malloc: {len(runs)} fresh run(s) of {row.heap_settle_steps} "
               f"steps + eval at {', '.join(map(str, tried))}"
               + (f"; failed: {', '.join(failed)}" if failed else "; all trained"), file=file)
-    if row.get("verify_status"):
-        how = f": {row['verify_reason']}" if row.get("verify_reason") else ""
-        print(f"verify: {row['recommended_batch']} trained {row['verify_steps']} steps + eval in a fresh worker "
-              f"under the same budget and settings: {row['verify_status'].upper()}{how}", file=file)
+    if row.verify_status:
+        how = f": {row.verify_reason}" if row.verify_reason else ""
+        print(f"verify: {row.recommended_batch} trained {row.verify_steps} steps + eval in a fresh worker "
+              f"under the same budget and settings: {row.verify_status.upper()}{how}", file=file)
 
 
 def print_forecast(desc: Any, req: Any, budget_mib: float, file: Any = None) -> None:
@@ -96,46 +98,46 @@ def print_forecast(desc: Any, req: Any, budget_mib: float, file: Any = None) -> 
               file=file, flush=True)
 
 
-def print_result(row: dict[str, Any], file: Any = None) -> None:
+def print_result(row: MaxBatchResult, file: Any = None) -> None:
     """The answer, in the words of the issue: fits / fails / recommended / probes / formula."""
     from harness.maxbatch.advice import answer_headroom_mib, jitter_advice
 
     file = file or sys.stdout
-    fail = row["first_fail_batch"]
+    fail = row.first_fail_batch
     print("", file=file)
-    print(f"largest batch that fits (train + eval step): {row['max_batch']}"
-          + ("  (every size up to --max-batch-cap fits)" if row.get("capped") else ""), file=file)
-    if fail is not None and fail - row["max_batch"] > 1:  # stopped within the resolution (issue 31)
-        print(f"smallest size tried that fails: {fail}: {row['first_fail_status']}: {row['first_fail_reason']}",
+    print(f"largest batch that fits (train + eval step): {row.max_batch}"
+          + ("  (every size up to --max-batch-cap fits)" if row.capped else ""), file=file)
+    if fail is not None and fail - row.max_batch > 1:  # stopped within the resolution (issue 31)
+        print(f"smallest size tried that fails: {fail}: {row.first_fail_status}: {row.first_fail_reason}",
               file=file)
-        gap = f"{row['max_batch'] + 1}" + (f"-{fail - 1}" if fail - 1 > row["max_batch"] + 1 else "")
+        gap = f"{row.max_batch + 1}" + (f"-{fail - 1}" if fail - 1 > row.max_batch + 1 else "")
         print(f"  {gap} not tried: the search stops within its resolution "
-              f"({row.get('resolution') or '?'}; --granularity exact to try them)", file=file)
+              f"({row.resolution or '?'}; --granularity exact to try them)", file=file)
     elif fail is not None:
-        print(f"first size that fails: {fail}: {row['first_fail_status']}: {row['first_fail_reason']}",
+        print(f"first size that fails: {fail}: {row.first_fail_status}: {row.first_fail_reason}",
               file=file)
     print_recommendation(row, file)
     spare = answer_headroom_mib(row)
     if spare is not None:
-        print(f"memory left unused at {row['max_batch']}: {spare:.1f} MiB of {row['budget_mib']:.0f} MiB "
-              f"({row['budget_kind']})", file=file)
+        print(f"memory left unused at {row.max_batch}: {spare:.1f} MiB of {row.budget_mib:.0f} MiB "
+              f"({row.budget_kind})", file=file)
     advice = jitter_advice(row)
     if advice is not None:
         print(f"note: {advice}", file=file)
-    res = f", resolution {row['resolution']}" if row.get("resolution") else ""
-    print(f"probes: {row['probes_n']} fresh workers, {row['wall_s']:.1f} s ({row['strategy']}{res})", file=file)
-    if row["fit_b_mib_per_sample"] is not None:
-        print(f"measured memory: {row['fit_a_mib']:.0f} MiB + {row['fit_b_mib_per_sample']:.3f} MiB "
+    res = f", resolution {row.resolution}" if row.resolution else ""
+    print(f"probes: {row.probes_n} fresh workers, {row.wall_s:.1f} s ({row.strategy}{res})", file=file)
+    if row.fit_b_mib_per_sample is not None:
+        print(f"measured memory: {row.fit_a_mib:.0f} MiB + {row.fit_b_mib_per_sample:.3f} MiB "
               "per sample", file=file)
-    err = row["formula_error_pct"]
-    print(f"seed's formula, (budget {row['budget_mib']:.0f} - model state "
-          f"{row['model_state_mib']:.1f} MiB) / "
-          f"{row['per_sample_activation_mib']:.3f} MiB per sample, power of two: {row['formula_batch']}"
+    err = row.formula_error_pct
+    print(f"seed's formula, (budget {row.budget_mib:.0f} - model state "
+          f"{row.model_state_mib:.1f} MiB) / "
+          f"{row.per_sample_activation_mib:.3f} MiB per sample, power of two: {row.formula_batch}"
           + (f"  ({err:+.0f}% vs measured)" if err is not None else ""), file=file)
-    aerr = row.get("formula_analytic_error_pct")
-    if row.get("analytic_activation_mib_per_sample") is None:  # a native model has no description to size
+    aerr = row.formula_analytic_error_pct
+    if row.analytic_activation_mib_per_sample is None:  # a native model has no description to size
         return
     print(f"  with the analytic activation size "
-          f"({row['analytic_activation_mib_per_sample']:.3f} MiB per sample): "
-          f"{row['formula_analytic_batch']}" + (f"  ({aerr:+.0f}% vs measured)" if aerr is not None else ""),
+          f"({row.analytic_activation_mib_per_sample:.3f} MiB per sample): "
+          f"{row.formula_analytic_batch}" + (f"  ({aerr:+.0f}% vs measured)" if aerr is not None else ""),
           file=file)

@@ -70,12 +70,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if result.already_done:
         print(f"{result.already_done} trial(s) already stored: skipped (--resume)")
     for row in result.maxbatch:  # max_batch = true: one search per framework after the sweep
-        print(f"max batch {row['framework']}: {row['max_batch']} fits, {row['first_fail_batch']} fails "
-              f"({row['budget_mib']:.0f} MiB {row['budget_kind']}; {row['probes_n']} probes, "
-              f"{row['wall_s']:.0f} s; formula {row['formula_batch']})")
+        print(f"max batch {row.framework}: {row.max_batch} fits, {row.first_fail_batch} fails "
+              f"({row.budget_mib:.0f} MiB {row.budget_kind}; {row.probes_n} probes, "
+              f"{row.wall_s:.0f} s; formula {row.formula_batch})")
         for advice in (jitter_advice(row), train_advice(row)):
             if advice is not None:
-                print(f"max batch {row['framework']}: note: {advice}")
+                print(f"max batch {row.framework}: note: {advice}")
     for note in result.maxbatch_notes:
         print(f"max batch {note}")
     with Store.open(out, create=False) as store:

@@ -13,7 +13,7 @@ from typing import Any
 
 from harness.maxbatch.search import LinearFit
 from harness.records import ALLOCATOR_VARS as ALLOCATOR_VARS  # re-exported: docs/maxbatch.md names it here
-from harness.records import allocator_env
+from harness.records import MaxBatchResult, allocator_env
 
 MIB = 1024.0 * 1024.0
 
@@ -142,38 +142,38 @@ class Margin:
         return cls(user_mib, jitter, growth, heap)
 
 
-def answer_headroom_mib(row: dict[str, Any]) -> float | None:
+def answer_headroom_mib(row: MaxBatchResult) -> float | None:
     """The budget minus the largest peak measured at the answer (its probes and confirm run); None if unknown."""
     try:
-        probes = json.loads(row.get("probes_json") or "[]")
+        probes = json.loads(row.probes_json or "[]")
     except (TypeError, ValueError):
         return None
     peaks = [float(p["peak_mib"]) for p in probes
-             if p.get("batch") == row.get("max_batch") and p.get("status") == "ok" and p.get("peak_mib") is not None]
-    if not peaks or row.get("budget_mib") is None:
+             if p.get("batch") == row.max_batch and p.get("status") == "ok" and p.get("peak_mib") is not None]
+    if not peaks or row.budget_mib is None:
         return None
-    return float(row["budget_mib"]) - max(peaks)
+    return float(row.budget_mib) - max(peaks)
 
 
-def jitter_advice(row: dict[str, Any]) -> str | None:
+def jitter_advice(row: MaxBatchResult) -> str | None:
     """A warning and a safer size when a CPU answer has less spare memory than a fresh run's peak moves by.
 
     None when the answer has room enough, when the user already gave a margin that covers the jitter, or
     where the jitter was not measured (GPU budgets).
     """
-    if row.get("budget_kind") != "cpu-rlimit-data" or not row.get("max_batch"):
+    if row.budget_kind != "cpu-rlimit-data" or not row.max_batch:
         return None
-    if float(row.get("margin_mib") or 0.0) + float(row.get("margin_jitter_mib") or 0.0) >= CPU_PEAK_JITTER_MIB:
+    if float(row.margin_mib or 0.0) + float(row.margin_jitter_mib or 0.0) >= CPU_PEAK_JITTER_MIB:
         return None  # the recommendation already leaves the jitter (rows since issue 18) or the user asked for it
     spare = answer_headroom_mib(row)
     if spare is None or spare >= CPU_PEAK_JITTER_MIB:
         return None
-    b = row.get("fit_b_mib_per_sample")
-    fit = LinearFit(float(row.get("fit_a_mib") or 0.0), float(b)) if b else None
-    safe, _, _ = recommend(int(row["max_batch"]), CPU_PEAK_JITTER_MIB, fit,
-                           float(row.get("analytic_activation_mib_per_sample") or 0.0))
+    b = row.fit_b_mib_per_sample
+    fit = LinearFit(float(row.fit_a_mib or 0.0), float(b)) if b else None
+    safe, _, _ = recommend(int(row.max_batch), CPU_PEAK_JITTER_MIB, fit,
+                           float(row.analytic_activation_mib_per_sample or 0.0))
     risk = (f"the answer leaves {spare:.1f} MiB of the budget unused, and a fresh worker's peak at one size "
-            f"moves by 1-{CPU_PEAK_JITTER_MIB:g} MiB from run to run on CPU, so {row['max_batch']} may fail on a "
+            f"moves by 1-{CPU_PEAK_JITTER_MIB:g} MiB from run to run on CPU, so {row.max_batch} may fail on a "
             "later run; ")
     if safe < 1:  # the jitter is worth more samples than the answer has: no size keeps the margin
         return risk + (f"no batch size leaves a {CPU_PEAK_JITTER_MIB:g} MiB margin under this budget: give a "
@@ -187,11 +187,11 @@ NONE_SETTLED = "none settled"
 NOT_SETTLED = "not settled"
 
 
-def settle_stopped(row: dict[str, Any]) -> str | None:
+def settle_stopped(row: MaxBatchResult) -> str | None:
     """Why a search has no recommendation when its settling stopped on a run that did not run out of memory (a
     timeout, a crash: nothing learnt about memory, harness.maxbatch.prober.settle_heap); None otherwise."""
     try:
-        runs = json.loads(row.get("heap_settle_json") or "[]")
+        runs = json.loads(row.heap_settle_json or "[]")
     except (TypeError, ValueError):
         return None
     stopped = [r for r in runs if r.get("batch") and r.get("status") not in ("ok", "oom")]
@@ -202,28 +202,28 @@ def settle_stopped(row: dict[str, Any]) -> str | None:
             "raise --timeout-s, or give fewer --settle-steps; each run's log is in the output directory's logs)")
 
 
-def train_advice(row: dict[str, Any]) -> str | None:
+def train_advice(row: MaxBatchResult) -> str | None:
     """How to use the recommendation: the margin it leaves, the settings to train with, the --verify result.
 
     None for rows stored before these were recorded (no ``margin_total_mib``).
     """
-    if row.get("margin_total_mib") is None:
+    if row.margin_total_mib is None:
         return None
     try:
-        env = json.loads(row.get("train_env_json") or "{}")
+        env = json.loads(row.train_env_json or "{}")
     except (TypeError, ValueError):
         env = {}
-    rec = row.get("recommended_batch")
-    head = (f"recommended {rec} leaves {float(row['margin_total_mib']):.1f} MiB at the boundary "
-            f"(run-to-run jitter {float(row.get('margin_jitter_mib') or 0):.1f}, growth over the "
-            f"{row.get('confirm_steps') or '?'}-step confirm run {float(row.get('margin_growth_mib') or 0):.1f}, "
-            + (f"glibc heap allowance {float(row['margin_heap_mib']):.1f}, " if row.get("margin_heap_mib") else "")
-            + f"--margin-mib {float(row.get('margin_mib') or 0):g})" if rec else
+    rec = row.recommended_batch
+    head = (f"recommended {rec} leaves {float(row.margin_total_mib):.1f} MiB at the boundary "
+            f"(run-to-run jitter {float(row.margin_jitter_mib or 0):.1f}, growth over the "
+            f"{row.confirm_steps or '?'}-step confirm run {float(row.margin_growth_mib or 0):.1f}, "
+            + (f"glibc heap allowance {float(row.margin_heap_mib):.1f}, " if row.margin_heap_mib else "")
+            + f"--margin-mib {float(row.margin_mib or 0):g})" if rec else
             f"no recommendation: {stopped}" if (stopped := settle_stopped(row)) else
-            f"no size leaves the {float(row['margin_total_mib']):.1f} MiB margin: give a larger budget")
+            f"no size leaves the {float(row.margin_total_mib):.1f} MiB margin: give a larger budget")
     how = f"; train with {env_words(env)}, as the probes ran" if env else ""
     check = ""
-    if row.get("verify_status"):
-        check = (f"; --verify trained it {row.get('verify_steps')} steps + eval in a fresh worker: "
-                 f"{row['verify_status']}" + (f" ({row['verify_reason']})" if row.get("verify_reason") else ""))
+    if row.verify_status:
+        check = (f"; --verify trained it {row.verify_steps} steps + eval in a fresh worker: "
+                 f"{row.verify_status}" + (f" ({row.verify_reason})" if row.verify_reason else ""))
     return head + how + check

@@ -45,7 +45,7 @@ from harness.maxbatch.search import GPU_CENSOR_PCT, ProbeResult, Progress, Searc
 from harness.maxbatch.whathelps import setting_label
 from harness.models import build_description, is_native_model
 from harness.monitor import environment
-from harness.records import Monitor, TrialOutcome, TrialUnit, WorkerMetrics
+from harness.records import MaxBatchResult, Monitor, TrialOutcome, TrialUnit, WorkerMetrics
 from harness.registry import adapter_class, adapter_target
 from harness.run import gpufaults
 from harness.run.executor import LocalExecutor, adapter_worker_env
@@ -147,7 +147,7 @@ class MaxBatchOutcome:
     request: MaxBatchRequest
     budget: Budget
     result: SearchResult
-    row: dict[str, Any]
+    row: MaxBatchResult
     outcomes: list[TrialOutcome]
 
 
@@ -346,11 +346,10 @@ def run_maxbatch(req: MaxBatchRequest, store: Store, run_id: int, *, data: Prepa
         param_count, activation_floats = next((o.param_count for o in prober.outcomes if o.param_count), 0), 0
     train_env = answer_env(prober.env, dict(os.environ))
     row = result_row(req, budget, result, param_count, activation_floats, run_id, env, prober.outcomes, train_env)
-    if glibc_heap_varies(budget.kind, train_env) and row["recommended_batch"]:
-        row |= settled_columns(row, settle_heap(prober, row["recommended_batch"], req.settle_steps),
-                               req.settle_steps)
-    if req.verify_steps and row["recommended_batch"]:
-        row |= verify_columns(prober.verify(row["recommended_batch"], req.verify_steps), budget.kind)
+    if glibc_heap_varies(budget.kind, train_env) and row.recommended_batch:
+        row = settled(row, settle_heap(prober, row.recommended_batch, req.settle_steps), req.settle_steps)
+    if req.verify_steps and row.recommended_batch:
+        row = verified(row, prober.verify(row.recommended_batch, req.verify_steps), budget.kind)
     store.write_maxbatch(row)
     if result.max_batch == 0:
         raise DoesNotFitError(does_not_fit_message(req, budget, result.first_fail))
@@ -407,32 +406,33 @@ def settle_heap(prober: WorkerProber, start: int, steps: int) -> list[tuple[int,
     return runs + [(0, -1, NONE_SETTLED)]
 
 
-def settled_columns(row: dict[str, Any], runs: list[tuple[int, int, str]], steps: int) -> dict[str, Any]:
-    """The recommendation after :func:`settle_heap`, the heap allowance it leaves (in MiB by the fitted slope, on
-    top of jitter and growth), and the runs that decided it (``heap_settle_json``)."""
-    settled = runs[-1][0] if runs else 0
-    per_sample = float(row.get("fit_b_mib_per_sample") or row.get("per_sample_activation_mib") or 0.0)
-    before = int(row["recommended_batch"])
-    heap = float(row.get("margin_heap_mib") or 0.0) + max(0, before - settled) * per_sample
-    total = float(row.get("margin_total_mib") or 0.0) - float(row.get("margin_heap_mib") or 0.0) + heap
-    return {"recommended_batch": settled, "recommended_pow2": pow2_at_or_below(settled),
-            "recommended_mult8": (settled // 8 * 8) or None, "margin_heap_mib": heap, "margin_total_mib": total,
-            "heap_settle_json": json.dumps([{"batch": b, "run": r, "status": st} for b, r, st in runs]),
-            "heap_settle_steps": steps}
+def settled(row: MaxBatchResult, runs: list[tuple[int, int, str]], steps: int) -> MaxBatchResult:
+    """The answer with the recommendation after :func:`settle_heap`, the heap allowance it leaves (in MiB by the
+    fitted slope, on top of jitter and growth), and the runs that decided it (``heap_settle_json``)."""
+    size = runs[-1][0] if runs else 0
+    per_sample = float(row.fit_b_mib_per_sample or row.per_sample_activation_mib or 0.0)
+    before = int(row.recommended_batch or 0)
+    heap = float(row.margin_heap_mib or 0.0) + max(0, before - size) * per_sample
+    total = float(row.margin_total_mib or 0.0) - float(row.margin_heap_mib or 0.0) + heap
+    return replace(
+        row, recommended_batch=size, recommended_pow2=pow2_at_or_below(size), recommended_mult8=(size // 8 * 8) or None,
+        margin_heap_mib=heap, margin_total_mib=total,
+        heap_settle_json=json.dumps([{"batch": b, "run": r, "status": st} for b, r, st in runs]),
+        heap_settle_steps=steps)
 
 
-def verify_columns(outcome: TrialOutcome, budget_kind: str) -> dict[str, Any]:
-    """The ``verify_*`` columns of a verification run: ``pass`` only when every step and the eval ran."""
+def verified(row: MaxBatchResult, outcome: TrialOutcome, budget_kind: str) -> MaxBatchResult:
+    """The answer with its verification run: ``pass`` only when every step and the eval ran."""
     ok = outcome.status == "ok"
-    return {"verify_steps": outcome.trial.timed_steps, "verify_status": "pass" if ok else "fail",
-            "verify_reason": "" if ok else f"{outcome.status}: {outcome.reason}",
-            "verify_peak_mib": probe_peak_mib(outcome, budget_kind) if ok else None}
+    return replace(row, verify_steps=outcome.trial.timed_steps, verify_status="pass" if ok else "fail",
+                   verify_reason="" if ok else f"{outcome.status}: {outcome.reason}",
+                   verify_peak_mib=probe_peak_mib(outcome, budget_kind) if ok else None)
 
 
 def result_row(req: MaxBatchRequest, budget: Budget, result: SearchResult, param_count: int,
                activation_floats: int, run_id: int, env: dict[str, Any], outcomes: list[TrialOutcome],
-               train_env: dict[str, str] | None = None) -> dict[str, Any]:
-    """The ``maxbatch`` row of one search (column names: :data:`harness.store.MAXBATCH_COLUMNS`).
+               train_env: dict[str, str] | None = None) -> MaxBatchResult:
+    """The answer of one search, as the store records it (a ``maxbatch`` row).
 
     ``train_env``: the allocator settings the probes ran with, which the answer needs (advice.answer_env).
     """
@@ -449,44 +449,44 @@ def result_row(req: MaxBatchRequest, budget: Budget, result: SearchResult, param
     ok_outcome = next((o for o in reversed(outcomes) if o.status == "ok"), None)
     at_answer = [p["peak_mib"] for p in probes
                  if p["batch"] == result.max_batch and p["status"] == "ok" and p["peak_mib"] is not None]
-    row = {
-        "run_id": run_id, "experiment": req.experiment, "framework": req.framework, "model": req.model,
-        "dataset": req.dataset,
-        "device": (ok_outcome.device.get("device") if ok_outcome else None) or budget.device,
-        "precision": req.precision, "math_mode": req.math_mode, "strategy": result.strategy, "budget_mib": budget.mib,
-        "budget_kind": budget.kind, "margin_mib": req.margin_mib, "max_batch": result.max_batch,
-        "first_fail_batch": fail.batch if fail else None, "first_fail_status": fail.status if fail else None,
-        "first_fail_reason": fail.reason if fail else None, "recommended_batch": rec,
-        "recommended_pow2": rec_pow2, "recommended_mult8": rec_mult8, "probes_n": result.probes_n,
-        "wall_s": result.wall_s, "formula_batch": formula.batch,
-        "formula_error_pct": formula.error_pct(result.max_batch),
-        "param_count": param_count, "per_sample_activation_mib": per_sample,
-        "fit_a_mib": fit.a_mib if fit else None,
-        "fit_b_mib_per_sample": fit.b_mib_per_sample if fit else None,
-        "probes_json": json.dumps(probes),
-        "env_json": json.dumps(env, default=str),
-        "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "formula_analytic_batch": analytic.batch,
-        "formula_analytic_error_pct": analytic.error_pct(result.max_batch),
-        "analytic_activation_mib_per_sample": analytic_mib, "model_state_mib": formula.model_state_mib,
-        "capped": int(result.capped), "versions_json": json.dumps(ok_outcome.versions if ok_outcome else {}),
-        "confirm_steps": req.confirm_steps, "margin_jitter_mib": margin.jitter_mib,
-        "margin_growth_mib": margin.growth_mib, "margin_total_mib": margin.total_mib,
-        "margin_heap_mib": margin.heap_mib,
-        "train_env_json": json.dumps(train_env or {}),
+    row = MaxBatchResult(
+        run_id=run_id, experiment=req.experiment, framework=req.framework, model=req.model,
+        dataset=req.dataset,
+        device=(ok_outcome.device.get("device") if ok_outcome else None) or budget.device,
+        precision=req.precision, math_mode=req.math_mode, strategy=result.strategy, budget_mib=budget.mib,
+        budget_kind=budget.kind, margin_mib=req.margin_mib, max_batch=result.max_batch,
+        first_fail_batch=fail.batch if fail else None, first_fail_status=fail.status if fail else None,
+        first_fail_reason=fail.reason if fail else None, recommended_batch=rec,
+        recommended_pow2=rec_pow2, recommended_mult8=rec_mult8, probes_n=result.probes_n,
+        wall_s=result.wall_s, formula_batch=formula.batch,
+        formula_error_pct=formula.error_pct(result.max_batch),
+        param_count=param_count, per_sample_activation_mib=per_sample,
+        fit_a_mib=fit.a_mib if fit else None,
+        fit_b_mib_per_sample=fit.b_mib_per_sample if fit else None,
+        probes_json=json.dumps(probes),
+        env_json=json.dumps(env, default=str),
+        finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        formula_analytic_batch=analytic.batch,
+        formula_analytic_error_pct=analytic.error_pct(result.max_batch),
+        analytic_activation_mib_per_sample=analytic_mib, model_state_mib=formula.model_state_mib,
+        capped=int(result.capped), versions_json=json.dumps(ok_outcome.versions if ok_outcome else {}),
+        confirm_steps=req.confirm_steps, margin_jitter_mib=margin.jitter_mib,
+        margin_growth_mib=margin.growth_mib, margin_total_mib=margin.total_mib,
+        margin_heap_mib=margin.heap_mib,
+        train_env_json=json.dumps(train_env or {}),
         # issue 14, item 5: which setting this search ran with, so the searches of one "what helps" run (and any
         # other rows) can be told apart; max_batch is the micro-batch, effective_batch what one update trains
-        "setting": setting_label(req.precision, req.accumulate_steps, req.adapter_options,
-                                 _default_options(req.framework), env=req.env),
-        "accumulate_steps": req.accumulate_steps, "effective_batch": result.max_batch * req.accumulate_steps,
-        "adapter_options_json": json.dumps(dict(req.adapter_options), sort_keys=True, default=str),
-        "answer_peak_mib": max(at_answer) if at_answer else None,
-        "answer_samples_per_s": answer_throughput(outcomes, result.max_batch, req.confirm_steps),
+        setting=setting_label(req.precision, req.accumulate_steps, req.adapter_options,
+                              _default_options(req.framework), env=req.env),
+        accumulate_steps=req.accumulate_steps, effective_batch=result.max_batch * req.accumulate_steps,
+        adapter_options_json=json.dumps(dict(req.adapter_options), sort_keys=True, default=str),
+        answer_peak_mib=max(at_answer) if at_answer else None,
+        answer_samples_per_s=answer_throughput(outcomes, result.max_batch, req.confirm_steps),
         # issue 31: when the search stopped (first_fail_batch - max_batch is within it); the most a probe's worker held
         # on the GPU outside its allocator (the CUDA context), counted in the peaks and, emulated, in the card's cap
-        "resolution": result.resolution.label, "cuda_context_mib": cuda_context_mib(outcomes),
-    }
+        resolution=result.resolution.label, cuda_context_mib=cuda_context_mib(outcomes),
+    )
     if not activation_floats:  # a native model: no analytic size, so no analytic formula (not a 0 that looks measured)
-        row.update(formula_analytic_batch=None, formula_analytic_error_pct=None,
-                   analytic_activation_mib_per_sample=None)
+        row = replace(row, formula_analytic_batch=None, formula_analytic_error_pct=None,
+                                  analytic_activation_mib_per_sample=None)
     return row

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.errors import ConfigError
+from harness.records import MaxBatchResult
 
 #: the ``setting`` of a search with no setting: fp32, one micro-batch per update, the adapter's defaults
 PLAIN = "plain"
@@ -205,7 +206,7 @@ class Searched:
 
     setting: str
     accumulate_steps: int
-    row: Mapping[str, Any] | None  # the maxbatch row (max_batch 0: not even a micro-batch of 1 fits)
+    row: MaxBatchResult | None  # the stored answer (max_batch 0: not even a micro-batch of 1 fits)
     problem: str = ""  # why there is no row (the search aborted)
 
 
@@ -222,22 +223,22 @@ def _pct(new: float, old: float) -> str:
     return "±0%" if round(change) == 0 else f"{change:+.0f}%"
 
 
-def _change(row: Mapping[str, Any], plain: Mapping[str, Any] | None) -> str:
+def _change(row: MaxBatchResult, plain: MaxBatchResult | None) -> str:
     if plain is None or row is plain:
         return "-" if plain is None else "(reference)"
     parts = []
-    micro, base_micro = row.get("max_batch"), plain.get("max_batch")
-    if (row.get("accumulate_steps") or 1) > 1 and micro and base_micro:  # without accumulation micro = effective
+    micro, base_micro = row.max_batch, plain.max_batch
+    if (row.accumulate_steps or 1) > 1 and micro and base_micro:  # without accumulation micro = effective
         parts.append(f"micro-batch {_pct(micro, base_micro)}")
-    eff, base = row.get("effective_batch"), plain.get("effective_batch")
+    eff, base = row.effective_batch, plain.effective_batch
     if eff is not None and base:
         parts.append(f"effective batch x{eff / base:.2f}")
     elif eff and not base:
         parts.append("fits where plain does not")
-    speed, base_speed = row.get("answer_samples_per_s"), plain.get("answer_samples_per_s")
+    speed, base_speed = row.answer_samples_per_s, plain.answer_samples_per_s
     if speed and base_speed:
         parts.append(f"samples/s {_pct(speed, base_speed)}")
-    peak, base_peak = row.get("answer_peak_mib"), plain.get("answer_peak_mib")
+    peak, base_peak = row.answer_peak_mib, plain.answer_peak_mib
     if peak is not None and base_peak:
         parts.append(f"peak {_pct(peak, base_peak)}")
     return ", ".join(parts) or "-"
@@ -255,10 +256,10 @@ def table_rows(searched: Sequence[Searched]) -> list[dict[str, str]]:
             out.append(cells | {"micro": f"aborted: {why}", "effective": "-", "peak": "-", "speed": "-",
                                 "per_sample": "-", "change": "-"})
             continue
-        micro = int(row.get("max_batch") or 0)
-        speed = row.get("answer_samples_per_s")
-        peak = row.get("answer_peak_mib")
-        capped = "+" if row.get("capped") else ""
+        micro = int(row.max_batch or 0)
+        speed = row.answer_samples_per_s
+        peak = row.answer_peak_mib
+        capped = "+" if row.capped else ""
         out.append(cells | {
             "micro": f"{micro}{capped}" if micro else "0 (not even 1)",
             "effective": f"{micro * s.accumulate_steps}{capped}" if micro else "-",

@@ -24,7 +24,7 @@ from harness.errors import BatchscopeWarning, ConfigError, StoreError
 from harness.gpu_peaks import refuse_tf32_without_units
 from harness.models import build_description, is_native_model
 from harness.monitor import environment
-from harness.records import Executor, Monitor, TrialOutcome, TrialUnit, allocator_env
+from harness.records import Executor, MaxBatchResult, Monitor, TrialOutcome, TrialUnit, allocator_env
 from harness.registry import adapter_class, adapter_target
 from harness.run.chains import oom_limits
 from harness.run.devices import check_one_device, resolve_experiment
@@ -45,7 +45,7 @@ class SweepResult:
     outcomes: list[TrialOutcome] = field(default_factory=list)
     already_done: int = 0
     total: int = 0
-    maxbatch: list[dict[str, Any]] = field(default_factory=list)  # stored rows (max_batch = true)
+    maxbatch: list[MaxBatchResult] = field(default_factory=list)  # the stored answers (max_batch = true)
     maxbatch_notes: list[str] = field(default_factory=list)  # searches that did not give an answer, and why
     not_run: int = 0  # trials left unrun because no executor slot was left (every Ray node gone): --resume
     peak_in_flight: int = 0  # the most trials that ran at once

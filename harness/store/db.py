@@ -32,7 +32,7 @@ from typing import Any
 from harness.diskfull import KEPT_RESUME, disk_full, is_disk_full
 from harness.errors import BatchscopeError, OutputError, StoreError
 from harness.monitor.fields import SAMPLE_COLUMNS
-from harness.records import UNFINISHED_STATUSES, TrialOutcome
+from harness.records import UNFINISHED_STATUSES, MaxBatchResult, TrialOutcome
 from harness.store.schema import (
     _SCHEMA as _SCHEMA,
 )
@@ -436,8 +436,10 @@ class Store:
         """Run rows as dicts."""
         return [dict(r) for r in self.conn.execute("SELECT * FROM runs ORDER BY run_id")]
 
-    def write_maxbatch(self, row: Mapping[str, Any]) -> int:
-        """Store one max-batch result (keys: :data:`MAXBATCH_COLUMN_NAMES`); returns its ``result_id``."""
+    def write_maxbatch(self, result: MaxBatchResult | Mapping[str, Any]) -> int:
+        """Store one max-batch result (a record, or a row with keys of :data:`MAXBATCH_COLUMN_NAMES`); returns its
+        ``result_id``."""
+        row = result.to_row() if isinstance(result, MaxBatchResult) else result
         unknown = sorted(set(row) - set(MAXBATCH_COLUMN_NAMES))
         if unknown:
             raise StoreError(f"maxbatch row has unknown column(s) {unknown}; known: {MAXBATCH_COLUMN_NAMES}")
@@ -447,6 +449,10 @@ class Store:
             cur = self.conn.execute(f"INSERT INTO maxbatch ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                                     tuple(row[c] for c in cols))
         return int(cur.lastrowid or 0)
+
+    def maxbatch_answers(self, where: str = "", params: Iterable[Any] = ()) -> list[MaxBatchResult]:
+        """Max-batch results as records, oldest first (``where`` is an SQL condition on their columns)."""
+        return [MaxBatchResult.from_row(row) for row in self.maxbatch_results(where, params)]
 
     def maxbatch_results(self, where: str = "", params: Iterable[Any] = ()) -> list[dict[str, Any]]:
         """Max-batch rows as dicts, oldest first (``where`` is an SQL condition on its columns)."""

@@ -17,7 +17,7 @@ from harness.flops import mfu
 from harness.monitor.fields import SAMPLE_COLUMNS
 from harness.monitor.fields import TRIAL_COLUMNS as SAMPLER_TRIAL_COLUMNS
 from harness.noise import NoiseRecord
-from harness.records import CurvePoint, Placement, TrialOutcome, WorkerMetrics
+from harness.records import CurvePoint, MaxBatchResult, Placement, TrialOutcome, WorkerMetrics
 
 STORE_NAME = "results.sqlite"
 #: how long an open waits for another process's transaction (a sweep commits one trial at a time, in milliseconds)
@@ -96,44 +96,11 @@ TRIAL_COLUMN_NAMES = tuple(name for name, _ in TRIAL_COLUMNS)
 RERUN_ON_RESUME: tuple[str, ...] = ("error",)
 
 
-#: maxbatch columns: one row per max-batch search (``batchscope maxbatch`` or ``max_batch = true`` in a sweep).
-#: The report codes against these names; add columns, never rename.
-MAXBATCH_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("result_id", "INTEGER PRIMARY KEY AUTOINCREMENT"), ("run_id", "INTEGER"), ("experiment", "TEXT"),
-    ("framework", "TEXT"), ("model", "TEXT"), ("dataset", "TEXT"), ("device", "TEXT"), ("precision", "TEXT"),
-    ("strategy", "TEXT"), ("budget_mib", "REAL"), ("budget_kind", "TEXT"), ("margin_mib", "REAL"),
-    ("max_batch", "INTEGER"), ("first_fail_batch", "INTEGER"), ("first_fail_status", "TEXT"),
-    ("first_fail_reason", "TEXT"), ("recommended_batch", "INTEGER"), ("recommended_pow2", "INTEGER"),
-    ("recommended_mult8", "INTEGER"), ("probes_n", "INTEGER"), ("wall_s", "REAL"), ("formula_batch", "INTEGER"),
-    ("formula_error_pct", "REAL"), ("param_count", "INTEGER"), ("per_sample_activation_mib", "REAL"),
-    ("fit_a_mib", "REAL"), ("fit_b_mib_per_sample", "REAL"), ("probes_json", "TEXT"), ("env_json", "TEXT"),
-    ("finished_at", "TEXT"),
-    # added beyond the agreed set: the formula with the analytic activation size, and search facts
-    ("formula_analytic_batch", "INTEGER"), ("formula_analytic_error_pct", "REAL"),
-    ("analytic_activation_mib_per_sample", "REAL"), ("model_state_mib", "REAL"), ("capped", "INTEGER"),
-    ("versions_json", "TEXT"),
-    # issue 18: what the answer needs to hold in the user's own training, and the check that it does
-    ("confirm_steps", "INTEGER"), ("margin_jitter_mib", "REAL"), ("margin_growth_mib", "REAL"),
-    ("margin_total_mib", "REAL"), ("train_env_json", "TEXT"), ("verify_steps", "INTEGER"),
-    ("verify_status", "TEXT"), ("verify_reason", "TEXT"), ("verify_peak_mib", "REAL"),
-    # issue 14, item 5 ("what helps"): the setting a search ran with ("plain": fp32, no accumulation, the adapter's
-    # defaults), max_batch being then the micro-batch and effective_batch = max_batch x accumulate_steps; the peak
-    # and step throughput measured at the answer. NULL in rows stored before.
-    ("setting", "TEXT"), ("accumulate_steps", "INTEGER"), ("effective_batch", "INTEGER"),
-    ("adapter_options_json", "TEXT"), ("answer_peak_mib", "REAL"), ("answer_samples_per_s", "REAL"),
-    # issue 22: the probes run under glibc's default malloc; the part of margin_total_mib left for its heap
-    # variation (harness.maxbatch.advice.CPU_HEAP_ALLOWANCE). NULL in rows stored before.
-    ("margin_heap_mib", "REAL"),
-    # issue 22: the runs that settled the recommendation under glibc's default malloc ([{batch, run, status}], the
-    # last candidate's last) and their length in timed steps (harness.maxbatch.prober.settle_heap)
-    ("heap_settle_json", "TEXT"), ("heap_settle_steps", "INTEGER"),
-    # issue 29: the math mode the probes ran under (ieee | tf32 | framework-default); NULL in rows stored before
-    ("math_mode", "TEXT"),
-    # issue 31: the search's resolution ("exact", "1%", "8,1%": harness.maxbatch.search.Resolution.label): the answer
-    # is within it of the boundary. NULL in rows stored before (exact). The most a probe's worker held on the GPU
-    # outside its framework's allocator (the CUDA context; trials.cuda_context_mib), NULL where none measured it.
-    ("resolution", "TEXT"), ("cuda_context_mib", "REAL"),
-)
+#: maxbatch columns: one row per max-batch search (``batchscope maxbatch`` or ``max_batch = true`` in a sweep), one
+#: column per :class:`~harness.records.MaxBatchResult` field after the row's id. The report codes against these
+#: names; add fields, never rename.
+MAXBATCH_COLUMNS: tuple[tuple[str, str], ...] = (("result_id", "INTEGER PRIMARY KEY AUTOINCREMENT"),
+                                                 *record_columns(MaxBatchResult))
 MAXBATCH_COLUMN_NAMES = tuple(name for name, _ in MAXBATCH_COLUMNS)
 
 #: curve columns: one row per evaluation of a trial on the held-out split, in training order (the last point is

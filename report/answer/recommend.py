@@ -31,6 +31,7 @@ from typing import Any
 from harness.cells import Series, SeriesGroup, group
 from harness.noise import NoiseEstimate, estimate_from_rows
 from harness.numbers import finite_or_none
+from harness.records import MaxBatchResult
 from report.answer import critical
 from report.answer.knee import SHARE_OF_BEST, THROUGHPUT_COLUMN, SizeStats, knee, size_stats
 from report.answer.target import CHANCE_MARGIN_PTS, SizeTarget, Target, seconds_fmt, series_target, size_targets
@@ -137,17 +138,17 @@ def _size_dict(s: SizeStats | None, t: SizeTarget | None, batch: int | None = No
     return out
 
 
-def _max_fit(rows: Sequence[dict[str, Any]], framework: str) -> MaxFit | None:
-    found = [r for r in rows if r.get("framework") == framework]
+def _max_fit(rows: Sequence[MaxBatchResult], framework: str) -> MaxFit | None:
+    found = [r for r in rows if r.framework == framework]
     if not found:
         return None
     # the latest plain search: a "what helps" run stores one row per setting (accumulation, precision, adapter
     # options), whose max_batch is a micro-batch under that setting, not the size this experiment's trials ran
-    plain = [r for r in found if r.get("setting") in (None, "", "plain")]
+    plain = [r for r in found if r.setting in (None, "", "plain")]
     r = (plain or found)[-1]
-    return MaxFit(max_batch=r.get("max_batch"), recommended_batch=r.get("recommended_batch"),
-                  margin_mib=float(r.get("margin_mib") or 0.0), budget_mib=finite_or_none(r.get("budget_mib")),
-                  budget_kind=str(r.get("budget_kind") or ""))
+    return MaxFit(max_batch=r.max_batch, recommended_batch=r.recommended_batch,
+                  margin_mib=float(r.margin_mib or 0.0), budget_mib=finite_or_none(r.budget_mib),
+                  budget_kind=str(r.budget_kind or ""))
 
 
 def _time_range(targets: Sequence[SizeTarget], rec: SizeTarget) -> tuple[int, int, list[SizeTarget]]:
@@ -439,7 +440,7 @@ def recommend(exp: Experiment, share: float = SHARE_OF_BEST, target_accuracy: fl
     why = accuracy_unusable(exp.spec)
     out = [recommend_group(g, exp, target_accuracy=target_accuracy, share=share, accuracy_why=why)
            for g in sweep_groups(exp)]
-    for fw in dict.fromkeys(r["framework"] for r in exp.maxbatch):
+    for fw in dict.fromkeys(r.framework for r in exp.maxbatch):
         if not any(r.framework == fw for r in out):
             out.append(Recommendation(framework=fw, variant="", batch_size=None, best_batch=None, range_lo=None,
                                       range_hi=None, supported=False, max_fit=_max_fit(exp.maxbatch, fw),

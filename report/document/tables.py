@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.cells import METRICS, Cell, has_metric
 from harness.monitor.fields import shown_in
+from harness.records import MaxBatchResult
 from report.answer.recommend import Recommendation
 from report.answer.recommend_table import TABLE_COLUMNS as RECOMMEND_COLUMNS
 from report.answer.recommend_table import show_variants, table_rows
@@ -88,7 +89,7 @@ def headline(cell_list: Sequence[Cell], columns: Sequence[str], key: str, title:
                       "findings).")
 
 
-MAXBATCH_COLUMNS = (
+MAXBATCH_CSV_COLUMNS = (
     "framework", "model", "device", "precision", "strategy", "budget_mib", "budget_kind", "margin_mib",
     "max_batch", "first_fail_batch", "first_fail_status", "recommended_batch", "recommended_pow2",
     "recommended_mult8", "formula_batch", "formula_error_pct", "probes_n", "wall_s", "param_count",
@@ -107,7 +108,7 @@ def _g(value: Any, fmt: str = "") -> str:
         return str(value)
 
 
-def maxbatch(rows: Sequence[dict[str, Any]]) -> Table | None:
+def maxbatch(rows: Sequence[MaxBatchResult]) -> Table | None:
     """The max-batch finder's results with the seed formula's estimate beside them."""
     if not rows:
         return None
@@ -117,32 +118,32 @@ def maxbatch(rows: Sequence[dict[str, Any]]) -> Table | None:
     for r in rows:
         spare = answer_headroom_mib(r)
         if (line := jitter_advice(r)) is not None:
-            advice.append(f"{r.get('framework', '-')}: {line}.")
+            advice.append(f"{r.framework or '-'}: {line}.")
         if (line := train_advice(r)) is not None:
-            advice.append(f"{r.get('framework', '-')}: {line}.")
-        fail = (f"{_g(r.get('first_fail_batch'))} ({r.get('first_fail_status') or '-'})"
-                if r.get("first_fail_batch") is not None else "-")
-        rec = (f"{_g(r.get('recommended_batch'))} (pow2 {_g(r.get('recommended_pow2'))}, "
-               f"×8 {_g(r.get('recommended_mult8'))})")
-        formula = _g(r.get("formula_batch"))
-        if r.get("formula_error_pct") is not None:
-            formula += f" ({float(r['formula_error_pct']):+.0f}%)"
-        setting = r.get("setting")  # a "what helps" run's searches: the setting beside the framework
-        who = str(r.get("framework", "-")) + (f" · {setting}" if setting and setting != "plain" else "")
-        text_rows.append((who, str(r.get("model", "-")),
-                          f"{_g(r.get('budget_mib'), '.0f')} MiB {r.get('budget_kind') or ''}".strip(),
-                          _g(r.get("max_batch")) + (f" (×{k} = {_g(r.get('effective_batch'))})"
-                                                    if (k := r.get("accumulate_steps") or 1) > 1 else ""),
+            advice.append(f"{r.framework or '-'}: {line}.")
+        fail = (f"{_g(r.first_fail_batch)} ({r.first_fail_status or '-'})"
+                if r.first_fail_batch is not None else "-")
+        rec = (f"{_g(r.recommended_batch)} (pow2 {_g(r.recommended_pow2)}, "
+               f"×8 {_g(r.recommended_mult8)})")
+        formula = _g(r.formula_batch)
+        if r.formula_error_pct is not None:
+            formula += f" ({float(r.formula_error_pct):+.0f}%)"
+        setting = r.setting  # a "what helps" run's searches: the setting beside the framework
+        who = str(r.framework or "-") + (f" · {setting}" if setting and setting != "plain" else "")
+        text_rows.append((who, str(r.model or "-"),
+                          f"{_g(r.budget_mib, '.0f')} MiB {r.budget_kind or ''}".strip(),
+                          _g(r.max_batch) + (f" (×{k} = {_g(r.effective_batch)})"
+                                             if (k := r.accumulate_steps or 1) > 1 else ""),
                           "-" if spare is None else f"{spare:.1f} MiB", fail, rec,
                           formula,
-                          f"{_g(r.get('probes_n'))} / {_g(r.get('wall_s'), '.0f')} s",
-                          str(r.get("strategy") or "-") + (f", {r['resolution']}" if r.get("resolution") else "")))
-    csv_rows = tuple(tuple(r.get(c) for c in MAXBATCH_COLUMNS) for r in rows)
+                          f"{_g(r.probes_n)} / {_g(r.wall_s, '.0f')} s",
+                          str(r.strategy or "-") + (f", {r.resolution}" if r.resolution else "")))
+    csv_rows = tuple(tuple(r.to_row()[c] for c in MAXBATCH_CSV_COLUMNS) for r in rows)
     return Table(key="maxbatch", title="Largest batch that fits",
                  headers=("framework", "model", "budget", "max batch", "unused at max", "first failing",
                           "recommended",
                           "formula (error)", "probes / wall", "strategy, resolution"),
-                 rows=tuple(text_rows), csv_headers=MAXBATCH_COLUMNS, csv_rows=csv_rows,
+                 rows=tuple(text_rows), csv_headers=MAXBATCH_CSV_COLUMNS, csv_rows=csv_rows,
                  note="Measured with a full train step and an eval step in a fresh worker per probe (with "
                       "accumulation, max batch is the micro-batch, × steps = the effective batch); the "
                       "formula is the seed documents' (memory − model) / per-sample size, its error relative "

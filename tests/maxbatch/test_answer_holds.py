@@ -26,6 +26,7 @@ from harness.maxbatch.advice import (
     train_advice,
 )
 from harness.maxbatch.request import CONFIRM_STEPS, MaxBatchRequest
+from harness.records import MaxBatchResult
 from harness.store import Store
 from tests.fakes.memory_executor import BUDGET_MIB
 
@@ -109,7 +110,7 @@ def test_the_recommendation_leaves_the_measured_margin_and_says_how_to_train(fak
     assert f"recommended leaving {total:.1f} MiB unused at the boundary" in out
     assert f"glibc heap allowance {heap:.1f}" in out and f": {rec}  (power of two: 16" in out
     assert f"confirm run: {CONFIRM_STEPS} steps + eval at 28" in out
-    advice = train_advice(row)
+    advice = train_advice(MaxBatchResult.from_row(row))
     assert advice is not None and f"recommended {rec} leaves {total:.1f} MiB" in advice
     assert "glibc heap allowance" in advice
 
@@ -203,7 +204,7 @@ def test_no_settings_are_said_as_such(capsys):
 
     row = {"margin_total_mib": 0.0, "margin_mib": 0.0, "recommended_batch": 300, "recommended_pow2": 256,
            "recommended_mult8": 296, "train_env_json": "{}", "max_batch": 300}
-    print_recommendation(row, None)
+    print_recommendation(MaxBatchResult.from_row(row), None)
     out = capsys.readouterr().out
     assert "the probes ran with no allocator settings" in out and "train with them" not in out
 
@@ -244,7 +245,7 @@ def test_a_settling_run_that_times_out_stops_the_settling_and_says_why(fake_exec
     (settle,) = [u for u in made[0].units if u.trial.purpose == "settle"]
     confirm = max(u.trial.timed_steps for u in made[0].units if u.trial.purpose == "probe")
     assert settle.trial.timeout_s == pytest.approx(300.0 * (DEFAULT_SETTLE_STEPS + 1) / (confirm + 1))
-    assert "no recommendation: the settling run at" in train_advice(row)
+    assert "no recommendation: the settling run at" in (train_advice(MaxBatchResult.from_row(row)) or "")
 
 
 def test_nothing_settles_means_no_recommendation_and_a_fixed_threshold_needs_no_settling(

@@ -13,6 +13,7 @@ from harness.cli import main
 from harness.cli.maxbatch import print_result
 from harness.maxbatch import prober as prober_module
 from harness.maxbatch.advice import CPU_PEAK_JITTER_MIB, jitter_advice
+from harness.records import MaxBatchResult
 from harness.run.sweep import SweepOptions
 from harness.store import Store
 from tests.fakes.memory_executor import BUDGET_MIB
@@ -50,7 +51,7 @@ def test_a_crash_that_repeats_at_the_budget_still_asks_the_control_run(fake_exec
     assert limits[3][0] == 16 and limits[3][1] > BUDGET_MIB
 
 
-def _tiny_row(max_batch: int, recommended: int | None = None, **kw: Any) -> dict[str, Any]:
+def _tiny_row(max_batch: int, recommended: int | None = None, **kw: Any) -> MaxBatchResult:
     probes = [{"batch": max_batch, "status": "ok", "peak_mib": 479.5, "confirm": True},
               {"batch": max_batch + 1, "status": "oom", "peak_mib": None}]
     row = {"budget_kind": "cpu-rlimit-data", "budget_mib": 480.0, "margin_mib": 0.0, "max_batch": max_batch,
@@ -60,7 +61,7 @@ def _tiny_row(max_batch: int, recommended: int | None = None, **kw: Any) -> dict
            "recommended_mult8": None, "probes_n": 6, "wall_s": 10.0, "strategy": "model", "formula_batch": 8,
            "formula_error_pct": 100.0, "model_state_mib": 1.0, "per_sample_activation_mib": 0.5,
            "formula_analytic_batch": 4, "formula_analytic_error_pct": 0.0, "capped": 0}
-    return row | kw
+    return MaxBatchResult.from_row(row | kw)
 
 
 def test_the_jitter_note_never_recommends_batch_0():
@@ -120,7 +121,7 @@ def test_on_a_concurrent_executor_each_framework_searches_on_a_node_and_the_driv
                             "memory_limit_mib": 385}, source="inline")
     result = run_experiment(exp, tmp_path, SweepOptions(cache_dir=cache_dir, executor=OnNodes()))
     assert handed == [2]  # both searches at once
-    assert sorted(r["framework"] for r in result.maxbatch) == ["pytorch", "tensorflow"]
+    assert sorted(r.framework for r in result.maxbatch) == ["pytorch", "tensorflow"]
     with Store.open(tmp_path, create=False) as store:
         rows = {r["framework"]: r for r in store.maxbatch_results()}
         probes = store.trials("purpose = 'probe'")

@@ -18,6 +18,7 @@ from harness.cli import main
 from harness.errors import ConfigError
 from harness.maxbatch import prober, whathelps
 from harness.maxbatch.advice import CPU_PEAK_JITTER_MIB
+from harness.records import MaxBatchResult
 from harness.registry import adapter_class
 from harness.store import Store
 from tests.fakes.memory_executor import BUDGET_MIB
@@ -264,6 +265,7 @@ def test_the_report_tells_the_searches_apart_and_takes_the_plain_one_as_what_fit
     accumulated = plain | {"setting": "accumulate_steps=4", "accumulate_steps": 4, "effective_batch": 112,
                            "max_batch": 27}
     old = {k: v for k, v in plain.items() if k not in ("setting", "accumulate_steps", "effective_batch")}
+    plain, accumulated, old = (MaxBatchResult.from_row(r) for r in (plain, accumulated, old))
     fit = _max_fit([plain, accumulated], "pytorch")
     assert fit is not None and fit.max_batch == 28  # not the later accumulated search's micro-batch
     fit = _max_fit([old], "pytorch")  # a row from before the setting column
