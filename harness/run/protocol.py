@@ -303,16 +303,19 @@ def decode(line: bytes | str) -> Message:
         raw = json.loads(line)
     except json.JSONDecodeError as e:
         raise WorkerProtocolError(f"not a protocol line: {line[:200]!r}") from e
-    if not isinstance(raw, dict) or not isinstance(raw.get("event"), str) or not isinstance(raw.get("t"), (int, float)):
-        raise WorkerProtocolError(f"not a protocol message: {str(raw)[:200]}")
+    match raw:
+        case {"event": str(event), "t": int() | float()}:
+            pass
+        case _:
+            raise WorkerProtocolError(f"not a protocol message: {str(raw)[:200]}")
     _check_version(raw.get("v"), "the worker")  # before the event: another version may have other events
-    kind = MESSAGES.get(raw["event"])
+    kind = MESSAGES.get(event)
     if kind is None:
-        raise WorkerProtocolError(f"unknown event {raw['event']!r}: {str(raw)[:200]}")
+        raise WorkerProtocolError(f"unknown event {event!r}: {str(raw)[:200]}")
     try:
         return kind.from_dict(raw)
     except (KeyError, TypeError, ValueError) as e:
-        raise WorkerProtocolError(f"a {raw['event']} message with missing or unknown fields ({e}): "
+        raise WorkerProtocolError(f"a {event} message with missing or unknown fields ({e}): "
                                   f"{str(raw)[:200]}") from e
 
 

@@ -156,7 +156,7 @@ def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> d
         "monitor_json": json.dumps(outcome.monitor.summary(), default=str),
         "started_at": outcome.started_at, "finished_at": outcome.finished_at,
     }
-    row.update(outcome.placement.to_dict())
+    row |= outcome.placement.to_dict()  # where it ran: its own columns
     for name in TRIAL_COLUMN_NAMES:  # the worker's measurements (METRIC_COLUMNS), then the sampler's
         if name not in row:
             row[name] = m.get(name, mon.get(name))

@@ -162,6 +162,9 @@ def test_protocol_round_trip_and_refusals():
         decode(b'{"event": "phase", "v": %d, "phase": "lunch", "t": 1}' % PROTOCOL_VERSION)
     with pytest.raises(WorkerProtocolError, match="unknown event"):
         decode(b'{"event": "gossip", "v": %d, "t": 1}' % PROTOCOL_VERSION)
+    for shape in (b'[1, 2]', b'{"event": 3, "t": 1}', b'{"event": "phase", "t": "soon"}', b'{"event": "phase"}'):
+        with pytest.raises(WorkerProtocolError, match="not a protocol message"):  # before the version is read
+            decode(shape)
     with pytest.raises(WorkerProtocolError, match="missing or unknown fields"):
         decode(b'{"event": "phase", "v": %d, "t": 1, "phase": "timed", "mood": "bad"}' % PROTOCOL_VERSION)
 
