@@ -64,7 +64,7 @@ from adapters.records import (  # their home; plugins import them from here
 from adapters.records import (
     is_generic_oom as is_generic_oom,
 )
-from harness.config.precision import DESCRIPTIONS, PRECISIONS
+from harness.config.precision import DESCRIPTIONS, PRECISIONS, Worded, set_setting, setting
 from harness.config.trial import OptimizerSpec  # re-exported: plugins import it from here
 from harness.errors import AdapterError, ConfigError
 from harness.models import LAYER_TYPES, Layer, ModelDescription
@@ -168,25 +168,26 @@ class Adapter(ABC):
         if device == "auto" and where:  # runs on one device only: auto might land on the other
             only = where[0]
             other = next(d for d in PRECISION_DEVICES if d != only)
-            both = ", ".join(cls.precisions_on("auto")) or "(none)"
+            both = ", ".join(repr(p) for p in cls.precisions_on("auto")) or "(none)"
             raise ConfigError(
                 f"{precision!r} ({DESCRIPTIONS[precision]}) is run by the {name} adapter on {_ON[only]} only, not on "
-                f"{_ON[other]} ({cls.precision_reason(precision, other)}). Under device = 'auto' the framework picks "
-                f"the device inside the worker, so the trial could run on {_ON[other]}, where {precision!r} would not "
-                f"be applied; set device = {only!r}, or precision = one of {both} (run on both)"
+                f"{_ON[other]} ({cls.precision_reason(precision, other)}). Under {setting('device', 'auto')} the "
+                f"framework picks the device inside the worker, so the trial could run on {_ON[other]}, where "
+                f"{precision!r} would not be applied; {set_setting('device', only)}, or "
+                f"{setting('precision', Worded('one of ' + both))} (run on both)"
             )
         if device == "auto":
             fallback = (cls.precisions_on("auto") or ("fp32",))[0]
             raise ConfigError(
                 f"{precision!r} is not run by the {name} adapter on any device "
                 f"({cls.precision_reason(precision, 'cpu')}), so {precision!r} would not be applied; "
-                f"set precision = {fallback!r}, or leave this framework out"
+                f"{set_setting('precision', fallback)}, or leave this framework out"
             )
         here = cls.precisions_on(device)
         elsewhere = [d for d in where if d != device]
-        instead = f"set precision = {here[0]!r}" + "".join(f" or {p!r}" for p in here[1:])
+        instead = set_setting("precision", Worded(" or ".join(repr(p) for p in here)))
         if elsewhere:
-            instead += f", or device = {elsewhere[0]!r} (where it runs {precision!r})"
+            instead += f", or {setting('device', elsewhere[0])} (where it runs {precision!r})"
         raise ConfigError(
             f"{precision!r} is not run by the {name} adapter on {_ON.get(device, device)} "
             f"({cls.precision_reason(precision, device)}), so {precision!r} would not be applied; {instead}"

@@ -30,6 +30,7 @@ from adapters.base import (
     is_generic_oom,
 )
 from adapters.torch_parts import ALLOC_CONF_VARS, ALLOCATOR_SETTINGS, MIN_SPLIT_MB, alloc_conf, residual_module
+from harness.config.precision import set_setting, setting
 from harness.errors import ConfigError
 from harness.models import (
     BatchNorm,
@@ -106,10 +107,10 @@ class PyTorchAdapter(Adapter):
         if not asked or device == "gpu":
             return
         where = ("on the CPU they would not be applied (torch's CPU tensors come from the C library's malloc)"
-                 if device == "cpu" else "under device = 'auto' the trial may run on the CPU (the framework "
-                 "decides in the worker), where they would not be applied")
+                 if device == "cpu" else f"under {setting('device', 'auto')} the trial may run on the CPU (the "
+                 "framework decides in the worker), where they would not be applied")
         raise ConfigError(f"{', '.join(asked)}: PyTorch's CUDA caching-allocator settings act on a CUDA GPU only; "
-                          f"{where}. Set device = 'gpu', or remove them from [adapters.pytorch]")
+                          f"{where}; {set_setting('device', 'gpu')}, or remove them from [adapters.pytorch]")
 
     @classmethod
     def worker_env(cls, options: Mapping[str, Any], device: str) -> dict[str, str]:

@@ -10,7 +10,9 @@ See docs/precision.md.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextvars
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 from harness.config.choices import MATH_MODES as MATH_MODES  # re-exported: the Literal is defined there
 from harness.config.choices import PRECISIONS as PRECISIONS  # re-exported: the Literal is defined there
@@ -29,6 +31,41 @@ DESCRIPTIONS = {
     "amp": "float16 mixed precision with loss scaling",
     "bf16": "bfloat16 mixed precision (float32 weights)",
 }
+
+
+class Worded(str):
+    """A value :func:`setting` prints as it is (already quoted or listed), e.g. ``Worded("one of 'a', 'b'")``."""
+
+
+#: how the refusals below name a setting the user can change: the experiment file's key (``precision = 'bf16'``),
+#: or, inside :func:`as_flags`, the command line's flag (``--precision 'bf16'``)
+_AS_FLAGS: contextvars.ContextVar[bool] = contextvars.ContextVar("batchscope_settings_as_flags", default=False)
+
+
+@contextmanager
+def as_flags() -> Iterator[None]:
+    """Within it, :func:`setting` and :func:`set_setting` name command-line flags (``batchscope maxbatch``'s
+    refusals), not experiment keys: the words the user types where the setting was given."""
+    token = _AS_FLAGS.set(True)
+    try:
+        yield
+    finally:
+        _AS_FLAGS.reset(token)
+
+
+def setting(key: str, value: object = None) -> str:
+    """``precision = 'bf16'`` (an experiment's key), or ``--precision 'bf16'`` inside :func:`as_flags`; without a
+    value, the key or flag alone. A plain string ``value`` is taken as already worded (``one of 'a', 'b'``)."""
+    name = "--" + key.replace("_", "-") if _AS_FLAGS.get() else key
+    if value is None:
+        return name
+    said = value if isinstance(value, Worded) else repr(value)
+    return f"{name} {said}" if _AS_FLAGS.get() else f"{name} = {said}"
+
+
+def set_setting(key: str, value: object) -> str:
+    """The advice to change a setting: ``set precision = 'fp32'``, or ``use --precision 'fp32'``."""
+    return ("use " if _AS_FLAGS.get() else "set ") + setting(key, value)
 
 
 def check_observed(precision: str, framework: str, compute_dtype: str | None, loss_scale: float | None) -> None:
@@ -99,15 +136,16 @@ def validate_math_mode(mode: str, device: str, framework: str, declared: tuple[s
         return
     if mode == "tf32" and device != "gpu":
         where = ("on the CPU there are no TF32 tensor cores" if device == "cpu" else
-                 "under device = 'auto' the framework picks the device inside the worker, and on the CPU there are "
-                 "no TF32 tensor cores")
-        raise ConfigError(f"math_mode = 'tf32' ({_MATH_WORDS['tf32']}) would not be applied: {where}; set "
-                          "device = 'gpu', or math_mode = 'ieee' or 'framework-default'")
+                 f"under {setting('device', 'auto')} the framework picks the device inside the worker, and on the CPU "
+                 "there are no TF32 tensor cores")
+        raise ConfigError(f"{setting('math_mode', 'tf32')} ({_MATH_WORDS['tf32']}) would not be applied: {where}; "
+                          f"{set_setting('device', 'gpu')}, or {setting('math_mode', 'ieee')} or 'framework-default'")
     if device == "gpu" and mode not in declared:
         why = note or "the adapter declares no math modes (adapters.base.Adapter.math_modes)"
         can = ", ".join(repr(m) for m in (*declared, "framework-default"))
-        raise ConfigError(f"math_mode = {mode!r} ({_MATH_WORDS[mode]}) is not applied by the {framework} adapter on "
-                          f"a GPU ({why}), so it would not be what ran; set math_mode = one of {can}")
+        raise ConfigError(f"{setting('math_mode', mode)} ({_MATH_WORDS[mode]}) is not applied by the {framework} "
+                          f"adapter on a GPU ({why}), so it would not be what ran; "
+                          f"{set_setting('math_mode', Worded('one of ' + can))}")
 
 
 def check_math_mode(asked: str, framework: str, seen: str | None, on_gpu: bool) -> str:

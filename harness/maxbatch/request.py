@@ -138,26 +138,21 @@ class MaxBatchRequest:
         if self.framework not in known_adapter_names():
             return  # the command line names the unknown framework itself, with the known ones
         cls = adapter_class(self.framework)
-        try:
-            cls.validate_precision(self.precision, self.device)
-        except ConfigError as e:
-            text = str(e)
-            for setting, flag in (("set precision = ", "use --precision "), ("or precision = ", "or --precision "),
-                                  ("set device = ", "use --device "), ("or device = ", "or --device "),
-                                  ("device = 'auto'", "--device auto")):
-                text = text.replace(setting, flag)  # the flags the user types, not the experiment file's keys
-            raise ConfigError(f"--precision {self.precision!r}: {text}") from None
-        from harness.config.precision import validate_math_mode
+        from harness.config.precision import as_flags, validate_math_mode
 
-        try:
-            validate_math_mode(self.math_mode, self.device, self.framework, tuple(getattr(cls, "math_modes", ())),
-                               str(getattr(cls, "math_mode_note", "")))
-        except ConfigError as e:
-            text = str(e).replace("set device = ", "use --device ").replace("math_mode = ", "--math-mode ")
-            raise ConfigError(f"--math-mode {self.math_mode!r}: {text}") from None
-        check = getattr(cls, "validate_device_options", None)
-        if check is not None and self.adapter_options:
-            check(self.adapter_options, self.device)
+        with as_flags():  # the refusals name the flags the user types, not the experiment file's keys
+            try:
+                cls.validate_precision(self.precision, self.device)
+            except ConfigError as e:
+                raise ConfigError(f"--precision {self.precision!r}: {e}") from None
+            try:
+                validate_math_mode(self.math_mode, self.device, self.framework, tuple(getattr(cls, "math_modes", ())),
+                                   str(getattr(cls, "math_mode_note", "")))
+            except ConfigError as e:
+                raise ConfigError(f"--math-mode {self.math_mode!r}: {e}") from None
+            check = getattr(cls, "validate_device_options", None)
+            if check is not None and self.adapter_options:
+                check(self.adapter_options, self.device)
 
     def _check_accumulation_runs(self) -> None:
         """Refuse accumulation in an adapter without it, as the sweep's planner does: k plain steps are not one

@@ -74,7 +74,7 @@ def test_amp_under_auto_is_refused_because_the_worker_may_land_on_the_cpu():
         parse("tensorflow", device="auto", precision="amp")
     msg = str(err.value)
     assert "is run by the tensorflow adapter on a GPU only" in msg and "device = 'auto'" in msg
-    assert "set device = 'gpu'" in msg and "fp32, bf16" in msg
+    assert "set device = 'gpu'" in msg and "one of 'fp32', 'bf16'" in msg
     assert parse("tensorflow", device="gpu", precision="amp").precision == "amp"
 
 
@@ -200,7 +200,7 @@ def test_allocator_settings_where_the_trial_may_run_on_the_cpu_are_refused(devic
         parse("pytorch", device=device, adapters={"pytorch": {"expandable_segments": True}})
     msg = str(err.value)
     assert msg.startswith("exp.toml: adapters.pytorch: expandable_segments: PyTorch's CUDA caching-allocator")
-    assert "would not be applied" in msg and "Set device = 'gpu'" in msg
+    assert "would not be applied" in msg and "set device = 'gpu'" in msg
     exp = parse("pytorch", device="gpu", adapters={"pytorch": {"expandable_segments": True}})
     assert exp.adapters["pytorch"].options == {"expandable_segments": True}
 
@@ -247,3 +247,18 @@ def test_the_pytorch_worker_refuses_settings_that_did_not_reach_it(monkeypatch):
         monkeypatch.setenv(var, value)
     assert adapter._check_allocator_settings(options) == {"cuda_alloc_conf": "expandable_segments:True"}
     assert adapter._check_allocator_settings({}) == {}
+
+
+def test_a_refusal_names_the_experiment_key_or_inside_as_flags_the_command_line_flag():
+    """One message, worded where the setting was given (issue 30: no str.replace of an adapter's text)."""
+    from harness.config.precision import Worded, as_flags, set_setting, setting
+
+    assert (setting("math_mode", "tf32"), set_setting("device", "gpu")) == ("math_mode = 'tf32'", "set device = 'gpu'")
+    with as_flags():
+        assert (setting("math_mode", "tf32"), set_setting("device", "gpu")) == ("--math-mode 'tf32'",
+                                                                                "use --device 'gpu'")
+        assert setting("precision", Worded("one of 'fp32', 'bf16'")) == "--precision one of 'fp32', 'bf16'"
+        with pytest.raises(ConfigError) as refused:
+            adapter_class("pytorch").validate_precision("amp", "auto")
+    assert setting("device") == "device"  # the context ends with the block
+    assert "--device 'gpu'" in str(refused.value) and "device = " not in str(refused.value), refused.value
