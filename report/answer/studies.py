@@ -93,7 +93,7 @@ def _stat(rows: Sequence[dict[str, Any]], column: str, scale: float = 1.0) -> St
     return Stat.of([float(r[column]) * scale for r in rows if r.get(column) is not None])
 
 
-def cells(trials: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[int, list[dict[str, Any]]]]:
+def series_cells(trials: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[int, list[dict[str, Any]]]]:
     """(framework, series label) -> effective batch -> the ok sweep trials there (:func:`harness.cells.group`).
 
     The label is the variant's name where only named variants differ (the usual study); where precision or
@@ -144,7 +144,7 @@ def holds_to(by_batch: dict[int, list[dict[str, Any]]]) -> tuple[int, float, int
 # ---------------------------------------------------------------- the studies
 def _per_framework(trials: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[int, list[dict[str, Any]]]]]:
     out: dict[str, dict[str, dict[int, list[dict[str, Any]]]]] = {}
-    for (fw, variant), by_batch in cells(trials).items():
+    for (fw, variant), by_batch in series_cells(trials).items():
         out.setdefault(fw, {})[variant] = by_batch
     return out
 

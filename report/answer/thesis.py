@@ -21,8 +21,8 @@ from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any
 
-from harness import cells
-from harness.cells import Stat
+from harness.cells import Stat, device_of
+from harness.cells import group as series_groups
 
 REFERENCE_FILE = "osu_yin2020.csv"
 #: the data set the thesis's accuracy was measured on; accuracy on any other is shown, not differenced
@@ -112,7 +112,7 @@ def side_by_side(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
         than the thesis's CIFAR-10), unit. Sorted by framework, batch size, metric.
     """
     ref = {(r["framework"], r["batch_size"], r["metric"]): r["value"] for r in load_reference()}
-    groups = {(g.name, bs): rows for g in cells.group(_sweep_rows(trials)) for bs, rows in g.by_batch.items()}
+    groups = {(g.name, bs): rows for g in series_groups(_sweep_rows(trials)) for bs, rows in g.by_batch.items()}
     out = []
     for (fw, bs), group in sorted(groups.items()):
         same_data = all(t.get("dataset") == REFERENCE_DATASET for t in group)
@@ -293,10 +293,10 @@ def thesis_findings(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
         measure it) and evidence (a sentence built from the measured figures).
     """
     rows = _sweep_rows(trials)
-    devices = sorted({cells.device_of(t) for t in rows})
+    devices = sorted({device_of(t) for t in rows})
     if len(devices) > 1:  # allow_mixed_devices: judged on each device's trials apart, never across (issue 29)
         return [dict(f, finding=f"[{d or 'device unresolved'}] {f['finding']}")
-                for d in devices for f in thesis_findings([t for t in rows if cells.device_of(t) == d])]
+                for d in devices for f in thesis_findings([t for t in rows if device_of(t) == d])]
     out = [_finding_most_memory(rows), _finding_util_trend(rows, "mxnet", rising=True),
            _finding_util_trend(rows, "tensorflow", rising=False), _finding_pytorch_lowest(rows)]
     datasets = sorted({str(t.get("dataset")) for t in rows})
