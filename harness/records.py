@@ -296,8 +296,8 @@ class MaxBatchResult:
     :func:`dataclasses.replace`), written by the store (one column per field, named and typed by it: a new field is
     a new column, added to older stores on open), read back by :meth:`from_row` for the command line and the report.
     A field that may be None is one a row stored before its column existed (or a search that did not measure it)
-    leaves NULL; the search's identity and answer (framework, strategy, budget, margin, max_batch, probes, wall time)
-    are always written, and read back as their empty value from a row made by hand without them.
+    leaves NULL; the search's names (framework, strategy, budget kind) and its answer (max_batch) are always written,
+    and read back as "" and 0 from a row made by hand without them, never a number that was not measured.
     """
 
     run_id: int | None = None
@@ -308,9 +308,9 @@ class MaxBatchResult:
     device: str | None = None
     precision: str | None = None
     strategy: str = ""
-    budget_mib: float = 0.0
+    budget_mib: float | None = None
     budget_kind: str = ""
-    margin_mib: float = 0.0
+    margin_mib: float | None = None
     max_batch: int = 0
     first_fail_batch: int | None = None
     first_fail_status: str | None = None
@@ -318,8 +318,8 @@ class MaxBatchResult:
     recommended_batch: int | None = None
     recommended_pow2: int | None = None
     recommended_mult8: int | None = None
-    probes_n: int = 0
-    wall_s: float = 0.0
+    probes_n: int | None = None
+    wall_s: float | None = None
     formula_batch: int | None = None
     formula_error_pct: float | None = None
     param_count: int | None = None

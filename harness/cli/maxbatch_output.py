@@ -32,7 +32,7 @@ def print_recommendation(row: MaxBatchResult, file: Any) -> None:
 
     total = row.margin_total_mib
     if total is None:  # a row from before issue 18: the user's margin only
-        total = row.margin_mib
+        total = row.margin_mib or 0.0
         parts = f"--margin-mib {row.margin_mib:g}" if row.margin_mib else ""
     else:
         parts = ", ".join(f"{what} {mib:.1f}" for what, mib in (

@@ -35,7 +35,8 @@ def test_an_old_or_hand_made_row_reads_back_with_empty_values_where_it_has_none(
     with Store.open(tmp_path, create=True) as store:
         store.write_maxbatch({"experiment": "e", "framework": "pytorch", "max_batch": 96})
         (back,) = store.maxbatch_answers()
-    assert back.max_batch == 96 and back.wall_s == 0.0 and back.probes_n == 0  # never a None where a number goes
+    assert back.max_batch == 96 and back.budget_kind == ""
+    assert back.wall_s is None and back.budget_mib is None  # not measured: never a 0 that looks measured
     assert back.first_fail_batch is None and back.verify_status is None and not back.verify_failed
     # a column this version does not know (a newer store's) is left out, not an error
     assert MaxBatchResult.from_row({"result_id": 3, "framework": "jax", "a_later_column": 1}).framework == "jax"
