@@ -100,14 +100,16 @@ def descendant_workers(root: int | None = None) -> list[int]:
     return out
 
 
-def _wait_gone(root: int, grace_s: float) -> list[int]:
+def _wait_gone(root: int, grace_s: float, ignore: frozenset[int] = frozenset()) -> list[int]:
+    """The workers descended from ``root`` still alive after ``grace_s``, less ``ignore`` (those that were there
+    before the soak began: a test process may have others, which are not the soak's to judge)."""
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        left = descendant_workers(root)
+        left = [pid for pid in descendant_workers(root) if pid not in ignore]
         if not left:
             return []
         time.sleep(0.1)
-    return descendant_workers(root)
+    return [pid for pid in descendant_workers(root) if pid not in ignore]
 
 
 class Cluster:
@@ -170,6 +172,7 @@ def soak(work: Path, trials: int, seed: int, ray_nodes: int = 0, mean_gap_s: flo
     actions = ("worker", "driver") + (("node",) if cluster else ())
     kills = {a: 0 for a in actions}
     missed, resumes, runs, orphans, late = 0, 0, 0, 0, 0
+    before = frozenset(descendant_workers())  # not the soak's: e.g. a test process's other children
     t0 = time.monotonic()
     try:
         while not _done(out, trials) and runs < max_rounds:
@@ -189,7 +192,7 @@ def soak(work: Path, trials: int, seed: int, ray_nodes: int = 0, mean_gap_s: flo
                 except subprocess.TimeoutExpired:
                     pass
                 if action == "worker":
-                    workers = descendant_workers(driver.pid) or descendant_workers()
+                    workers = descendant_workers(driver.pid) or [w for w in descendant_workers() if w not in before]
                     if workers:
                         os.kill(rng.choice(sorted(workers)), signal.SIGKILL)
                         kills["worker"] += 1
@@ -200,7 +203,7 @@ def soak(work: Path, trials: int, seed: int, ray_nodes: int = 0, mean_gap_s: flo
                     driver.wait()
                     kills["driver"] += 1
                     late += _done(out, trials)  # killed after it stored the last trial: nothing left to resume
-                    orphans += len(_wait_gone(os.getpid(), ORPHAN_GRACE_S))  # its worker must die by itself
+                    orphans += len(_wait_gone(os.getpid(), ORPHAN_GRACE_S, before))  # its worker must die by itself
                 elif cluster is not None:
                     cluster.replace_one(rng)
                     kills["node"] += 1
@@ -208,7 +211,7 @@ def soak(work: Path, trials: int, seed: int, ray_nodes: int = 0, mean_gap_s: flo
     finally:
         if cluster is not None:
             cluster.shutdown()
-    left = _wait_gone(os.getpid(), ORPHAN_GRACE_S)
+    left = _wait_gone(os.getpid(), ORPHAN_GRACE_S, before)
     checks = _store_checks(out, trials) if (out / "results.sqlite").is_file() else {}
     return {"mode": f"ray, {ray_nodes} nodes" if cluster else "local", "trials": trials, "seed": seed,
             "kills": kills, "kills_missed": missed, "resumes": resumes,

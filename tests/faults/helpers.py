@@ -77,10 +77,27 @@ def permissions_apply() -> None:
             raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed: run the tests as a user, not root")
 
 
+#: the commands :func:`start` started, so tests/faults/conftest.py can kill what a failed test left running (a test
+#: that fails before it stops its command would leave it, and its worker, to the tests after it: seen in CI, a
+#: hanging probe left by a failed signal test was counted as the chaos soak's orphan at each of its driver kills)
+STARTED: list[subprocess.Popen[str]] = []
+
+
 def start(tmp_path: Path, *args: str, **env_kw: Any) -> subprocess.Popen[str]:
     """Start ``batchscope ARGS`` and return at once (interruptible, whatever this process inherited)."""
-    return subprocess.Popen(command(*args), cwd=ROOT, env=env_for(tmp_path, **env_kw), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(command(*args), cwd=ROOT, env=env_for(tmp_path, **env_kw), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
+    STARTED.append(proc)
+    return proc
+
+
+def stop_started() -> None:
+    """Kill every command :func:`start` started that is still running (its workers follow their parent)."""
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
 
 
 def fake_experiment(tmp_path: Path, name: str = "faults", **keys: Any) -> Path:

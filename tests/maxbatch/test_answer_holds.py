@@ -194,7 +194,9 @@ def test_verify_passes_on_a_real_pytorch_worker(tmp_path, capsys):
     captured = capsys.readouterr()
     assert code == 0, captured.out + captured.err
     row = _row(out)
-    assert row["verify_status"] == "pass" and 0 < row["recommended_batch"] < row["max_batch"], row
+    # (seen once in CI, under load: no verify at all; the settling runs and the answer say why next time)
+    said = (row["recommended_batch"], row["max_batch"], row["heap_settle_json"], captured.out[-2000:])
+    assert row["verify_status"] == "pass" and 0 < row["recommended_batch"] < row["max_batch"], said
     assert row["margin_total_mib"] >= CPU_PEAK_JITTER_MIB and row["margin_heap_mib"] > 0
     assert "the probes ran with no allocator settings" in captured.out and ": PASS" in captured.out
 
