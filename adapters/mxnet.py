@@ -79,7 +79,7 @@ def _residual_block() -> Any:
                 self.body = nn.HybridSequential()
                 self.shortcut = nn.HybridSequential()  # left empty: the identity
 
-        def hybrid_forward(self, F: Any, x: Any) -> Any:  # noqa: N803 - Gluon's name for the op namespace
+        def hybrid_forward(self, F: Any, x: Any) -> Any:  # F: Gluon's name for the op namespace
             return self.body(x) + (self.shortcut(x) if len(self.shortcut) else x)
 
     return ResidualBlock

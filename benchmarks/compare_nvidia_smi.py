@@ -25,12 +25,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.config.experiment import parse_experiment  # noqa: E402
-from harness.data import prepare  # noqa: E402
-from harness.monitor.sampler import monitor_factory_for  # noqa: E402
-from harness.run.executor import LocalExecutor  # noqa: E402
-from harness.run.planner import data_request, plan  # noqa: E402
-from harness.run.sweep import unit_for  # noqa: E402
+from harness.config.experiment import parse_experiment
+from harness.data import prepare
+from harness.monitor.sampler import monitor_factory_for
+from harness.run.executor import LocalExecutor
+from harness.run.planner import data_request, plan
+from harness.run.sweep import unit_for
 
 QUERY = "timestamp,utilization.gpu,memory.used,power.draw"
 

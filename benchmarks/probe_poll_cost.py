@@ -19,12 +19,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import psutil  # noqa: E402
+import psutil
 
-from harness.errors import ProbeError  # noqa: E402
-from harness.monitor import nvml  # noqa: E402
-from harness.monitor.probes import HostProbe, NullGpuProbe, ProcessTree  # noqa: E402
-from harness.monitor.sampler import Sampler  # noqa: E402
+from harness.errors import ProbeError
+from harness.monitor import nvml
+from harness.monitor.probes import HostProbe, NullGpuProbe, ProcessTree
+from harness.monitor.sampler import Sampler
 
 
 def timeit_us(fn: Callable[[], object], n: int) -> tuple[float, float]:

@@ -27,12 +27,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rich.console import Console  # noqa: E402
+from rich.console import Console
 
-from harness.cli.progress import RichProgress  # noqa: E402
-from harness.records import PROGRESS_INTERVAL_S  # noqa: E402
-from harness.run.protocol import Channel, Progress, ProgressTicker  # noqa: E402
-from tests.conftest import make_trial  # noqa: E402
+from harness.cli.progress import RichProgress
+from harness.records import PROGRESS_INTERVAL_S
+from harness.run.protocol import Channel, Progress, ProgressTicker
+from tests.conftest import make_trial
 
 REDRAWS_PER_S = 1  # RichProgress(refresh_per_second=1)
 

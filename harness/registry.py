@@ -152,7 +152,7 @@ def adapter_class(name: str) -> type[Adapter]:
     try:
         cls = getattr(importlib.import_module(module_name), attr)
     # a third party's module may raise anything on import; it is that adapter's problem, never a crash
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise AdapterError(f"adapter {name!r} ({target}) cannot be loaded: {type(e).__name__}: {e}; fix or "
                            "uninstall the package that registers it") from e
     missing = [a for a in _ADAPTER_ATTRIBUTES if not hasattr(cls, a)]

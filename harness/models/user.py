@@ -112,7 +112,7 @@ def _import(name: str, module_name: str) -> types.ModuleType:
                               "installed in this environment") from None
         except MemoryError:  # the sandbox's memory limit: said as such (harness/models/sandbox.py)
             raise
-        except Exception as e:  # noqa: BLE001 - any error in the user's module is reported, never a traceback
+        except Exception as e:  # any error in the user's module is reported, never a traceback
             raise ConfigError(f"model {name!r}: importing {module_name!r} failed: {type(e).__name__}: {e}; "
                               "fix the module and run again") from e
     return module
@@ -185,7 +185,7 @@ def describe_here(name: str, input_shape: tuple[int, int, int], classes: int) ->
             raise ConfigError(f"model {name!r}: calling it failed: ImportError: {e}") from e
         except (ConfigError, MemoryError):
             raise
-        except Exception as e:  # noqa: BLE001 - any error in the user's function is reported, never a traceback
+        except Exception as e:  # any error in the user's function is reported, never a traceback
             raise ConfigError(f"model {name!r}: calling it with input_shape={tuple(input_shape)}, classes={classes} "
                               f"failed: {type(e).__name__}: {e}") from e
     if not isinstance(desc, ModelDescription):

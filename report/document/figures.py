@@ -17,29 +17,29 @@ import matplotlib
 
 matplotlib.use("Agg")  # the report never needs a display; must precede pyplot
 
-from collections.abc import Callable, Mapping, Sequence  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from harness.cells import (  # noqa: E402
+from harness.cells import (
     ACCURACY,
     METRICS,
     Cell,
-    Series,  # noqa: E402
+    Series,
     has_metric,
 )
-from harness.monitor.fields import FIELDS, Shown, shown_in  # noqa: E402
-from report.answer.recommend import Recommendation  # noqa: E402
-from report.document.context import had_gpu  # noqa: E402
-from report.load import Experiment  # noqa: E402
+from harness.monitor.fields import FIELDS, Shown, shown_in
+from report.answer.recommend import Recommendation
+from report.document.context import had_gpu
+from report.load import Experiment
 
 #: fixed framework colours (colour-blind safe), so a framework looks the same in every figure
 FRAMEWORK_COLOURS = {"pytorch": "#D55E00", "tensorflow": "#E69F00", "mxnet": "#0072B2", "jax": "#009E73"}

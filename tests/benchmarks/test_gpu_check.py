@@ -11,7 +11,7 @@ from tests import ROOT
 from tests.conftest import _gpu_reason
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-import gpu_check  # noqa: E402
+import gpu_check
 
 
 @pytest.mark.skipif(_gpu_reason() is None, reason="this machine has a GPU: the no-GPU path cannot be seen")

@@ -17,7 +17,7 @@ from tests import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import chaos_soak  # noqa: E402
+import chaos_soak
 
 TRIALS = 24
 #: its schedule's first events: a worker kill and a driver kill within the first four (checked below)

@@ -10,7 +10,7 @@ import pytest
 from tests import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-import maxbatch_sim  # noqa: E402
+import maxbatch_sim
 
 
 def test_simulator_prints_one_line_per_law_and_strategy_and_meets_the_goal(capsys: pytest.CaptureFixture[str]):

@@ -14,7 +14,7 @@ from harness.run import sweep
 from tests import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-import common  # noqa: E402
+import common
 
 
 def _unit(tmp_path, **kw):
