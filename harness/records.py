@@ -48,6 +48,13 @@ def allocator_env(unit_env: Mapping[str, str], parent_env: Mapping[str, str]) ->
     return {k: merged[k] for k in ALLOCATOR_VARS if k in merged}
 
 
+def known_fields(cls: type, data: Mapping[str, Any], drop_null: bool = False) -> dict[str, Any]:
+    """The items of ``data`` that are fields of the dataclass ``cls`` (a newer writer's extra keys are dropped);
+    ``drop_null``: also a None where the field's default is not None (a NULL column reads as the field's default)."""
+    keep = {f.name: f.default is None for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in keep and (v is not None or not drop_null or keep[k])}
+
+
 @dataclass(frozen=True)
 class MonitorResult:
     """What a monitor measured while a worker ran (the sampler fills it; :class:`NullMonitor` leaves it empty).
@@ -211,8 +218,7 @@ class WorkerMetrics:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WorkerMetrics:
         """From a protocol message; keys this version does not know (a newer worker) are dropped."""
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return cls(**known_fields(cls, data))
 
 
 @dataclass(frozen=True)
@@ -373,9 +379,7 @@ class MaxBatchResult:
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> MaxBatchResult:
         """The record of a stored row (its ``result_id`` and any column this version does not know are left out)."""
-        nullable = {f.name for f in fields(cls) if f.default is None}
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in row.items() if k in known and (v is not None or k in nullable)})
+        return cls(**known_fields(cls, row, drop_null=True))
 
     def to_row(self) -> dict[str, Any]:
         """The row to store: one column per field."""
