@@ -95,6 +95,15 @@ def env_words(env: dict[str, str]) -> str:
     return " ".join(f"{k}={v}" for k, v in env.items()) if env else "(no allocator settings)"
 
 
+def cap_clear_of_budget(row: MaxBatchResult) -> bool:
+    """Whether a search that stopped at ``--max-batch-cap`` (no size failed) left at least the cap's own peak unused:
+    the process at the cap would have to double to run out, so a heap that moves by tens of MiB between processes
+    and over steps (CPU_HEAP_ALLOWANCE) cannot take it there, and no settling runs are needed."""
+    if not row.capped or row.answer_peak_mib is None or row.budget_mib is None:
+        return False
+    return float(row.budget_mib) - float(row.answer_peak_mib) >= float(row.answer_peak_mib)
+
+
 def glibc_heap_varies(budget_kind: str, train_env: dict[str, str]) -> bool:
     """Whether a CPU search ran under glibc's adaptive mmap threshold (no MALLOC_MMAP_THRESHOLD_ fixed)."""
     return budget_kind == "cpu-rlimit-data" and "MALLOC_MMAP_THRESHOLD_" not in train_env
@@ -214,7 +223,8 @@ def train_advice(row: MaxBatchResult) -> str | None:
     except (TypeError, ValueError):
         env = {}
     rec = row.recommended_batch
-    head = (f"recommended {rec} leaves {float(row.margin_total_mib):.1f} MiB at the boundary "
+    where = "under the budget" if row.capped else "at the boundary"  # capped: no size failed, so no boundary
+    head = (f"recommended {rec} leaves {float(row.margin_total_mib):.1f} MiB {where} "
             f"(run-to-run jitter {float(row.margin_jitter_mib or 0):.1f}, growth over the "
             f"{row.confirm_steps or '?'}-step confirm run {float(row.margin_growth_mib or 0):.1f}, "
             + (f"glibc heap allowance {float(row.margin_heap_mib):.1f}, " if row.margin_heap_mib else "")

@@ -36,6 +36,7 @@ from harness.maxbatch.advice import (
     Formula,
     Margin,
     answer_env,
+    cap_clear_of_budget,
     glibc_heap_varies,
     pow2_at_or_below,
     recommend,
@@ -346,7 +347,7 @@ def run_maxbatch(req: MaxBatchRequest, store: Store, run_id: int, *, data: Prepa
         param_count, activation_floats = next((o.param_count for o in prober.outcomes if o.param_count), 0), 0
     train_env = answer_env(prober.env, dict(os.environ))
     row = result_row(req, budget, result, param_count, activation_floats, run_id, env, prober.outcomes, train_env)
-    if glibc_heap_varies(budget.kind, train_env) and row.recommended_batch:
+    if glibc_heap_varies(budget.kind, train_env) and row.recommended_batch and not cap_clear_of_budget(row):
         row = settled(row, settle_heap(prober, row.recommended_batch, req.settle_steps), req.settle_steps)
     if req.verify_steps and row.recommended_batch:
         row = verified(row, prober.verify(row.recommended_batch, req.verify_steps), budget.kind)
@@ -444,11 +445,17 @@ def result_row(req: MaxBatchRequest, budget: Budget, result: SearchResult, param
     margin = Margin.measure(probes, result.max_batch, budget.kind, req.margin_mib, train_env or {}, per_sample)
     formula = Formula.compute(param_count, req.optimizer, req.momentum, budget.mib, per_sample)
     analytic = Formula.compute(param_count, req.optimizer, req.momentum, budget.mib, analytic_mib)
-    rec, rec_pow2, rec_mult8 = recommend(result.max_batch, margin.total_mib, fit, analytic_mib)
-    fail = result.first_fail
-    ok_outcome = next((o for o in reversed(outcomes) if o.status == "ok"), None)
     at_answer = [p["peak_mib"] for p in probes
                  if p["batch"] == result.max_batch and p["status"] == "ok" and p["peak_mib"] is not None]
+    # the margin is memory to leave unused under the budget: at a boundary the search found, all of it comes off the
+    # answer; at --max-batch-cap (no size failed) what the cap already leaves counts, so a cap far below the budget
+    # is itself the recommendation (it was 2 for resnet20 capped at 4 with 7.7 GB of 8 GB unused: issue 30)
+    still = margin.total_mib
+    if result.capped and at_answer:
+        still = max(0.0, margin.total_mib - (budget.mib - max(at_answer)))
+    rec, rec_pow2, rec_mult8 = recommend(result.max_batch, still, fit, analytic_mib)
+    fail = result.first_fail
+    ok_outcome = next((o for o in reversed(outcomes) if o.status == "ok"), None)
     row = MaxBatchResult(
         run_id=run_id, experiment=req.experiment, framework=req.framework, model=req.model,
         dataset=req.dataset,

@@ -262,3 +262,23 @@ def test_nothing_settles_means_no_recommendation_and_a_fixed_threshold_needs_no_
                      "--settle-steps", "1000") == 0
     row = _row(tmp_path / "fixed")
     assert row["heap_settle_json"] is None and row["margin_heap_mib"] == 0.0 and row["recommended_batch"] > 8
+
+
+@pytest.mark.parametrize(("cap", "settle_runs"), [(4, 0), (20, 3)])
+def test_a_search_stopped_by_the_cap_recommends_the_cap_when_it_leaves_the_margin_unused(
+        fake_executor, tmp_path, capsys, cap, settle_runs):
+    """No size failed below --max-batch-cap, so there is no boundary: the margin counts against the budget, and the
+    memory the cap leaves unused already holds it (peak = 100 + 10 * batch MiB of 385: 245 MiB left at 4, 85 at 20,
+    against a margin of 3 MiB of jitter and a heap allowance). Settling runs are skipped only where the cap's process
+    would have to double to run out (4: 140 MiB used, 245 left); at 20 (300 used, 85 left) they still run."""
+    made = fake_executor()
+    assert _maxbatch(tmp_path / "out", "--max-batch-cap", str(cap), "--settle-steps", "20") == 0
+    out = capsys.readouterr().out
+    row = _row(tmp_path / "out")
+    assert row["capped"] == 1 and row["max_batch"] == cap and row["recommended_batch"] == cap, row
+    unused = BUDGET_MIB - (100 + 10 * cap)
+    assert CPU_PEAK_JITTER_MIB <= row["margin_total_mib"] <= unused, (row["margin_total_mib"], unused)
+    settle_units = [u for u in made[0].units if u.trial.purpose == "settle"]
+    assert len(settle_units) == settle_runs
+    assert ("not settled: at --max-batch-cap 4" in out) == (settle_runs == 0), out
+    assert "unused under the budget" in out and f": {cap}  (power of two" in out, out
