@@ -218,11 +218,11 @@ def _request(**kw: object) -> MaxBatchRequest:
 
 
 @pytest.mark.slow
-@pytest.mark.alone  # peaks under an OS memory limit, scanned to within a fresh process's jitter
+@pytest.mark.alone  # peaks under an OS memory limit, checked to within a fresh process's jitter
 @pytest.mark.xdist_group("real_search")
-def test_real_boundary_on_cpu_agrees_with_an_exhaustive_scan(real_search, cache_dir, tmp_path):
-    # the search is the shared real one (tests/maxbatch/conftest.py: `batchscope maxbatch`, 400 MiB); the scan
-    # below runs the same request the command built, in fresh workers of its own
+def test_real_boundary_on_cpu_holds_in_fresh_workers_either_side_of_it(real_search, cache_dir, tmp_path):
+    # the search is the shared real one (tests/maxbatch/conftest.py: `batchscope maxbatch`, 400 MiB); the check
+    # at the end runs the same request the command built, in fresh workers of its own
     rows = [real_search.row]
     with Store.open(real_search.out, create=False) as store:
         probes = store.trials("purpose = 'probe'")
@@ -252,8 +252,8 @@ def test_real_boundary_on_cpu_agrees_with_an_exhaustive_scan(real_search, cache_
     # RLIMIT_DATA counts); and since `fail` failed, less than (fail - best) samples plus the jitter was left unused
     spare = answer_headroom_mib(MaxBatchResult.from_row(rows[0]))
     assert spare is not None and 0.0 <= spare < (fail - best) * fit.b_mib_per_sample + CPU_PEAK_JITTER_MIB, spare
-    # the exhaustive scan around the answer, each size in a fresh worker, the longer (confirm) run, under the
-    # request `batchscope maxbatch` built from the same options (its defaults: 2048 samples, momentum 0.9)
+    # fresh workers either side of the answer, the longer (confirm) run, under the request `batchscope maxbatch`
+    # built from the same options (its defaults: 2048 samples, momentum 0.9)
     req = MaxBatchRequest(framework="pytorch", model="tiny_cnn", device="cpu", memory_limit_mib=400.0, threads=1,
                           momentum=0.9, synthetic_shape=SHAPE)
     data = prepare(DataRequest(name="synthetic", synthetic_shape=SHAPE, synthetic_classes=req.synthetic_classes,
@@ -261,15 +261,17 @@ def test_real_boundary_on_cpu_agrees_with_an_exhaustive_scan(real_search, cache_
     prober = WorkerProber(req, resolve_budget(req, []), data, LocalExecutor(log_dir=tmp_path / "scan"))
     assert FIXED_THRESHOLD.items() <= json.loads(real_search.row["train_env_json"]).items()  # what its workers had
     # A fresh process's peak at one size moves by whole 1 MiB CPython arenas (docs/maxbatch.md; seen in CI: the
-    # answer 384 passed the search's confirm run, then failed in the scan). So the scan agrees up to that
-    # jitter, both ways: the size j below the answer fits, the size j above the search's first failure fails,
-    # and every worker in between either fits or runs out of memory (never another failure).
+    # answer 384 passed the search's confirm run, then failed in a fresh worker). So the boundary is checked up to
+    # that jitter, both ways: the size j below the answer fits, the size j above the search's first failure fails
+    # with oom. The sizes between are not run: within the jitter a fresh worker may go either way, so all a run of
+    # them could check is that each fits or runs out of memory, which the search's own probes were checked for
+    # above (an exhaustive scan of the 2j + 2 sizes took ~170 s of the suite's 2 cores: issue 30)
     j = jitter_samples(fit)
     assert j < best / 20, (j, best)  # the tolerance stays small next to the answer
     with fixed_threshold():  # the allocator setting the search ran under (tests/maxbatch/conftest.py)
-        scan = {b: prober(b, True).status for b in range(best - j, fail + j + 1)}
-    assert set(scan.values()) <= {"ok", "oom"}, scan
-    assert scan[best - j] == "ok" and scan[fail + j] == "oom", (j, scan)
+        below, above = prober(best - j, True), prober(fail + j, True)
+    assert below.status == "ok", (j, below.status, below.reason)
+    assert above.status == "oom", (j, above.status, above.reason)
 
 
 @pytest.mark.slow
@@ -326,7 +328,8 @@ def test_sweep_with_max_batch_stores_the_search_per_framework(tmp_path, capsys):
     exp.write_text('name = "mbsweep"\nframeworks = ["pytorch"]\nmodel = "tiny_cnn"\nbatch_sizes = [8]\n'
                    'device = "cpu"\nthreads = 1\nwarmup_steps = 1\ntimed_steps = 2\nsynthetic_shape = [3, 64, 64]\n'
                    'synthetic_samples = 512\nmax_batch = true\nmemory_limit_mib = 360\n'
-                   'max_batch_settle_steps = 20\n')  # the settling runs' length, from the experiment
+                   'max_batch_settle_steps = 20\n'  # the settling runs' length, from the experiment
+                   'max_batch_granularity = "10%"\n')  # and the search's resolution (fewer probes than the default)
     out = tmp_path / "out"
     assert main(["run", str(exp), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -336,7 +339,9 @@ def test_sweep_with_max_batch_stores_the_search_per_framework(tmp_path, capsys):
         probes = store.trials("purpose = 'probe'")
     assert len(rows) == 1 and rows[0]["framework"] == "pytorch" and rows[0]["max_batch"] > 8
     assert rows[0]["budget_kind"] == "cpu-rlimit-data"
-    assert 0 < rows[0]["first_fail_batch"] - rows[0]["max_batch"] <= CPU_RESOLUTION.allowed(rows[0]["max_batch"])
+    assert rows[0]["resolution"] == "10%", rows[0]["resolution"]
+    best = rows[0]["max_batch"]
+    assert 0 < rows[0]["first_fail_batch"] - best <= Resolution.parse("10%").allowed(best)
     assert [t["batch_size"] for t in sweep] == [8] and len(probes) == rows[0]["probes_n"]
     assert f"max batch pytorch: {rows[0]['max_batch']} fits" in printed
     assert rows[0]["heap_settle_steps"] == 20 and rows[0]["heap_settle_json"]
