@@ -61,6 +61,8 @@ STEPS = 3
 #: single steps timed, each followed by a read of the weights; the verdict takes medians
 TIMING_REPEATS = 5
 PROGRESS = "progress.txt"
+#: the compilation cache the probes of one session share, beside their output directories
+COMPILE_CACHE = "compile-cache"
 
 
 def fixed_batch(
@@ -108,7 +110,12 @@ class Probe:
 
     def setup(self) -> dict[str, Any]:
         # math_mode as a worker asks by default: on the CPU an adapter with the capability reads back "n/a"
-        return {"facts": self.adapter.setup(RuntimeConfig(device="cpu", threads=1, math_mode="ieee"))}
+        # and a persistent compilation cache, as a sweep's worker has one: the probe builds the same models several
+        # times (a program compiled once is read back, never run differently), and the probes of one test session
+        # share it (JAX: 100 s of compiling without it, issue 30)
+        cache = str(self.out.parent / COMPILE_CACHE) if self.out is not None else None
+        return {"facts": self.adapter.setup(RuntimeConfig(device="cpu", threads=1, math_mode="ieee",
+                                                          compile_cache_dir=cache))}
 
     def _build(self, model: str, shape: tuple[int, int, int], classes: int, optimizer: OptimizerSpec = SGD) -> Any:
         desc = build_description(model, shape, classes)
