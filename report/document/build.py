@@ -224,7 +224,7 @@ def _tables(pdf: PdfWriter, exp: Experiment, cell_list: list[Any], sweep: list[d
              tables.maxbatch(exp.maxbatch),
              None if sweep is None else tables.comparison(compare.side_by_side(sweep) if sweep else [])]
     if parts[1] is not None and acc_why:
-        parts[1] = dataclasses.replace(parts[1], note=parts[1].note + f"; no accuracy column: {acc_why}")
+        parts[1] = dataclasses.replace(parts[1], note=f"{parts[1].note} No accuracy column: {acc_why}.")
     wrote_headline = False
     for table in parts:
         if table is None:
