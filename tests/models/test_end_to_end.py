@@ -63,7 +63,7 @@ def test_run_and_maxbatch_with_a_user_model_from_outside_the_repository(
     out = tmp_path / "out"
     assert main(["run", str(_experiment(tmp_path / "e.toml", model, ("pytorch", "mxnet"))), "--out", str(out)]) == 0
     assert main(["maxbatch", "--framework", "pytorch", "--model", model, "--device", "cpu", "--threads", "1",
-                 "--memory-limit-mib", "4000", "--max-batch-cap", "8", "--out", str(out / "mb"),
+                 "--memory-limit-mib", "4000", "--max-batch-cap", "2", "--out", str(out / "mb"),
                  "--settle-steps", "20"]) == 0
     with Store.open(out, create=False) as store:
         rows = store.trials()
