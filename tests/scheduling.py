@@ -117,7 +117,12 @@ class _Recorder:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if getattr(self.config, "workerinput", None) is not None:
             return  # the controller writes (it sees every worker's reports)
-        tests = {nodeid: [s, kind] for nodeid, (s, kind) in load_tests().items()}
+        # a module this run ran is written as it ran (a test renamed or removed there leaves no entry); the others
+        # keep their entries while their file exists, so a run of part of the suite updates that part
+        ran = {nodeid.split("::")[0] for nodeid in self.tests}
+        root = Path(str(self.config.rootpath))
+        tests = {nodeid: [s, kind] for nodeid, (s, kind) in load_tests().items()
+                 if nodeid.split("::")[0] not in ran and (root / nodeid.split("::")[0]).is_file()}
         tests.update({nodeid: [round(s, 2), kind] for nodeid, (s, kind) in self.tests.items()})
         lines = (f"{json.dumps(nodeid)}: {json.dumps(entry)}" for nodeid, entry in sorted(tests.items()))
         DURATIONS_FILE.write_text("{\n" + ",\n".join(lines) + "\n}\n")
