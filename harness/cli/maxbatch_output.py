@@ -28,7 +28,7 @@ def print_recommendation(row: MaxBatchResult, file: Any) -> None:
     """The recommended size, the margin it leaves and what that is made of, and how to train to keep it."""
     import json
 
-    from harness.maxbatch.advice import cap_clear_of_budget, env_words, glibc_heap_varies, settle_stopped
+    from harness.maxbatch.advice import cap_skips_settling, env_words, settle_stopped
 
     total = row.margin_total_mib
     if total is None:  # a row from before issue 18: the user's margin only
@@ -70,8 +70,7 @@ def print_recommendation(row: MaxBatchResult, file: Any) -> None:
         print(f"settled under glibc's default malloc: {len(runs)} fresh run(s) of {row.heap_settle_steps} "
               f"steps + eval at {', '.join(map(str, tried))}"
               + (f"; failed: {', '.join(failed)}" if failed else "; all trained"), file=file)
-    elif row.train_env_json is not None and cap_clear_of_budget(row) and glibc_heap_varies(
-            row.budget_kind or "", json.loads(row.train_env_json or "{}")):
+    elif cap_skips_settling(row):
         print(f"not settled: at --max-batch-cap {row.max_batch} the probes left more of the budget unused than the "
               f"cap's whole peak ({row.answer_peak_mib:.0f} MiB): glibc's heap, which moves by tens of MiB, cannot "
               "use that up", file=file)

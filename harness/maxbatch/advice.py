@@ -95,18 +95,23 @@ def env_words(env: dict[str, str]) -> str:
     return " ".join(f"{k}={v}" for k, v in env.items()) if env else "(no allocator settings)"
 
 
-def cap_clear_of_budget(row: MaxBatchResult) -> bool:
-    """Whether a search that stopped at ``--max-batch-cap`` (no size failed) left at least the cap's own peak unused:
-    the process at the cap would have to double to run out, so a heap that moves by tens of MiB between processes
-    and over steps (CPU_HEAP_ALLOWANCE) cannot take it there, and no settling runs are needed."""
-    if not row.capped or row.answer_peak_mib is None or row.budget_mib is None:
-        return False
-    return float(row.budget_mib) - float(row.answer_peak_mib) >= float(row.answer_peak_mib)
-
-
 def glibc_heap_varies(budget_kind: str, train_env: dict[str, str]) -> bool:
     """Whether a CPU search ran under glibc's adaptive mmap threshold (no MALLOC_MMAP_THRESHOLD_ fixed)."""
     return budget_kind == "cpu-rlimit-data" and "MALLOC_MMAP_THRESHOLD_" not in train_env
+
+
+def cap_skips_settling(row: MaxBatchResult) -> bool:
+    """Whether a search under glibc's adaptive threshold needs no settling runs because it stopped at
+    ``--max-batch-cap`` (no size failed) leaving at least the cap's own peak unused: the process at the cap would have
+    to double to run out, which a heap that moves by tens of MiB between processes and over steps cannot do."""
+    if not row.capped or row.answer_peak_mib is None or row.budget_mib is None:
+        return False
+    try:
+        train_env = json.loads(row.train_env_json or "{}")
+    except (TypeError, ValueError):
+        return False
+    return (glibc_heap_varies(row.budget_kind, train_env)
+            and float(row.budget_mib) - float(row.answer_peak_mib) >= float(row.answer_peak_mib))
 
 
 @dataclass(frozen=True)

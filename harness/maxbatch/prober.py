@@ -36,7 +36,7 @@ from harness.maxbatch.advice import (
     Formula,
     Margin,
     answer_env,
-    cap_clear_of_budget,
+    cap_skips_settling,
     glibc_heap_varies,
     pow2_at_or_below,
     recommend,
@@ -347,7 +347,7 @@ def run_maxbatch(req: MaxBatchRequest, store: Store, run_id: int, *, data: Prepa
         param_count, activation_floats = next((o.param_count for o in prober.outcomes if o.param_count), 0), 0
     train_env = answer_env(prober.env, dict(os.environ))
     row = result_row(req, budget, result, param_count, activation_floats, run_id, env, prober.outcomes, train_env)
-    if glibc_heap_varies(budget.kind, train_env) and row.recommended_batch and not cap_clear_of_budget(row):
+    if glibc_heap_varies(budget.kind, train_env) and row.recommended_batch and not cap_skips_settling(row):
         row = settled(row, settle_heap(prober, row.recommended_batch, req.settle_steps), req.settle_steps)
     if req.verify_steps and row.recommended_batch:
         row = verified(row, prober.verify(row.recommended_batch, req.verify_steps), budget.kind)
