@@ -30,16 +30,14 @@ from typing import Any
 
 import pytest
 
+from tests.scheduling import kind_of
+
 ENV = "BATCHSCOPE_SUITE_CPU"
 
 
 def _cpu() -> tuple[float, float]:
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
-
-
-def _kind(item: Any) -> str:
-    return next((k for k in ("alone", "slow") if item.get_closest_marker(k) is not None), "fast")
 
 
 _rows: list[dict[str, Any]] = []
@@ -50,7 +48,7 @@ def pytest_runtest_protocol(item: Any, nextitem: Any) -> Iterator[None]:
     t0, (self0, kids0) = time.monotonic(), _cpu()
     yield
     self1, kids1 = _cpu()
-    _rows.append({"test": item.nodeid, "kind": _kind(item), "wall_s": round(time.monotonic() - t0, 3),
+    _rows.append({"test": item.nodeid, "kind": kind_of(item.keywords), "wall_s": round(time.monotonic() - t0, 3),
                   "self_cpu_s": round(self1 - self0, 3), "children_cpu_s": round(kids1 - kids0, 3)})
 
 

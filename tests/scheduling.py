@@ -86,7 +86,7 @@ def alone_section() -> Any:
 @pytest.fixture(autouse=True)
 def _alone_or_shared(request: pytest.FixtureRequest) -> Iterator[None]:
     node = request.node
-    kind = _kind(node.keywords)
+    kind = kind_of(node.keywords)
     if kind == "fast":
         yield
         return
@@ -97,7 +97,8 @@ def _alone_or_shared(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
 
 
-def _kind(keywords: Any) -> str:
+def kind_of(keywords: Any) -> str:
+    """A test's kind from its markers: ``alone``, ``slow`` (starts a real framework) or ``fast``."""
     return "alone" if "alone" in keywords else "slow" if "slow" in keywords else "fast"
 
 
@@ -111,15 +112,18 @@ class _Recorder:
         nodeid = _plain(report.nodeid)
         waited = sum(float(v) for k, v in report.user_properties if k == "lock_wait_s") if report.when == "setup" \
             else 0.0
-        entry = self.tests.setdefault(nodeid, [0.0, _kind(report.keywords)])
+        entry = self.tests.setdefault(nodeid, [0.0, kind_of(report.keywords)])
         entry[0] += max(0.0, report.duration - waited)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if getattr(self.config, "workerinput", None) is not None:
             return  # the controller writes (it sees every worker's reports)
-        # a module this run ran is written as it ran (a test renamed or removed there leaves no entry); the others
-        # keep their entries while their file exists, so a run of part of the suite updates that part
-        ran = {nodeid.split("::")[0] for nodeid in self.tests}
+        # a module this run ran whole is written as it ran (a test renamed or removed there leaves no entry); the
+        # others keep their entries while their file exists, so a run of part of the suite updates that part (a run
+        # filtered by -k, -m or a test's id ran only part of its modules: it replaces the entries it has, no more)
+        opt = self.config.option
+        filtered = bool(opt.keyword or opt.markexpr or any("::" in a for a in self.config.args))
+        ran = set() if filtered else {nodeid.split("::")[0] for nodeid in self.tests}
         root = Path(str(self.config.rootpath))
         tests = {nodeid: [s, kind] for nodeid, (s, kind) in load_tests().items()
                  if nodeid.split("::")[0] not in ran and (root / nodeid.split("::")[0]).is_file()}
