@@ -121,8 +121,8 @@ def maxbatch(rows: Sequence[MaxBatchResult]) -> Table | None:
             advice.append(f"{r.framework or '-'}: {line}.")
         if (line := train_advice(r)) is not None:
             advice.append(f"{r.framework or '-'}: {line}.")
-        fail = (f"{_g(r.first_fail_batch)} ({r.first_fail_status or '-'})"
-                if r.first_fail_batch is not None else "-")
+        fail = (f"{_g(r.first_fail_batch)} ({r.first_fail_status or '-'})" if r.first_fail_batch is not None
+                else "none up to the cap" if r.capped else "-")  # capped: max batch is the cap, not a boundary
         rec = (f"{_g(r.recommended_batch)} (pow2 {_g(r.recommended_pow2)}, "
                f"×8 {_g(r.recommended_mult8)})")
         formula = _g(r.formula_batch)

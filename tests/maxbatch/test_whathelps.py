@@ -277,6 +277,17 @@ def test_the_report_tells_the_searches_apart_and_takes_the_plain_one_as_what_fit
     assert "setting" in table.csv_headers and "effective_batch" in table.csv_headers
 
 
+def test_the_reports_max_batch_table_says_when_the_cap_stopped_the_search():
+    from report.document.tables import maxbatch
+
+    row = {"framework": "pytorch", "model": "m", "max_batch": 4, "recommended_batch": 4, "budget_mib": 8000.0,
+           "budget_kind": "cpu-rlimit-data"}
+    capped, found = MaxBatchResult.from_row(row | {"capped": 1}), MaxBatchResult.from_row(row)
+    table = maxbatch([capped, found])
+    assert table is not None and table.headers[5] == "first failing"
+    assert [r[5] for r in table.rows] == ["none up to the cap", "-"]
+
+
 # ---------------------------------------------------------------- real workers, real limits
 @pytest.mark.slow
 @pytest.mark.alone  # two workers' peaks compared to within a fresh process's jitter
