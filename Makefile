@@ -2,26 +2,29 @@
 # `make quick` ends with the answer: the recommended batch size per framework (also page 1 of the PDF).
 # The virtual environment lives in .venv and is rebuilt only when pyproject.toml or constraints.txt change.
 PY ?= python3
-# GPU=1 (README, "On a GPU machine"): a venv of its own, .venv-gpu, with the frameworks' CUDA builds (the `gpu`
-# extra under constraints-gpu.txt: never beside tensorflow-cpu, which installs the same `tensorflow` module), and
-# the quick run limited to the frameworks that have a GPU build (MXNet's CUDA wheels are retired: README)
+# GPU=1 (README, "On a GPU machine"): each framework's managed environment is built from its CUDA lock
+# (adapters/<framework>/locks/cuda.txt; MXNet has none: its CUDA wheels are retired, so the quick run leaves it out).
+# The parent's .venv is the same on every machine: it holds no framework (docs/environments.md).
 GPU ?=
 , := ,
-VENV := $(if $(GPU),.venv-gpu,.venv)
-EXTRAS := $(if $(GPU),gpu,dev)
-CONSTRAINTS := -c constraints.txt $(if $(GPU),-c constraints-gpu.txt)
+VENV := .venv
 QUICK_FLAGS := $(if $(GPU),--frameworks pytorch$(,)tensorflow$(,)jax)
+export BATCHSCOPE_ENV_KIND := $(if $(GPU),cuda,$(BATCHSCOPE_ENV_KIND))
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OUT ?= $(if $(GPU),results/quick-gpu,results/quick)
 
-.PHONY: quick test test-fast test-durations lint bench lock clean-venv
+.PHONY: quick test test-fast test-durations lint bench lock locks envs clean-venv
 
-$(STAMP): pyproject.toml constraints.txt $(if $(GPU),constraints-gpu.txt)
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q $(CONSTRAINTS) -e '.[$(EXTRAS)]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
+
+# each framework's managed environment, built ahead (run and maxbatch build what they need on first use)
+envs: $(STAMP)
+	$(BIN)/batchscope env build
 
 quick: $(STAMP)
 	$(BIN)/batchscope run experiments/quick.toml --out $(OUT) --resume $(QUICK_FLAGS)
@@ -31,13 +34,15 @@ quick: $(STAMP)
 
 # Two pytest-xdist workers (most of the time is frameworks starting in subprocesses, one core each); the units,
 # their order and the tests that run alone are tests/scheduling.py's. `make test-durations` re-records the order.
+# The framework environments are built first (once; reused while their locks are unchanged), so that no test's
+# time limit counts a build.
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 
-test: $(STAMP)
+test: envs
 	$(BIN)/python -m pytest $(XDIST)
 
-test-durations: $(STAMP)
+test-durations: envs
 	$(BIN)/python -m pytest $(XDIST) --update-durations
 
 # the tests that start no framework, for the edit-test loop (CI runs `make test`). The frameworks are blocked
@@ -53,8 +58,12 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/harness_overhead.py
 	$(BIN)/python benchmarks/trial_fixed_cost.py
 
+# the parent's pins (constraints.txt) from .venv as it is; `make locks`: each framework's lock resolved anew
 lock: $(STAMP)
-	$(BIN)/python -m pip freeze --exclude-editable | sed 's/+cpu//' > constraints.txt.new && mv constraints.txt.new constraints.txt
+	$(BIN)/python -m pip freeze --exclude-editable > constraints.txt.new && mv constraints.txt.new constraints.txt
+
+locks: $(STAMP)
+	$(BIN)/python -m harness.envs.locking
 
 clean-venv:
 	rm -rf $(VENV)

@@ -104,6 +104,10 @@ class Adapter(ABC):
     name: ClassVar[str]
     #: PyPI distributions whose versions are reported (the first one is "the framework").
     distributions: ClassVar[tuple[str, ...]]
+    #: Optional (plugins): pip requirement strings for a managed environment of this adapter's own, e.g.
+    #: ``("torch==2.13.*", "numpy>=2")``; built like a built-in framework's (docs/environments.md). Empty: the
+    #: environment of the built-in framework whose module it imports (``import_name``), else the parent's interpreter.
+    requirements: ClassVar[tuple[str, ...]] = ()
     #: Module to import to check the framework is installed (``torch``). The parent never imports it: the
     #: layering test, the contract suite and the user-model guard take their framework lists from this.
     import_name: ClassVar[str]
@@ -192,6 +196,14 @@ class Adapter(ABC):
             f"{precision!r} is not run by the {name} adapter on {_ON.get(device, device)} "
             f"({cls.precision_reason(precision, device)}), so {precision!r} would not be applied; {instead}"
         )
+
+    @classmethod
+    def import_framework(cls) -> Any:
+        """Import the framework (in a worker, or in the check of an environment) and return its module. Override
+        where the import needs a step first (MXNet 1.9.1 needs ``numpy.bool`` back on NumPy >= 1.24)."""
+        import importlib
+
+        return importlib.import_module(cls.import_name)
 
     @classmethod
     def gpu_build(cls) -> GpuBuild | None:

@@ -129,6 +129,14 @@ class TrialUnit:
     os_memory_limit_mib: float | None = None  # CPU budget: RLIMIT_DATA on the worker, enforced by the kernel
     env: dict[str, str] = field(default_factory=dict)
     progress_interval_s: float | None = PROGRESS_INTERVAL_S  # progress messages at most this often; None: none
+    #: how the trial row names the interpreter's environment (``managed pytorch-cpu@1a2b3c4d5e6f``, ``user``,
+    #: ``parent``)
+    environment: str = ""
+    #: the managed environment ``python`` belongs to (a harness.envs.spec.EnvSpec): rebuilt where it is missing (it
+    #: was deleted during the sweep, or this is another Ray node); None for a user's or the parent's interpreter
+    env_spec: Any = None
+    #: why this trial cannot run at all (its framework's environment failed to build): stored as an error, unstarted
+    unavailable: str | None = None
 
 
 @dataclass(frozen=True)
@@ -292,6 +300,8 @@ class TrialOutcome:
     #: the gradient-noise measurement of each evaluation point (harness.noise.NoiseRecord), where it was asked for
     gradient_noise: list[NoiseRecord] = field(default_factory=list)
     placement: Placement = field(default_factory=Placement)  # where it ran (host, node, GPU, concurrency, attempt)
+    python: str = ""  # the interpreter the worker ran in (what it reported; the unit's where it reported nothing)
+    environment: str = ""  # its environment (TrialUnit.environment)
 
 
 @dataclass(frozen=True)

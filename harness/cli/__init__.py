@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from harness import __version__
-from harness.cli import adapters, compare, doctor, export, maxbatch, recommend, report, run
+from harness.cli import adapters, compare, doctor, env, export, maxbatch, recommend, report, run
 from harness.diskfull import disk_full, is_disk_full
 from harness.errors import BatchscopeError, BatchscopeWarning, ConfigError, Terminated
 
@@ -27,7 +27,7 @@ Command = Callable[[argparse.Namespace], int]
 
 
 #: Every subcommand, in the order ``--help`` lists them; each module's ``register(sub)`` adds its parser.
-COMMANDS = (run, compare, report, recommend, maxbatch, export, adapters, doctor)
+COMMANDS = (run, compare, report, recommend, maxbatch, export, adapters, doctor, env)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,24 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.envs.spec import chosen_kind, envs_root
 from harness.monitor import environment
-from harness.registry import list_adapters
+from harness.registry import known_adapter_names
 
-#: (distribution, predicate on the version tuple, what to do when it fails)
-PIN_RULES = (
-    ("numpy", lambda v: v < (2,), "MXNet 1.9.1 needs numpy < 2: pip install -c constraints.txt 'numpy==1.26.4'"),
-    ("pandas", lambda v: v < (3,), "pandas 3 needs numpy >= 2, which breaks MXNet: pip install 'pandas<3'"),
-)
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.split("+")[0].split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
+#: the parent's own distributions compared with constraints.txt (the frameworks are in their own environments)
+PARENT_PINNED = ("numpy", "pandas", "pyarrow", "nvidia-ml-py", "psutil", "rich")
 
 
 def _constraints() -> dict[str, str]:
@@ -42,15 +30,10 @@ def _constraints() -> dict[str, str]:
 
 
 def pin_problems() -> list[str]:
-    """Installed versions that break a supported framework or differ from constraints.txt."""
+    """The parent's installed versions that differ from constraints.txt (the set measured to work together)."""
     problems = []
-    mxnet_installed = _installed("mxnet") is not None
-    for dist, ok, fix in PIN_RULES:
-        version = _installed(dist)
-        if version and mxnet_installed and not ok(_version_tuple(version)):
-            problems.append(f"{dist} {version}: {fix}")
     pins = _constraints()
-    for dist in ("torch", "tensorflow-cpu", "mxnet", "numpy", "pandas", "nvidia-ml-py"):
+    for dist in PARENT_PINNED:
         version = _installed(dist)
         want = pins.get(dist)
         if version and want and version.split("+")[0] != want:
@@ -66,24 +49,6 @@ def _installed(dist: str) -> str | None:
         return None
 
 
-def build_words(framework: str, gpu_present: bool) -> tuple[str, str | None]:
-    """(the installed build in words, a note when a GPU is present that the build cannot use), from the adapter's
-    :meth:`~adapters.base.Adapter.gpu_build` (the distributions' metadata; no framework is imported)."""
-    from harness.run.devices import build_of
-
-    try:
-        gpu, label = build_of(framework)
-    except Exception as e:  # noqa: BLE001 - a broken plugin's metadata must not stop the rest of the report
-        return f"unknown ({type(e).__name__}: {e})", None
-    if gpu_present and gpu is False:
-        return label, (f"a GPU is present, but this {framework} build cannot use it: under device = \"auto\" it runs "
-                       "on the CPU, and a run beside frameworks on the GPU is refused; install its GPU build "
-                       "(README, \"On a GPU machine\") or leave it out with --frameworks")
-    if gpu_present and gpu is None:
-        return label, "a GPU is present; whether this build can use it is not known before it runs"
-    return label, None
-
-
 def run_doctor() -> int:
     """Print the report; exit 0 when nothing is wrong, 1 when a pin problem was found."""
     print(f"batchscope  python {platform.python_version()} ({sys.executable})")
@@ -94,16 +59,7 @@ def run_doctor() -> int:
     for gpu in env["gpus"]:
         print(f"            #{gpu['index']} {gpu['name']}: {gpu['memory_total_mib']:.0f} MiB, driver {gpu['driver']}, "
               f"CUDA {gpu['cuda_driver']}")
-    print("frameworks")
-    for a in list_adapters():
-        state = (f"{a.distribution} {a.version}" if a.installed
-                 else f"not installed (pip install 'batchscope[{a.name}]')")
-        print(f"  {a.name:<11} {state}" + (f"  PROBLEM: {a.problem}" if a.problem else ""))
-        if a.installed and not a.problem:
-            build, note = build_words(a.name, bool(env["gpus"]))
-            print(f"  {'':<11} build: {build}")
-            if note:
-                print(f"  {'':<11} NOTE: {note}")
+    print_environments(sorted(known_adapter_names()), chosen_kind(bool(env["gpus"])), bool(env["gpus"]))
     problems = pin_problems()
     if problems:
         print("pin problems")
@@ -125,3 +81,55 @@ def register(sub: Any) -> None:
     """Add the ``doctor`` subcommand."""
     p = sub.add_parser("doctor", help="check Python, frameworks, pins and GPUs")
     p.set_defaults(func=cmd_doctor)
+
+
+def print_environments(frameworks: list[str], kind: str, gpu_present: bool = False) -> None:
+    """Each framework's environment: where, built or not, the lock it follows, versions, CPU or CUDA build."""
+    from harness.envs.build import python_in, read_facts
+    from harness.envs.resolve import WORKER_PACKAGES, _code_dir, existing_managed, read_interpreter_facts
+    from harness.errors import AdapterError
+    from harness.registry import adapter_target
+
+    print(f"frameworks  (each in an environment of its own; locks of kind {kind!r}: `batchscope env build` builds "
+          "them ahead, `run` and `maxbatch` on first use)")
+    for name in frameworks:
+        try:
+            spec, built = existing_managed(name, kind)
+        except AdapterError as e:
+            print(f"  {name:<11} PROBLEM: {e}")
+            continue
+        if spec is None:
+            print(f"  {name:<11} the parent's interpreter ({sys.executable}): the adapter declares no environment")
+            continue
+        print(f"  {name:<11} {spec.label}: lock {spec.source}")
+        if built is None:
+            print(f"  {'':<11} not built yet ({spec.path(envs_root())}): built on first use, or now with "
+                  f"`batchscope env build {name}`")
+            continue
+        recorded = read_facts(built)
+        target = adapter_target(name)
+        facts = read_interpreter_facts(str(python_in(built)), target,
+                                       (str(_code_dir([*WORKER_PACKAGES, target.partition(":")[0]])),), False)
+        versions = ", ".join(f"{k} {v}" for k, v in (("python", facts.get("python") or recorded.get("python")),
+                                                     (facts.get("distribution") or name,
+                                                      facts.get("framework_version")),
+                                                     ("numpy", facts.get("numpy") or recorded.get("numpy"))) if v)
+        print(f"  {'':<11} built: {built} ({versions})")
+        if facts.get("problem"):
+            print(f"  {'':<11} PROBLEM: {facts['problem']}")
+            continue
+        label, note = _build_note(name, facts.get("gpu"), str(facts.get("build") or "unknown"), gpu_present)
+        print(f"  {'':<11} build: {label}")
+        if note:
+            print(f"  {'':<11} NOTE: {note}")
+
+
+def _build_note(framework: str, gpu: bool | None, label: str, gpu_present: bool) -> tuple[str, str | None]:
+    """(the build in words, a note when a GPU is present that the build cannot use)."""
+    if gpu_present and gpu is False:
+        return label, (f"a GPU is present, but this {framework} build cannot use it: under device = \"auto\" it runs "
+                       "on the CPU, and a run beside frameworks on the GPU is refused; build its CUDA environment "
+                       "(BATCHSCOPE_ENV_KIND=cuda, README \"On a GPU machine\") or leave it out with --frameworks")
+    if gpu_present and gpu is None:
+        return label, "a GPU is present; whether this build can use it is not known before it runs"
+    return label, None

@@ -117,6 +117,9 @@ def register(sub: Any) -> None:
     p.add_argument("--data-dir", type=path_arg("--data-dir"), help="local copy of a downloadable data set")
     p.add_argument("--data-layout", choices=DATA_LAYOUTS, default="auto",
                    help="image layout of an npz:FILE data set (default: detected from the channel axis)")
+    p.add_argument("--python", action="append", default=[], metavar="FRAMEWORK=PATH",
+                   help="run the probes in this interpreter (your own environment, checked first) instead of "
+                        "batchscope's managed one for the framework")
     p.add_argument("--quiet", action="store_true",
                    help="plain lines instead of live progress (the default when stdout is not a terminal)")
     p.set_defaults(func=cmd_maxbatch)
@@ -131,6 +134,7 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     req = _request(args)
     out = Path(args.out or Path("results") / "maxbatch")
     env = environment.capture()
+    _choose_interpreter(args, req, env)
     plan = _plan(args, req, env)
     display = _ProbeDisplay(make_progress(quiet=args.quiet), req, plan.budget.kind)
     command = "batchscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -155,6 +159,27 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
           "storing, and any settling or --verify runs included)")
     print(f"\nstored in {out / 'results.sqlite'} (table maxbatch, probes in trials with purpose 'probe')")
     return 1 if outcome.row.verify_failed else 0
+
+
+def _choose_interpreter(args: argparse.Namespace, req: Any, env: dict[str, Any]) -> None:
+    """The framework's interpreter (harness.envs): ``--python FRAMEWORK=PATH`` (checked there, exit 2 where it cannot
+    run it) or its managed environment, built on first use; one line says which. A failed build is exit 1."""
+    from harness.envs.resolve import choose, parse_python_options
+    from harness.envs.spec import chosen_kind
+    from harness.errors import BatchscopeError, ConfigError
+
+    named = parse_python_options(args.python)
+    unknown = sorted(set(named) - {req.framework})
+    if unknown:
+        raise ConfigError(f"--python {unknown[0]}=...: this search runs {req.framework!r} only")
+    if not named and req.python:
+        named = {req.framework: req.python}
+    where = {fw: (path, f"--python {fw}") for fw, path in named.items()}
+    interpreter = choose([req.framework], where, chosen_kind(bool(env.get("gpus"))),
+                         say=lambda line: print(f"environment {line}", flush=True))[req.framework]
+    if interpreter.problem:
+        raise BatchscopeError(f"{req.framework}'s environment could not be built: {interpreter.problem}")
+    print(f"environment {interpreter.line()}", flush=True)
 
 
 def _request(args: argparse.Namespace) -> Any:

@@ -38,6 +38,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                              device=args.device, repeats=args.repeats, epochs=args.epochs, math_mode=args.math_mode,
                              skip_larger_after_oom=False if args.no_skip_larger else None,
                              allow_mixed_devices=True if args.allow_mixed_devices else None)
+    if args.python:
+        from harness.envs.resolve import parse_python_options
+
+        exp = exp.with_interpreters(parse_python_options(args.python))
     out = Path(args.out or Path("results") / exp.name)
     command = "batchscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     factory, notice = monitor_factory_for(exp)
@@ -97,6 +101,9 @@ class _Shown(SweepListener):
         for r in resolved:
             print(f"device {r.line()}")
 
+    def on_environment(self, line: str) -> None:  # a build, then where each framework runs, before any trial
+        print(f"environment {line}", flush=True)
+
     def on_plan(self, todo: Sequence[TrialSpec], data: PreparedData) -> None:
         self.display.plan(list(todo), planned_work(list(todo), data.n_train))
 
@@ -135,6 +142,9 @@ def register(sub: Any) -> None:
     p.add_argument("--allow-mixed-devices", action="store_true",
                    help="run frameworks whose builds land on different devices (one on the GPU, one on the CPU); "
                    "every table and verdict then compares within one device only (default: refused)")
+    p.add_argument("--python", action="append", default=[], metavar="FRAMEWORK=PATH",
+                   help="run FRAMEWORK's trials in this interpreter (your own environment, checked before the first "
+                        "trial) instead of batchscope's managed one; repeat for several frameworks")
     p.add_argument("--repeats", type=int, help="override the number of repeats")
     p.add_argument("--epochs", type=int, help="override the number of epochs")
     p.add_argument("--resume", action="store_true",

@@ -110,6 +110,8 @@ class AdapterSettings:
 
     python: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    #: where the interpreter was named (``FILE: environments.pytorch``, ``--python``), for messages; not stored
+    python_from: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -268,6 +270,25 @@ class Experiment:
                     raise ConfigError(f"command line: {flag}: {text[len(prefix):]}") from None
             raise
 
+    def with_interpreters(self, named: Mapping[str, str], where: str = "--python") -> Experiment:
+        """A copy whose frameworks run in the interpreters ``named`` (framework -> path), e.g. from ``--python``;
+        each replaces the file's own for that framework.
+
+        Raises:
+            ConfigError: an unknown framework, or a path that is not an executable file (exit 2).
+        """
+        from harness.registry import known_adapter_names
+
+        adapters = dict(self.adapters)
+        for name, path in named.items():
+            if name not in known_adapter_names():
+                raise ConfigError(f"command line: {where} {name}=...: unknown adapter {name!r}; registered: "
+                                  f"{', '.join(sorted(known_adapter_names()))}")
+            python = _check_interpreter(f"command line: {where} {name}", path)
+            base = adapters.get(name, AdapterSettings())
+            adapters[name] = AdapterSettings(python=python, options=base.options, python_from=f"{where} {name}")
+        return dataclasses.replace(self, adapters=adapters)
+
     def to_dict(self) -> dict[str, Any]:
         """The resolved experiment as plain JSON-able data (saved with the results)."""
         out = dataclasses.asdict(self)
@@ -313,13 +334,14 @@ def _toml_type(hint: Any) -> type | tuple[type, ...]:
 #: the schema, derived from :class:`Experiment`'s annotations (not restated): which keys are lists and of what,
 #: which are scalars and of which TOML type, and the allowed values of each enumerated (Literal) setting
 _HINTS = field_hints(Experiment)
-_TABLES = ("adapters", "variants", "source")  # parsed on their own; "source" is where the file came from
+#: parsed on their own; "source" is where the file came from
+_TABLES = ("adapters", "variants", "environments", "source")
 _LISTS: dict[str, type] = {k: typing.get_args(h)[0] for k, h in _HINTS.items()
                            if typing.get_origin(h) is tuple and k not in _TABLES}
 _SCALARS: dict[str, type | tuple[type, ...]] = {k: _toml_type(h) for k, h in _HINTS.items()
                                                 if k not in _LISTS and k not in _TABLES}
 _CHOICES: dict[str, tuple[str, ...]] = choice_fields(Experiment)
-VALID_KEYS = tuple(sorted([*_SCALARS, *_LISTS, "adapters", "variants"]))
+VALID_KEYS = tuple(sorted([*_SCALARS, *_LISTS, "adapters", "variants", "environments"]))
 
 
 def _plain(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -364,10 +386,7 @@ def _parse_adapters(source: str, raw: Any) -> dict[str, AdapterSettings]:
         table = dict(table)
         python = table.pop("python", None)
         if python is not None:
-            python = os.path.expanduser(str(python))
-            if not (os.path.isfile(python) and os.access(python, os.X_OK)):
-                raise ConfigError(f"{source}: adapters.{name}.python: {python!r} is not an executable file; "
-                                  "give the full path of that environment's python (e.g. /opt/mx/bin/python)")
+            python = _check_interpreter(f"{source}: adapters.{name}.python", python)
         try:
             options = adapter_class(name).validate_options(table)
             if options.get("native_model"):
@@ -376,7 +395,45 @@ def _parse_adapters(source: str, raw: Any) -> dict[str, AdapterSettings]:
                 check_factory(options["native_model"], "native_model")
         except ConfigError as e:
             raise ConfigError(f"{source}: adapters.{name}: {e}") from None
-        out[name] = AdapterSettings(python=python, options=options)
+        out[name] = AdapterSettings(python=python, options=options,
+                                    python_from=f"{source}: adapters.{name}.python" if python else "")
+    return out
+
+
+def _check_interpreter(where: str, value: Any) -> str:
+    """A named interpreter's path, expanded; refused where it is not an executable file (its framework is checked
+    there before the first trial: harness.envs.resolve)."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{where}: {value!r} should be the path of an interpreter (e.g. /opt/venv/bin/python)")
+    python = os.path.expanduser(value.strip())
+    if not os.path.exists(python):
+        raise ConfigError(f"{where}: {python!r} does not exist; give the full path of that environment's python "
+                          "(e.g. /opt/venv/bin/python)")
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        raise ConfigError(f"{where}: {python!r} is not an executable file; give the full path of that "
+                          "environment's python (e.g. /opt/venv/bin/python)")
+    return python
+
+
+def _parse_environments(source: str, raw: Any, adapters: Mapping[str, AdapterSettings]
+                        ) -> dict[str, AdapterSettings]:
+    """``[environments]``: ``framework = "/path/bin/python"``, merged into the adapters' settings."""
+    from harness.registry import known_adapter_names
+
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: environments: should be a table like [environments] with "
+                          "pytorch = \"/opt/venv/bin/python\"")
+    out = dict(adapters)
+    for name, value in raw.items():
+        where = f"{source}: environments.{name}"
+        if name not in known_adapter_names():
+            raise ConfigError(f"{where}: unknown adapter {name!r}; registered: "
+                              f"{', '.join(sorted(known_adapter_names()))}")
+        python = _check_interpreter(where, value)
+        base = out.get(name, AdapterSettings())
+        if base.python and base.python != python:
+            raise ConfigError(f"{where}: {name} is given two interpreters ({base.python_from} and here); name it once")
+        out[name] = AdapterSettings(python=python, options=base.options, python_from=where)
     return out
 
 
@@ -429,6 +486,8 @@ def parse_experiment(data: Mapping[str, Any], source: str = "<inline>") -> Exper
     for key, value in data.items():
         if key == "adapters":
             kwargs["adapters"] = _parse_adapters(source, value)
+        elif key == "environments":
+            continue  # after the adapters' tables, which it merges into
         elif key == "variants":
             kwargs["variants"] = _parse_variants(source, value)
         elif key in _LISTS:
@@ -446,6 +505,8 @@ def parse_experiment(data: Mapping[str, Any], source: str = "<inline>") -> Exper
     if kwargs.get("eval") is False and kwargs.get("eval_points"):  # asked for, and would not be applied
         raise ConfigError(f"{source}: eval_points: {kwargs['eval_points']!r} evaluation points were asked for, but "
                           "eval = false turns evaluation off; leave eval_points out, or set eval = true")
+    if "environments" in data:
+        kwargs["adapters"] = _parse_environments(source, data["environments"], kwargs.get("adapters", {}))
     return Experiment(**kwargs)
 
 

@@ -28,6 +28,7 @@ from typing import Any
 from harness.config.experiment import MAX_TIMEOUT_S
 from harness.config.trial import OptimizerSpec, TrialSpec
 from harness.data import DataRequest, PreparedData, default_cache_dir, prepare
+from harness.envs.resolve import chosen
 from harness.errors import DoesNotFitError
 from harness.maxbatch.advice import (
     CPU_HEAP_ALLOWANCE,
@@ -220,10 +221,19 @@ class WorkerProber:
     def _unit(self, trial: TrialSpec, os_limit_mib: float | None) -> TrialUnit:
         """A fresh worker for ``trial`` under the OS memory limit ``os_limit_mib`` and the search's allocator
         settings (a probe, a verify run, a settling run)."""
+        interpreter = chosen(self.req.framework)  # the command chose it before the first probe (harness.envs)
+        if interpreter is None or (self.req.python and interpreter.python != self.req.python):
+            return TrialUnit(trial=trial, data=self.data, order_path=self.order_path,
+                             adapter_target=adapter_target(self.req.framework),
+                             python=self.req.python or sys.executable,
+                             oom_patterns=adapter_class(self.req.framework).oom_stderr_patterns,
+                             os_memory_limit_mib=os_limit_mib, env=dict(self.env))
         return TrialUnit(trial=trial, data=self.data, order_path=self.order_path,
-                         adapter_target=adapter_target(self.req.framework), python=self.req.python or sys.executable,
+                         adapter_target=adapter_target(self.req.framework), python=interpreter.python,
                          oom_patterns=adapter_class(self.req.framework).oom_stderr_patterns,
-                         os_memory_limit_mib=os_limit_mib, env=dict(self.env))
+                         os_memory_limit_mib=os_limit_mib, env={**interpreter.worker_env(), **self.env},
+                         environment=interpreter.environment, env_spec=interpreter.spec,
+                         unavailable=interpreter.problem)
 
     def verify(self, batch: int, steps: int) -> TrialOutcome:
         """Train ``batch`` for ``steps`` timed steps (after one warm-up), then eval, in a fresh worker.

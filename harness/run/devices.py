@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from harness.envs.resolve import chosen
 from harness.errors import ConfigError
 from harness.registry import adapter_class
 
@@ -34,7 +35,17 @@ class ResolvedDevice:
 
 
 def build_of(framework: str) -> tuple[bool | None, str]:
-    """(can its installed build use a GPU: True / False / None for unknown, the build in words)."""
+    """(can its build use a GPU: True / False / None for unknown, the build in words): the build in the interpreter
+    chosen for ``framework`` (its managed environment or the user's: harness.envs), read there; for an adapter that
+    runs in this interpreter, read here."""
+    interpreter = chosen(framework)
+    if interpreter is not None and interpreter.source != "parent":
+        label = interpreter.facts.get("build")
+        if not label:
+            return None, "its build is unknown to batchscope" + (" (its environment could not be built)"
+                                                                 if interpreter.problem else "")
+        gpu = interpreter.facts.get("gpu")
+        return (gpu if isinstance(gpu, bool) else None), str(label)
     hook = getattr(adapter_class(framework), "gpu_build", None)  # a duck-typed plugin may lack it
     build = hook() if hook is not None else None
     if build is None:

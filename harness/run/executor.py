@@ -7,6 +7,7 @@ group, so an OOM, a segfault or a hang kills nothing but itself, and a timeout k
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import queue
@@ -142,6 +143,9 @@ class LocalExecutor:
         pipe, reader thread, monitor), so that no path leaves a worker or a thread behind.
         """
         trial = unit.trial
+        unit = _environment_ready(unit)
+        if unit.unavailable is not None:  # its framework's environment could not be built: an error, unstarted
+            return _unavailable(unit)
         request, env = _worker_request(unit), _worker_env(unit)
         log_path = self._fresh_log(trial)
         read_fd, write_fd = os.pipe()
@@ -290,6 +294,7 @@ def _outcome(unit: TrialUnit, report: WorkerReport, exit_code: int | None, timed
         placement=Placement(host=socket.gethostname(), concurrent_n=1, attempt=1,
                             device_index=gpu_index(ready.device.to_dict() if ready else {},
                                                    env.get("CUDA_VISIBLE_DEVICES"))),
+        python=report.hello.executable if report.hello else unit.python, environment=unit.environment,
     )
     if status == "ok":
         log_path.unlink(missing_ok=True)
@@ -302,7 +307,33 @@ def _not_started(unit: TrialUnit, error: OSError, started_at: str, t_start: floa
     reason = (f"the worker could not be started with {unit.python!r}: {error.strerror or error}; check the "
               f"interpreter ([adapters.{unit.trial.framework}] python in the experiment file)")
     return TrialOutcome(trial=unit.trial, status="crashed", reason=reason, elapsed_s=time.monotonic() - t_start,
-                        started_at=started_at, finished_at=_now(), stderr_tail=str(error))
+                        started_at=started_at, finished_at=_now(), stderr_tail=str(error), python=unit.python,
+                        environment=unit.environment)
+
+
+def _environment_ready(unit: TrialUnit) -> TrialUnit:
+    """``unit`` with its managed environment there: rebuilt from its lock where it is missing (deleted during the
+    sweep, or a Ray node that has not built it yet); a build that fails makes the unit unavailable, with why."""
+    if unit.env_spec is None or unit.unavailable is not None or Path(unit.python).exists():
+        return unit
+    from harness.envs.build import EnvironmentBuildError, build
+
+    try:
+        pythonpath = tuple(p for p in unit.env.get("PYTHONPATH", "").split(os.pathsep) if p)
+        build(unit.env_spec, Path(unit.python).parents[1].parent, pythonpath)
+    except EnvironmentBuildError as e:
+        return dataclasses.replace(unit, unavailable=f"its environment was missing and could not be rebuilt: {e}")
+    return unit
+
+
+def _unavailable(unit: TrialUnit) -> TrialOutcome:
+    """The ``error`` row of a trial whose framework's environment could not be built: no worker was started; the
+    reason carries the installer's last lines (stderr_tail keeps them whole)."""
+    now = _now()
+    first = unit.unavailable.splitlines()[0] if unit.unavailable else ""
+    return TrialOutcome(trial=unit.trial, status="error", reason=f"not started: {first}"[:500],
+                        stderr_tail=unit.unavailable or "", started_at=now, finished_at=now, python=unit.python,
+                        environment=unit.environment)
 
 
 def _read_messages(fd: int, out: queue.Queue[Message | None], report: WorkerReport) -> None:

@@ -26,6 +26,9 @@ class SweepListener:
     def on_devices(self, resolved: Sequence[ResolvedDevice]) -> None:
         """Where each framework will run (``device = "auto"`` resolved), before a mixed-device run is refused."""
 
+    def on_environment(self, line: str) -> None:
+        """A line about a framework's environment: a build starting or done, then where each framework runs."""
+
     def on_plan(self, todo: Sequence[TrialSpec], data: PreparedData) -> None:
         """The trials still to run, before the first starts."""
 

@@ -20,6 +20,9 @@ from harness.config.trial import TrialSpec
 from harness.data import PreparedData, default_cache_dir, prepare
 from harness.data.footprint import require_disk
 from harness.diskfull import write_atomically
+from harness.envs.resolve import Interpreter
+from harness.envs.resolve import choose as choose_envs
+from harness.envs.spec import chosen_kind
 from harness.errors import BatchscopeWarning, ConfigError, StoreError
 from harness.gpu_peaks import refuse_tf32_without_units
 from harness.models import build_description, is_native_model
@@ -92,6 +95,7 @@ class _Prepared:
     data: PreparedData
     trials: list[TrialSpec]
     spec: dict[str, Any]
+    interpreters: dict[str, Interpreter] = dataclasses.field(default_factory=dict)
 
 
 def worker_env(trial: TrialSpec, env: dict[str, Any]) -> dict[str, str]:
@@ -115,15 +119,35 @@ def worker_allocator_env(unit_env: dict[str, str], parent_env: dict[str, str] | 
 
 
 def unit_for(exp: Experiment, trial: TrialSpec, data: PreparedData, os_memory_limit_mib: float | None = None,
-             env: dict[str, str] | None = None) -> TrialUnit:
-    """The unit that runs ``trial``: its interpreter, adapter, out-of-memory patterns and extra environment."""
-    settings = exp.adapters.get(trial.framework)
-    python = settings.python if settings and settings.python else sys.executable
+             env: dict[str, str] | None = None, interpreter: Interpreter | None = None) -> TrialUnit:
+    """The unit that runs ``trial``: its interpreter (``interpreter``, chosen before the first trial; without one,
+    the experiment's named interpreter or this one), adapter, out-of-memory patterns and extra environment."""
     order_path = data.write_order(trial.seed, trial.epochs)
+    if interpreter is None:
+        settings = exp.adapters.get(trial.framework)
+        python = settings.python if settings and settings.python else sys.executable
+        interpreter = Interpreter(trial.framework, python, "user" if python != sys.executable else "parent",
+                                  "user" if python != sys.executable else "parent")
     return TrialUnit(trial=trial, data=data, order_path=str(order_path),
-                     adapter_target=adapter_target(trial.framework), python=python,
+                     adapter_target=adapter_target(trial.framework), python=interpreter.python,
                      oom_patterns=adapter_class(trial.framework).oom_stderr_patterns,
-                     os_memory_limit_mib=os_memory_limit_mib, env=dict(env or {}))
+                     os_memory_limit_mib=os_memory_limit_mib, env={**interpreter.worker_env(), **(env or {})},
+                     environment=interpreter.environment, env_spec=interpreter.spec,
+                     unavailable=interpreter.problem)
+
+
+def choose_interpreters(exp: Experiment, gpu_present: bool, say: Callable[[str], None]) -> dict[str, Interpreter]:
+    """Each framework's interpreter (harness.envs): the user's where the experiment or ``--python`` names one (checked
+    there: ConfigError, exit 2, nothing written), else its managed environment, built on first use (``say`` gets a
+    line per build and one per framework)."""
+    named = {fw: (s.python, s.python_from or f"{exp.source}: adapters.{fw}.python")
+             for fw, s in exp.adapters.items() if s.python and fw in exp.frameworks}
+    chosen = choose_envs(exp.frameworks, named, chosen_kind(gpu_present), say)
+    for interpreter in chosen.values():
+        say(f"{interpreter.line()}" if not interpreter.problem else
+            f"{interpreter.framework}: its environment could not be built, so its trials are stored as errors: "
+            f"{interpreter.problem.splitlines()[0]}")
+    return chosen
 
 
 class ConcurrentExecutor(Protocol):
@@ -195,6 +219,12 @@ def _prepare(exp: Experiment, options: SweepOptions, listener: SweepListener) ->
         raise ConfigError(f"{exp.source}: device = \"gpu\" was asked for, but NVML sees no GPU here "
                           f"({env.get('gpu_note') or 'no GPU'}); use device = \"cpu\" or \"auto\", or run "
                           "where a GPU is visible")
+    # each framework's interpreter, before its device: the build a device is resolved from is the one it runs
+    interpreters = choose_interpreters(exp, bool(env.get("gpus")), listener.on_environment)
+    env["interpreters"] = {fw: {"python": i.python, "environment": i.environment, "problem": i.problem,
+                                **{k: i.facts.get(k) for k in ("python_version", "framework_version", "numpy",
+                                                               "build") if i.facts.get(k)}}
+                           for fw, i in interpreters.items()}
     # one device per comparison (issue 29): each framework's device, decided here and printed before any trial
     resolved = resolve_experiment(exp.frameworks, [v.device for _, v in exp.resolved_variants()],
                                   bool(env.get("gpus")), str(env.get("gpu_note") or ""))
@@ -212,7 +242,7 @@ def _prepare(exp: Experiment, options: SweepOptions, listener: SweepListener) ->
     require_disk(data.order_bytes(exp.epochs) * exp.repeats, Path(data.directory),
                  f"the shuffle orders of {exp.repeats} repeat(s) x {max(exp.epochs, 1)} epoch(s)", "lower epochs")
     spec = exp.to_dict() | {"data": {k: v for k, v in data.to_dict().items() if k != "directory"}}
-    return _Prepared(env=env, data=data, trials=trials, spec=spec)
+    return _Prepared(env=env, data=data, trials=trials, spec=spec, interpreters=interpreters)
 
 
 def _run_trials(exp: Experiment, out_dir: Path, store: Store, ready: _Prepared, options: SweepOptions,
@@ -241,7 +271,8 @@ def _run_trials(exp: Experiment, out_dir: Path, store: Store, ready: _Prepared, 
     listener.on_plan(todo, ready.data)
 
     def unit(trial: TrialSpec) -> TrialUnit:
-        return unit_for(exp, trial, ready.data, env=worker_env(trial, ready.env))
+        return unit_for(exp, trial, ready.data, env=worker_env(trial, ready.env),
+                        interpreter=ready.interpreters.get(trial.framework))
 
     def finished(outcome: TrialOutcome) -> None:  # the driver writes every row, one transaction each
         store.write_trial(outcome, run_id, ready.env)

@@ -90,6 +90,10 @@ TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
     # issue 29: the device the trial was told to use (cpu | gpu: device = "auto" resolved per framework in the
     # parent; auto: unresolved, the framework picked); ``device`` above is the framework's own name for it
     ("run_device", "TEXT"),
+    # issue 38: the interpreter the worker ran in and its environment (managed <framework>-<kind>@<lock hash>, user,
+    # parent); the versions it imported are in versions_json (the framework, numpy, python; CUDA and cuDNN where
+    # present). NULL in rows stored before.
+    ("python", "TEXT"), ("environment", "TEXT"),
 )
 TRIAL_COLUMN_NAMES = tuple(name for name, _ in TRIAL_COLUMNS)
 #: statuses ``--resume`` runs again besides the unfinished ones (see :meth:`Store.finished_hashes`)
@@ -155,6 +159,7 @@ def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> d
         "device_json": json.dumps(outcome.device, default=str), "spec_json": json.dumps(t.to_dict(), default=str),
         "monitor_json": json.dumps(outcome.monitor.summary(), default=str),
         "started_at": outcome.started_at, "finished_at": outcome.finished_at,
+        "python": outcome.python or None, "environment": outcome.environment or None,
     }
     row |= outcome.placement.to_dict()  # where it ran: its own columns
     for name in TRIAL_COLUMN_NAMES:  # the worker's measurements (METRIC_COLUMNS), then the sampler's

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from adapters import jax_gpu
 from adapters.base import RuntimeConfig
 from adapters.jax import JAXAdapter
-from adapters.jax_gpu import NEW_FRACTION_VAR, OLD_FRACTION_VAR, VisibleGPU
+from adapters.jax import gpu as jax_gpu
+from adapters.jax.gpu import NEW_FRACTION_VAR, OLD_FRACTION_VAR, VisibleGPU
 from harness.errors import ConfigError
 
 MIB = 1024 * 1024

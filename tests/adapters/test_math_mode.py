@@ -14,6 +14,10 @@ import pytest
 
 from adapters import mathmode
 from adapters.base import Adapter, capabilities
+from adapters.jax import mathmode as jax_mm
+from adapters.mxnet import mathmode as mxnet_mm
+from adapters.pytorch import mathmode as pytorch_mm
+from adapters.tensorflow import mathmode as tensorflow_mm
 from harness.config.experiment import parse_experiment
 from harness.config.precision import check_math_mode, gpu_math_mode, validate_math_mode
 from harness.errors import ConfigError
@@ -121,22 +125,22 @@ def _torch(new_api: bool, capability: tuple[int, int] = (9, 0)) -> Any:
 def test_pytorch_applies_and_reads_back_with_the_api_its_version_has(new_api, monkeypatch):
     monkeypatch.delenv("NVIDIA_TF32_OVERRIDE", raising=False)
     torch = _torch(new_api)
-    assert mathmode.torch_read(torch, cuda=True) == "conv-tf32"  # torch's defaults: cuDNN TF32, cuBLAS float32
-    assert mathmode.torch_read(torch, cuda=False) == "n/a"
-    mathmode.torch_apply(torch, "tf32")
-    assert mathmode.torch_read(torch, cuda=True) == "tf32"
-    mathmode.torch_apply(torch, "ieee")
-    assert mathmode.torch_read(torch, cuda=True) == "ieee"
+    assert pytorch_mm.read(torch, cuda=True) == "conv-tf32"  # torch's defaults: cuDNN TF32, cuBLAS float32
+    assert pytorch_mm.read(torch, cuda=False) == "n/a"
+    pytorch_mm.apply(torch, "tf32")
+    assert pytorch_mm.read(torch, cuda=True) == "tf32"
+    pytorch_mm.apply(torch, "ieee")
+    assert pytorch_mm.read(torch, cuda=True) == "ieee"
     if new_api:  # never the legacy flags, which torch >= 2.9 refuses to mix with fp32_precision
         assert not hasattr(torch.backends.cuda.matmul, "allow_tf32") and torch.calls == []
         assert torch.backends.cudnn.conv.fp32_precision == "ieee"
     else:
         assert torch.calls == ["high", "highest"]
-    mathmode.torch_apply(torch, "tf32")
+    pytorch_mm.apply(torch, "tf32")
     monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "0")  # cuBLAS and cuDNN ignore the flags then
-    assert mathmode.torch_read(torch, cuda=True) == "ieee"
+    assert pytorch_mm.read(torch, cuda=True) == "ieee"
     monkeypatch.delenv("NVIDIA_TF32_OVERRIDE")
-    assert mathmode.torch_read(_torch(new_api, (7, 0)), cuda=True) == "ieee"  # a V100
+    assert pytorch_mm.read(_torch(new_api, (7, 0)), cuda=True) == "ieee"  # a V100
 
 
 def test_tensorflow_and_jax_apply_and_read_back(monkeypatch):
@@ -146,32 +150,32 @@ def test_tensorflow_and_jax_apply_and_read_back(monkeypatch):
                           tensor_float_32_execution_enabled=lambda: state["on"],
                           get_device_details=lambda gpu: {"compute_capability": (8, 0)})
     tf = SimpleNamespace(config=SimpleNamespace(experimental=exp))
-    assert mathmode.tf_read(tf, "gpu0") == "tf32"  # TensorFlow's default since 2.4
-    mathmode.tf_apply(tf, "ieee")
-    assert state["on"] is False and mathmode.tf_read(tf, "gpu0") == "ieee" and mathmode.tf_read(tf, None) == "n/a"
+    assert tensorflow_mm.read(tf, "gpu0") == "tf32"  # TensorFlow's default since 2.4
+    tensorflow_mm.apply(tf, "ieee")
+    assert state["on"] is False and tensorflow_mm.read(tf, "gpu0") == "ieee" and tensorflow_mm.read(tf, None) == "n/a"
 
     config = SimpleNamespace(jax_default_matmul_precision=None)
     config.update = lambda key, value: setattr(config, key, value)
     jax = SimpleNamespace(config=config)
     gpu = SimpleNamespace(compute_capability="9.0")
-    assert mathmode.jax_read(jax, gpu) == "tf32"  # XLA's default on an Ampere-or-newer GPU
-    assert mathmode.jax_read(jax, SimpleNamespace(compute_capability="7.5")) == "ieee"  # a T4
-    mathmode.jax_apply(jax, "ieee")
-    assert config.jax_default_matmul_precision == "float32" and mathmode.jax_read(jax, gpu) == "ieee"
-    mathmode.jax_apply(jax, "tf32")
-    assert mathmode.jax_read(jax, gpu) == "tf32" and mathmode.jax_read(jax, None) == "n/a"
+    assert jax_mm.read(jax, gpu) == "tf32"  # XLA's default on an Ampere-or-newer GPU
+    assert jax_mm.read(jax, SimpleNamespace(compute_capability="7.5")) == "ieee"  # a T4
+    jax_mm.apply(jax, "ieee")
+    assert config.jax_default_matmul_precision == "float32" and jax_mm.read(jax, gpu) == "ieee"
+    jax_mm.apply(jax, "tf32")
+    assert jax_mm.read(jax, gpu) == "tf32" and jax_mm.read(jax, None) == "n/a"
     config.jax_default_matmul_precision = "bfloat16"
-    assert mathmode.jax_read(jax, gpu) == "unknown"  # never guessed
+    assert jax_mm.read(jax, gpu) == "unknown"  # never guessed
 
 
 def test_mxnet_reads_ieee_only_where_both_backstops_are_set(monkeypatch):
-    for var in (*mathmode.MXNET_TENSOR_CORE_VARS, "NVIDIA_TF32_OVERRIDE"):
+    for var in (*mxnet_mm.TENSOR_CORE_VARS, "NVIDIA_TF32_OVERRIDE"):
         monkeypatch.delenv(var, raising=False)
-    assert mathmode.mxnet_read(True) == "unknown" and mathmode.mxnet_read(False) == "n/a"
-    mathmode.mxnet_apply("framework-default")
-    assert mathmode.mxnet_read(True) == "unknown"
-    mathmode.mxnet_apply("ieee")
-    assert mathmode.mxnet_read(True) == "ieee"
+    assert mxnet_mm.read(True) == "unknown" and mxnet_mm.read(False) == "n/a"
+    mxnet_mm.apply("framework-default")
+    assert mxnet_mm.read(True) == "unknown"
+    mxnet_mm.apply("ieee")
+    assert mxnet_mm.read(True) == "ieee"
     assert os.environ["MXNET_CUDA_ALLOW_TENSOR_CORE"] == "0" and os.environ["NVIDIA_TF32_OVERRIDE"] == "0"
 
 

@@ -12,6 +12,9 @@ from typing import Any
 import pytest
 
 from adapters import builds
+from adapters.jax import build as jax_build
+from adapters.pytorch import build as pytorch_build
+from adapters.tensorflow import build as tensorflow_build
 from harness import registry
 from harness.cells import summary_rows
 from harness.cli import main
@@ -82,23 +85,23 @@ def test_torch_build_is_read_from_its_version_and_requirements(monkeypatch: pyte
                                                                requires: dict[str, list[str]], gpu: bool,
                                                                words: str) -> None:
     _fake_metadata(monkeypatch, versions, requires)
-    build = builds.pytorch_build()
+    build = pytorch_build.gpu_build()
     assert build is not None and build.gpu is gpu and words in build.label
 
 
 def test_jax_tensorflow_builds(monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_metadata(monkeypatch, {"jax": "0.7.1", "jaxlib": "0.7.1", "tensorflow-cpu": "2.21.0"}, {})
-    assert builds.jax_build() == builds.GpuBuild(False, builds.jax_build().label)  # type: ignore[union-attr]
-    tf = builds.tensorflow_build()
+    assert jax_build.gpu_build() == builds.GpuBuild(False, jax_build.gpu_build().label)  # type: ignore[union-attr]
+    tf = tensorflow_build.gpu_build()
     assert tf is not None and tf.gpu is False and "tensorflow-cpu 2.21.0" in tf.label
     _fake_metadata(monkeypatch, {"jax": "0.7.1", "jax-cuda12-plugin": "0.7.1", "tensorflow": "2.21.0",
                                  "nvidia-cudnn-cu12": "9.3", "nvidia-cuda-runtime-cu12": "12.5.82"}, {})
-    jax, tf = builds.jax_build(), builds.tensorflow_build()
+    jax, tf = jax_build.gpu_build(), tensorflow_build.gpu_build()
     assert jax is not None and jax.gpu is True and "jax-cuda12-plugin" in jax.label
     if tf is not None and "Linux only" not in tf.label:
         assert tf.gpu is True and "CUDA 12.5" in tf.label
     _fake_metadata(monkeypatch, {"tensorflow": "2.21.0"}, {})
-    bare = builds.tensorflow_build()
+    bare = tensorflow_build.gpu_build()
     assert bare is not None and bare.gpu is not True  # no [and-cuda] libraries: not known to reach the GPU
 
 

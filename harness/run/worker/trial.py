@@ -298,6 +298,14 @@ def _failure(exc: Exception, adapter: Adapter | None, phase: str) -> Failure:
                    message=str(exc)[:4000], traceback=traceback.format_exc()[-8000:], phase=phase)
 
 
+def worker_versions(adapter: Adapter) -> dict[str, str]:
+    """What this worker imported: the adapter's versions (the framework; CUDA and cuDNN where present), and numpy's
+    and Python's, which the framework's environment decides (MXNet's has numpy 1.26, the others numpy 2)."""
+    import platform
+
+    return {**adapter.versions(), "numpy": str(np.__version__), "python": platform.python_version()}
+
+
 def run_trial(request: WorkerRequest, chan: Channel) -> int:
     """Run the trial in ``request``, reporting on ``chan``. Returns the process exit code.
 
@@ -315,7 +323,7 @@ def run_trial(request: WorkerRequest, chan: Channel) -> int:
             fpenv.set_cpu_flush(True)
         math_mode_env(trial.math_mode, os.environ)  # before the framework loads cuBLAS and cuDNN
         adapter = load_adapter(request.adapter_target)
-        chan.send(Hello(pid=os.getpid(), adapter=trial.framework, versions=adapter.versions(),
+        chan.send(Hello(pid=os.getpid(), adapter=trial.framework, versions=worker_versions(adapter),
                         python=sys.version.split()[0], executable=sys.executable))
         setup = set_up(request, adapter)
         chan.send(_train_and_evaluate(request, adapter, setup, chan, phases))

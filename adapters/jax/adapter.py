@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters import builds, gpumem, jax_gpu, mathmode
+from adapters import gpumem
 from adapters.base import (
     API_VERSION,
     Adapter,
@@ -43,7 +43,11 @@ from adapters.base import (
     WeightFeed,
     is_generic_oom,
 )
-from adapters.jax_parts import LayerFn, chain, limit_threads
+from adapters.builds import GpuBuild
+from adapters.jax import build, mathmode
+from adapters.jax import gpu as jax_gpu
+from adapters.jax.parts import LayerFn, chain
+from adapters.jax.threads import limit_threads
 from harness.errors import ConfigError
 from harness.models import (
     BatchNorm,
@@ -76,16 +80,16 @@ class JAXAdapter(Adapter):
     api_version = API_VERSION
 
     @classmethod
-    def gpu_build(cls) -> builds.GpuBuild | None:
-        """The installed build's device, from its metadata (:func:`adapters.builds.jax_build`)."""
-        return builds.jax_build()
+    def gpu_build(cls) -> GpuBuild | None:
+        """The installed build's device, from its metadata (:func:`adapters.jax.build.gpu_build`)."""
+        return build.gpu_build()
     options = {"memory_mode": MEMORY_MODES}
     # growth or preallocation of the GPU pool: nothing on a CPU, and a memory limit replaces it (setup)
     gpu_only_options = options_replaced_by_memory_limit = ("memory_mode",)
     bn_running_variance = "unbiased"  # written by hand, to PyTorch's (the reference's) convention
     compiles_per_shape = True  # one XLA executable per batch size, compiled in prepare_batch
     oom_stderr_patterns = OOM_TEXTS
-    math_modes = ("ieee", "tf32")  # jax_default_matmul_precision (adapters/mathmode.py)
+    math_modes = ("ieee", "tf32")  # jax_default_matmul_precision (adapters/jax/mathmode.py)
     precision_note = ("mixed precision is not implemented in the JAX adapter: its hand-written layers would need "
                       "a cast per layer, float32 master weights and, for float16, a loss scaler of their own")
 
@@ -165,8 +169,8 @@ class JAXAdapter(Adapter):
             mode = "preallocate (no effect on CPU)" if mode == "preallocate" else MEMORY_MODES[0]
         self.device = gpus[0] if self.gpu else jax.devices("cpu")[0]
         if self.gpu:  # a CPU trial runs exactly as before math modes (recorded n/a)
-            mathmode.jax_apply(jax, runtime.math_mode)
-        info["math_mode"] = mathmode.jax_read(jax, self.device if self.gpu else None)
+            mathmode.apply(jax, runtime.math_mode)
+        info["math_mode"] = mathmode.read(jax, self.device if self.gpu else None)
         info.update(device=str(self.device), platform=self.device.platform, memory_mode=mode,
                     threads=runtime.threads or len(os.sched_getaffinity(0)))
         if self.gpu:
@@ -329,12 +333,12 @@ class JAXAdapter(Adapter):
         self._layers.append((residual, nb + ns, sb + ss))
 
     def make_sgd(self, spec: OptimizerSpec) -> Any:
-        from adapters.jax_optim import sgd_momentum
+        from adapters.jax.optim import sgd_momentum
 
         return sgd_momentum(self.jax, spec)
 
     def make_adam(self, spec: OptimizerSpec) -> Any:
-        from adapters.jax_optim import adam
+        from adapters.jax.optim import adam
 
         return adam(self.jax, spec)
 

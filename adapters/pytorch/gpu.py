@@ -1,11 +1,9 @@
-"""Framework-free parts of the PyTorch adapter (:mod:`adapters.pytorch`): the CUDA caching allocator's settings
-(which the parent validates and sets in the worker's environment before torch is imported) and the residual block's
-module class (made on first use from the torch it is given: torch is never imported here)."""
+"""PyTorch's CUDA caching allocator settings under ``[adapters.pytorch]``: validated in the parent and set in the
+worker's environment before torch is imported (torch is never imported here)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import cache
 from typing import Any
 
 #: the CUDA caching allocator's settings accepted under [adapters.pytorch], in the order they are written
@@ -27,18 +25,3 @@ def alloc_conf(options: Mapping[str, Any]) -> str:
     if "garbage_collection_threshold" in options:
         parts.append(f"garbage_collection_threshold:{float(options['garbage_collection_threshold']):g}")
     return ",".join(parts)
-
-
-@cache
-def residual_module(torch: Any) -> Any:
-    """``body(x) + shortcut(x)`` as an ``nn.Module`` class (made on first use: torch is imported lazily)."""
-
-    class ResidualBlock(torch.nn.Module):  # type: ignore[misc]
-        def __init__(self, body: Any, shortcut: Any) -> None:
-            super().__init__()
-            self.body, self.shortcut = body, shortcut
-
-        def forward(self, x: Any) -> Any:
-            return self.body(x) + self.shortcut(x)  # an empty Sequential returns its input: the identity
-
-    return ResidualBlock

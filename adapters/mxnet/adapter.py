@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters import builds, fpenv, mathmode
+from adapters import fpenv
 from adapters.base import (
     API_VERSION,
     Adapter,
@@ -28,6 +28,8 @@ from adapters.base import (
     check_fits,
     is_generic_oom,
 )
+from adapters.builds import GpuBuild
+from adapters.mxnet import build, mathmode
 from harness.errors import ConfigError
 from harness.models import (
     BatchNorm,
@@ -61,7 +63,7 @@ def import_mxnet() -> Any:
         # MXNet 1.9.1 (its last release) still uses the alias ``numpy.bool``, which NumPy 1.24 removed;
         # without it ``import mxnet`` fails. Patched here, in the worker that runs MXNet, never globally.
         if "bool" not in vars(numpy):  # not hasattr(): NumPy 1.2x warns on that lookup
-            numpy.bool = bool  # type: ignore[attr-defined]
+            setattr(numpy, "bool", bool)  # noqa: B010 - numpy 2 stubs type it; MXNet runs on numpy 1.26
     import mxnet
 
     return mxnet
@@ -114,15 +116,20 @@ class MXNetAdapter(Adapter):
     api_version = API_VERSION
 
     @classmethod
-    def gpu_build(cls) -> builds.GpuBuild | None:
-        """The installed build's device, from its metadata (:func:`adapters.builds.mxnet_build`)."""
-        return builds.mxnet_build()
+    def import_framework(cls) -> Any:
+        """MXNet, imported after its NumPy patch (:func:`import_mxnet`)."""
+        return import_mxnet()
+
+    @classmethod
+    def gpu_build(cls) -> GpuBuild | None:
+        """The installed build's device, from its metadata (:func:`adapters.mxnet.build.gpu_build`)."""
+        return build.gpu_build()
     oom_stderr_patterns = OOM_TEXTS
     supports_accumulation = True
     bn_running_variance = "biased"  # MXNet's BatchNorm updates running_var with the biased batch variance
     #: fp32 only, measured (docs/precision.md): MXNet 1.9.1's AMP does not train here
-    math_modes = ("ieee",)  # by environment switches only (adapters/mathmode.py)
-    math_mode_note = mathmode.MXNET_NOTE
+    math_modes = ("ieee",)  # by environment switches only (adapters/mxnet/mathmode.py)
+    math_mode_note = mathmode.NOTE
     precision_note = ("MXNet 1.9.1's AMP (mxnet.contrib.amp) is not run: float16 AMP needs a CUDA build of MXNet, "
                       "which this project has not verified it on, and its bfloat16 needs oneDNN's AVX-512 kernels")
     precision_notes = {
@@ -174,7 +181,7 @@ class MXNetAdapter(Adapter):
             raise ConfigError("MXNet has no API to flush denormals, and FTZ/DAZ could not be set on the CPU "
                               "before MXNet was imported (needs x86-64 Linux, and a process that has not "
                               "imported mxnet yet); use denormals = 'framework-default'")
-        mathmode.mxnet_apply(runtime.math_mode)  # before MXNet's operators first read their switches
+        mathmode.apply(runtime.math_mode)  # before MXNet's operators first read their switches
         mx = import_mxnet()
         self.mx = mx
         omp_told = _single_omp_thread_here()
@@ -203,7 +210,7 @@ class MXNetAdapter(Adapter):
             "mkldnn": features.is_enabled("MKLDNN"),
             "cpu_denormals": cpu_denormals,
             "python_thread_omp_threads": 1 if omp_told else None,
-            "math_mode": mathmode.mxnet_read(want_gpu),
+            "math_mode": mathmode.read(want_gpu),
         }
         if want_gpu:
             free, total = mx.context.gpu_memory_info(0)

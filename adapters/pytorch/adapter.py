@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters import builds, fpenv, gpumem, mathmode
+from adapters import fpenv, gpumem
 from adapters.base import (
     API_VERSION,
     Adapter,
@@ -29,7 +29,10 @@ from adapters.base import (
     check_fits,
     is_generic_oom,
 )
-from adapters.torch_parts import ALLOC_CONF_VARS, ALLOCATOR_SETTINGS, MIN_SPLIT_MB, alloc_conf, residual_module
+from adapters.builds import GpuBuild
+from adapters.pytorch import build, mathmode
+from adapters.pytorch.gpu import ALLOC_CONF_VARS, ALLOCATOR_SETTINGS, MIN_SPLIT_MB, alloc_conf
+from adapters.pytorch.parts import residual_module
 from harness.config.precision import set_setting, setting
 from harness.errors import ConfigError
 from harness.models import (
@@ -56,9 +59,9 @@ class PyTorchAdapter(Adapter):
     api_version = API_VERSION
 
     @classmethod
-    def gpu_build(cls) -> builds.GpuBuild | None:
-        """The installed build's device, from its metadata (:func:`adapters.builds.pytorch_build`)."""
-        return builds.pytorch_build()
+    def gpu_build(cls) -> GpuBuild | None:
+        """The installed build's device, from its metadata (:func:`adapters.pytorch.build.gpu_build`)."""
+        return build.gpu_build()
     oom_stderr_patterns = ("CUDA out of memory", "DefaultCPUAllocator: can't allocate memory")
     #: native_model: "package.module:function" returning a torch.nn.Module (harness.models.native)
     options = {"native_model": (None, str)}
@@ -67,7 +70,7 @@ class PyTorchAdapter(Adapter):
     gpu_only_options = ALLOCATOR_SETTINGS
     precisions = ("fp32", "amp", "bf16")
     device_precisions = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "amp", "bf16")}
-    math_modes = ("ieee", "tf32")  # cuDNN's convolutions and cuBLAS's matmuls (adapters/mathmode.py)
+    math_modes = ("ieee", "tf32")  # cuDNN's convolutions and cuBLAS's matmuls (adapters/pytorch/mathmode.py)
     precision_notes = {
         ("amp", "cpu"): "float16 autocast with a GradScaler is PyTorch's CUDA recipe; on the CPU its autocast "
                         "computes in bfloat16, which is precision = 'bf16'",
@@ -165,8 +168,8 @@ class PyTorchAdapter(Adapter):
                                 "cpu_denormals": cpu_denormals}
         info.update(self._setup_precision(runtime.precision))
         if self.cuda:  # a CPU trial runs exactly as before math modes (true float32: recorded n/a)
-            mathmode.torch_apply(torch, runtime.math_mode)
-        info["math_mode"] = mathmode.torch_read(torch, self.cuda)
+            mathmode.apply(torch, runtime.math_mode)
+        info["math_mode"] = mathmode.read(torch, self.cuda)
         info.update(self._check_allocator_settings(runtime.options))
         if self.cuda:
             props = torch.cuda.get_device_properties(0)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters import builds, gpumem, mathmode
+from adapters import gpumem
 from adapters.base import (
     API_VERSION,
     Adapter,
@@ -32,7 +32,9 @@ from adapters.base import (
     check_fits,
     is_generic_oom,
 )
-from adapters.keras_parts import (
+from adapters.builds import GpuBuild
+from adapters.tensorflow import build, mathmode
+from adapters.tensorflow.parts import (
     Converter,
     KerasLayers,
     float32_logits,
@@ -67,15 +69,15 @@ class TensorFlowAdapter(KerasLayers, Adapter):
     api_version = API_VERSION
 
     @classmethod
-    def gpu_build(cls) -> builds.GpuBuild | None:
-        """The installed build's device, from its metadata (:func:`adapters.builds.tensorflow_build`)."""
-        return builds.tensorflow_build()
+    def gpu_build(cls) -> GpuBuild | None:
+        """The installed build's device, from its metadata (:func:`adapters.tensorflow.build.gpu_build`)."""
+        return build.gpu_build()
     options = {"memory_mode": MEMORY_MODES}
     # growth or preallocation of the GPU pool: nothing on a CPU, and a memory limit replaces it (setup)
     gpu_only_options = options_replaced_by_memory_limit = ("memory_mode",)
     bn_running_variance = "biased"  # Keras updates moving_variance with the biased batch variance
     precisions = ("fp32", "amp", "bf16")
-    math_modes = ("ieee", "tf32")  # enable_tensor_float_32_execution (adapters/mathmode.py)
+    math_modes = ("ieee", "tf32")  # enable_tensor_float_32_execution (adapters/tensorflow/mathmode.py)
     device_precisions = {"cpu": ("fp32", "bf16"), "gpu": ("fp32", "amp", "bf16")}
     precision_notes = {
         ("amp", "cpu"): "Keras' mixed_float16 is for GPUs: a CPU has no float16 units, and Keras' guide names "
@@ -161,8 +163,8 @@ class TensorFlowAdapter(KerasLayers, Adapter):
         self.gpu = want_gpu
         info.update(self._setup_precision(runtime.precision))
         if want_gpu:  # a CPU trial runs exactly as before math modes (recorded n/a)
-            mathmode.tf_apply(tf, runtime.math_mode)
-        info["math_mode"] = mathmode.tf_read(tf, gpus[0] if want_gpu else None)
+            mathmode.apply(tf, runtime.math_mode)
+        info["math_mode"] = mathmode.read(tf, gpus[0] if want_gpu else None)
         info.update(
             # TensorFlow's CPU kernels run under port::ScopedFlushDenormal (tensorflow/core/platform/denormal.h):
             # it flushes whatever is asked, and has no Python API to stop it, so "framework-default" flushes too

@@ -1,0 +1,73 @@
+"""``batchscope env``: each framework's environment: ``list`` where it is and what it holds, ``build`` it ahead,
+``path`` its interpreter (docs/environments.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def _frameworks(names: list[str]) -> list[str]:
+    from harness.errors import ConfigError
+    from harness.registry import known_adapter_names
+
+    known = sorted(known_adapter_names())
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"no adapter named {', '.join(map(repr, unknown))}; registered: {', '.join(known)}")
+    return names or known
+
+
+def _kind() -> str:
+    from harness.envs.spec import chosen_kind
+    from harness.monitor import environment
+
+    return chosen_kind(bool(environment.capture().get("gpus")))
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from harness.envs.resolve import existing_managed, managed_interpreter
+    from harness.errors import ConfigError
+
+    frameworks = _frameworks(list(args.frameworks))
+    kind = _kind()
+    if args.action == "list":
+        from harness.cli.doctor import print_environments
+
+        print_environments(frameworks, kind)
+        return 0
+    if args.action == "path":
+        if len(args.frameworks) != 1:
+            raise ConfigError("batchscope env path takes one framework, e.g. batchscope env path pytorch")
+        interp = managed_interpreter(frameworks[0], kind, say=lambda line: print(line, file=sys.stderr, flush=True))
+        if interp.problem:
+            print(interp.problem, file=sys.stderr)
+            return 1
+        print(interp.python)
+        return 0
+    failed = 0
+    for framework in frameworks:
+        spec, built = existing_managed(framework, kind)
+        if spec is None:
+            print(f"{framework}: no environment of its own (runs in the parent's interpreter)")
+            continue
+        interp = managed_interpreter(framework, kind, say=lambda line: print(line, flush=True))
+        if interp.problem:
+            failed += 1
+            print(f"{framework}: FAILED: {interp.problem}", flush=True)
+        else:
+            print(("already built: " if built else "") + interp.line(), flush=True)
+    return 1 if failed else 0
+
+
+def register(sub: Any) -> None:
+    """Add the ``env`` subcommand."""
+    p = sub.add_parser("env", help="each framework's environment: list, build ahead, or print its interpreter",
+                       description="Each framework's workers run in an environment of its own, built from its lock "
+                                   "(adapters/<framework>/locks/) into the cache on first use; `build` builds them "
+                                   "ahead. BATCHSCOPE_ENV_KIND=cpu|cuda picks the lock (default: cuda where a GPU "
+                                   "is present).")
+    p.add_argument("action", choices=("list", "build", "path"))
+    p.add_argument("frameworks", nargs="*", metavar="FRAMEWORK", help="default: every registered adapter")
+    p.set_defaults(func=cmd_env)

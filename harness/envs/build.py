@@ -1,0 +1,156 @@
+"""A managed environment built from its lock: once, atomically, by one process at a time.
+
+Built into a temporary folder beside its final place and renamed there only after the framework imported in it, so
+a half-built environment (a failed install, a full disk, Ctrl-C, a kill) is never taken for a built one: an
+environment exists exactly when its folder does, with its facts file in it. Two sweeps that need the same
+environment at once build it once: the second waits on a file lock (``flock``), then finds it built.
+
+The installer is pip, run from the parent's interpreter into the new environment (``pip --python``), with the
+machine's pip configuration (this machine serves its CPU torch wheel that way) and ``--no-deps``: a lock lists every
+distribution, so nothing is resolved, and a missing one fails the import check instead of being fetched unpinned.
+docs/environments.md says why pip and not uv (measured).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import venv
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from harness.envs.spec import EnvSpec
+from harness.errors import BatchscopeError
+
+#: the facts file: written last, inside the temporary folder, before the rename
+FACTS_FILE = "batchscope-env.json"
+#: the installer's lines kept in an error (the end of its output says what failed)
+TAIL_LINES = 15
+#: an install longer than this is stopped (a TensorFlow CUDA set is ~3 GB of wheels on a slow link)
+INSTALL_TIMEOUT_S = 3600
+
+
+class EnvironmentBuildError(BatchscopeError):
+    """A managed environment could not be built; the message carries the installer's last lines."""
+
+
+def python_in(env_dir: Path) -> Path:
+    """The environment's interpreter."""
+    return env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def is_built(env_dir: Path) -> bool:
+    """Built and usable: the facts file (written last) and the interpreter are there."""
+    return (env_dir / FACTS_FILE).is_file() and python_in(env_dir).exists()
+
+
+def read_facts(env_dir: Path) -> dict[str, object]:
+    """What the build recorded: the lock, its hash, the versions imported (``{}`` where unreadable)."""
+    try:
+        data = json.loads((env_dir / FACTS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (created), released on exit, whoever else waits."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _tail(text: str) -> str:
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("WARNING: Location")]
+    return "\n".join(lines[-TAIL_LINES:])
+
+
+def _run(cmd: list[str], what: str, spec: EnvSpec, env: dict[str, str], timeout_s: float) -> str:
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
+                              env={**os.environ, **env}, cwd=tempfile.gettempdir())
+    except subprocess.TimeoutExpired as e:
+        raise EnvironmentBuildError(f"{spec.label}: {what} took over {timeout_s:.0f} s and was stopped") from e
+    except OSError as e:
+        raise EnvironmentBuildError(f"{spec.label}: {what} could not start: {e}") from e
+    if done.returncode != 0:
+        raise EnvironmentBuildError(f"{spec.label}: {what} failed (exit {done.returncode}); the installer's last "
+                                    f"lines:\n{_tail(done.stdout + done.stderr)}")
+    return done.stdout
+
+
+def _clear_leftovers(root: Path, spec: EnvSpec) -> None:
+    """Temporary folders of builds that died (Ctrl-C, a kill, a full disk): under the lock none is in progress."""
+    for old in root.glob(f".{spec.name}.building-*"):
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def build(spec: EnvSpec, root: Path, pythonpath: tuple[str, ...], say: Callable[[str], None] = lambda line: None,
+          timeout_s: float = INSTALL_TIMEOUT_S) -> Path:
+    """The environment of ``spec`` under ``root``, built first where it is not yet (``say`` gets one line).
+    ``pythonpath``: where batchscope's code is for the import check (:mod:`harness.envs.facts`, run there).
+
+    Raises:
+        EnvironmentBuildError: the install or the import check failed; nothing usable is left behind.
+    """
+    final = spec.path(root)
+    if is_built(final):
+        return final
+    with _locked(root / f".{spec.name}.lock"):
+        if is_built(final):  # another process built it while this one waited
+            return final
+        _clear_leftovers(root, spec)
+        if final.exists():  # a folder without its facts file is not an environment (an old, broken one)
+            shutil.rmtree(final, ignore_errors=True)
+        t0 = time.monotonic()
+        say(f"building the {spec.framework} environment ({spec.kind}, {len(spec.requirements)} packages from "
+            f"{Path(spec.source).name if os.sep in spec.source else spec.source}) in {final}: once, reused while "
+            "its lock is unchanged")
+        tmp = root / f".{spec.name}.building-{os.getpid()}"
+        try:
+            facts = _build_into(tmp, spec, pythonpath, timeout_s)
+            facts["build_s"] = round(time.monotonic() - t0, 1)
+            (tmp / FACTS_FILE).write_text(json.dumps(facts, indent=2))
+            os.replace(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        say(f"built the {spec.framework} environment in {time.monotonic() - t0:.0f} s")
+    return final
+
+
+def _build_into(tmp: Path, spec: EnvSpec, pythonpath: tuple[str, ...], timeout_s: float) -> dict[str, object]:
+    """Create the venv in ``tmp``, install the lock, check the framework imports; returns the facts to record."""
+    try:
+        venv.EnvBuilder(with_pip=False, symlinks=os.name != "nt").create(tmp)
+    except OSError as e:
+        raise EnvironmentBuildError(f"{spec.label}: the virtual environment could not be created in {tmp}: {e}") from e
+    requirements = tmp / "batchscope-requirements.txt"
+    requirements.write_text("\n".join(spec.requirements) + "\n")
+    python = python_in(tmp)
+    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-input",
+          "--disable-pip-version-check", "-r", str(requirements)], "pip install", spec, {}, timeout_s)
+    env = {"PYTHONPATH": os.pathsep.join(pythonpath)}
+    out = _run([str(python), "-m", "harness.envs.facts", spec.target, "--import"],
+               f"the import check (import {spec.import_name})", spec, env, 600)
+    try:
+        imported = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError) as e:
+        raise EnvironmentBuildError(f"{spec.label}: the import check printed no facts: {out[-500:]!r}") from e
+    if imported.get("problem"):
+        raise EnvironmentBuildError(f"{spec.label}: the import check failed: {imported['problem']}")
+    return {"framework": spec.framework, "kind": spec.kind, "digest": spec.digest, "lock": spec.source,
+            "requirements": list(spec.requirements), "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            **{k: imported.get(k) for k in ("python", "numpy", "framework_version", "distribution")}}

@@ -1,0 +1,269 @@
+"""The interpreter each framework's workers run in, chosen once per command before the first trial.
+
+Order: the user's interpreter where one is named (``--python FRAMEWORK=PATH``, ``[environments]`` in the experiment,
+or the older ``[adapters.NAME] python``), checked there (the framework imports, its version and build are read,
+batchscope's worker code imports); else the framework's managed environment, built on first use; else, for an
+adapter with no environment of its own, the parent's interpreter. A plugin that declares no requirements but uses a
+built-in framework's module runs in that framework's managed environment with its own package made importable.
+
+batchscope's code reaches a worker through ``PYTHONPATH``: a folder of links to the ``harness`` and ``adapters``
+packages (and a plugin's package), so nothing is installed into a user's environment and no other package of the
+parent's (its numpy 2, say, beside MXNet's numpy 1.26) leaks into a worker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from harness.envs.build import EnvironmentBuildError, build, is_built, python_in, read_facts
+from harness.envs.spec import EnvSpec, envs_root, spec_for
+from harness.errors import ConfigError
+from harness.registry import adapter_class, adapter_target, is_builtin, known_adapter_names
+
+#: the packages every worker imports from batchscope
+WORKER_PACKAGES = ("harness", "adapters")
+#: how long reading an interpreter's facts may take (a user's TensorFlow import included)
+FACTS_TIMEOUT_S = 180.0
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """Where one framework's workers run.
+
+    ``source``: ``user`` (named by the user), ``managed`` (built from a lock) or ``parent`` (this interpreter).
+    ``environment``: how a trial row names it (``managed pytorch-cpu@1a2b3c4d5e6f``, ``user``, ``parent``).
+    ``pythonpath``: what the worker needs on ``PYTHONPATH`` to import batchscope's code (and a plugin's).
+    ``facts``: the interpreter's versions and the framework's build (:mod:`harness.envs.facts`).
+    ``problem``: why the framework cannot run there (a managed environment that failed to build); its trials are
+    stored as errors carrying this, and the other frameworks run.
+    """
+
+    framework: str
+    python: str
+    source: str
+    environment: str
+    pythonpath: tuple[str, ...] = ()
+    facts: Mapping[str, Any] = field(default_factory=dict)
+    spec: EnvSpec | None = None
+    problem: str | None = None
+
+    def worker_env(self, parent_env: Mapping[str, str] | None = None) -> dict[str, str]:
+        """What the worker's environment gets on top of the parent's: ``PYTHONPATH`` with batchscope's code first."""
+        if not self.pythonpath:
+            return {}
+        inherited = (os.environ if parent_env is None else parent_env).get("PYTHONPATH", "")
+        return {"PYTHONPATH": os.pathsep.join([*self.pythonpath, *([inherited] if inherited else [])])}
+
+    def line(self) -> str:
+        """One line for ``run``, ``maxbatch`` and ``doctor``: where, which versions, which build."""
+        facts = self.facts
+        versions = ", ".join(f"{k} {v}" for k, v in (("python", facts.get("python")),
+                                                      (facts.get("distribution") or self.framework,
+                                                       facts.get("framework_version")),
+                                                      ("numpy", facts.get("numpy"))) if v)
+        build_label = f"; {facts['build']}" if facts.get("build") else ""
+        return f"{self.framework}: {self.environment} ({self.python}; {versions}{build_label})"
+
+    def ensure(self, say: Callable[[str], None] = lambda line: None) -> Interpreter:
+        """The same interpreter, its managed environment rebuilt if it was deleted since it was chosen."""
+        if self.source != "managed" or self.spec is None or self.problem or Path(self.python).exists():
+            return self
+        try:
+            build(self.spec, Path(self.python).parents[1].parent, self.pythonpath, say)
+        except EnvironmentBuildError as e:
+            return replace(self, problem=str(e))
+        return self
+
+
+def parse_python_options(values: Iterable[str], source: str = "--python") -> dict[str, str]:
+    """``["pytorch=/venv/bin/python", ...]`` as a mapping; each framework named once.
+
+    Raises:
+        ConfigError: a value without ``FRAMEWORK=PATH``, or a framework named twice.
+    """
+    out: dict[str, str] = {}
+    for value in values:
+        name, sep, path = str(value).partition("=")
+        name, path = name.strip(), path.strip()
+        if not sep or not name or not path:
+            raise ConfigError(f"{source} {value!r}: expected FRAMEWORK=PATH, e.g. {source} "
+                              "pytorch=/opt/venv/bin/python")
+        if name in out:
+            raise ConfigError(f"{source}: {name!r} is named twice ({out[name]!r} and {path!r}); name it once")
+        out[name] = path
+    return out
+
+
+def _code_dir(modules: Iterable[str]) -> Path:
+    """A folder of links to ``modules``' top-level packages (or files), made once per set of paths."""
+    sources: dict[str, Path] = {}
+    for module in modules:
+        top = module.partition(".")[0]
+        spec = importlib.util.find_spec(top)
+        if spec is None:
+            continue
+        if spec.submodule_search_locations:
+            sources[top] = Path(next(iter(spec.submodule_search_locations))).resolve()
+        elif spec.origin:
+            sources[top + ".py"] = Path(spec.origin).resolve()
+    digest = hashlib.sha256(json.dumps(sorted((k, str(v)) for k, v in sources.items())).encode()).hexdigest()[:12]
+    folder = envs_root() / "code" / digest
+    if not all((folder / name).exists() for name in sources):
+        tmp = folder.with_name(f".{digest}.{os.getpid()}")
+        tmp.mkdir(parents=True, exist_ok=True)
+        for name, path in sources.items():
+            link = tmp / name
+            if not link.exists():
+                link.symlink_to(path)
+        try:
+            os.replace(tmp, folder)
+        except OSError:  # another process made it first: theirs is the same
+            for link in tmp.iterdir():
+                link.unlink()
+            tmp.rmdir()
+    return folder
+
+
+def read_interpreter_facts(python: str, target: str, pythonpath: tuple[str, ...], do_import: bool
+                           ) -> dict[str, Any]:
+    """:mod:`harness.envs.facts` run in ``python``; ``problem`` set where it could not run there.
+
+    The current directory is left out of the child's module path (``-P`` where the interpreter has it, else a
+    neutral working directory), so that the parent's checkout cannot stand in for the interpreter's own packages.
+    """
+    env = dict(os.environ)
+    inherited = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = os.pathsep.join([*pythonpath, *([inherited] if inherited else [])])
+    cmd = [python, "-m", "harness.envs.facts", target, *(["--import"] if do_import else [])]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=FACTS_TIMEOUT_S, env=env,
+                              stdin=subprocess.DEVNULL, cwd=envs_root().parent if envs_root().parent.exists()
+                              else "/")
+    except subprocess.TimeoutExpired:
+        return {"problem": f"reading it took over {FACTS_TIMEOUT_S:.0f} s"}
+    except OSError as e:
+        return {"problem": f"it cannot be run: {e.strerror or e}"}
+    try:
+        facts = json.loads(done.stdout.strip().splitlines()[-1])
+        if not isinstance(facts, dict):
+            raise ValueError(facts)
+        return facts
+    except (ValueError, IndexError):
+        tail = " ".join((done.stderr or done.stdout).strip().splitlines()[-2:])[:400]
+        return {"problem": f"batchscope's worker code does not run there (exit {done.returncode}: {tail})"}
+
+
+def user_interpreter(framework: str, path: str, where: str) -> Interpreter:
+    """The user's interpreter for ``framework``, checked: refused (ConfigError, exit 2) where it cannot run it.
+
+    ``where``: how the user named it, for the message (``--python`` or the experiment's key).
+    """
+    python = os.path.expanduser(path)
+    if not os.path.exists(python):
+        raise ConfigError(f"{where}: {framework}'s interpreter {python!r} does not exist; give the full path of "
+                          "that environment's python (e.g. /opt/venv/bin/python)")
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        raise ConfigError(f"{where}: {framework}'s interpreter {python!r} is not an executable file; give the full "
+                          "path of that environment's python (e.g. /opt/venv/bin/python)")
+    target = adapter_target(framework)
+    pythonpath = (str(_code_dir([*WORKER_PACKAGES, target.partition(":")[0]])),)
+    facts = read_interpreter_facts(python, target, pythonpath, do_import=True)
+    if facts.get("problem"):
+        raise ConfigError(f"{where}: {framework} cannot run in {python}: {facts['problem']}; install it there, "
+                          f"or leave out {where.split(':')[0]} to use batchscope's managed {framework} environment")
+    return Interpreter(framework, python, "user", "user", pythonpath, facts)
+
+
+def _shared_builtin(adapter_cls: type) -> str | None:
+    """The built-in framework whose module a plugin without requirements uses (``torch`` -> ``pytorch``)."""
+    import_name = str(getattr(adapter_cls, "import_name", "") or "").partition(".")[0]
+    for name in sorted(known_adapter_names()):
+        if is_builtin(name) and str(getattr(adapter_class(name), "import_name", "")).partition(".")[0] == import_name:
+            return name
+    return None
+
+
+def managed_interpreter(framework: str, kind: str, say: Callable[[str], None] = lambda line: None,
+                        root: Path | None = None) -> Interpreter:
+    """``framework``'s managed environment (built where it is not yet), or the parent's interpreter for an adapter
+    that has none. A failed build is not raised: the interpreter carries it as its ``problem``."""
+    cls = adapter_class(framework)
+    target = adapter_target(framework)
+    spec = spec_for(framework, cls, kind)
+    modules = [*WORKER_PACKAGES]
+    if spec is None and not is_builtin(framework):
+        shared = _shared_builtin(cls)
+        if shared is not None:  # a plugin of a built-in framework: that framework's environment, its package added
+            spec = spec_for(shared, adapter_class(shared), kind)
+            modules.append(target.partition(":")[0])
+    if spec is None:
+        return Interpreter(framework, sys.executable, "parent", "parent")
+    root = root or envs_root()
+    env_dir = spec.path(root)
+    pythonpath = (str(_code_dir(modules)),)
+    try:
+        build(spec, root, pythonpath, say)
+    except EnvironmentBuildError as e:
+        return Interpreter(framework, str(python_in(env_dir)), "managed", spec.label, pythonpath, {}, spec, str(e))
+    facts = read_interpreter_facts(str(python_in(env_dir)), target, pythonpath, do_import=False)
+    if facts.get("problem"):
+        return Interpreter(framework, str(python_in(env_dir)), "managed", spec.label, pythonpath, facts, spec,
+                           f"{spec.label}: {facts['problem']}")
+    return Interpreter(framework, str(python_in(env_dir)), "managed", spec.label, pythonpath,
+                       {**read_facts(env_dir), **facts}, spec)
+
+
+def existing_managed(framework: str, kind: str, root: Path | None = None) -> tuple[EnvSpec | None, Path | None]:
+    """``framework``'s managed environment for ``kind`` and its folder where it is built (``doctor``: no build)."""
+    cls = adapter_class(framework)
+    spec = spec_for(framework, cls, kind)
+    if spec is None and not is_builtin(framework):
+        shared = _shared_builtin(cls)
+        spec = spec_for(shared, adapter_class(shared), kind) if shared else None
+    if spec is None:
+        return None, None
+    env_dir = spec.path(root or envs_root())
+    return spec, env_dir if is_built(env_dir) else None
+
+
+#: the interpreters chosen by this process's command, by framework (what :func:`chosen` returns)
+_CHOSEN: dict[str, Interpreter] = {}
+
+
+def choose(frameworks: Iterable[str], named: Mapping[str, tuple[str, str]], kind: str,
+           say: Callable[[str], None] = lambda line: None) -> dict[str, Interpreter]:
+    """The interpreter of each of ``frameworks``: ``named`` maps a framework to (its path, where the user named it).
+
+    Raises:
+        ConfigError: a named interpreter that cannot run its framework (exit 2, before anything is written), or a
+            name for a framework that is not in the run.
+    """
+    frameworks = list(dict.fromkeys(frameworks))
+    out: dict[str, Interpreter] = {}
+    for framework in frameworks:
+        if framework in named:
+            path, where = named[framework]
+            out[framework] = user_interpreter(framework, path, where)
+        else:
+            out[framework] = managed_interpreter(framework, kind, say)
+    _CHOSEN.update(out)
+    return out
+
+
+def chosen(framework: str) -> Interpreter | None:
+    """The interpreter this process chose for ``framework`` (None: none chosen yet)."""
+    return _CHOSEN.get(framework)
+
+
+def forget() -> None:
+    """Forget the interpreters chosen (tests; a long-lived process that runs several commands)."""
+    _CHOSEN.clear()
