@@ -13,6 +13,14 @@ from harness.data import DataRequest, PreparedData, prepare
 
 pytest_plugins = ["tests.scheduling"]  # xdist units, their order, the `alone` lock (make test)
 
+# Tests point BATCHSCOPE_CACHE at temporary folders (each its own data cache); the frameworks' managed environments
+# stay where `make test` built them (`batchscope env build`), so no test rebuilds one. A test of the build itself
+# sets BATCHSCOPE_ENVS to a folder of its own.
+if not os.environ.get("BATCHSCOPE_ENVS"):
+    from harness.envs.spec import envs_root
+
+    os.environ["BATCHSCOPE_ENVS"] = str(envs_root())
+
 
 def _gpu_reason() -> str | None:
     try:

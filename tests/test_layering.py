@@ -44,6 +44,7 @@ class Layer:
 
 VOCABULARY, DESCRIPTION, DATA, MONITOR = "0. vocabulary", "0. description", "1. data", "2. monitor"
 STORE, RUN, MAXBATCH, PIPELINE, CLI = "2. store", "3. run", "4. max batch", "5. pipeline", "6. command line"
+ENVS = "1. environments"
 REPORT_INPUT, ANSWER, DOCUMENT, ADAPTERS = "report: input", "report: answer", "report: document", "adapters"
 BELOW_DATA = (VOCABULARY, DESCRIPTION)
 
@@ -62,21 +63,23 @@ LAYERS = (
           ),
           third_party=("numpy", "tomli")),
     Layer(DATA, ("harness.data",), BELOW_DATA),
+    Layer(ENVS, ("harness.envs",), BELOW_DATA),
     Layer(MONITOR, ("harness.monitor",), (*BELOW_DATA, DATA)),
     Layer(STORE, ("harness.store",), (*BELOW_DATA, DATA)),
-    Layer(RUN, ("harness.run",), (*BELOW_DATA, DATA, MONITOR, STORE),
+    Layer(RUN, ("harness.run",), (*BELOW_DATA, DATA, ENVS, MONITOR, STORE),
           exceptions=(("harness.run.worker", "adapters.base", "the worker, in the child, drives the adapter"),
                       ("harness.run.worker", "adapters.fpenv",
                        "the worker sets the CPU's denormal mode before the adapter loads its framework"))),
-    Layer(MAXBATCH, ("harness.maxbatch",), (*BELOW_DATA, DATA, MONITOR, STORE, RUN)),
-    Layer(PIPELINE, ("harness.pipeline",), (*BELOW_DATA, DATA, MONITOR, STORE, RUN, MAXBATCH)),
+    Layer(MAXBATCH, ("harness.maxbatch",), (*BELOW_DATA, DATA, ENVS, MONITOR, STORE, RUN)),
+    Layer(PIPELINE, ("harness.pipeline",), (*BELOW_DATA, DATA, ENVS, MONITOR, STORE, RUN, MAXBATCH)),
     Layer(REPORT_INPUT, ("report", "report.load", "report.aggregate"), (*BELOW_DATA, STORE)),
     Layer(ANSWER, ("report.answer",), (*BELOW_DATA, STORE, REPORT_INPUT)),
     Layer(DOCUMENT, ("report.document",), (*BELOW_DATA, STORE, REPORT_INPUT, ANSWER),
           exceptions=(("report.document.tables", "harness.maxbatch.advice",
                        "the max-batch table words the stored answer's advice (pure, no prober)"),)),
     Layer(CLI, ("harness.cli", "harness.__main__"),
-          (*BELOW_DATA, DATA, MONITOR, STORE, RUN, MAXBATCH, PIPELINE, REPORT_INPUT, ANSWER, DOCUMENT, ADAPTERS)),
+          (*BELOW_DATA, DATA, ENVS, MONITOR, STORE, RUN, MAXBATCH, PIPELINE, REPORT_INPUT, ANSWER, DOCUMENT,
+           ADAPTERS)),
     Layer(ADAPTERS, ("adapters",), exceptions=tuple(
         ("adapters", target, "the contract, the model description, the errors and the trial's settings")
         for target in ("harness.models", "harness.errors", "harness.config.trial", "harness.config.precision"))),

@@ -39,11 +39,15 @@ def test_parsing_and_planning_import_no_framework():
     assert _modules_after(code) == []
 
 
-def test_builtin_adapters_are_registered():
+def test_builtin_adapters_are_registered_and_their_frameworks_are_not_in_the_parent():
+    """The built-ins are listed from the parent's metadata, where no framework is installed since 0.2: each runs in
+    an environment of its own (harness.envs; `batchscope doctor` shows those)."""
     names = {a.name for a in registry.list_adapters()}
-    assert {"pytorch", "tensorflow", "mxnet"} <= names
+    assert {"pytorch", "tensorflow", "mxnet", "jax"} <= names
     torch_info = next(a for a in registry.list_adapters() if a.name == "pytorch")
-    assert torch_info.installed and torch_info.version == md.version("torch")
+    with pytest.raises(md.PackageNotFoundError):
+        md.version("torch")
+    assert torch_info.version is None and torch_info.builtin
 
 
 def test_a_broken_plugin_warns_and_is_listed_with_its_problem(monkeypatch):

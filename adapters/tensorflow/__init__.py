@@ -3,6 +3,9 @@
 switches), ``build`` (which device the installed build can use, from metadata) and the lock files its managed
 environment is built from (``locks/``, docs/environments.md). Importing it imports no framework."""
 
+from adapters._moved import forwarding_getattr
 from adapters.tensorflow.adapter import TensorFlowAdapter
 
 __all__ = ["TensorFlowAdapter"]
+#: the names the flat module adapters/tensorflow.py had (before 0.2), found in .adapter with a DeprecationWarning
+__getattr__ = forwarding_getattr(__name__, "adapters.tensorflow.adapter")

@@ -174,8 +174,10 @@ def find_source(req: DataRequest, cache_dir: Path, fetch: Fetch | None = None,
 class _BatchUnpickler(pickle.Unpickler):
     """Builds only what a CIFAR batch holds: containers, strings, numbers and NumPy arrays."""
 
+    #: numpy 1.x's module paths, and numpy 2's (``numpy._core``: numpy.core is its deprecated alias there)
     ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy", "ndarray"), ("numpy", "dtype"),
-               ("numpy.core.numeric", "_frombuffer"), ("_codecs", "encode")}
+               ("numpy.core.numeric", "_frombuffer"), ("numpy._core.multiarray", "_reconstruct"),
+               ("numpy._core.numeric", "_frombuffer"), ("_codecs", "encode")}
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) not in self.ALLOWED:

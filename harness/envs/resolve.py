@@ -183,7 +183,7 @@ def user_interpreter(framework: str, path: str, where: str) -> Interpreter:
     return Interpreter(framework, python, "user", "user", pythonpath, facts)
 
 
-def _shared_builtin(adapter_cls: type) -> str | None:
+def shared_builtin(adapter_cls: type) -> str | None:
     """The built-in framework whose module a plugin without requirements uses (``torch`` -> ``pytorch``)."""
     import_name = str(getattr(adapter_cls, "import_name", "") or "").partition(".")[0]
     for name in sorted(known_adapter_names()):
@@ -201,7 +201,7 @@ def managed_interpreter(framework: str, kind: str, say: Callable[[str], None] = 
     spec = spec_for(framework, cls, kind)
     modules = [*WORKER_PACKAGES]
     if spec is None and not is_builtin(framework):
-        shared = _shared_builtin(cls)
+        shared = shared_builtin(cls)
         if shared is not None:  # a plugin of a built-in framework: that framework's environment, its package added
             spec = spec_for(shared, adapter_class(shared), kind)
             modules.append(target.partition(":")[0])
@@ -227,7 +227,7 @@ def existing_managed(framework: str, kind: str, root: Path | None = None) -> tup
     cls = adapter_class(framework)
     spec = spec_for(framework, cls, kind)
     if spec is None and not is_builtin(framework):
-        shared = _shared_builtin(cls)
+        shared = shared_builtin(cls)
         spec = spec_for(shared, adapter_class(shared), kind) if shared else None
     if spec is None:
         return None, None

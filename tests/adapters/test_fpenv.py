@@ -12,7 +12,9 @@ import pytest
 from adapters import fpenv
 from harness.records import TrialUnit
 from harness.run.executor import LocalExecutor
+from tests import ROOT
 from tests.conftest import make_trial
+from tests.helpers.envs import python_for
 
 X86_LINUX = sys.platform == "linux" and platform.machine() == "x86_64"
 TARGET = "tests.fakes.adapter:FakeAdapter"
@@ -92,8 +94,8 @@ def test_setup_makes_the_framework_itself_flush_or_keep_denormals(framework, mod
     code = (f"from {module} import {cls}\nfrom adapters.base import RuntimeConfig\n"
             f"info = {cls}().setup(RuntimeConfig(device='cpu', threads=2, denormals={mode!r}))\n"
             "print(info['cpu_denormals'])\n" + _DENORMAL_PROBE[framework])
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    done = subprocess.run([python_for(framework), "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     recorded, probe = done.stdout.strip().splitlines()[-2:]
     nonzero, small_kept = probe.split()

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from adapters.base import Adapter, PrecisionSeen
-from adapters.pytorch import ALLOC_CONF_VARS, PyTorchAdapter, alloc_conf
+from adapters.pytorch import PyTorchAdapter
+from adapters.pytorch.gpu import ALLOC_CONF_VARS, alloc_conf
 from harness.config.experiment import parse_experiment
 from harness.config.precision import PRECISIONS, check_observed
 from harness.errors import ConfigError

@@ -52,7 +52,10 @@ def test_unknown_key_lists_valid_keys():
     ({"adapters": {"caffe": {}}}, ["adapters", "'caffe'"]),
     ({"adapters": {"pytorch": {"colour": "red"}}}, ["adapters.pytorch", "'colour'"]),
     ({"adapters": {"pytorch": {"python": "/no/such/python"}}}, ["adapters.pytorch.python", "/no/such/python",
-                                                                 "not an executable"]),
+                                                                 "does not exist"]),
+    ({"environments": {"pytorch": "/no/such/python"}}, ["environments.pytorch", "/no/such/python", "does not exist"]),
+    ({"environments": {"caffe": "/usr/bin/python3"}}, ["environments.caffe", "unknown adapter 'caffe'"]),
+    ({"environments": {"pytorch": 3}}, ["environments.pytorch", "3", "should be the path of an interpreter"]),
 ])
 def test_bad_values_are_refused_with_the_value_quoted(changes, words):
     with pytest.raises(ConfigError) as e:
@@ -153,7 +156,7 @@ def test_the_schema_is_derived_from_the_fields():
     from harness.config import experiment as ex
 
     fields = {f.name for f in dataclasses.fields(Experiment)} - {"source"}
-    assert set(VALID_KEYS) == fields
+    assert set(VALID_KEYS) == fields | {"environments"}  # [environments] fills the adapters' interpreters
     assert ex._SCALARS["learning_rate"] == (int, float) and ex._SCALARS["device"] is str
     assert ex._LISTS == {"frameworks": str, "batch_sizes": int, "synthetic_shape": int, "learning_rates": float,
                          "lr_factors": float}

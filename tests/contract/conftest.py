@@ -21,10 +21,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harness.registry import adapter_target, framework_modules, is_builtin, known_adapter_names, list_adapters
+from harness.envs.resolve import existing_managed
+from harness.registry import adapter_target, framework_modules, is_builtin, known_adapter_names
 from tests.contract import verdicts
 from tests.contract.checks import FAILING_STEP_BATCH
 from tests.contract.probe import PROGRESS
+from tests.helpers.envs import kind, python_for
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PROBE_TIMEOUT_S = 600
@@ -102,13 +104,13 @@ def resolve_target(name: str) -> str:
 
 
 def _not_installed(name: str) -> str | None:
-    """Why a registered adapter cannot run here (its framework is not installed), or None."""
+    """Why a registered adapter cannot run here (its framework's environment could not be built), or None."""
     if ":" in name:
         return None
-    info = next((a for a in list_adapters() if a.name == name), None)
-    if info is None or info.installed:
-        return None
-    return f"{name}: its framework ({info.distribution}) is not installed in this environment"
+    spec, built = existing_managed(name, kind())  # at collection: read, never build (make test builds them first)
+    if spec is not None and built is None:
+        return f"{name}: its managed environment {spec.label} is not built (make envs)"
+    return None
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -143,7 +145,8 @@ def import_loads(module: str, attr: str = "") -> list[str]:
            ) if attr else ""
     code = (f"import json, sys\nimport {module}\nnames = set({known!r})\n{own}"
             "print(json.dumps(sorted(m for m in names if m in sys.modules)))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+    python = python_for(f"{module}:{attr}") if attr else sys.executable  # the framework's own environment
+    proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=PROJECT_ROOT, env=_env())
     if proc.returncode != 0:
         pytest.fail(f"importing {module} failed:\n{proc.stderr[-3000:]}")
@@ -163,7 +166,7 @@ def run_probe(name: str, out_dir: Path, checks: tuple[str, ...] | None = None) -
     target = resolve_target(name)
     extra = ["--checks", ",".join(checks)] if checks else []
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.contract.probe", "--target", target, "--out", str(out_dir), *extra],
+        [python_for(target), "-m", "tests.contract.probe", "--target", target, "--out", str(out_dir), *extra],
         capture_output=True,
         text=True,
         timeout=PROBE_TIMEOUT_S,
@@ -206,7 +209,7 @@ def run_failing_step(name: str, out_dir: Path) -> ProbeResult:
     """
     target = resolve_target(name)
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.contract.probe", "--target", target, "--out", str(out_dir),
+        [python_for(target), "-m", "tests.contract.probe", "--target", target, "--out", str(out_dir),
          "--checks", "failing_step"],
         capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, cwd=PROJECT_ROOT, env=_env(),
     )

@@ -4,24 +4,41 @@ exit 2 and nothing written; a trial that cannot even start is a ``crashed`` row,
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.faults.helpers import FAKE_ADAPTERS, assert_refused, bs, fake_experiment, rows
 
 
-def test_a_trial_whose_interpreter_cannot_start_is_a_crashed_row_and_the_sweep_goes_on(tmp_path: Path) -> None:
+def test_an_interpreter_that_cannot_start_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """Issue 38: a named interpreter is checked before the first trial (it runs batchscope's facts script there)."""
     bad_python = tmp_path / "python"
     bad_python.write_text("this is not a program\n")
-    bad_python.chmod(0o755)  # executable, so the file passes the check; exec fails: Exec format error
+    bad_python.chmod(0o755)  # executable, so the file passes the first check; exec fails: Exec format error
     exp = fake_experiment(tmp_path, frameworks=["fake", "fake2"], batch_sizes=[4])
     exp.write_text(exp.read_text() + f'\n[adapters.fake]\npython = "{bad_python}"\n')
     done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
-    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-    by_fw = {r["framework"]: r for r in rows(tmp_path / "out")}
-    assert by_fw["fake"]["status"] == "crashed" and "could not be started" in by_fw["fake"]["reason"]
-    assert str(bad_python) in by_fw["fake"]["reason"] and "Exec format error" in by_fw["fake"]["reason"]
-    assert by_fw["fake2"]["status"] == "ok"  # the other framework still ran
+    assert_refused(done, "fake cannot run in", str(bad_python), "Exec format error")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_worker_whose_interpreter_cannot_start_is_a_crashed_row(tiny_data: Any, tmp_path: Path) -> None:
+    """Past the check (an interpreter replaced during the sweep), the executor stores a crashed row, no traceback."""
+    from harness.records import TrialUnit
+    from harness.run.executor import LocalExecutor
+    from tests.conftest import make_trial
+    from tests.helpers.fake_trial import TARGET
+
+    bad_python = tmp_path / "python"
+    bad_python.write_text("this is not a program\n")
+    bad_python.chmod(0o755)
+    spec = make_trial(adapter_options={"behaviour": "ok"}, epochs=1, batch_size=8)
+    unit = TrialUnit(trial=spec, data=tiny_data, order_path=str(tiny_data.write_order(spec.seed, spec.epochs)),
+                     adapter_target=TARGET, python=str(bad_python))
+    outcome = LocalExecutor(log_dir=tmp_path).run(unit)
+    assert outcome.status == "crashed" and "could not be started" in outcome.reason
+    assert str(bad_python) in outcome.reason and "Exec format error" in outcome.reason
 
 
 def test_device_gpu_without_a_gpu_is_refused_in_the_parent(tmp_path: Path) -> None:
