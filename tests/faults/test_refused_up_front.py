@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.faults.helpers import FAKE_ADAPTERS, assert_refused, bs, fake_experiment, rows
+from tests.faults.helpers import FAKE_ADAPTERS, assert_refused, bs, fake_experiment
 
 
 def test_an_interpreter_that_cannot_start_is_refused_before_anything_is_written(tmp_path: Path) -> None:
