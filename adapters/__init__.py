@@ -10,7 +10,8 @@ DeprecationWarning (``from adapters import torch_parts``); CHANGELOG, "For plugi
 from adapters._moved import deprecated_getattr
 
 __getattr__ = deprecated_getattr(__name__, {
-    "torch_parts": ("adapters.pytorch.parts", ""), "keras_parts": ("adapters.tensorflow.parts", ""),
-    "jax_parts": ("adapters.jax.parts", ""), "jax_optim": ("adapters.jax.optim", ""),
+    # torch_parts and jax_parts were split (parts, gpu/threads): the adapter module has every name they had
+    "torch_parts": ("adapters.pytorch.adapter", ""), "keras_parts": ("adapters.tensorflow.parts", ""),
+    "jax_parts": ("adapters.jax.adapter", ""), "jax_optim": ("adapters.jax.optim", ""),
     "jax_gpu": ("adapters.jax.gpu", ""),
 })

@@ -100,6 +100,16 @@ def print_environments(frameworks: list[str], kind: str, gpu_present: bool = Fal
             continue
         if spec is None:
             print(f"  {name:<11} the parent's interpreter ({sys.executable}): the adapter declares no environment")
+            from harness.run.devices import build_of
+
+            try:
+                gpu, words = build_of(name)
+            except Exception as e:  # noqa: BLE001 - a broken plugin's metadata must not stop the rest of the report
+                gpu, words = None, f"unknown ({type(e).__name__}: {e})"
+            label, note = _build_note(name, gpu, words, gpu_present)
+            print(f"  {'':<11} build: {label}")
+            if note:
+                print(f"  {'':<11} NOTE: {note}")
             continue
         print(f"  {name:<11} {spec.label}: lock {spec.source}")
         if built is None:

@@ -14,6 +14,7 @@ docs/environments.md says why pip and not uv (measured).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -124,7 +125,13 @@ def build(spec: EnvSpec, root: Path, pythonpath: tuple[str, ...], say: Callable[
             facts["build_s"] = round(time.monotonic() - t0, 1)
             (tmp / FACTS_FILE).write_text(json.dumps(facts, indent=2))
             os.replace(tmp, final)
-        except BaseException:
+        except OSError as e:  # the venv, the requirements or the facts file could not be written (a full disk)
+            shutil.rmtree(tmp, ignore_errors=True)
+            why = "the disk is full" if e.errno == errno.ENOSPC else (e.strerror or str(e))
+            raise EnvironmentBuildError(f"{spec.label}: the environment could not be written in {root}: {why}; "
+                                        "nothing was left that looks built. Free space (or set BATCHSCOPE_ENVS to a "
+                                        "folder with room) and run again") from e
+        except BaseException:  # Ctrl-C, SIGTERM, a failed install: the temporary folder goes, nothing is renamed
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         say(f"built the {spec.framework} environment in {time.monotonic() - t0:.0f} s")

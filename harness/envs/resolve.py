@@ -199,12 +199,11 @@ def managed_interpreter(framework: str, kind: str, say: Callable[[str], None] = 
     cls = adapter_class(framework)
     target = adapter_target(framework)
     spec = spec_for(framework, cls, kind)
-    modules = [*WORKER_PACKAGES]
+    modules = [*WORKER_PACKAGES, target.partition(":")[0]]  # a plugin's own package too, made importable there
     if spec is None and not is_builtin(framework):
         shared = shared_builtin(cls)
-        if shared is not None:  # a plugin of a built-in framework: that framework's environment, its package added
+        if shared is not None:  # a plugin of a built-in framework: that framework's environment
             spec = spec_for(shared, adapter_class(shared), kind)
-            modules.append(target.partition(":")[0])
     if spec is None:
         return Interpreter(framework, sys.executable, "parent", "parent")
     root = root or envs_root()

@@ -235,22 +235,23 @@ def test_doctor_names_each_build_and_the_frameworks_that_cannot_use_a_present_gp
     assert "cannot use it" not in capsys.readouterr().out  # no GPU: nothing to say
 
 
-def test_doctor_names_each_installed_build_and_says_cpu_only_exactly_for_those_without_a_gpu(
+@pytest.mark.slow  # reads the managed environments `make test` builds first (make test-fast builds none)
+def test_doctor_names_each_environment_and_build_and_says_cpu_only_for_those_without_a_gpu(
         capsys: pytest.CaptureFixture[str]) -> None:
-    """The "done when" of issue 29: each installed framework's build named, "CPU only" exactly where its build has
-    no GPU (all four on this CPU machine). It cannot pass vacuously: `make test` installs the frameworks."""
+    """The "done when" of issues 29 and 38: each built-in framework's environment (managed, built, its lock and
+    versions) and build named, "CPU only" for each on this CPU machine, read in its environment without importing it."""
     from harness.cli import doctor
+    from tests.helpers.envs import python_for
 
+    for name in ("pytorch", "tensorflow", "jax", "mxnet"):
+        python_for(name)  # built (make test built it already)
     doctor.run_doctor()
-    lines = capsys.readouterr().out.splitlines()
-    builds_seen = [ln.split("build: ")[1] for ln in lines if "build: " in ln]
-    installed = [a for a in registry.list_adapters() if a.installed and not a.problem]
-    assert installed, ("no framework is installed, so doctor has no build to name: run the suite from the "
-                       "environment `make test` sets up (it installs the frameworks of the dev extra)")
-    assert len(builds_seen) == len(installed), (builds_seen, installed)
-    without_gpu = [a.name for a in installed
-                   if not ((b := registry.adapter_class(a.name).gpu_build()) is not None and b.gpu)]
-    assert sum(b.startswith("CPU only") for b in builds_seen) == len(without_gpu), (builds_seen, without_gpu)
+    out = capsys.readouterr().out
+    for name in ("pytorch", "tensorflow", "jax", "mxnet"):
+        block = out.split(f"\n  {name:<11} ")[1].split(f"\n  {'':<11} build: ")
+        assert block[0].startswith(f"managed {name}-cpu@") and "built: " in block[0], out
+        assert block[1].startswith("CPU only"), out
+    assert "mxnet 1.9.1, numpy 1.26.4" in out and "torch 2.13.0+cpu, numpy 2.4.6" in out
 
 
 # ---------------------------------------------------------------- GPU tests that hold on real GPUs (item 7)

@@ -1,0 +1,68 @@
+"""Issue 38, item 1: one package per framework with the same module names, the old import paths still working
+(with a DeprecationWarning where a name moved), and the parent environment holding no framework."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from harness.registry import adapter_class, adapter_target
+from tests import ROOT
+
+BUILTINS = ("pytorch", "tensorflow", "jax", "mxnet")
+
+
+@pytest.mark.parametrize("framework", BUILTINS)
+def test_each_framework_has_a_package_with_the_same_module_names(framework: str) -> None:
+    package = ROOT / "adapters" / framework
+    for module in ("__init__.py", "adapter.py", "mathmode.py", "build.py", "locks/cpu.in", "locks/cpu.txt"):
+        assert (package / module).is_file(), f"adapters/{framework}/{module}"
+    assert adapter_target(framework) == f"adapters.{framework}:{adapter_class(framework).__name__}"
+    assert adapter_class(framework).__module__ == f"adapters.{framework}.adapter"
+    for role in ("read", "apply"):  # one math-mode API in every framework's package
+        assert callable(getattr(importlib.import_module(f"adapters.{framework}.mathmode"), role))
+    assert callable(importlib.import_module(f"adapters.{framework}.build").gpu_build)
+
+
+@pytest.mark.parametrize(("old", "name", "new"), [
+    ("adapters.mathmode", "torch_read", "adapters.pytorch.mathmode.read"),
+    ("adapters.mathmode", "MXNET_NOTE", "adapters.mxnet.mathmode.NOTE"),
+    ("adapters.builds", "jax_build", "adapters.jax.build.gpu_build"),
+    ("adapters", "keras_parts", "adapters.tensorflow.parts"),
+    ("adapters", "torch_parts", "adapters.pytorch.adapter"),
+    ("adapters.pytorch", "alloc_conf", "adapters.pytorch.gpu.alloc_conf"),
+    ("adapters.jax", "limit_threads", "adapters.jax.threads.limit_threads"),
+])
+def test_a_moved_name_is_found_at_its_old_place_with_a_deprecation_warning(old: str, name: str, new: str) -> None:
+    module_name, _, attr = new.rpartition(".")
+    expected = importlib.import_module(new) if attr in ("parts", "adapter") and module_name.count(".") == 1 \
+        else getattr(importlib.import_module(module_name), attr)
+    with pytest.warns(DeprecationWarning, match=name):
+        found = getattr(importlib.import_module(old), name)
+    assert found is expected
+
+
+def test_an_unknown_name_is_still_an_attribute_error() -> None:
+    import adapters.mathmode
+
+    with pytest.raises(AttributeError, match="no_such_name"):
+        adapters.mathmode.no_such_name  # noqa: B018 - the lookup is the test
+
+
+def test_the_parent_environment_holds_no_framework_and_runs_current_releases() -> None:
+    """The done-when of issue 38: in .venv, torch, tensorflow, mxnet and jax are absent; numpy >= 2, pandas >= 3."""
+    code = ("import importlib.util, json, numpy, pandas\n"
+            "print(json.dumps({'found': [m for m in ('torch', 'tensorflow', 'mxnet', 'jax', 'jaxlib', 'keras') "
+            "if importlib.util.find_spec(m)], 'numpy': numpy.__version__, 'pandas': pandas.__version__}))")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # test-fast's blockers are not the parent's
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
+                          cwd="/")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout)
+    assert facts["found"] == []
+    assert int(facts["numpy"].split(".")[0]) >= 2 and int(facts["pandas"].split(".")[0]) >= 3
