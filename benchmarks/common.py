@@ -6,7 +6,6 @@ worker (``LocalExecutor``), bare loops in ``bare_loop.py`` subprocesses, each a 
 
 from __future__ import annotations
 
-import importlib.metadata as md
 import json
 import os
 import statistics
@@ -14,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +24,24 @@ if str(ROOT) not in sys.path:
 from adapters.base import OptimizerSpec  # noqa: E402
 from harness.config.trial import TrialSpec  # noqa: E402
 from harness.data import DataRequest, PreparedData, prepare  # noqa: E402
+from harness.envs.resolve import Interpreter, managed_interpreter  # noqa: E402
+from harness.envs.spec import chosen_kind  # noqa: E402
 from harness.monitor import environment  # noqa: E402
 from harness.records import PROGRESS_INTERVAL_S, TrialOutcome, TrialUnit  # noqa: E402
 from harness.registry import adapter_class, adapter_target  # noqa: E402
 from harness.run.executor import LocalExecutor  # noqa: E402
 from harness.run.sweep import worker_env  # noqa: E402
+
+
+@cache
+def interpreter(framework: str) -> Interpreter:
+    """The interpreter ``framework``'s trials run in, as a sweep chooses it (its managed environment, built on first
+    use): the benchmarks measure what ``batchscope run`` runs, in the same environment (issue 38)."""
+    chosen = managed_interpreter(framework, chosen_kind(bool(environment.capture().get("gpus"))),
+                                 say=lambda line: print(line, file=sys.stderr, flush=True))
+    if chosen.problem:
+        raise RuntimeError(chosen.problem)
+    return chosen
 
 FRAMEWORKS = ("pytorch", "tensorflow", "mxnet", "jax")
 SHAPE = (1, 28, 28)  # MNIST-sized, the seed study's input
@@ -49,13 +62,13 @@ def machine_facts() -> str:
     """A few lines saying where the figures were taken (framework versions from metadata, no import)."""
     env = environment.capture()
     versions = []
-    for fw in FRAMEWORKS:
-        for dist in adapter_class(fw).distributions:
-            try:
-                versions.append(f"{dist} {md.version(dist)}")
-                break
-            except md.PackageNotFoundError:
-                continue
+    for fw in FRAMEWORKS:  # read in each framework's environment (the parent holds none)
+        try:
+            facts = interpreter(fw).facts
+        except RuntimeError:
+            continue
+        versions.append(f"{facts.get('distribution') or fw} {facts.get('framework_version')} "
+                        f"(numpy {facts.get('numpy')}, {interpreter(fw).environment})")
     load = os.getloadavg()
     return "\n".join(
         [
@@ -115,9 +128,11 @@ def bench_unit(
         data=data,
         order_path=str(data.write_order(0, 0)),
         adapter_target=adapter_target(framework),
+        python=interpreter(framework).python,
         oom_patterns=adapter_class(framework).oom_stderr_patterns,
         progress_interval_s=progress_interval_s,  # None: the worker sends no progress (the bare-harness figure)
-        env=worker_env(trial, environment.capture()) | dict(extra_env or {}),
+        env=interpreter(framework).worker_env() | worker_env(trial, environment.capture()) | dict(extra_env or {}),
+        environment=interpreter(framework).environment,
     )
 
 
@@ -150,10 +165,10 @@ def bare_loop(
     framework: str, batch_size: int, threads: int, warmup: int, steps: int, sync_each_step: bool = False
 ) -> dict[str, Any]:
     """One run of ``bare_loop.py`` in a fresh interpreter; its JSON answer."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2") | interpreter(framework).worker_env()
     proc = subprocess.run(
         [
-            sys.executable,
+            interpreter(framework).python,  # the same environment as the harness's worker: like for like
             str(ROOT / "benchmarks" / "bare_loop.py"),
             "--framework",
             framework,

@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.common import interpreter
 from harness.config.experiment import parse_experiment
 from harness.data import prepare
 from harness.monitor.sampler import monitor_factory_for
@@ -79,7 +80,8 @@ def main() -> int:
                "-i", index]
     with tempfile.TemporaryDirectory() as tmp:
         data = prepare(data_request(exp), Path(tmp))
-        unit = unit_for(exp, plan(exp, data)[0], data)
+        trial = plan(exp, data)[0]
+        unit = unit_for(exp, trial, data, interpreter=interpreter(trial.framework))
         offset_s = time.time() - time.monotonic()  # wall = monotonic + offset
         log = Path(tmp) / "smi.csv"
         with open(log, "w") as out:

@@ -233,3 +233,39 @@ def test_ctrl_c_cancels_every_task_and_kills_their_workers(cluster: Any, tmp_pat
     while any(map(_alive, workers)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not any(map(_alive, workers))
+
+
+def test_a_trial_on_a_node_runs_in_its_managed_environment_built_there_from_the_same_lock(
+        cluster: Any, executor: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_data: Any) -> None:
+    """Issue 38, item 9: the unit carries its environment's spec; a node that lacks the environment (here: a new
+    folder of environments, nothing built in it) builds it from the same lock before starting the worker."""
+    from harness.envs.resolve import managed_interpreter
+    from harness.records import TrialUnit
+    from tests.fakes.env_adapters import NumpyEnvAdapter
+
+    monkeypatch.setenv("BATCHSCOPE_ENVS", str(tmp_path / "envs"))
+    eps = {"npenv": "tests.fakes.env_adapters:NumpyEnvAdapter"}
+    import importlib.metadata as md
+
+    from harness import registry
+
+    real = dict(registry._entry_points())
+    monkeypatch.setattr(registry, "_entry_points", lambda: {**real, **{
+        n: md.EntryPoint(name=n, value=v, group=registry.GROUP) for n, v in eps.items()}})
+    chosen = managed_interpreter("npenv", "cpu")  # built here, on the driver
+    assert chosen.problem is None
+    import shutil
+
+    shutil.rmtree(Path(chosen.python).parents[1])  # the node's copy is missing: it must build it itself
+    trial = make_trial(framework="npenv", batch_size=2, model="tiny_cnn", timed_steps=2,
+                       adapter_options={"behaviour": "ok"})
+    unit = TrialUnit(trial=trial, data=tiny_data, order_path=str(tiny_data.write_order(trial.seed, trial.epochs)),
+                     adapter_target=f"{NumpyEnvAdapter.__module__}:NumpyEnvAdapter", python=chosen.python,
+                     env=chosen.worker_env() | {"BATCHSCOPE_ENVS": str(tmp_path / "envs")},
+                     environment=chosen.environment, env_spec=chosen.spec)
+    backend = executor.backend(lambda t: unit, [trial])
+    handle = backend.submit(trial, 1)
+    (done,) = [o for _, o in backend.wait([handle])]
+    assert done.status == "ok", (done.reason, done.stderr_tail)
+    assert done.placement.node_id in {n.node_id for n in cluster.cpu_nodes}
+    assert done.environment == chosen.environment and done.python == chosen.python and Path(chosen.python).exists()
