@@ -213,12 +213,46 @@ def managed_interpreter(framework: str, kind: str, say: Callable[[str], None] = 
         build(spec, root, pythonpath, say)
     except EnvironmentBuildError as e:
         return Interpreter(framework, str(python_in(env_dir)), "managed", spec.label, pythonpath, {}, spec, str(e))
-    facts = read_interpreter_facts(str(python_in(env_dir)), target, pythonpath, do_import=False)
+    facts = _cached_facts(env_dir, cls, target, pythonpath)
     if facts.get("problem"):
         return Interpreter(framework, str(python_in(env_dir)), "managed", spec.label, pythonpath, facts, spec,
                            f"{spec.label}: {facts['problem']}")
     return Interpreter(framework, str(python_in(env_dir)), "managed", spec.label, pythonpath,
                        {**read_facts(env_dir), **facts}, spec)
+
+
+def _cached_facts(env_dir: Path, cls: type, target: str, pythonpath: tuple[str, ...]) -> dict[str, Any]:
+    """:func:`read_interpreter_facts` of a managed environment, kept in it: its packages never change (it is named
+    by its lock), so the facts change only with the code that reads them (the adapter's module and its build
+    reader, and the facts script), whose bytes name the cached copy. Saves a child interpreter per framework on
+    every command."""
+    sources = [Path(__file__).with_name("facts.py")]
+    module = sys.modules.get(cls.__module__)
+    if getattr(module, "__file__", None):
+        here = Path(str(module.__file__))
+        sources += [here, *sorted(here.parent.glob("build*.py")), here.parent.parent / "builds.py"]
+    digest = hashlib.sha256(target.encode())
+    for source in sources:
+        try:
+            digest.update(source.read_bytes())
+        except OSError:
+            continue
+    cached = env_dir / f"batchscope-facts-{digest.hexdigest()[:12]}.json"
+    try:
+        data = json.loads(cached.read_text())
+        if isinstance(data, dict):
+            return data
+    except (OSError, ValueError):
+        pass
+    facts = read_interpreter_facts(str(python_in(env_dir)), target, pythonpath, do_import=False)
+    if not facts.get("problem"):
+        tmp = cached.with_name(f".{cached.name}.{os.getpid()}")
+        try:
+            tmp.write_text(json.dumps(facts))
+            os.replace(tmp, cached)
+        except OSError:  # a read-only cache: read them again next time
+            tmp.unlink(missing_ok=True)
+    return facts
 
 
 def existing_managed(framework: str, kind: str, root: Path | None = None) -> tuple[EnvSpec | None, Path | None]:
