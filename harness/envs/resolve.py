@@ -227,9 +227,9 @@ def _cached_facts(env_dir: Path, cls: type, target: str, pythonpath: tuple[str, 
     reader, and the facts script), whose bytes name the cached copy. Saves a child interpreter per framework on
     every command."""
     sources = [Path(__file__).with_name("facts.py")]
-    module = sys.modules.get(cls.__module__)
-    if getattr(module, "__file__", None):
-        here = Path(str(module.__file__))
+    module_file = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    if module_file:
+        here = Path(str(module_file))
         sources += [here, *sorted(here.parent.glob("build*.py")), here.parent.parent / "builds.py"]
     digest = hashlib.sha256(target.encode())
     for source in sources:
