@@ -104,6 +104,16 @@ class Experiment:
                 out.setdefault(t["framework"], {}).setdefault(pkg, set()).add(str(ver))
         return {fw: {pkg: ", ".join(sorted(v)) for pkg, v in pkgs.items()} for fw, pkgs in out.items()}
 
+    def environments(self) -> dict[str, dict[str, str]]:
+        """Per framework: the environment(s) and interpreter(s) its workers ran in (issue 38; empty for rows stored
+        before those columns existed)."""
+        out: dict[str, dict[str, set[str]]] = {}
+        for t in self.trials:
+            for key in ("environment", "python"):
+                if t.get(key):
+                    out.setdefault(t["framework"], {}).setdefault(key, set()).add(str(t[key]))
+        return {fw: {k: ", ".join(sorted(v)) for k, v in found.items()} for fw, found in out.items()}
+
 
 @dataclass(frozen=True)
 class ReportInput:

@@ -26,6 +26,21 @@ def _signed(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1f}"
 
 
+def _versions(trials: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """Per framework, each package version its workers reported (the first seen)."""
+    import json
+
+    out: dict[str, dict[str, str]] = {}
+    for t in trials:
+        try:
+            reported = json.loads(t.get("versions_json") or "{}")
+        except ValueError:
+            continue
+        for pkg, ver in (reported if isinstance(reported, dict) else {}).items():
+            out.setdefault(str(t["framework"]), {}).setdefault(str(pkg), str(ver))
+    return out
+
+
 def render(trials: list[dict[str, Any]], file: Any = None) -> None:
     """Print the side-by-side table and the findings for ``trials`` (one experiment's rows)."""
     from harness.cli.table import print_table
@@ -43,6 +58,10 @@ def render(trials: list[dict[str, Any]], file: Any = None) -> None:
     print(f"Ours: {len(sweep)} trial(s), data set {', '.join(datasets)}, "
           f"epochs {', '.join(map(str, epochs))}. "
           f"Thesis (Yin 2020, GTX 1060): CIFAR-10, {REFERENCE_EPOCHS} epochs.", file=file)
+    from report.answer.environments import version_differences
+
+    for note in version_differences(_versions(sweep)):
+        print(f"Note: {note}.", file=file)
     if not gpu_measured:
         print("No GPU was measured in this run (CPU trials, or the sampler was off): the GPU usage and GPU "
               "memory columns are left out and not compared with the thesis.", file=file)

@@ -19,6 +19,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     """Print the recommendation of every experiment in the store."""
     from harness.noise import format_estimate
     from report.answer.critical_batch import studies, study_lines
+    from report.answer.environments import environment_notes, environments_dict
     from report.answer.recommend import RULE_TEXT, Summary, recommend
     from report.answer.recommend_table import TABLE_COLUMNS, show_variants, table_rows
     from report.load import load
@@ -29,8 +30,13 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     found = {exp.name: studies(exp, target_accuracy=args.target_accuracy) for exp in data.experiments}
     if args.json:
         out = summary.to_dict()
+        by_name = {exp.name: exp for exp in data.experiments}
         for entry in out["experiments"]:  # issue 33: each size at its best rate, the fit, the regimes, the verdict
             entry["critical_studies"] = [s.to_dict() for s in found.get(entry["experiment"], [])]
+            exp = by_name.get(entry["experiment"])
+            if exp is not None:  # issue 38: where each framework ran, and what differs between them
+                entry["environments"] = environments_dict(exp)
+                entry["environment_notes"] = environment_notes(exp)
         json.dump(out, sys.stdout, indent=2)
         print()
         return 0

@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.cells import Cell
 from harness.monitor.fields import NO_GPU_NOTICE
+from report.answer.environments import environment_notes
 from report.load import Experiment
 
 
@@ -74,8 +75,12 @@ def environment_rows(exp: Experiment) -> list[tuple[str, str]]:
     ]
     if env.get("gpu_note") and gpus:
         rows.append(("GPU note", str(env["gpu_note"])))
+    where = exp.environments()
     for fw, pkgs in sorted(exp.versions().items()):
         rows.append((f"{fw} worker", ", ".join(f"{p} {v}" for p, v in sorted(pkgs.items()))))
+        if where.get(fw):
+            rows.append((f"{fw} environment", f"{where[fw].get('environment', '-')} ({where[fw].get('python', '-')})"))
+    rows += [("Environments", note) for note in environment_notes(exp)]
     devices = sorted({str(t.get("device")) for t in exp.trials if t.get("device")})
     if devices:
         rows.append(("Device(s) trained on", ", ".join(devices)))
