@@ -46,14 +46,16 @@ def cmd_env(args: argparse.Namespace) -> int:
             return 1
         print(interp.python)
         return 0
+    from harness.envs.resolve import choose
+
+    before = {fw: existing_managed(fw, kind) for fw in frameworks}
+    chosen = choose(frameworks, {}, kind, say=lambda line: print(line, flush=True))  # side by side
     failed = 0
-    for framework in frameworks:
-        spec, built = existing_managed(framework, kind)
+    for framework, interp in chosen.items():
+        spec, built = before[framework]
         if spec is None:
             print(f"{framework}: no environment of its own (runs in the parent's interpreter)")
-            continue
-        interp = managed_interpreter(framework, kind, say=lambda line: print(line, flush=True))
-        if interp.problem:
+        elif interp.problem:
             failed += 1
             print(f"{framework}: FAILED: {interp.problem}", flush=True)
         else:

@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -282,12 +283,16 @@ def choose(frameworks: Iterable[str], named: Mapping[str, tuple[str, str]], kind
     """
     frameworks = list(dict.fromkeys(frameworks))
     out: dict[str, Interpreter] = {}
-    for framework in frameworks:
+    for framework in frameworks:  # the user's first: a refusal comes before any build
         if framework in named:
             path, where = named[framework]
             out[framework] = user_interpreter(framework, path, where)
-        else:
-            out[framework] = managed_interpreter(framework, kind, say)
+    managed = [fw for fw in frameworks if fw not in named]
+    if managed:  # built side by side: mostly downloading and unpacking wheels, so they overlap well on 2 cores
+        with ThreadPoolExecutor(max_workers=min(4, len(managed)), thread_name_prefix="env-build") as pool:
+            built = dict(zip(managed, pool.map(lambda fw: managed_interpreter(fw, kind, say), managed), strict=True))
+        out.update(built)
+    out = {fw: out[fw] for fw in frameworks}
     _CHOSEN.update(out)
     return out
 
