@@ -58,11 +58,10 @@ class Interpreter:
     problem: str | None = None
 
     def worker_env(self, parent_env: Mapping[str, str] | None = None) -> dict[str, str]:
-        """What the worker's environment gets on top of the parent's: ``PYTHONPATH`` with batchscope's code first."""
-        if not self.pythonpath:
-            return {}
-        inherited = (os.environ if parent_env is None else parent_env).get("PYTHONPATH", "")
-        return {"PYTHONPATH": os.pathsep.join([*self.pythonpath, *([inherited] if inherited else [])])}
+        """What the worker's environment gets: ``PYTHONPATH`` with batchscope's code (the executor adds the parent's
+        own ``PYTHONPATH`` and current directory after it); nothing for the parent's interpreter."""
+        del parent_env
+        return {"PYTHONPATH": os.pathsep.join(self.pythonpath)} if self.pythonpath else {}
 
     def line(self) -> str:
         """One line for ``run``, ``maxbatch`` and ``doctor``: where, which versions, which build."""

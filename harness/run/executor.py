@@ -220,14 +220,17 @@ def _worker_request(unit: TrialUnit) -> WorkerRequest:
 def _worker_env(unit: TrialUnit) -> dict[str, str]:
     """The worker's environment: ours, the harness's own settings, then the unit's (an adapter's, a search's)."""
     env = dict(os.environ)
-    # the parent's current directory last: a native model's factory module is found there, as in the parent
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", ""), os.getcwd())
-                                        if p)
+    # batchscope's code first: the environment's folder of links to it (harness.envs) where the unit has one, so
+    # that no other package beside batchscope's (the parent's numpy 2 beside MXNet's 1.26) reaches the worker; else
+    # the project's root (the parent's own interpreter). The parent's current directory last: a native model's
+    # factory module is found there, as in the parent.
+    code = unit.env.get("PYTHONPATH") or str(PROJECT_ROOT)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (code, env.get("PYTHONPATH", ""), os.getcwd()) if p)
     env.update({"PYTHONUNBUFFERED": "1", "BATCHSCOPE_WORKER": "1", "TF_CPP_MIN_LOG_LEVEL": "1",
                 "BATCHSCOPE_PARENT_PID": str(os.getpid()),  # the worker exits when we are gone
                 # CUDA numbers GPUs as the sampler maps them to NVML's (harness.monitor.nvml.cuda_index_handle)
                 "CUDA_DEVICE_ORDER": WORKER_CUDA_DEVICE_ORDER})
-    env.update(unit.env)
+    env.update({k: v for k, v in unit.env.items() if k != "PYTHONPATH"})
     return env
 
 
