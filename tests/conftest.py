@@ -48,6 +48,17 @@ def gpu_build_reason(framework: str) -> str | None:
         cls = registry.adapter_class(framework)
     except Exception as e:  # noqa: BLE001 - an adapter that cannot load is a framework that is not here
         return f"GPU test skipped: the {framework} adapter cannot be loaded ({e})"
+    from harness.envs.resolve import managed_interpreter
+    from harness.envs.spec import chosen_kind
+
+    chosen = managed_interpreter(framework, chosen_kind(True))  # a framework's build is its environment's
+    if chosen.source != "parent":
+        if chosen.problem:
+            return f"GPU test skipped: {framework}'s environment could not be built ({chosen.problem.splitlines()[0]})"
+        if chosen.facts.get("gpu") is False:
+            return (f"GPU test skipped: {framework}'s environment holds {chosen.facts.get('build')} (README, \"On a "
+                    "GPU machine\")")
+        return None
     if importlib.util.find_spec(cls.import_name) is None:
         return f"GPU test skipped: {framework} is not installed (pip install 'batchscope[{framework}]')"
     build = cls.gpu_build()

@@ -1,12 +1,10 @@
 """JAX adapter specifics: settings validated in the parent; compilation, threads and devices in a subprocess.
 
-JAX runs in a fresh interpreter (``run_snippet``), never in the pytest process. Where JAX is not installed
-(an environment built without the ``jax`` extra) the framework tests skip and say so; CI installs it.
+JAX runs in a fresh interpreter of its managed environment (``run_snippet``), never in the pytest process; `make test`
+builds that environment first, so these tests never skip.
 """
 
 from __future__ import annotations
-
-import importlib.util
 
 import pytest
 
@@ -15,8 +13,6 @@ from harness.errors import ConfigError
 from tests.helpers.snippet import run_snippet
 
 BASE = {"name": "t", "frameworks": ["jax"], "batch_sizes": [4]}
-needs_jax = pytest.mark.skipif(importlib.util.find_spec("jax") is None,
-                               reason="jax is not installed in this environment (pip install 'batchscope[jax]')")
 
 
 def test_memory_mode_is_validated_in_the_parent():
@@ -33,7 +29,6 @@ def test_amp_is_refused_for_jax():
 
 
 @pytest.mark.slow
-@needs_jax
 def test_a_short_last_batch_compiles_in_prepare_batch_not_in_the_step():
     out = run_snippet("""
         import json, time
@@ -64,7 +59,6 @@ def test_a_short_last_batch_compiles_in_prepare_batch_not_in_the_step():
 
 
 @pytest.mark.slow
-@needs_jax
 def test_device_gpu_without_a_gpu_is_refused_naming_the_check():
     out = run_snippet("""
         import json
@@ -101,7 +95,6 @@ COMPILE_SNIPPET = """
 
 
 @pytest.mark.slow
-@needs_jax
 def test_a_second_process_compiles_from_the_warm_persistent_cache(tmp_path):
     code = COMPILE_SNIPPET.replace("CACHE_DIR", repr(str(tmp_path / "compile")))
     first, second = run_snippet(code), run_snippet(code)

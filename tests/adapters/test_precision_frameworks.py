@@ -62,7 +62,7 @@ print(json.dumps(out))
 
 @pytest.mark.parametrize("framework", BF16_CPU)
 def test_bf16_on_the_cpu_computes_in_bfloat16_keeps_float32_weights_and_stays_near_fp32(framework):
-    out = run_snippet(SNIPPET.format(fw=framework, order=("bf16", "fp32")))
+    out = run_snippet(SNIPPET.format(fw=framework, order=("bf16", "fp32")), framework=framework)
     bf16, fp32 = out["bf16"], out["fp32"]
     assert bf16["dtype"] == "bfloat16" and fp32["dtype"] == "float32"  # observed, not echoed
     assert bf16["scale"] is None  # bfloat16 needs no loss scaling

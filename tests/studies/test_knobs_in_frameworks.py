@@ -121,7 +121,7 @@ LOSS_RTOL = 1e-4
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_accumulated_updates_follow_the_big_batch_loss_curve(framework):
-    out = run_snippet(ACCUMULATION_SNIPPET.format(fw=framework))
+    out = run_snippet(ACCUMULATION_SNIPPET.format(fw=framework), framework=framework)
     assert out["held"] == [True] * 4  # no weight moved before apply_accumulated: one update per K micro-batches
     assert out["acc"] == pytest.approx(out["big"], rel=LOSS_RTOL)
     assert out["w_diff"] < 1e-4
