@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import stat
-import sys
 
 import pytest
 
@@ -20,6 +19,7 @@ from harness.run.executor import LocalExecutor
 from harness.run.sweep import SweepOptions, run_sweep
 from harness.store import Store
 from tests.conftest import make_trial
+from tests.helpers.envs import python_for
 from tests.helpers.snippet import run_snippet
 
 BASE = {"name": "t", "frameworks": ["tensorflow"], "batch_sizes": [4]}
@@ -57,16 +57,22 @@ def test_missing_interpreter_is_refused(tmp_path):
     assert str(missing) in str(err.value) and "adapters.mxnet.python" in str(err.value)
 
 
-def test_adapter_modules_import_no_framework():
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow", "jax", "mxnet"])
+def test_adapter_modules_import_no_framework(framework: str) -> None:
+    """In each framework's own environment (where the framework is installed, so an import would load it), importing
+    every adapter module and listing the adapters loads none; MXNet's numpy patch is applied only when it imports."""
     out = run_snippet("""
         import json, sys
-        import adapters.tensorflow, adapters.mxnet
+        import adapters.tensorflow, adapters.mxnet, adapters.pytorch, adapters.jax
         from harness.registry import list_adapters
         list_adapters()
-        print(json.dumps({m: m in sys.modules for m in ("tensorflow", "mxnet", "torch", "keras")}
+        print(json.dumps({m: m in sys.modules for m in ("tensorflow", "mxnet", "torch", "keras", "jax")}
                          | {"numpy.bool": "bool" in vars(sys.modules["numpy"])}))
-    """)
-    assert out == {"tensorflow": False, "mxnet": False, "torch": False, "keras": False, "numpy.bool": False}
+    """, framework=framework)
+    assert {k: v for k, v in out.items() if k != "numpy.bool"} == dict.fromkeys(
+        ("tensorflow", "mxnet", "torch", "keras", "jax"), False)
+    if framework == "mxnet":  # numpy 1.26 there has no numpy.bool until MXNet's import puts it back
+        assert out["numpy.bool"] is False
 
 
 # ---- TensorFlow ------------------------------------------------------------------------------------
@@ -107,6 +113,7 @@ def test_gpu_asked_without_a_gpu_is_a_clear_error_not_a_cpu_run(framework, tiny_
         data=tiny_data,
         order_path=str(tiny_data.write_order(0, 0)),
         adapter_target=adapter_target(framework),
+        python=python_for(framework),
     )
     outcome = LocalExecutor(log_dir=tmp_path).run(unit)
     assert outcome.status == "error"
@@ -146,7 +153,7 @@ def test_trial_runs_through_the_configured_interpreter(tmp_path, cache_dir):
     marker = tmp_path / "wrapper-was-used"
     wrapper = tmp_path / "env" / "bin" / "python"
     wrapper.parent.mkdir(parents=True)
-    wrapper.write_text(f'#!/bin/sh\necho "$@" > "{marker}"\nexec "{sys.executable}" "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\necho "$@" > "{marker}"\nexec "{python_for("pytorch")}" "$@"\n')
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
     exp = parse_experiment(
         {

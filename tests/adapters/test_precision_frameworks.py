@@ -16,6 +16,7 @@ from harness.records import TrialUnit
 from harness.registry import adapter_class, adapter_target
 from harness.run.executor import LocalExecutor
 from tests.conftest import make_trial, skip_unless_gpu_build
+from tests.helpers.envs import python_for
 from tests.helpers.snippet import run_snippet
 
 pytestmark = pytest.mark.slow  # every test here starts a real framework
@@ -84,7 +85,7 @@ def _run(framework: str, data, tmp_path: Path, **changes):
     trial = make_trial(framework, batch_size=8, epochs=1, warmup_steps=1, timed_steps=2, eval=True,
                        model="osu_cnn", timeout_s=900.0, **changes)
     unit = TrialUnit(trial=trial, data=data, order_path=str(data.write_order(trial.seed, trial.epochs)),
-                     adapter_target=adapter_target(framework),
+                     adapter_target=adapter_target(framework), python=python_for(framework),
                      oom_patterns=adapter_class(framework).oom_stderr_patterns)
     return LocalExecutor(log_dir=tmp_path / "logs").run(unit)
 
@@ -139,7 +140,8 @@ def test_allocator_settings_reach_torch_on_a_gpu(image_data, tmp_path):
     options = {"expandable_segments": True, "max_split_size_mb": 128}
     trial = make_trial("pytorch", batch_size=8, device="gpu", adapter_options=options, timeout_s=900.0)
     unit = TrialUnit(trial=trial, data=image_data, order_path=str(image_data.write_order(0, 0)),
-                     adapter_target=adapter_target("pytorch"), env=PyTorchAdapter.worker_env(options, "gpu"))
+                     adapter_target=adapter_target("pytorch"), env=PyTorchAdapter.worker_env(options, "gpu"),
+                     python=python_for("pytorch"))
     outcome = LocalExecutor(log_dir=tmp_path / "logs").run(unit)
     assert outcome.status == "ok", outcome.reason + outcome.traceback
     assert outcome.device["cuda_alloc_conf"] == "expandable_segments:True,max_split_size_mb:128"

@@ -28,6 +28,7 @@ from tests.contract.checks import MODELS, REFERENCE_COUNTS
 from tests.contract.conftest import REFERENCE_ADAPTER, import_loads, resolve_target
 from tests.contract.verdicts import LOGITS_ATOL, LOGITS_RTOL, WEIGHTS_ATOL, WEIGHTS_RTOL
 from tests.helpers.contract import batchnorm_verdict
+from tests.helpers.envs import python_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("contract")]  # one probe per adapter (conftest.py)
 
@@ -204,6 +205,7 @@ def test_real_oom_trial_is_classified_oom(adapter_name, cache_dir: Path, tmp_pat
         data=data,
         order_path=str(data.write_order(0, 0)),
         adapter_target=target,
+        python=python_for(target),
         oom_patterns=cls.oom_stderr_patterns,
         os_memory_limit_mib=3000,
     )

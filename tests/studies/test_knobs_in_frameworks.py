@@ -15,6 +15,7 @@ from harness.registry import adapter_class
 from harness.run.executor import LocalExecutor
 from tests.conftest import make_trial
 from tests.fakes.recording import TARGETS
+from tests.helpers.envs import python_for
 from tests.helpers.snippet import run_snippet
 
 FRAMEWORKS = ("pytorch", "tensorflow", "mxnet")
@@ -27,6 +28,7 @@ def _run_recorded(framework: str, data, tmp_path: Path, **trial_changes) -> tupl
                        model="osu_cnn", timeout_s=900.0, **trial_changes)
     unit = TrialUnit(trial=trial, data=data, order_path=str(data.write_order(trial.seed, trial.epochs)),
                      adapter_target=TARGETS[framework], oom_patterns=adapter_class(framework).oom_stderr_patterns,
+                     python=python_for(TARGETS[framework]),
                      env={"BATCHSCOPE_RECORD": str(record)})
     outcome = LocalExecutor(log_dir=tmp_path / "logs").run(unit)
     assert outcome.status == "ok", outcome.reason + outcome.traceback
