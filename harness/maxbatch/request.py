@@ -109,9 +109,9 @@ class MaxBatchRequest:
                 raise ConfigError(f"{flag} {value!r} must be >= {low:g}")
             if value > high:
                 raise ConfigError(f"{flag} {value:g} is more than the largest usable value ({high:g})")
-        for flag, number in (("--threads", self.threads), ("--max-batch-cap", self.max_batch_cap)):
-            if number < 0:
-                raise ConfigError(f"{flag} {number!r} must be >= 0")
+        for flag, number, low in (("--threads", self.threads, 0), ("--max-batch-cap", self.max_batch_cap, 1)):
+            if number < low:  # one bound per flag, said once (issue 43: -1 was told ">= 0", then 0 ">= 1")
+                raise ConfigError(f"{flag} {number!r} must be >= {low}")
             if number > SQLITE_INT_MAX:
                 raise ConfigError(f"{flag} {number} is larger than the store can hold ({SQLITE_INT_MAX})")
         if self.threads > MAX_THREADS:
