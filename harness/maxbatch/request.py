@@ -93,6 +93,18 @@ class MaxBatchRequest:
             return Resolution.parse(self.granularity)
         return GPU_RESOLUTION if device == "gpu" else CPU_RESOLUTION
 
+    def search_cap(self, device: str) -> tuple[int, str]:
+        """The cap on the resolution's grid on ``device`` ("cpu" or "gpu"), and a line saying so where that moved it
+        ("" where it did not): a search that answers on multiples of K must not answer the cap off that grid (issue
+        43: ``--max-batch-cap 20 --granularity 8`` stored 20). Below the step every size is on the grid (sizes below
+        it are excepted from it), so no cap >= 1 leaves nothing."""
+        res = self.resolution(device)
+        cap = res.snap(self.max_batch_cap)
+        if cap == self.max_batch_cap:
+            return cap, ""
+        return cap, (f"--max-batch-cap {self.max_batch_cap} is not on the resolution's grid (multiples of {res.step}, "
+                     f"resolution {res.label}): the search stops at {cap}")
+
     def _check_numbers(self) -> None:
         """Numbers the probes cannot use (inf, nan, an OS limit beyond what setrlimit takes, what the store cannot
         hold), refused with the flag before anything starts: the one place the search's numbers are checked, for
