@@ -7,11 +7,10 @@ The same rule and the same table as the report's first page (:mod:`report.answer
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
+from harness.cli.jsonout import dumps
 from harness.cli.table import TARGET_HELP, path_arg, print_table, target_accuracy_arg
 
 
@@ -31,8 +30,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         out = summary.to_dict()
         for entry in out["experiments"]:  # issue 33: each size at its best rate, the fit, the regimes, the verdict
             entry["critical_studies"] = [s.to_dict() for s in found.get(entry["experiment"], [])]
-        json.dump(out, sys.stdout, indent=2)
-        print()
+        print(dumps(out, indent=2))  # strict: a rate stored as inf is null with its reason, never Infinity
         return 0
     for name, recs in summary.experiments:
         print(f"experiment {name!r}: which batch size to train with")

@@ -92,7 +92,7 @@ def _check_rates(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> Non
     ends = sorted({min(sizes), max(sizes)}) if sizes and exp.lr_policy != "fixed" else []
     for key, base, words in bases:
         if not (math.isfinite(base) and base > 0):
-            raise bad(key, f"{words} gives a rate of {base!r}; every rate must be a finite number > 0: lower "
+            raise bad(key, f"{words} gives a rate of {base!r}; every trial's rate must be a finite number > 0: lower "
                            f"{'the factors or learning_rate' if key == 'lr_factors' else key}")
         for batch in ends:
             rate = _scaled_rate(exp, base, batch)
