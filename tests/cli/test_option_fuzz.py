@@ -15,7 +15,16 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from harness.config.choices import DATA_LAYOUTS, DEVICES, MATH_MODES, OPTIMIZERS, PRECISIONS
-from tests.helpers.fuzzing import EDGE_FLOATS, EDGE_INTS, Planned, call, fuzz_settings, refusal_problem, texts
+from tests.helpers.fuzzing import (
+    EDGE_FLOATS,
+    EDGE_INTS,
+    Planned,
+    call,
+    fuzz_settings,
+    refusal_problem,
+    reuse_parser,
+    texts,
+)
 from tests.helpers.planning import prepared
 
 _COUNTER = itertools.count()
@@ -87,6 +96,7 @@ def stubs(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         raise Planned
 
     monkeypatch.setattr(harness.pipeline, "run_experiment", plan_only)
+    reuse_parser(monkeypatch)
     monkeypatch.setattr(maxbatch_cli, "_run_searches", searches_only)
     monkeypatch.setattr(maxbatch_cli, "_choose_interpreter", lambda args, req, env: None)
     monkeypatch.setattr(environment, "capture", lambda: {"gpus": [], "python": "3"})

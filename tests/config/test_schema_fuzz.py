@@ -17,19 +17,21 @@ import dataclasses
 import itertools
 import json
 import math
+import re
 import sys
 import typing
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import event, given
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from harness.config.experiment import _CHOICES, _LISTS, _SCALARS, VALID_KEYS, VARIANT_KEYS, Experiment
 from harness.data.known import DATASETS
 from harness.models.catalogue import CATALOGUE
 from tests.helpers.fuzzing import (
+    KEY_EXAMPLES,
     Planned,
     Ran,
     call,
@@ -37,6 +39,7 @@ from tests.helpers.fuzzing import (
     fuzz_settings,
     ints,
     refusal_problem,
+    reuse_parser,
     texts,
     toml_document,
     values,
@@ -126,6 +129,7 @@ def planning(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         raise Planned
 
     monkeypatch.setattr(harness.pipeline, "run_experiment", plan_only)
+    reuse_parser(monkeypatch)
     return plans
 
 
@@ -176,6 +180,17 @@ def _numbers_problem(exp: Experiment, data: dict[str, Any]) -> str | None:
     return None
 
 
+def _writes_non_finite(value: Any) -> bool:
+    """Whether ``value`` holds inf or nan anywhere (a refusal may quote those only then)."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_writes_non_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_writes_non_finite(v) for v in value)
+    return False
+
+
 def _check(tmp_path: Path, data: dict[str, Any], plans: list[Any]) -> Ran:
     """Write ``data``, run ``batchscope run`` on it, and assert the property (the module's docstring)."""
     n = next(_COUNTER)
@@ -189,6 +204,10 @@ def _check(tmp_path: Path, data: dict[str, Any], plans: list[Any]) -> Ran:
         problem = refusal_problem(ran, _written_keys(data) + ["name", "frameworks", "batch_sizes"], out)
         assert problem is None, (problem, text, ran.stderr[-2000:], ran.stdout[-500:])
         assert str(path) in ran.stderr, (ran.stderr, text)  # the file is named too
+        told = ran.stderr.split(str(path), 1)[-1]
+        if not _writes_non_finite(data):  # never a value the user did not write (issue 43: "learning_rate: inf")
+            # ... judged as if it had been: a derived one is said with the keys that made it ("gives a rate of inf")
+            assert not re.search(r"(?<!['\w.])(inf|nan) (must|should|is)\b", told), (told, text)
         return ran
     exp, trials = ran.planned
     assert trials, text
@@ -200,14 +219,27 @@ def _check(tmp_path: Path, data: dict[str, Any], plans: list[Any]) -> Ran:
     return ran
 
 
+@pytest.mark.parametrize("key", [*VALID_KEYS, "batchsize"])  # every key of the schema, a new one included
+@fuzz_settings(KEY_EXAMPLES)
+@given(data=st.data())
+def test_every_key_alone_with_any_toml_value_is_planned_or_refused_naming_it(tmp_path, planning, key, data):
+    _check(tmp_path, {**BASE, key: data.draw(_value(key), label=key)}, planning)
+
+
 @fuzz_settings()
 @given(change=changes)
-def test_every_key_with_any_toml_value_is_planned_or_refused_naming_it(tmp_path, planning, change):
+def test_keys_together_with_any_toml_values_are_planned_or_refused_naming_them(tmp_path, planning, change):
     _check(tmp_path, {**BASE, **change}, planning)
 
 
 @fuzz_settings()
 @given(combo=rates)
+@example(combo={"learning_rate": 1e300, "lr_factors": [1e8], "lr_policy": "linear", "lr_base_batch": 1,
+                "batch_sizes": [4]})  # issue 43's cases, every run
+@example(combo={"learning_rate": 1e300, "lr_factors": [1e10], "lr_policy": "fixed", "lr_base_batch": 32,
+                "batch_sizes": [4]})
+@example(combo={"learning_rate": 1e300, "lr_policy": "linear", "lr_base_batch": 1, "batch_sizes": [2**31 - 1],
+                "accumulate_steps": 2})
 def test_rates_factors_and_batches_that_multiply_are_planned_or_refused_naming_them(tmp_path, planning, combo):
     ran = _check(tmp_path, {**BASE, "frameworks": ["pytorch"], **combo}, planning)
     if ran.planned is None and "rate of" in ran.stderr:  # a derived rate: named by the keys that made it

@@ -10,6 +10,7 @@ well under 20 s together (docs/reliability.md says how many run).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import io
 import json
 import math
@@ -23,8 +24,10 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-#: examples per property test; ``BATCHSCOPE_FUZZ_EXAMPLES`` raises it for a longer local run
+#: examples per property test, and per key where each key of the schema is fuzzed alone; ``BATCHSCOPE_FUZZ_EXAMPLES``
+#: scales both for a longer local run (e.g. 1000)
 EXAMPLES = int(os.environ.get("BATCHSCOPE_FUZZ_EXAMPLES", "60"))
+KEY_EXAMPLES = max(1, EXAMPLES // 6)
 
 
 def fuzz_settings(examples: int = EXAMPLES) -> settings:
@@ -90,6 +93,14 @@ class Ran:
     stdout: str
     stderr: str
     planned: Any = None
+
+
+def reuse_parser(monkeypatch: Any) -> None:
+    """One ``batchscope`` parser for every call of a test (building it is most of an in-process call's time; parsing
+    does not change it)."""
+    import harness.cli
+
+    monkeypatch.setattr(harness.cli, "build_parser", functools.cache(harness.cli.build_parser))
 
 
 def call(argv: Sequence[str], planned: list[Any]) -> Ran:
