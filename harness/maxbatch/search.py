@@ -19,6 +19,11 @@ boundary.
 Both end with a *confirm* probe: the answer runs again for longer (more steps, then eval). If that
 fails with an out-of-memory error, the size is not the answer and the search continues below it.
 
+Where the peaks are what the budget counts (CPU: ``spread_from_peaks``), a boundary that moves between fresh
+processes is measured (peaks out of order, sizes that fitted and then failed their confirm run), and the search
+stops once its bracket is within that spread, even where the resolution asks for less (issue 43): below it, probes
+measure the noise, not the model. The result says so (``SearchResult.note``).
+
 A probe that fails for a reason other than memory (crash, timeout, error) is retried; if it fails
 again the search stops with :class:`~harness.errors.SearchAborted`: such a size is never taken as
 the boundary, because nothing says it ran out of memory.
@@ -269,7 +274,8 @@ class _Search:
         return max(self.s.spread_mib, seen)
 
     def spread_samples(self) -> int:
-        """:meth:`spread_mib` in samples by the fitted slope (0 without a line or a spread)."""
+        """The spread in samples: :meth:`spread_mib` by the least-squares slope of every fitting size, and at least the
+        range of the sizes that fitted in one process and failed in another (0: none seen)."""
         mib = self.spread_mib()
         slope = _overall_slope(self.points()) if mib else None
         if not mib or slope is None:
