@@ -277,8 +277,14 @@ class _Search:
         """The spread in samples: :meth:`spread_mib` by the least-squares slope of every fitting size, and at least the
         range of the sizes that fitted in one process and failed in another (0: none seen)."""
         mib = self.spread_mib()
-        slope = _overall_slope(self.points()) if mib else None
-        if not mib or slope is None:
+        points = self.points()
+        slope = _overall_slope(points) if mib else None
+        if mib and points and self.hi is not None and self.s.budget_mib:
+            # a failure at hi says the line climbs at least from the smallest size's figure to the budget by then
+            # (less the spread): a floor for a slope that a short lever arm through noisy peaks can leave near flat
+            floor = (self.s.budget_mib - points[min(points)] - mib) / self.hi
+            slope = max(slope or 0.0, floor) or None
+        if not mib or slope is None or not slope > 0:
             return self.moved_samples
         return max(self.moved_samples, math.ceil(mib / slope))
 
@@ -355,7 +361,7 @@ class _Search:
         """The next model probe and its stage: ``up`` (below the line's boundary, no failure yet), ``step`` (the line
         has nothing beyond ``lo``: a step from it), ``close`` (one probe settles the bracket), ``model`` (inside a
         bracket, from the line), ``bisect`` (the line says nothing there). See :meth:`guided`."""
-        a_lo = self._allowed()
+        a_lo = max(self._allowed(), self.spread_samples())  # a step within the spread between processes tells nothing
         nominal = self._nominal(fit)
         estimate = fit.predict_batch(self.calibrated_budget(fit))
         a = max(a_lo, self.res.allowed(min(estimate, self.hi or estimate)))  # the resolution where the boundary is
