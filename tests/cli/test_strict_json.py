@@ -78,3 +78,14 @@ def test_adapters_json_parses_strictly(capsys):
     assert main(["adapters", "--json"]) == 0
     out = strict_loads(capsys.readouterr().out)
     assert out["adapters"] and {"api_version", "adapters", "warnings"} <= out.keys()
+
+
+def test_every_command_with_a_json_option_prints_through_the_strict_dump():
+    # a command that gains --json later must print through harness.cli.jsonout too, or this fails
+    from tests import ROOT
+
+    with_json = [p for p in sorted((ROOT / "harness" / "cli").glob("*.py")) if '"--json"' in p.read_text()]
+    assert {p.stem for p in with_json} >= {"recommend", "adapters"}
+    for path in with_json:
+        text = path.read_text()
+        assert "jsonout import dumps" in text and "json.dump(" not in text and "json.dumps(" not in text, path
