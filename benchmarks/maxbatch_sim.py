@@ -25,6 +25,11 @@ Laws:
   seen only in failures). A stress law, outside the goal: what the failures hide costs bisection over it.
 * ``cpu-noise``: tiny_cnn on CPU (290 + 0.5·batch MiB under 520 MiB), each measured peak off by up to ±3 MiB
   (a fresh process's arenas), twenty seeds.
+* ``moving`` (stress, issue 43): the same model under glibc's defaults, where the boundary itself moves between
+  processes: each fresh process needs 290 + 0.5·batch MiB plus its own offset of up to ±``MOVING_MIB`` (tens of MiB),
+  and its peak (what RLIMIT_DATA counts) says so. A size near the boundary fits in one process and fails in the
+  next, so no search can resolve it below that spread; the search must see it, say so and stop within
+  ``MOVING_PROBES`` probes, even when asked for ``exact``. The truth is the boundary of a process without offset.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from harness.maxbatch.search import (
     GPU_RESOLUTION,
     ProbeResult,
     Resolution,
+    SearchResult,
     SearchSettings,
     search,
 )
@@ -56,6 +62,11 @@ H100_RESERVED_MIB = {727: 1785.0, 1714: 4032.0, 1875: 4398.0, 2042: 4780.0, 2184
                      2268: 5298.0, 2300: 5368.0, 2527: 5885.0}
 H100_FIRST_OOM = 2631
 H100_BUDGET_MIB = 6144.0
+#: the ``moving`` law: how far (± MiB) a fresh process's need moves from the law's line (issue 43 saw peaks at
+#: neighbouring sizes 534-599 MiB), and the most probes a search of it may take at any resolution, confirm runs
+#: included (tests/maxbatch/test_maxbatch_sim.py)
+MOVING_MIB = 30.0
+MOVING_PROBES = 24
 
 
 @dataclass(frozen=True)
@@ -67,6 +78,10 @@ class Law:
     fits: Callable[[int], bool]
     report: Callable[[int, random.Random], tuple[float | None, float | None]]  # (peak in budget units, growth)
     gpu: bool
+    #: > 0: the boundary moves between processes by up to this many MiB either way; ``need`` is then the MiB a
+    #: process without offset needs, each probe draws its offset, and its peak (what the budget counts) includes it
+    moves_mib: float = 0.0
+    need: Callable[[int], float] | None = None
 
     def truth(self, cap: int = 1 << 20) -> int:
         """The largest size that fits (the laws are monotone), by galloping then bisecting."""
@@ -138,6 +153,15 @@ def cpu_noise(noise_mib: float = 3.0) -> Law:
                lambda b, rng: (290.0 + 0.5 * b + rng.uniform(-noise_mib, noise_mib), None), gpu=False)
 
 
+def moving(spread_mib: float = MOVING_MIB) -> Law:
+    """tiny_cnn on CPU under glibc's defaults: each fresh process needs up to ``spread_mib`` more or less."""
+    def need(b: int) -> float:
+        return 290.0 + 0.5 * b
+
+    return Law("moving", 520.0, lambda b: need(b) <= 520.0, lambda b, rng: (need(b), None), gpu=False,
+               moves_mib=spread_mib, need=need)
+
+
 def laws() -> Iterator[tuple[str, list[Law]]]:
     """Every law's family of instances."""
     yield "linear", [linear(a, s, budget) for a, s, budget in
@@ -150,23 +174,36 @@ def laws() -> Iterator[tuple[str, list[Law]]]:
     yield "cpu-noise", [cpu_noise()] * 20
     yield "alloc-frag", [caching_allocator(a, s, budget) for a, s, budget in
                          ((130.0, 2.0, 6144.0), (900.0, 11.0, 30000.0), (400.0, 0.7, 12000.0))]
+    yield "moving", [moving()] * 20
 
 
 def simulate(law: Law, strategy: str, seed: int, resolution: Resolution | None = None) -> tuple[int, int]:
     """One search of ``law``: (probes, answer)."""
+    result = simulate_search(law, strategy, seed, resolution)
+    return result.probes_n, result.max_batch
+
+
+def simulate_search(law: Law, strategy: str, seed: int, resolution: Resolution | None = None,
+                    cap: int = 1 << 20) -> SearchResult:
+    """One search of ``law`` under ``resolution`` (the law's device default) and ``cap``: its result."""
     rng = random.Random(seed)
 
     def probe(batch: int, confirm: bool) -> ProbeResult:
+        if law.moves_mib and law.need is not None:  # a fresh process: its own offset decides, and its peak shows it
+            need = law.need(batch) + rng.uniform(-law.moves_mib, law.moves_mib)
+            if need > law.budget_mib:
+                return ProbeResult(batch, "oom", reason="out of memory (simulated)")
+            return ProbeResult(batch, "ok", peak_mib=need)
         if not law.fits(batch):
             return ProbeResult(batch, "oom", reason="out of memory (simulated)")
         peak, growth = law.report(batch, rng)
         return ProbeResult(batch, "ok", peak_mib=peak, growth_mib=growth)
 
-    settings = SearchSettings(strategy=strategy, budget_mib=law.budget_mib,
+    settings = SearchSettings(strategy=strategy, budget_mib=law.budget_mib, max_batch_cap=cap,
                               resolution=resolution or (GPU_RESOLUTION if law.gpu else CPU_RESOLUTION),
-                              censor_pct=GPU_CENSOR_PCT if law.gpu else 0.0)
-    result = search(probe, settings)
-    return result.probes_n, result.max_batch
+                              censor_pct=GPU_CENSOR_PCT if law.gpu else 0.0,
+                              spread_from_peaks=not law.gpu)  # a CPU law's peak is what its budget counts
+    return search(probe, settings)
 
 
 def table(resolution: Resolution | None = None) -> list[dict[str, object]]:

@@ -385,6 +385,10 @@ class MaxBatchResult:
     # GPU outside its framework's allocator (the CUDA context; trials.cuda_context_mib), None where none measured it
     resolution: str | None = None
     cuda_context_mib: float | None = None
+    # issue 43: how far fresh processes' peaks moved (MiB) where the search saw it, and why it stopped where its
+    # resolution alone would not have (at that spread) or where the cap was moved onto the resolution's grid
+    spread_mib: float | None = None
+    resolution_note: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> MaxBatchResult:

@@ -9,7 +9,6 @@ registered twice) are printed here as ``batchscope: warning:`` lines on stderr, 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import warnings
 from dataclasses import dataclass
@@ -105,8 +104,10 @@ def cmd_adapters(args: argparse.Namespace) -> int:
 
     rows, notes = collect()
     if args.json:
-        print(json.dumps({"api_version": API_VERSION, "adapters": [vars(r) for r in rows], "warnings": notes},
-                         indent=1, default=list))
+        from harness.cli.jsonout import dumps
+
+        print(dumps({"api_version": API_VERSION, "adapters": [vars(r) for r in rows], "warnings": notes},
+                    indent=1, default=list))
     else:
         _print_text(rows)
     for note in notes:

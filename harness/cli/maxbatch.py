@@ -249,6 +249,9 @@ def _plan(args: argparse.Namespace, req: Any, env: dict[str, Any]) -> _Plan:
     print(f"maxbatch: {req.framework} {req.model} on {budget.device}, budget {budget.mib:.0f} MiB "
           f"({budget.kind}), strategy {req.strategy}, resolution {req.resolution(budget.device).label}; every probe "
           "is a fresh worker", flush=True)
+    cap_note = req.search_cap(budget.device)[1]
+    if cap_note:
+        print(f"maxbatch: {cap_note}", flush=True)
     if compare:
         print(f"what helps: {len(searches)} searches, each a normal one with its own stored row: "
               + "; ".join(_label(r) for r in searches), flush=True)

@@ -112,12 +112,15 @@ def print_result(row: MaxBatchResult, file: Any = None) -> None:
     print("", file=file)
     print(f"largest batch that fits (train + eval step): {row.max_batch}"
           + ("  (every size up to --max-batch-cap fits)" if row.capped else ""), file=file)
+    if row.resolution_note:  # the cap moved onto the grid, or a search stopped at the process-to-process spread
+        print(f"  {row.resolution_note}", file=file)
     if fail is not None and fail - row.max_batch > 1:  # stopped within the resolution (issue 31)
         print(f"smallest size tried that fails: {fail}: {row.first_fail_status}: {row.first_fail_reason}",
               file=file)
         gap = f"{row.max_batch + 1}" + (f"-{fail - 1}" if fail - 1 > row.max_batch + 1 else "")
-        print(f"  {gap} not tried: the search stops within its resolution "
-              f"({row.resolution or '?'}; --granularity exact to try them)", file=file)
+        if "spread" not in (row.resolution_note or ""):  # else the note says why: a finer resolution cannot help
+            print(f"  {gap} not tried: the search stops within its resolution "
+                  f"({row.resolution or '?'}; --granularity exact to try them)", file=file)
     elif fail is not None:
         print(f"first size that fails: {fail}: {row.first_fail_status}: {row.first_fail_reason}",
               file=file)

@@ -7,11 +7,10 @@ The same rule and the same table as the report's first page (:mod:`report.answer
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
+from harness.cli.jsonout import dumps
 from harness.cli.table import TARGET_HELP, path_arg, print_table, target_accuracy_arg
 
 
@@ -37,8 +36,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             if exp is not None:  # issue 38: where each framework ran, and what differs between them
                 entry["environments"] = environments_dict(exp)
                 entry["environment_notes"] = environment_notes(exp)
-        json.dump(out, sys.stdout, indent=2)
-        print()
+        print(dumps(out, indent=2))  # strict: a rate stored as inf is null with its reason, never Infinity
         return 0
     for name, recs in summary.experiments:
         print(f"experiment {name!r}: which batch size to train with")

@@ -66,6 +66,42 @@ def _check_target_mode(exp: Experiment, bad: Callable[[str, str], ConfigError]) 
             _check_grid(exp, key, values, bad)
 
 
+def _scaled_rate(exp: Experiment, rate: float, batch: int) -> float:
+    """``rate`` at the effective batch ``batch`` under ``lr_policy`` (the rule of ``Experiment.lr_for``)."""
+    ratio = batch / exp.lr_base_batch
+    if exp.lr_policy == "linear":
+        return rate * ratio
+    if exp.lr_policy == "sqrt":
+        return rate * math.sqrt(ratio)
+    return rate
+
+
+def _check_rates(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:
+    """The rate every trial trains at, derived from several keys (a grid's value or ``learning_rate`` x a factor,
+    scaled by ``lr_policy`` from ``lr_base_batch`` to each effective batch), checked like the keys it comes from: a
+    finite number > 0 (issue 43: 1e300 x 1e8 scaled linearly trained at inf), refused naming the keys that made it.
+    The scaling is monotone in the batch, so the smallest and the largest effective batch bound every trial's rate."""
+    if exp.learning_rates:
+        bases = [("learning_rates", lr, f"learning_rates value {lr!r}") for lr in exp.learning_rates]
+    elif exp.lr_factors:
+        bases = [("lr_factors", exp.learning_rate * f, f"learning_rate {exp.learning_rate!r} x lr_factors value {f!r}")
+                 for f in exp.lr_factors]
+    else:
+        bases = [("learning_rate", exp.learning_rate, f"learning_rate {exp.learning_rate!r}")]
+    sizes = [b * exp.accumulate_steps for b in exp.batch_sizes if isinstance(b, int) and b > 0]
+    ends = sorted({min(sizes), max(sizes)}) if sizes and exp.lr_policy != "fixed" else []
+    for key, base, words in bases:
+        if not (math.isfinite(base) and base > 0):
+            raise bad(key, f"{words} gives a rate of {base!r}; every trial's rate must be a finite number > 0: lower "
+                           f"{'the factors or learning_rate' if key == 'lr_factors' else key}")
+        for batch in ends:
+            rate = _scaled_rate(exp, base, batch)
+            if not (math.isfinite(rate) and rate > 0):
+                raise bad(key, f"{words}, scaled by lr_policy = {exp.lr_policy!r} from lr_base_batch "
+                               f"{exp.lr_base_batch} to batch {batch}, gives a rate of {rate!r}; every trial's rate "
+                               f"must be a finite number > 0: change {key}, lr_policy, lr_base_batch or batch_sizes")
+
+
 def where(exp: Experiment, key: str) -> str:
     """``file: key``, how a refusal names what it refuses."""
     return f"{exp.source}: {key}"
@@ -140,6 +176,7 @@ def validate(exp: Experiment) -> None:
     _check_gradient_noise(exp, bad)
     _check_granularity(exp, bad)
     _check_target_mode(exp, bad)
+    _check_rates(exp, bad)
     _check_device_settings(exp, bad)
     if len(exp.synthetic_shape) != 3 or min(exp.synthetic_shape) <= 0:
         raise bad("synthetic_shape", f"{list(exp.synthetic_shape)!r} must be [channels, height, width], all > 0")

@@ -352,6 +352,21 @@ def _plain(settings: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _read_value(source: str, key: str, value: Any) -> Any:
+    """A top-level or variant key's TOML value, type-checked and converted once, where the file is read: an integer
+    where a float is expected (``lr_factors = [0.5, 1, 2]``, ``learning_rate = 1``) becomes that float, in a list as in
+    a scalar, so each value then meets its own check's message (issue 43) rather than a type error."""
+    if key in _LISTS:
+        if not isinstance(value, list):
+            raise ConfigError(f"{source}: {key}: {value!r} should be a list")
+        typ = _toml_type(_LISTS[key])
+        for item in value:
+            _check_type(source, key, item, typ)
+        return tuple(float(v) for v in value) if typ == (int, float) else tuple(value)
+    _check_type(source, key, value, _SCALARS[key])
+    return float(value) if _SCALARS[key] == (int, float) else value
+
+
 def _check_type(source: str, key: str, value: Any, typ: type | tuple[type, ...]) -> None:
     ok = isinstance(value, typ) and not (isinstance(value, bool) and typ is not bool and bool not in
                                          (typ if isinstance(typ, tuple) else (typ,)))
@@ -461,15 +476,8 @@ def _parse_variants(source: str, raw: Any) -> tuple[Variant, ...]:
                     raise ConfigError(f"{where}.adapters: 'python' cannot vary between variants (one interpreter "
                                       "per framework); set it in the top-level [adapters.<name>] table")
                 settings["adapters"] = _parse_adapters(f"{source}: variants.{name}", value)
-            elif key in _LISTS:
-                if not isinstance(value, list):
-                    raise ConfigError(f"{where}: {key}: {value!r} should be a list")
-                for item in value:
-                    _check_type(f"{source}: variants.{name}", key, item, _LISTS[key])
-                settings[key] = tuple(value)
             else:
-                _check_type(f"{source}: variants.{name}", key, value, _SCALARS[key])
-                settings[key] = float(value) if _SCALARS[key] == (int, float) else value
+                settings[key] = _read_value(f"{source}: variants.{name}", key, value)
         out.append(Variant(name=name, settings=settings))
     return tuple(out)
 
@@ -490,15 +498,8 @@ def parse_experiment(data: Mapping[str, Any], source: str = "<inline>") -> Exper
             continue  # after the adapters' tables, which it merges into
         elif key == "variants":
             kwargs["variants"] = _parse_variants(source, value)
-        elif key in _LISTS:
-            if not isinstance(value, list):
-                raise ConfigError(f"{source}: {key}: {value!r} should be a list")
-            for item in value:
-                _check_type(source, key, item, _LISTS[key])
-            kwargs[key] = tuple(value)
         else:
-            _check_type(source, key, value, _SCALARS[key])
-            kwargs[key] = float(value) if _SCALARS[key] == (int, float) else value
+            kwargs[key] = _read_value(source, key, value)
     if data.get("learning_rates") and "learning_rate" in data:  # the grid's rates replace it: it would not apply
         raise ConfigError(f"{source}: learning_rate: {data['learning_rate']!r} is not used when learning_rates "
                           "gives a grid (each rate runs as its own variant); leave one of the two out")

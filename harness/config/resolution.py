@@ -25,22 +25,28 @@ class Resolution:
     @classmethod
     def parse(cls, text: str, name: str = "--granularity") -> Resolution:
         """``exact``, ``N%`` (within N % of the answer), ``K`` (multiples of K, exactly) or ``K,N%`` (both);
-        ``name``: how the user wrote the setting, for the refusal."""
-        words = [w.strip() for w in text.lower().split(",") if w.strip()]
+        ``name``: how the user wrote the setting, for the refusal. Anything else is refused, never read in part:
+        two steps (``8,16``) or two tolerances (``1%,2%``) cannot both hold, and keeping one of them would drop
+        what the user typed (issue 43)."""
+        words = [w.strip() for w in text.lower().split(",")]
         if words == ["exact"]:
             return cls(1, 0.0)
-        step, pct = 1, 0.0
+        steps = [w for w in words if not w.endswith("%")]
+        pcts = [w[:-1].strip() for w in words if w.endswith("%")]
+        usage = ("is not 'exact', N% (N in 0..50, e.g. 1%), K (multiples of K >= 1, e.g. 8) or K,N% (e.g. 8,1%)")
+        if "" in words:
+            raise ConfigError(f"{name} {text!r} {usage}")
+        if len(steps) > 1 or len(pcts) > 1:
+            what = "two steps" if len(steps) > 1 else "two tolerances"
+            raise ConfigError(f"{name} {text!r} gives {what}; a resolution has at most one step K and one "
+                              f"tolerance N% ({usage[7:]})")
         try:
-            for w in words:
-                if w.endswith("%"):
-                    pct = float(w[:-1])
-                else:
-                    step = int(w)
+            step = int(steps[0]) if steps else 1
+            pct = float(pcts[0]) if pcts else 0.0
         except ValueError:
-            words = []
-        if not words or len(words) > 2 or step < 1 or not 0 <= pct <= 50:
-            raise ConfigError(f"{name} {text!r} is not 'exact', N% (N in 0..50, e.g. 1%), K (multiples of "
-                              "K >= 1, e.g. 8) or K,N% (e.g. 8,1%)")
+            raise ConfigError(f"{name} {text!r} {usage}") from None
+        if step < 1 or not 0 <= pct <= 50:  # "nan" fails 0 <= pct, as it should
+            raise ConfigError(f"{name} {text!r} {usage}")
         return cls(step, pct)
 
     @property

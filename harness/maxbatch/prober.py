@@ -137,9 +137,13 @@ def cuda_context_mib(outcomes: list[TrialOutcome]) -> float | None:
 def search_settings(req: MaxBatchRequest, budget: Budget) -> SearchSettings:
     """How ``req`` is searched under ``budget``: its strategy, its resolution (the device's default unless asked),
     and on a GPU a reserved figure within GPU_CENSOR_PCT of the budget taken as censored."""
-    return SearchSettings(strategy=req.strategy, budget_mib=budget.mib, max_batch_cap=req.max_batch_cap,
+    # on CPU a probe's peak is what RLIMIT_DATA counts, so fresh processes' peaks out of order are the boundary
+    # moving between processes: the search stops at that spread (issue 43); a GPU figure's noise moves no boundary
+    return SearchSettings(strategy=req.strategy, budget_mib=budget.mib,
+                          max_batch_cap=req.search_cap(budget.device)[0],
                           resolution=req.resolution(budget.device),
-                          censor_pct=GPU_CENSOR_PCT if budget.device == "gpu" else 0.0)
+                          censor_pct=GPU_CENSOR_PCT if budget.device == "gpu" else 0.0,
+                          spread_from_peaks=budget.device == "cpu")
 
 
 @dataclass
@@ -502,6 +506,9 @@ def result_row(req: MaxBatchRequest, budget: Budget, result: SearchResult, param
         # issue 31: when the search stopped (first_fail_batch - max_batch is within it); the most a probe's worker held
         # on the GPU outside its allocator (the CUDA context), counted in the peaks and, emulated, in the card's cap
         resolution=result.resolution.label, cuda_context_mib=cuda_context_mib(outcomes),
+        spread_mib=result.spread_mib or None,
+        resolution_note="; ".join(n for n in (req.search_cap(budget.device)[1] if result.capped else "",
+                                              result.note) if n) or None,
     )
     if not activation_floats:  # a native model: no analytic size, so no analytic formula (not a 0 that looks measured)
         row = replace(row, formula_analytic_batch=None, formula_analytic_error_pct=None,

@@ -93,6 +93,18 @@ class MaxBatchRequest:
             return Resolution.parse(self.granularity)
         return GPU_RESOLUTION if device == "gpu" else CPU_RESOLUTION
 
+    def search_cap(self, device: str) -> tuple[int, str]:
+        """The cap on the resolution's grid on ``device`` ("cpu" or "gpu"), and a line saying so where that moved it
+        ("" where it did not): a search that answers on multiples of K must not answer the cap off that grid (issue
+        43: ``--max-batch-cap 20 --granularity 8`` stored 20). Below the step every size is on the grid (sizes below
+        it are excepted from it), so no cap >= 1 leaves nothing."""
+        res = self.resolution(device)
+        cap = res.snap(self.max_batch_cap)
+        if cap == self.max_batch_cap:
+            return cap, ""
+        return cap, (f"--max-batch-cap {self.max_batch_cap} is not on the resolution's grid (multiples of {res.step}, "
+                     f"resolution {res.label}): the search stops at {cap}")
+
     def _check_numbers(self) -> None:
         """Numbers the probes cannot use (inf, nan, an OS limit beyond what setrlimit takes, what the store cannot
         hold), refused with the flag before anything starts: the one place the search's numbers are checked, for
@@ -109,9 +121,9 @@ class MaxBatchRequest:
                 raise ConfigError(f"{flag} {value!r} must be >= {low:g}")
             if value > high:
                 raise ConfigError(f"{flag} {value:g} is more than the largest usable value ({high:g})")
-        for flag, number in (("--threads", self.threads), ("--max-batch-cap", self.max_batch_cap)):
-            if number < 0:
-                raise ConfigError(f"{flag} {number!r} must be >= 0")
+        for flag, number, low in (("--threads", self.threads, 0), ("--max-batch-cap", self.max_batch_cap, 1)):
+            if number < low:  # one bound per flag, said once (issue 43: -1 was told ">= 0", then 0 ">= 1")
+                raise ConfigError(f"{flag} {number!r} must be >= {low}")
             if number > SQLITE_INT_MAX:
                 raise ConfigError(f"{flag} {number} is larger than the store can hold ({SQLITE_INT_MAX})")
         if self.threads > MAX_THREADS:

@@ -19,6 +19,11 @@ boundary.
 Both end with a *confirm* probe: the answer runs again for longer (more steps, then eval). If that
 fails with an out-of-memory error, the size is not the answer and the search continues below it.
 
+Where the peaks are what the budget counts (CPU: ``spread_from_peaks``), a boundary that moves between fresh
+processes is measured (peaks out of order, sizes that fitted and then failed their confirm run), and the search
+stops once its bracket is within that spread, even where the resolution asks for less (issue 43): below it, probes
+measure the noise, not the model. The result says so (``SearchResult.note``).
+
 A probe that fails for a reason other than memory (crash, timeout, error) is retried; if it fails
 again the search stops with :class:`~harness.errors.SearchAborted`: such a size is never taken as
 the boundary, because nothing says it ran out of memory.
@@ -37,6 +42,11 @@ STRATEGIES = ("model", "double-bisect")
 NON_MEMORY_FAILURES = ("crashed", "error", "timeout")
 #: a reserved or pool figure this close to a GPU budget (in % of it) is censored: the pool took what it could
 GPU_CENSOR_PCT = 3.0
+#: with ``spread_from_peaks``: after this many sizes fitted a short probe and failed their confirm run, the boundary
+#: is taken to move between processes across all of them (issue 43: an exact search walked down one confirm failure
+#: at a time for 20+ workers), and the search settles within that spread; at twice as many the bracket the last one
+#: left is settled as it is, so no search walks down further than that
+MOVED_CONFIRMS = 2
 
 
 @dataclass(frozen=True)
@@ -78,6 +88,13 @@ class SearchSettings:
     #: a peak within this % of the budget is censored (a GPU pool's reserved figure: it fills what it may); 0 on CPU,
     #: where the peak is what the limit counts
     censor_pct: float = 0.0
+    #: the peaks are what the budget counts (CPU's VmData under RLIMIT_DATA), each from a fresh process: two of them
+    #: out of order (a smaller size's peak above a larger one's) show the boundary moving between processes by at
+    #: least that much, and the search stops where its bracket is within that spread (issue 43). False where a peak
+    #: is a figure beside what the budget counts (a GPU pool's), whose noise moves no boundary
+    spread_from_peaks: bool = False
+    #: the least process-to-process spread to assume, in MiB (0: only what the probes show)
+    spread_mib: float = 0.0
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -90,6 +107,8 @@ class SearchSettings:
             raise ConfigError("max_batch_cap must be >= 1 and retries >= 0")
         if not 0 <= self.censor_pct < 100:
             raise ConfigError(f"censor_pct {self.censor_pct!r} must be in 0..100")
+        if not (math.isfinite(self.spread_mib) and self.spread_mib >= 0):
+            raise ConfigError(f"spread_mib {self.spread_mib!r} must be a finite number >= 0")
 
 
 @dataclass(frozen=True)
@@ -119,6 +138,11 @@ class SearchResult:
     fit: LinearFit | None
     capped: bool = False  # every size up to max_batch_cap fits
     resolution: Resolution = EXACT
+    #: the process-to-process spread the search measured (MiB, and samples by the fitted slope); 0: none seen
+    spread_mib: float = 0.0
+    spread_samples: int = 0
+    #: why the search stopped where the resolution alone would not have ("" when it did not): the spread
+    note: str = ""
 
     @property
     def probes_n(self) -> int:
@@ -156,6 +180,19 @@ def fit_line(points: dict[int, float]) -> LinearFit | None:
     return LinearFit(a_mib=points[top] - slope * top, b_mib_per_sample=slope)
 
 
+def _overall_slope(points: dict[int, float]) -> float | None:
+    """MiB per sample by least squares over every fitting size: the spread's scale, where a local secant through two
+    noisy neighbours could be near flat and turn a few MiB into thousands of samples. None when not positive."""
+    if len(points) < 2:
+        return None
+    n = len(points)
+    mean_b = sum(points) / n
+    mean_m = sum(points.values()) / n
+    var = sum((b - mean_b) ** 2 for b in points)
+    slope = sum((b - mean_b) * (m - mean_m) for b, m in points.items()) / var if var else 0.0
+    return slope if slope > 0 else None
+
+
 #: ``progress(probe, lo, hi)``: called after every probe with the bracket it left (hi None: no failure yet)
 Progress = Callable[[ProbeResult, int, "int | None"], None]
 
@@ -166,12 +203,18 @@ class _Search:
     def __init__(self, probe: ProbeFn, settings: SearchSettings, progress: Progress | None = None) -> None:
         self.probe_fn, self.s, self.progress = probe, settings, progress
         self.res = settings.resolution
+        #: the cap on the resolution's grid: a search answering on multiples of K never answers the cap off it
+        self.cap = self.res.snap(settings.max_batch_cap)
         self.probes: list[ProbeResult] = []
         self.ok: dict[int, ProbeResult] = {}  # batch -> the short probe that fitted there (the last one)
         self.lo = 0
         self.hi: int | None = None
         self.first_fail: dict[int, ProbeResult] = {}
         self.fit: LinearFit | None = None
+        #: with ``spread_from_peaks``: sizes that fitted in one process and failed in another (a confirm run), and the
+        #: bracket each left, in samples: the boundary moves across them (issue 43)
+        self.moved: list[int] = []
+        self.moved_samples = 0
 
     # ---------------------------------------------------------------- probing
     def run(self, batch: int, stage: str, confirm: bool = False) -> str:
@@ -199,6 +242,12 @@ class _Search:
                 self.first_fail[batch] = result
             if batch <= self.lo:  # a longer run failed where a short one passed: lo must come down
                 self.lo = max((b for b in self.ok if b < batch), default=0)
+                if self.s.spread_from_peaks and batch in self.ok:  # fitted in one process, failed in the next
+                    self.moved.append(batch)
+                    if len(self.moved) >= 2 * MOVED_CONFIRMS:  # no further search below: the bracket left stands
+                        self.moved_samples = max(self.moved_samples, batch - self.lo)
+                    elif len(self.moved) == MOVED_CONFIRMS:  # not a longer run's growth once: the boundary moves
+                        self.moved_samples = max(self.moved) - min(self.moved) + 1  # across every one of them
         if self.progress is not None:
             self.progress(result, self.lo, self.hi)
         return result.status
@@ -210,11 +259,38 @@ class _Search:
 
     @property
     def settled(self) -> bool:
-        return self.hi is not None and self.hi - self.lo <= self.res.allowed(self.lo)
+        return self.hi is not None and self.hi - self.lo <= max(self.res.allowed(self.lo), self.spread_samples())
+
+    def spread_mib(self) -> float:
+        """How far the boundary moves between processes, as the probes show it (``spread_from_peaks``): the most a
+        fitting size's peak exceeded a larger fitting size's (each a fresh process; a monotone law never does),
+        at least ``spread_mib``. What the search can tell apart ends there (issue 43)."""
+        seen, highest = 0.0, None
+        if self.s.spread_from_peaks:
+            for _, peak in sorted((b, p.peak_mib) for b, p in self.ok.items() if p.peak_mib is not None):
+                if highest is not None:
+                    seen = max(seen, highest - peak)
+                highest = peak if highest is None else max(highest, peak)
+        return max(self.s.spread_mib, seen)
+
+    def spread_samples(self) -> int:
+        """The spread in samples: :meth:`spread_mib` by the least-squares slope of every fitting size, and at least the
+        range of the sizes that fitted in one process and failed in another (0: none seen)."""
+        mib = self.spread_mib()
+        points = self.points()
+        slope = _overall_slope(points) if mib else None
+        if mib and points and self.hi is not None and self.s.budget_mib:
+            # a failure at hi says the line climbs at least from the smallest size's figure to the budget by then
+            # (less the spread): a floor for a slope that a short lever arm through noisy peaks can leave near flat
+            floor = (self.s.budget_mib - points[min(points)] - mib) / self.hi
+            slope = max(slope or 0.0, floor) or None
+        if not mib or slope is None or not slope > 0:
+            return self.moved_samples
+        return max(self.moved_samples, math.ceil(mib / slope))
 
     @property
     def capped(self) -> bool:
-        return self.hi is None and self.lo >= self.s.max_batch_cap
+        return self.hi is None and self.lo >= self.cap
 
     def _allowed(self) -> int:
         """The widest settled bracket from ``lo``, on the grid the probes use."""
@@ -223,7 +299,7 @@ class _Search:
 
     def _inside(self, batch: int) -> int:
         """``batch`` on the grid, strictly inside the bracket (above ``lo`` only, without a failure yet)."""
-        top = self.hi - 1 if self.hi is not None else self.s.max_batch_cap
+        top = self.hi - 1 if self.hi is not None else self.cap
         batch = min(max(batch, self.lo + 1), top)
         snapped = self.res.snap(batch)
         if snapped > self.lo:
@@ -277,7 +353,7 @@ class _Search:
         """Bisect (lo, hi) to the resolution; with no hi, double from lo first."""
         while not self.settled and not self.capped:
             if self.hi is None:
-                self.run(min(max(1, self.lo * 2), self.s.max_batch_cap), "double")
+                self.run(min(max(1, self.lo * 2), self.cap), "double")
             else:
                 self.run(self._inside((self.lo + self.hi) // 2), "bisect")
 
@@ -285,7 +361,7 @@ class _Search:
         """The next model probe and its stage: ``up`` (below the line's boundary, no failure yet), ``step`` (the line
         has nothing beyond ``lo``: a step from it), ``close`` (one probe settles the bracket), ``model`` (inside a
         bracket, from the line), ``bisect`` (the line says nothing there). See :meth:`guided`."""
-        a_lo = self._allowed()
+        a_lo = max(self._allowed(), self.spread_samples())  # a step within the spread between processes tells nothing
         nominal = self._nominal(fit)
         estimate = fit.predict_batch(self.calibrated_budget(fit))
         a = max(a_lo, self.res.allowed(min(estimate, self.hi or estimate)))  # the resolution where the boundary is
@@ -294,8 +370,8 @@ class _Search:
         if self.hi is None:  # below the estimate by half a resolution, or by what the line misses its points by
             hedge = max(a // 2, math.ceil(self._scatter_mib(fit) / fit.b_mib_per_sample))
             if estimate - hedge > self.lo + step_up:
-                return min(estimate - hedge, self.s.max_batch_cap), "up"
-            return min(self.lo + step_up, self.s.max_batch_cap), "step"
+                return min(estimate - hedge, self.cap), "up"
+            return min(self.lo + step_up, self.cap), "step"
         width = self.hi - self.lo
         if width <= 2 * a_lo:  # one probe settles it: the one nearest the estimate
             return min(max(estimate, self.hi - a_lo), self.lo + a_lo), "close"
@@ -351,7 +427,7 @@ class _Search:
     def model(self) -> None:
         """Small fit probes, an optional third one, then the guided search."""
         for batch in sorted(set(self.s.fit_batches)):
-            if batch <= self.lo or (self.hi is not None and batch >= self.hi) or batch > self.s.max_batch_cap:
+            if batch <= self.lo or (self.hi is not None and batch >= self.hi) or batch > self.cap:
                 continue
             if self.run(batch, "fit") == "oom":
                 break
@@ -360,7 +436,7 @@ class _Search:
         fit = self.refit()
         if fit is not None and self.hi is None:
             third = self.res.snap(fit.predict_batch(self.calibrated_budget(fit)) * 3 // 4)
-            if third > 2 * self.lo and third <= self.s.max_batch_cap:  # far extrapolation: shorten the lever
+            if third > 2 * self.lo and third <= self.cap:  # far extrapolation: shorten the lever
                 self.run(third, "fit")
         self.guided()
 
@@ -373,8 +449,19 @@ class _Search:
 
     def result(self) -> SearchResult:
         fail = self.first_fail.get(self.hi) if self.hi is not None else None
+        spread, samples = self.spread_mib(), self.spread_samples()
+        note = ""
+        if self.hi is not None and self.lo and self.hi - self.lo > self.res.allowed(self.lo):
+            seen = [f"the peaks of fresh processes moved by {spread:.1f} MiB"] if spread else []
+            if self.moved:
+                seen.append(f"{', '.join(map(str, sorted(set(self.moved))))} fitted in one process and ran out of "
+                            "memory in the next")
+            note = (f"stopped at the process-to-process spread ({samples} sample(s)), not at resolution "
+                    f"{self.res.label}: {' and '.join(seen)}, so sizes from {self.lo + 1} to {self.hi - 1} cannot be "
+                    f"told apart by probing; {self.lo} fitted, its confirm run too, and {self.hi} ran out of memory")
         return SearchResult(strategy=self.s.strategy, max_batch=self.lo, first_fail=fail, probes=tuple(self.probes),
-                            fit=self.fit, capped=self.capped, resolution=self.res)
+                            fit=self.fit, capped=self.capped, resolution=self.res, spread_mib=spread,
+                            spread_samples=samples, note=note)
 
 
 def search(probe: ProbeFn, settings: SearchSettings, progress: Progress | None = None) -> SearchResult:

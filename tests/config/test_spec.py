@@ -239,7 +239,9 @@ def test_max_batch_granularity_sets_the_sweeps_search_resolution(text, gpu, cpu)
     assert (req.resolution("gpu").label, req.resolution("cpu").label) == (gpu, cpu)
 
 
-@pytest.mark.parametrize("text", ["3%x", "0", "60%", "8,1%,2"])
-def test_a_resolution_the_search_cannot_use_is_refused_naming_the_key(text):
-    with pytest.raises(ConfigError, match=rf"exp.toml: max_batch_granularity: '{text}' is not 'exact', N%"):
+@pytest.mark.parametrize("text, why", [("3%x", "is not 'exact', N%"), ("0", "is not 'exact', N%"),
+                                       ("60%", "is not 'exact', N%"), ("8,1%,2", "gives two steps"),
+                                       ("1%,2%", "gives two tolerances")])
+def test_a_resolution_the_search_cannot_use_is_refused_naming_the_key(text, why):
+    with pytest.raises(ConfigError, match=rf"exp.toml: max_batch_granularity: '{text}' {why}"):
         parse(max_batch=True, max_batch_granularity=text)

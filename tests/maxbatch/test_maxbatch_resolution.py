@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from harness.cli import main
+from harness.errors import ConfigError
 from harness.maxbatch.prober import probe_growth_mib, probe_peak_mib, search_settings
 from harness.maxbatch.request import Budget, MaxBatchRequest
 from harness.maxbatch.search import CPU_RESOLUTION, GPU_CENSOR_PCT, GPU_RESOLUTION, Resolution
@@ -102,3 +103,26 @@ def test_a_what_helps_run_prints_each_searchs_bracket_and_the_wall_time(tmp_path
     printed = capsys.readouterr().out
     assert "-> between 28 (fits) and 29 (fails)" in printed
     assert "wall time:" in printed and "for 1 searches" in printed
+
+
+def test_the_cap_is_snapped_onto_the_resolutions_grid_and_said():
+    # issue 43: a capped search answered off its own grid (--max-batch-cap 20 --granularity 8 stored 20)
+    from harness.maxbatch.request import MaxBatchRequest
+
+    req = MaxBatchRequest("pytorch", "tiny_cnn", memory_limit_mib=600, max_batch_cap=20, granularity="8")
+    cap, note = req.search_cap("cpu")
+    assert cap == 16 and "--max-batch-cap 20" in note and "multiples of 8" in note and "stops at 16" in note
+    assert MaxBatchRequest("pytorch", "tiny_cnn", memory_limit_mib=600, max_batch_cap=24,
+                           granularity="8").search_cap("cpu") == (24, "")
+    assert MaxBatchRequest("pytorch", "tiny_cnn", max_batch_cap=20).search_cap("gpu")[0] == 16  # 8,1% on a GPU
+    assert MaxBatchRequest("pytorch", "tiny_cnn", memory_limit_mib=600, max_batch_cap=20).search_cap("cpu") == (20, "")
+    assert MaxBatchRequest("pytorch", "tiny_cnn", max_batch_cap=5).search_cap("gpu") == (5, "")  # below the step
+
+
+@pytest.mark.parametrize("value, message", [("-1", "must be >= 1"), ("0", "must be >= 1")])
+def test_the_cap_states_one_bound(value, message):
+    # issue 43: -1 was told ">= 0", then 0 ">= 1"
+    from harness.maxbatch.request import MaxBatchRequest
+
+    with pytest.raises(ConfigError, match=f"--max-batch-cap {value} {message}"):
+        MaxBatchRequest("pytorch", "tiny_cnn", memory_limit_mib=600, max_batch_cap=int(value))

@@ -297,7 +297,15 @@ def test_resolution_parses_what_the_flag_takes(text, step, pct, label):
     assert (res.step, res.tolerance_pct, res.label) == (step, pct, label)
 
 
-@pytest.mark.parametrize("text", ["", "fine", "8,8,1%", "-1", "0", "60%", "1%,x", "nan%", "inf%"])
+@pytest.mark.parametrize("text, what", [("8,16", "two steps"), ("8,8,1%", "two steps"), ("1%,2%", "two tolerances"),
+                                        ("8,1%,1%", "two tolerances")])
+def test_resolution_refuses_two_of_a_kind_rather_than_keep_one(text, what):
+    # issue 43: "8,16" was read as 16 and "1%,2%" as 2 %, dropping part of what the user typed
+    with pytest.raises(ConfigError, match=f"--granularity '{text}' gives {what}"):
+        Resolution.parse(text)
+
+
+@pytest.mark.parametrize("text", ["", "fine", ",", "8,", "-1", "0", "60%", "1%,x", "nan%", "inf%"])
 def test_resolution_refuses_what_it_cannot_mean(text):
     with pytest.raises(ConfigError, match=r"--granularity '.*' is not 'exact'"):
         Resolution.parse(text)
