@@ -342,7 +342,7 @@ class MXNetAdapter(Adapter):
         * one OpenMP thread for this thread, set once per thread (:func:`_single_omp_thread_here`). A copy of over
           MXNet's parallel-copy size (200,000 floats: batch 256 of 3x32x32) is an OpenMP loop, and on a thread that
           was not told, libgomp starts a team of ``OMP_NUM_THREADS`` for it beside the engine's (the pitfall of
-          issue 12, which cost 0.75 of a bare loop on the training thread); told, the copy runs on this thread;
+          issue 12, which held the harness at 0.75 of a bare loop); told, the copy runs on this thread;
         * no ``mx.nd.waitall()``: that waits for every operation in the engine, the running step's too, and would
           serialise the two threads again. ``wait_to_read`` waits for these arrays' copies only.
         """
