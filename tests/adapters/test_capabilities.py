@@ -20,7 +20,7 @@ BUILTINS = ("pytorch", "tensorflow", "mxnet", "jax")
 BUILTIN_LACKS = {
     "pytorch": {"own_build"},
     "tensorflow": {"native_models", "own_build"},
-    "mxnet": {"precisions", "native_models", "own_build", "prepare_ahead"},
+    "mxnet": {"precisions", "native_models", "own_build"},
     "jax": {"accumulation", "precisions", "native_models", "own_build"},
 }
 

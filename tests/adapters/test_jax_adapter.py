@@ -105,3 +105,74 @@ def test_a_second_process_compiles_from_the_warm_persistent_cache(tmp_path):
     assert any((tmp_path / "compile").iterdir())
     off = run_snippet(COMPILE_SNIPPET.replace("CACHE_DIR", "None"))
     assert off["cache"] == "off" and off["cold_s"] == off["compile_s"], off
+
+
+def test_aligned_copy_starts_at_64_bytes_keeps_the_values_and_copies_only_when_it_must():
+    """The host arrays the JAX adapter hands XLA on a CPU (issue 40): aligned, C-contiguous, the dtype asked for."""
+    import numpy as np
+
+    from adapters.jax.adapter import HOST_ALIGN, aligned_copy
+
+    raw = np.arange(64 * 784 + 4, dtype=np.float32)
+    for offset in range(4):  # data at every 4-byte offset modulo 16
+        x = raw[offset:offset + 64 * 784].reshape(64, 1, 28, 28)
+        out = aligned_copy(x, np.float32)
+        assert out.ctypes.data % HOST_ALIGN == 0 and out.flags.c_contiguous and out.dtype == np.float32
+        assert np.array_equal(out, x)
+        assert aligned_copy(out, np.float32) is out  # already aligned: no copy
+    labels = aligned_copy(np.arange(7, dtype=np.int64), np.int32)
+    assert labels.dtype == np.int32 and labels.tolist() == list(range(7)) and labels.ctypes.data % HOST_ALIGN == 0
+    assert aligned_copy(np.ones((2, 3), np.float64).T, np.float32).flags.c_contiguous  # from a strided float64 view
+    assert aligned_copy(np.zeros((0, 1, 2, 2), np.float32), np.float32).shape == (0, 1, 2, 2)
+
+
+@pytest.mark.slow
+def test_on_a_cpu_xla_takes_the_batch_without_a_copy_on_either_thread():
+    """A CPU batch reaches XLA as the host buffer itself (no copy task queued behind a running step, issue 40): the
+    device array's buffer is the aligned host array's, from ``prepare_batch`` and from ``prepare_batch_ahead``."""
+    import json
+    import os
+    import subprocess
+    import textwrap
+
+    from tests import ROOT
+    from tests.helpers.envs import python_for
+
+    code = textwrap.dedent("""
+        import json
+        import numpy as np
+        import adapters.jax.adapter as module
+        from adapters.base import OptimizerSpec, RuntimeConfig
+        from adapters.jax.adapter import JAXAdapter
+        from harness.models import build_description, init_weights
+
+        handed = []  # the host arrays the adapter gives XLA
+        def recording(array, dtype, real=module.aligned_copy):
+            handed.append(real(array, dtype))
+            return handed[-1]
+        module.aligned_copy = recording
+
+        a = JAXAdapter()
+        a.setup(RuntimeConfig(device="cpu", threads=1))
+        d = build_description("osu_cnn", (1, 28, 28), 10)
+        a.build(d, init_weights(d, 0), OptimizerSpec())
+        rng = np.random.default_rng(0)
+        x = rng.normal(size=(65, 1, 28, 28)).astype(np.float32)[1:]  # 16 bytes past an aligned start at best
+        y = rng.integers(0, 10, 64)
+        out = {}
+        for name in ("prepare_batch", "prepare_batch_ahead"):
+            handed.clear()
+            xb, yb = getattr(a, name)(x, y)
+            out[name] = {"zero_copy": [int(h.ctypes.data) for h in handed] == [int(xb.unsafe_buffer_pointer()),
+                                                                                int(yb.unsafe_buffer_pointer())],
+                         "aligned": int(xb.unsafe_buffer_pointer()) % 64 == 0,
+                         "same": bool(np.array_equal(np.asarray(xb), x) and np.array_equal(np.asarray(yb), y))}
+            a.train_step((xb, yb))
+        print(json.dumps(out))
+    """)
+    done = subprocess.run([python_for("jax"), "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out == {name: {"zero_copy": True, "aligned": True, "same": True}
+                   for name in ("prepare_batch", "prepare_batch_ahead")}

@@ -73,3 +73,32 @@ def test_the_device_step_refuses_mixed_devices_and_fails_when_a_resolution_is_wr
     monkeypatch.setattr(devices_check, "resolve", lambda fw, req, gpu: ResolvedDevice(fw, "gpu", "wrong"))
     devices_check.resolution(["tensorflow"], True, failed)
     assert failed == ["tensorflow resolves to its build's device"]
+
+
+def test_the_e2e_step_judges_each_trial_against_the_goal_only_on_a_gpu():
+    """Step 5 (issue 40): end-to-end / step per PyTorch and JAX trial, >= 0.9 on a GPU; a CPU dry run is not judged,
+    and a trial that did not end ok, or a framework missing, fails either way (made-up rows: no GPU needed)."""
+    rows = [("jax", 256, 1000.0, 950.0, "ok", 1), ("jax", 1024, 1000.0, 850.0, "ok", 1),
+            ("pytorch", 256, 2000.0, 1900.0, "ok", 1), ("pytorch", 1024, 2000.0, 1990.0, "ok", 1)]
+    ok, table = gpu_check.e2e_verdict(rows, judged=True)
+    assert not ok and len(table) == 2 + 4
+    assert "| jax | 1024 | 1000.0 | 850.0 | 0.850 | True | FAILED: below 0.9 |" in table
+    assert "| pytorch | 256 | 2000.0 | 1900.0 | 0.950 | True | holds (>= 0.9) |" in table
+    assert gpu_check.e2e_verdict(rows, judged=False)[0]  # the dry run prints the ratios, judges none
+    assert not gpu_check.e2e_verdict(rows[:2] + [("jax", 64, None, None, "oom", None)], judged=False)[0]
+    assert not gpu_check.e2e_verdict([r for r in rows if r[0] == "jax"], judged=False)[0]  # PyTorch missing
+    assert '"gpu"' in gpu_check.e2e_toml(dry=False) and "[256, 1024]" in gpu_check.e2e_toml(dry=False)
+
+
+@pytest.mark.slow
+def test_the_e2e_dry_run_runs_pytorch_and_jax_on_the_cpu_and_passes(tmp_path):
+    """``gpu_check.py --dry-run --only e2e``: step 5's sweep on the CPU (short), its table written, exit 0."""
+    out = tmp_path / "summary.md"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--dry-run", "--only", "e2e",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    text = out.read_text()
+    for fw in ("pytorch", "jax"):
+        for batch in (16, 32):
+            assert f"| {fw} | {batch} |" in text
+    assert text.count("not judged (CPU dry run)") == 4 and "FAILED" not in text
