@@ -131,7 +131,8 @@ def bench_unit(
         python=interpreter(framework).python,
         oom_patterns=adapter_class(framework).oom_stderr_patterns,
         progress_interval_s=progress_interval_s,  # None: the worker sends no progress (the bare-harness figure)
-        env=interpreter(framework).worker_env() | worker_env(trial, environment.capture()) | dict(extra_env or {}),
+        env=worker_env(trial, environment.capture()) | dict(extra_env or {}),
+        pythonpath=interpreter(framework).pythonpath,
         environment=interpreter(framework).environment,
     )
 

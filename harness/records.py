@@ -129,6 +129,9 @@ class TrialUnit:
     os_memory_limit_mib: float | None = None  # CPU budget: RLIMIT_DATA on the worker, enforced by the kernel
     env: dict[str, str] = field(default_factory=dict)
     progress_interval_s: float | None = PROGRESS_INTERVAL_S  # progress messages at most this often; None: none
+    #: where batchscope's code is for ``python`` (a folder of links, harness.envs): first on the worker's PYTHONPATH;
+    #: empty: the project's root (the parent's own interpreter)
+    pythonpath: tuple[str, ...] = ()
     #: how the trial row names the interpreter's environment (``managed pytorch-cpu@1a2b3c4d5e6f``, ``user``,
     #: ``parent``)
     environment: str = ""

@@ -235,7 +235,7 @@ class WorkerProber:
         return TrialUnit(trial=trial, data=self.data, order_path=self.order_path,
                          adapter_target=adapter_target(self.req.framework), python=interpreter.python,
                          oom_patterns=adapter_class(self.req.framework).oom_stderr_patterns,
-                         os_memory_limit_mib=os_limit_mib, env={**interpreter.worker_env(), **self.env},
+                         os_memory_limit_mib=os_limit_mib, env=dict(self.env), pythonpath=interpreter.pythonpath,
                          environment=interpreter.environment, env_spec=interpreter.spec,
                          unavailable=interpreter.problem)
 

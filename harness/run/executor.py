@@ -224,13 +224,13 @@ def _worker_env(unit: TrialUnit) -> dict[str, str]:
     # that no other package beside batchscope's (the parent's numpy 2 beside MXNet's 1.26) reaches the worker; else
     # the project's root (the parent's own interpreter). The parent's current directory last: a native model's
     # factory module is found there, as in the parent.
-    code = unit.env.get("PYTHONPATH") or str(PROJECT_ROOT)
+    code = os.pathsep.join(unit.pythonpath) or str(PROJECT_ROOT)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (code, env.get("PYTHONPATH", ""), os.getcwd()) if p)
     env.update({"PYTHONUNBUFFERED": "1", "BATCHSCOPE_WORKER": "1", "TF_CPP_MIN_LOG_LEVEL": "1",
                 "BATCHSCOPE_PARENT_PID": str(os.getpid()),  # the worker exits when we are gone
                 # CUDA numbers GPUs as the sampler maps them to NVML's (harness.monitor.nvml.cuda_index_handle)
                 "CUDA_DEVICE_ORDER": WORKER_CUDA_DEVICE_ORDER})
-    env.update({k: v for k, v in unit.env.items() if k != "PYTHONPATH"})
+    env.update(unit.env)
     return env
 
 
@@ -322,8 +322,7 @@ def _environment_ready(unit: TrialUnit) -> TrialUnit:
     from harness.envs.build import EnvironmentBuildError, build
 
     try:
-        pythonpath = tuple(p for p in unit.env.get("PYTHONPATH", "").split(os.pathsep) if p)
-        build(unit.env_spec, Path(unit.python).parents[1].parent, pythonpath)
+        build(unit.env_spec, Path(unit.python).parents[1].parent, unit.pythonpath)
     except EnvironmentBuildError as e:
         return dataclasses.replace(unit, unavailable=f"its environment was missing and could not be rebuilt: {e}")
     return unit

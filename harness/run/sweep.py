@@ -131,7 +131,7 @@ def unit_for(exp: Experiment, trial: TrialSpec, data: PreparedData, os_memory_li
     return TrialUnit(trial=trial, data=data, order_path=str(order_path),
                      adapter_target=adapter_target(trial.framework), python=interpreter.python,
                      oom_patterns=adapter_class(trial.framework).oom_stderr_patterns,
-                     os_memory_limit_mib=os_memory_limit_mib, env={**interpreter.worker_env(), **(env or {})},
+                     os_memory_limit_mib=os_memory_limit_mib, env=dict(env or {}), pythonpath=interpreter.pythonpath,
                      environment=interpreter.environment, env_spec=interpreter.spec,
                      unavailable=interpreter.problem)
 

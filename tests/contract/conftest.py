@@ -132,7 +132,7 @@ def _env() -> dict[str, str]:
     return env
 
 
-def import_loads(module: str, attr: str = "") -> list[str]:
+def import_loads(module: str, attr: str = "", framework: str = "") -> list[str]:
     """The framework modules that importing ``module`` loads, in a fresh interpreter.
 
     Which modules are frameworks comes from the registry (every registered adapter's ``import_name`` and
@@ -145,7 +145,9 @@ def import_loads(module: str, attr: str = "") -> list[str]:
            ) if attr else ""
     code = (f"import json, sys\nimport {module}\nnames = set({known!r})\n{own}"
             "print(json.dumps(sorted(m for m in names if m in sys.modules)))")
-    python = python_for(f"{module}:{attr}") if attr else sys.executable  # the framework's own environment
+    # in the framework's own environment (where an import at module level would load it): the adapter class's, or
+    # the named framework's for a module without one
+    python = python_for(f"{module}:{attr}") if attr else python_for(framework) if framework else sys.executable
     proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=PROJECT_ROOT, env=_env())
     if proc.returncode != 0:

@@ -47,7 +47,7 @@ def test_a_biased_running_variance_declared_unbiased_is_named(broken_probe, prob
 
 def test_a_module_level_framework_import_is_named():
     module = f"{BROKEN}.toplevel_import"
-    message = verdicts.imports_no_framework(module, import_loads(module))
+    message = verdicts.imports_no_framework(module, import_loads(module, framework="pytorch"))
     assert message is not None and "loaded torch" in message and "inside the adapter's methods" in message
 
 

@@ -49,7 +49,7 @@ def test_an_environment_deleted_during_a_sweep_is_rebuilt_before_the_next_trial(
     spec = make_trial(framework="npenv", adapter_options={"behaviour": "ok"}, epochs=1, batch_size=8)
     unit = TrialUnit(trial=spec, data=tiny_data, order_path=str(tiny_data.write_order(spec.seed, spec.epochs)),
                      adapter_target="tests.fakes.env_adapters:NumpyEnvAdapter", python=interp.python,
-                     env=interp.worker_env(), environment=interp.environment, env_spec=interp.spec)
+                     pythonpath=interp.pythonpath, environment=interp.environment, env_spec=interp.spec)
     outcome = LocalExecutor(log_dir=tmp_path).run(unit)
     assert outcome.status == "ok", (outcome.reason, outcome.stderr_tail)
     assert Path(interp.python).exists() and outcome.python == interp.python

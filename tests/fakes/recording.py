@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -20,11 +21,26 @@ from adapters.tensorflow import TensorFlowAdapter
 
 def _recording(cls: type[Adapter]) -> type[Adapter]:
     class Recording(cls):  # type: ignore[valid-type, misc]
-        def prepare_batch(self, x: np.ndarray, y: np.ndarray) -> Any:
+        _ahead = threading.local()  # inside prepare_batch_ahead: its own call of prepare_batch is not a second batch
+
+        @staticmethod
+        def _record(x: np.ndarray) -> None:
             digest = hashlib.sha256(np.ascontiguousarray(x, dtype=np.float32).tobytes()).hexdigest()
             with open(os.environ["BATCHSCOPE_RECORD"], "a", encoding="ascii") as f:
                 f.write(f"{len(x)} {digest}\n")
+
+        def prepare_batch(self, x: np.ndarray, y: np.ndarray) -> Any:
+            if not getattr(self._ahead, "on", False):
+                self._record(x)
             return super().prepare_batch(x, y)
+
+        def prepare_batch_ahead(self, x: np.ndarray, y: np.ndarray) -> Any:  # the batch handed over ahead of its step
+            self._record(x)
+            self._ahead.on = True
+            try:
+                return super().prepare_batch_ahead(x, y)
+            finally:
+                self._ahead.on = False
 
     Recording.__name__ = f"Recording{cls.__name__}"
     return Recording

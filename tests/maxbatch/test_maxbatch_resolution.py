@@ -36,7 +36,9 @@ def test_the_bracket_is_printed_as_it_narrows_and_the_resolution_stored(tmp_path
     fake_executor()
     assert _maxbatch(tmp_path / "out", 385.0) == 0  # 28 fits (380 MiB), 29 does not
     printed = capsys.readouterr().out
-    assert "resolution 1%" in printed.splitlines()[0]
+    lines = printed.splitlines()
+    assert lines[0].startswith("environment pytorch: managed pytorch-cpu@")  # where the probes run, said first
+    assert "resolution 1%" in lines[1]
     assert "search: fit 1 fits -> fits up to 1, no failure yet" in printed
     assert "-> between 28 (fits) and 29 (fails): 0 size(s) unknown" in printed
     assert "search: confirm 28 fits" in printed

@@ -261,7 +261,7 @@ def test_a_trial_on_a_node_runs_in_its_managed_environment_built_there_from_the_
                        adapter_options={"behaviour": "ok"})
     unit = TrialUnit(trial=trial, data=tiny_data, order_path=str(tiny_data.write_order(trial.seed, trial.epochs)),
                      adapter_target=f"{NumpyEnvAdapter.__module__}:NumpyEnvAdapter", python=chosen.python,
-                     env=chosen.worker_env() | {"BATCHSCOPE_ENVS": str(tmp_path / "envs")},
+                     env={"BATCHSCOPE_ENVS": str(tmp_path / "envs")}, pythonpath=chosen.pythonpath,
                      environment=chosen.environment, env_spec=chosen.spec)
     backend = executor.backend(lambda t: unit, [trial])
     handle = backend.submit(trial, 1)
