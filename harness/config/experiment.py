@@ -284,7 +284,7 @@ class Experiment:
             if name not in known_adapter_names():
                 raise ConfigError(f"command line: {where} {name}=...: unknown adapter {name!r}; registered: "
                                   f"{', '.join(sorted(known_adapter_names()))}")
-            python = _check_interpreter(f"command line: {where} {name}", path)
+            python = check_interpreter(f"command line: {where} {name}", path)
             base = adapters.get(name, AdapterSettings())
             adapters[name] = AdapterSettings(python=python, options=base.options, python_from=f"{where} {name}")
         return dataclasses.replace(self, adapters=adapters)
@@ -401,7 +401,7 @@ def _parse_adapters(source: str, raw: Any) -> dict[str, AdapterSettings]:
         table = dict(table)
         python = table.pop("python", None)
         if python is not None:
-            python = _check_interpreter(f"{source}: adapters.{name}.python", python)
+            python = check_interpreter(f"{source}: adapters.{name}.python", python)
         try:
             options = adapter_class(name).validate_options(table)
             if options.get("native_model"):
@@ -415,7 +415,7 @@ def _parse_adapters(source: str, raw: Any) -> dict[str, AdapterSettings]:
     return out
 
 
-def _check_interpreter(where: str, value: Any) -> str:
+def check_interpreter(where: str, value: Any) -> str:
     """A named interpreter's path, expanded; refused where it is not an executable file (its framework is checked
     there before the first trial: harness.envs.resolve)."""
     if not isinstance(value, str) or not value.strip():
@@ -444,7 +444,7 @@ def _parse_environments(source: str, raw: Any, adapters: Mapping[str, AdapterSet
         if name not in known_adapter_names():
             raise ConfigError(f"{where}: unknown adapter {name!r}; registered: "
                               f"{', '.join(sorted(known_adapter_names()))}")
-        python = _check_interpreter(where, value)
+        python = check_interpreter(where, value)
         base = out.get(name, AdapterSettings())
         if base.python and base.python != python:
             raise ConfigError(f"{where}: {name} is given two interpreters ({base.python_from} and here); name it once")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from harness.config.experiment import check_interpreter
 from harness.envs.build import EnvironmentBuildError, build, is_built, python_in, read_facts
 from harness.envs.spec import EnvSpec, envs_root, spec_for
 from harness.errors import ConfigError
@@ -167,13 +168,7 @@ def user_interpreter(framework: str, path: str, where: str) -> Interpreter:
 
     ``where``: how the user named it, for the message (``--python`` or the experiment's key).
     """
-    python = os.path.expanduser(path)
-    if not os.path.exists(python):
-        raise ConfigError(f"{where}: {framework}'s interpreter {python!r} does not exist; give the full path of "
-                          "that environment's python (e.g. /opt/venv/bin/python)")
-    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
-        raise ConfigError(f"{where}: {framework}'s interpreter {python!r} is not an executable file; give the full "
-                          "path of that environment's python (e.g. /opt/venv/bin/python)")
+    python = check_interpreter(where, path)  # the file itself, as the experiment's reader checks it
     target = adapter_target(framework)
     pythonpath = (str(_code_dir([*WORKER_PACKAGES, target.partition(":")[0]])),)
     facts = read_interpreter_facts(python, target, pythonpath, do_import=True)

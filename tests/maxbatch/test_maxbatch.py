@@ -344,7 +344,11 @@ def test_sweep_with_max_batch_stores_the_search_per_framework(tmp_path, capsys):
     assert rows[0]["budget_kind"] == "cpu-rlimit-data"
     assert rows[0]["resolution"] == "10%", rows[0]["resolution"]
     best = rows[0]["max_batch"]
-    assert 0 < rows[0]["first_fail_batch"] - best <= Resolution.parse("10%").allowed(best)
+    gap = rows[0]["first_fail_batch"] - best
+    # within the resolution, or (issue 43) within the process-to-process spread the search measured, said in the row
+    spread = rows[0]["resolution_note"] or ""
+    assert gap > 0 and (gap <= Resolution.parse("10%").allowed(best) or "process-to-process spread" in spread), \
+        (best, gap, spread)
     assert [t["batch_size"] for t in sweep] == [8] and len(probes) == rows[0]["probes_n"]
     assert f"max batch pytorch: {rows[0]['max_batch']} fits" in printed
     assert rows[0]["heap_settle_steps"] == 20 and rows[0]["heap_settle_json"]
