@@ -58,10 +58,9 @@ class Interpreter:
     spec: EnvSpec | None = None
     problem: str | None = None
 
-    def worker_env(self, parent_env: Mapping[str, str] | None = None) -> dict[str, str]:
-        """What the worker's environment gets: ``PYTHONPATH`` with batchscope's code (the executor adds the parent's
-        own ``PYTHONPATH`` and current directory after it); nothing for the parent's interpreter."""
-        del parent_env
+    def worker_env(self) -> dict[str, str]:
+        """``PYTHONPATH`` with batchscope's code, for a process started outside the executor (a benchmark's bare
+        loop); nothing for the parent's interpreter. The executor takes :attr:`pythonpath` itself."""
         return {"PYTHONPATH": os.pathsep.join(self.pythonpath)} if self.pythonpath else {}
 
     def line(self) -> str:
@@ -187,18 +186,25 @@ def shared_builtin(adapter_cls: type) -> str | None:
     return None
 
 
+def managed_spec(framework: str, kind: str) -> EnvSpec | None:
+    """The managed environment ``framework`` runs in: its own lock or requirements, else (a plugin of a built-in
+    framework) that framework's; None: the parent's interpreter."""
+    cls = adapter_class(framework)
+    spec = spec_for(framework, cls, kind)
+    if spec is None and not is_builtin(framework):
+        shared = shared_builtin(cls)
+        spec = spec_for(shared, adapter_class(shared), kind) if shared else None
+    return spec
+
+
 def managed_interpreter(framework: str, kind: str, say: Callable[[str], None] = lambda line: None,
                         root: Path | None = None) -> Interpreter:
     """``framework``'s managed environment (built where it is not yet), or the parent's interpreter for an adapter
     that has none. A failed build is not raised: the interpreter carries it as its ``problem``."""
     cls = adapter_class(framework)
     target = adapter_target(framework)
-    spec = spec_for(framework, cls, kind)
+    spec = managed_spec(framework, kind)
     modules = [*WORKER_PACKAGES, target.partition(":")[0]]  # a plugin's own package too, made importable there
-    if spec is None and not is_builtin(framework):
-        shared = shared_builtin(cls)
-        if shared is not None:  # a plugin of a built-in framework: that framework's environment
-            spec = spec_for(shared, adapter_class(shared), kind)
     if spec is None:
         return Interpreter(framework, sys.executable, "parent", "parent")
     root = root or envs_root()
@@ -252,11 +258,7 @@ def _cached_facts(env_dir: Path, cls: type, target: str, pythonpath: tuple[str, 
 
 def existing_managed(framework: str, kind: str, root: Path | None = None) -> tuple[EnvSpec | None, Path | None]:
     """``framework``'s managed environment for ``kind`` and its folder where it is built (``doctor``: no build)."""
-    cls = adapter_class(framework)
-    spec = spec_for(framework, cls, kind)
-    if spec is None and not is_builtin(framework):
-        shared = shared_builtin(cls)
-        spec = spec_for(shared, adapter_class(shared), kind) if shared else None
+    spec = managed_spec(framework, kind)
     if spec is None:
         return None, None
     env_dir = spec.path(root or envs_root())

@@ -108,7 +108,7 @@ def test_a_plugin_with_requirements_runs_in_an_environment_of_its_own(env_fakes:
     interp = managed_interpreter("npenv", "cpu")
     assert interp.source == "managed" and interp.problem is None
     assert interp.environment.startswith("managed npenv-cpu@") and Path(interp.python).is_relative_to(envs_dir)
-    assert interp.facts.get("numpy") and interp.worker_env({})["PYTHONPATH"] == interp.pythonpath[0]
+    assert interp.facts.get("numpy") and interp.worker_env()["PYTHONPATH"] == interp.pythonpath[0]
     assert managed_interpreter("fake", "cpu").source == "parent"  # no requirements, no framework of a built-in
     broken = managed_interpreter("brokenenv", "cpu")
     assert broken.problem and "batchscope-no-such-distribution" in broken.problem
