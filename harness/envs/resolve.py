@@ -17,8 +17,11 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -35,6 +38,7 @@ from harness.registry import adapter_class, adapter_target, is_builtin, known_ad
 WORKER_PACKAGES = ("harness", "adapters")
 #: how long reading an interpreter's facts may take (a user's TensorFlow import included)
 FACTS_TIMEOUT_S = 180.0
+_CODE_DIR_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -117,20 +121,24 @@ def _code_dir(modules: Iterable[str]) -> Path:
             sources[top + ".py"] = Path(spec.origin).resolve()
     digest = hashlib.sha256(json.dumps(sorted((k, str(v)) for k, v in sources.items())).encode()).hexdigest()[:12]
     folder = envs_root() / "code" / digest
-    if not all((folder / name).exists() for name in sources):
-        tmp = folder.with_name(f".{digest}.{os.getpid()}")
-        tmp.mkdir(parents=True, exist_ok=True)
-        for name, path in sources.items():
-            link = tmp / name
-            if not link.exists():
-                link.symlink_to(path)
-        try:
-            os.replace(tmp, folder)
-        except OSError:  # another process made it first: theirs is the same
-            for link in tmp.iterdir():
-                link.unlink()
-            tmp.rmdir()
+    with _CODE_DIR_LOCK:  # the environments of one command are prepared by threads of one process
+        if not _links_hold(folder, sources):
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{digest}.", dir=folder.parent))
+            for name, path in sources.items():
+                (tmp / name).symlink_to(path)
+            try:
+                if folder.exists() and not _links_hold(folder, sources):
+                    shutil.rmtree(folder, ignore_errors=True)  # links left dangling or pointing elsewhere
+                os.replace(tmp, folder)
+            except OSError:  # another process made it first: theirs is the same
+                shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+def _links_hold(folder: Path, sources: Mapping[str, Path]) -> bool:
+    """Whether ``folder`` links every name in ``sources`` to that source (a link left dangling does not hold)."""
+    return all((folder / name).exists() and (folder / name).resolve() == path for name, path in sources.items())
 
 
 def read_interpreter_facts(python: str, target: str, pythonpath: tuple[str, ...], do_import: bool

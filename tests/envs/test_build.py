@@ -62,6 +62,42 @@ def test_two_builds_at_once_build_it_once(envs_dir: Path, monkeypatch: pytest.Mo
     assert len(results) == 2 and results[0] == results[1] and len(calls) == 1  # the second waited, then reused
 
 
+def test_the_code_folder_is_made_once_when_several_environments_are_prepared_at_once(envs_dir: Path) -> None:
+    """The environments of one command are prepared by threads of one process (one pid): none may trip over
+    another's half-made folder of links (a clean CI machine's first ``env build`` did, with four threads)."""
+    barrier = threading.Barrier(6)
+    results: list[Path] = []
+    errors: list[BaseException] = []
+
+    def make() -> None:
+        barrier.wait()
+        try:
+            results.append(_code_dir([*WORKER_PACKAGES, "tests"]))
+        except BaseException as exc:  # noqa: BLE001 - the test reports what a thread raised
+            errors.append(exc)
+
+    threads = [threading.Thread(target=make) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(set(results)) == 1
+    folder = results[0]
+    assert sorted(p.name for p in folder.iterdir()) == ["adapters", "harness", "tests"]
+    assert (folder / "harness").resolve() == Path(__file__).resolve().parents[2] / "harness"
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # no temporary folder left beside it
+
+
+def test_a_code_folder_whose_links_no_longer_hold_is_made_again(envs_dir: Path, tmp_path: Path) -> None:
+    """A checkout that was deleted and cloned again (as CI does) leaves links that dangle or point elsewhere."""
+    folder = _code_dir([*WORKER_PACKAGES])
+    gone = tmp_path / "gone"
+    (folder / "harness").unlink()
+    (folder / "harness").symlink_to(gone)  # dangling
+    assert _code_dir([*WORKER_PACKAGES]) == folder
+    assert (folder / "harness").resolve() == Path(__file__).resolve().parents[2] / "harness"
+
+
 def test_a_lock_that_cannot_install_fails_with_the_installers_lines_and_leaves_nothing(envs_dir: Path) -> None:
     spec = _spec(BrokenEnvAdapter)
     with pytest.raises(EnvironmentBuildError) as e:
