@@ -293,8 +293,15 @@ def choose(frameworks: Iterable[str], named: Mapping[str, tuple[str, str]], kind
             out[framework] = user_interpreter(framework, path, where)
     managed = [fw for fw in frameworks if fw not in named]
     if managed:  # built side by side: mostly downloading and unpacking wheels, so they overlap well on 2 cores
+        said = threading.Lock()
+
+        def say_whole(line: str) -> None:  # one line at a time: the builders' lines are never run together
+            with said:
+                say(line)
+
         with ThreadPoolExecutor(max_workers=min(4, len(managed)), thread_name_prefix="env-build") as pool:
-            built = dict(zip(managed, pool.map(lambda fw: managed_interpreter(fw, kind, say), managed), strict=True))
+            built = dict(zip(managed, pool.map(lambda fw: managed_interpreter(fw, kind, say_whole), managed),
+                             strict=True))
         out.update(built)
     out = {fw: out[fw] for fw in frameworks}
     _CHOSEN.update(out)
