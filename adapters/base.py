@@ -395,6 +395,16 @@ class Adapter(ABC):
         the parent for an adapter without it."""
         raise NotImplementedError(f"adapter {self.name!r} does not implement flat_gradient()")
 
+    def estimate_step_memory(self, batch: int) -> int | None:
+        """The framework's own estimate of one training step's peak memory at ``batch`` samples, in bytes, without
+        running the step (nothing of the batch's size is allocated): parameters, gradients, optimizer state,
+        activations and temporaries, on the trial's device. Called after :meth:`build` (and after the trial's own
+        steps, so optimizer state exists), in the worker only. None: no estimate at this size. Optional
+        (capability ``step_memory_estimate``): the max-batch search predicts its first size near the boundary from it
+        and proves it with probes (docs/maxbatch.md, issue 41); without it the search fits its line from probes only.
+        An estimate that is wrong or raises changes the number of probes, never the answer."""
+        return None
+
     def precision_seen(self) -> PrecisionSeen | None:
         """What the latest training forward pass computed in, observed (see :class:`PrecisionSeen`).
 
@@ -451,6 +461,10 @@ CAPABILITIES: tuple[Capability, ...] = (
     # "unsupported" and gradient_noise is refused for it in the parent
     Capability("flat_gradient", ("flat_gradient",), "the gradient as one flat array (gradient noise scale)"),
     Capability("prepare_ahead", ("prepare_batch_ahead",), "prepares batches on the prefetch thread", required=False),
+    # issue 41: the max-batch search predicts its first size near the boundary from this, then proves it by probing
+    Capability("step_memory_estimate", ("estimate_step_memory",),
+               "estimates a training step's peak memory without running it (the max-batch search's first guess)",
+               required=False),
     Capability("own_build", ("build",), "builds models in its own build(): which layers it builds is found by "
                "trying, not declared by hooks", required=False),
 )

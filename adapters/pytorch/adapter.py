@@ -134,6 +134,7 @@ class PyTorchAdapter(Adapter):
         self._autocast_dtype: Any = None  # torch.float16 (amp) or torch.bfloat16 (bf16); None: fp32
         self.scaler: Any = None  # torch.amp.GradScaler under amp
         self._seen_dtype: Any = None  # dtype of the logits of the latest training forward pass
+        self.model_input_shape: tuple[int, ...] = ()  # one sample's shape (C, H, W): estimate_step_memory's batch
 
     def versions(self) -> dict[str, str]:
         import torch
@@ -249,6 +250,7 @@ class PyTorchAdapter(Adapter):
     # ---- the build template's hooks (Adapter.build walks the layers and calls these) ----------------
 
     def begin_model(self, model: ModelDescription) -> None:
+        self.model_input_shape = tuple(model.input_shape)
         self._modules: list[Any] = []
         self._params: list[tuple[Any, np.ndarray]] = []  # (tensor, canonical array), in weight order
         self._bn: list[Any] = []
@@ -326,6 +328,7 @@ class PyTorchAdapter(Adapter):
         if tuple(out.shape) != (2, classes):
             raise ConfigError(f"native model {factory!r} gives logits of shape {tuple(out.shape)} for a batch of 2 "
                               f"inputs {tuple(input_shape)}; it must give (2, {classes})")
+        self.model_input_shape = tuple(input_shape)
         self._order, self._bn = [], []  # no canonical weight layout: get_weights() has nothing to compare
         self._finish(net, self.make_optimizer(optimizer))
 
@@ -427,6 +430,46 @@ class PyTorchAdapter(Adapter):
             array = grad.detach().double().cpu().numpy() / scale
             out.append((array.T if array.ndim == 2 and self._order else array).ravel())  # get_weights' layout
         return np.concatenate(out) if out else np.zeros(0)
+
+    def estimate_step_memory(self, batch: int) -> int | None:
+        """One training step's peak at ``batch``, traced under ``FakeTensorMode`` and measured by ``MemTracker``
+        (torch.distributed._tools.mem_tracker, as torchtitan's memory estimator does): fake copies of the model, its
+        optimizer and a batch, nothing of their size allocated. MemTracker tracks one iteration: one untracked step
+        first creates the optimizer's state, then one tracked step gives the peak (parameters, gradients, optimizer
+        state, activations, temporaries and the batch) on the trial's device. Not counted: what an operator
+        allocates outside the dispatcher (oneDNN scratch, cuDNN workspaces, the allocator's rounding)."""
+        import copy
+
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.distributed._tools.mem_tracker import MemTracker
+
+        torch = self.torch
+        mode = FakeTensorMode()
+        # the fake model: deepcopy with every parameter and buffer already mapped to a fake one (no real copy)
+        memo: dict[int, Any] = {}
+        for p in self.model.parameters():
+            memo[id(p)] = torch.nn.Parameter(mode.from_tensor(p.detach()), requires_grad=p.requires_grad)
+        for b in self.model.buffers():
+            memo[id(b)] = mode.from_tensor(b)
+        real = self.model, self.optimizer, self.scaler, self._seen_dtype
+        try:
+            self.model = copy.deepcopy(real[0], memo)
+            self.scaler = None  # amp's GradScaler reads its fake inf checks back (.item()); its state is a few scalars
+            with mode:
+                self.optimizer = type(real[1])(self.model.parameters(), **real[1].defaults)
+                shape = tuple(self.model_input_shape)
+                x = torch.empty((batch, *shape), dtype=torch.float32, device=self.device)
+                y = torch.zeros((batch,), dtype=torch.int64, device=self.device)
+                self.train_step((x, y))  # untracked: the optimizer's state now exists
+                tracker = MemTracker()
+                tracker.track_external(self.model, self.optimizer, x, y)
+                with tracker:
+                    self.train_step((x, y))
+            peak = tracker.get_tracker_snapshot("peak")
+        finally:
+            self.model, self.optimizer, self.scaler, self._seen_dtype = real
+        totals = [int(v.get("Total", 0)) for k, v in peak.items() if torch.device(k).type == self.device.type]
+        return max(totals) if totals else None
 
     def predict(self, batch: Any) -> np.ndarray:
         x, _ = batch
