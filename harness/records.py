@@ -221,6 +221,10 @@ class WorkerMetrics:
     #: seconds a fresh process without the cache would compile: compile_s where cold, compile_s plus the compile
     #: time the cache saved (the framework's own record of it) where warm: the start-up the user pays
     compile_cold_s: float | None = None
+    #: a max-batch probe's framework estimate (issue 41; TrialSpec.estimate_batches): JSON
+    #: ``{"batches": [..], "mib": [..], "seconds": s}`` (the adapter's estimate of one training step's peak at each
+    #: size), or ``{"error": "..."}`` where the adapter has none or it failed; None where none was asked for
+    step_estimate_json: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for the protocol message."""
@@ -392,6 +396,18 @@ class MaxBatchResult:
     # resolution alone would not have (at that spread) or where the cap was moved onto the resolution's grid
     spread_mib: float | None = None
     resolution_note: str | None = None
+    # issue 41: the framework's own estimate of a training step's peak (PyTorch's MemTracker under FakeTensorMode,
+    # JAX's compiled memory_analysis), asked for in the first probe's worker: its MiB per sample and its
+    # batch-independent part (from two sizes), what the first probe measured beyond it at its size (the runtime, the
+    # libraries, the allocator's pools: what the estimate cannot know), the boundary predicted from both before any
+    # probe near it, and that prediction's error in % of the measured answer; ``estimate_note`` says where it came
+    # from and what became of it, or why there was none (TensorFlow and MXNet offer none: the line is fitted)
+    estimate_batch: int | None = None
+    estimate_error_pct: float | None = None
+    estimate_mib_per_sample: float | None = None
+    estimate_step_fixed_mib: float | None = None
+    estimate_fixed_cost_mib: float | None = None
+    estimate_note: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> MaxBatchResult:

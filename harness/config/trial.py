@@ -94,6 +94,12 @@ class TrialSpec:
     #: measurement does, and every probe stores the context it measured (``cuda_context_mib``)
     context_hint_mib: float = 0.0
 
+    #: a max-batch probe (issue 41): after its own steps and evaluation, the worker asks the adapter for its estimate of
+    #: a training step's peak at these batch sizes (``Adapter.estimate_step_memory``) and reports it
+    #: (``WorkerMetrics.step_estimate_json``); () for every other trial. Not part of the hash: it measures nothing
+    #: the trial's own figures depend on (it runs after them)
+    estimate_batches: tuple[int, ...] = ()
+
     @property
     def run_device(self) -> Device:
         """The device the worker is told to use: the resolved one under ``auto``, else the one asked for."""
@@ -119,6 +125,8 @@ class TrialSpec:
         opt = dict(data.pop("optimizer"))
         opt["adam_betas"] = tuple(opt.get("adam_betas", (0.9, 0.999)))
         names = {f.name for f in fields(cls)}
+        if "estimate_batches" in data:  # JSON has lists
+            data["estimate_batches"] = tuple(int(b) for b in data["estimate_batches"] or ())
         if "math_mode" not in data:  # stored before math modes: what such a trial ran under on its device
             data["math_mode"] = legacy_math_mode(str(data.get("device", "auto")))
         return cls(optimizer=OptimizerSpec(**opt), **{k: v for k, v in data.items() if k in names})
@@ -131,6 +139,7 @@ class TrialSpec:
         payload.pop("steady_s")
         payload.pop("compile_cache")
         payload.pop("context_hint_mib")
+        payload.pop("estimate_batches")
         # Fields added after stores existed are hashed only when set: an experiment that does not use them
         # keeps exactly its old hashes, so `--resume` on an old store skips what it already ran.
         for name, default in _HASHED_WHEN_SET.items():

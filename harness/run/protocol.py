@@ -54,7 +54,10 @@ __all__ = ["EVENTS", "PHASES", "PROGRESS_INTERVAL_S", "PROTOCOL_VERSION", "Chann
 #: 6: ``result``'s metrics carry ``compile_s``, ``compile_cache`` and ``compile_cold_s`` (issue 31)
 #: 7: the request's trial carries ``stop_at_accuracy`` and ``eval_every_steps`` (train to the target, issue 33),
 #:    which an older worker would ignore, and ``result``'s metrics ``target_outcome``
-PROTOCOL_VERSION = 7
+#: 8: the request's trial carries ``estimate_batches`` (a max-batch probe asks the adapter for its step-memory
+#:    estimate after its own figures, in the ``finish`` phase; issue 41), and ``result``'s metrics
+#:    ``step_estimate_json``
+PROTOCOL_VERSION = 8
 PHASES = ("setup", "warmup", "timed", "train", "eval", "steady", "finish")
 
 

@@ -30,7 +30,7 @@ GPU_FAULT_ERRORS = {
 BEHAVIOURS = ("ok", "hang", "sigkill", "oom", "error", "segfault", "exit0", "noisy", "oom_stderr",
               "hang_setup", "oom_large", "hang_large", "keeps_denormals", "ignores_precision",
               "diverges", "nan_weights", "flood", "flood_then_error", "hang_eval_large", "slow_steps",
-              "gpu_stats", "learns", *GPU_FAULT_ERRORS)
+              "gpu_stats", "learns", "estimate_raises", *GPU_FAULT_ERRORS)
 #: with behaviour "learns", the held-out accuracy after s training steps is min(1, s x LEARNS_PER_STEP) (to the
 #: nearest sample of each evaluation batch): a known learning curve, for train-to-target tests (issue 33)
 LEARNS_PER_STEP = 1 / 16
@@ -221,3 +221,13 @@ class FakeAdapter(Adapter):
 
     def is_oom(self, exc: BaseException) -> bool:
         return is_generic_oom(exc)  # the fallback every real adapter ends with
+
+
+class EstimatingFakeAdapter(FakeAdapter):
+    """The fake adapter with a step-memory estimate (issue 41): 1 MiB + 0.25 MiB per sample, or (``behaviour``
+    ``estimate_raises``) an estimate that raises, as a framework's tracer might on a model it cannot trace."""
+
+    def estimate_step_memory(self, batch: int) -> int | None:
+        if self.behaviour == "estimate_raises":
+            raise RuntimeError("the fake tracer cannot trace this model")
+        return int((1.0 + 0.25 * batch) * 1024 * 1024)

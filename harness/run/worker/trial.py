@@ -41,6 +41,7 @@ from harness.run.protocol import (
     SetupFacts,
     WorkerRequest,
 )
+from harness.run.worker.estimate import step_estimate_json
 from harness.run.worker.evaluation import EvalPoints, eval_steps, non_finite_weights
 from harness.run.worker.memory import VmDataWatcher, maxrss_mib, proc_status_mib
 from harness.run.worker.steady import run_steady
@@ -275,8 +276,12 @@ def _train_and_evaluate(request: WorkerRequest, adapter: Adapter, setup: SetUp, 
                   rss_file_ready_mib=ready_mem["RssFile"], rss_anon_ready_mib=ready_mem["RssAnon"],
                   rss_file_end_mib=end_mem["RssFile"], rss_anon_end_mib=end_mem["RssAnon"],
                   vmdata_end_mib=end_mem["VmData"], vmdata_peak_mib=watcher.stop() if watcher else None)
+    estimate: dict[str, Any] = {}
+    if trial.estimate_batches:  # a max-batch probe (issue 41): after every figure of its own was taken
+        phases.enter("finish")  # outside every window the trial's figures are taken over
+        estimate["step_estimate_json"] = step_estimate_json(adapter, trial.estimate_batches)
     metrics = _metrics(trial, setup, plan, trained, runner, data.n_train, seen, mem,
-                       {**memory, **evaluated, **compiled, "target_outcome": target_outcome(trial, points)})
+                       {**memory, **evaluated, **compiled, **estimate, "target_outcome": target_outcome(trial, points)})
     phase_steps = trained.phase_steps(plan)
     if points.diverged is None:  # a steady state of a diverged training measures nothing (stopped: at the target)
         try:
