@@ -40,8 +40,9 @@ import json
 import random
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from harness.maxbatch.prober import estimate_batches
 from harness.maxbatch.search import (
     CPU_RESOLUTION,
     GPU_CENSOR_PCT,
@@ -54,6 +55,10 @@ from harness.maxbatch.search import (
 )
 
 GOAL_PROBES = 8
+#: issue 41: the estimate errors simulated (the estimate's MiB per sample off by this fraction: -0.2 is 20 % low, so
+#: it predicts a size 25 % too large), and the goal for those within 20 %
+ESTIMATE_ERRORS = (0.0, -0.05, 0.05, -0.2, 0.2, -0.5, 0.5)
+ESTIMATE_GOAL_PROBES = 6
 GOAL_ERROR_PCT = 1.0
 #: the laws of the goal (issue 31); ``pool-figure`` and ``alloc-frag`` are stress laws beside them (module docstring)
 GOAL_LAWS = ("linear", "h100", "pool", "cpu-noise")
@@ -82,6 +87,8 @@ class Law:
     #: process without offset needs, each probe draws its offset, and its peak (what the budget counts) includes it
     moves_mib: float = 0.0
     need: Callable[[int], float] | None = None
+    #: the true MiB per sample near the boundary: what a framework's estimate would say with no error (issue 41)
+    slope_mib: float = 0.0
 
     def truth(self, cap: int = 1 << 20) -> int:
         """The largest size that fits (the laws are monotone), by galloping then bisecting."""
@@ -106,13 +113,16 @@ def h100() -> Law:
     """The issue's measured points: reserved MiB, the first failing size, the budget."""
     def fits(b: int) -> bool:
         return b < H100_FIRST_OOM and interpolate(H100_RESERVED_MIB, b) <= H100_BUDGET_MIB
-    return Law("h100", H100_BUDGET_MIB, fits, lambda b, rng: (interpolate(H100_RESERVED_MIB, b), None), gpu=True)
+    top = sorted(H100_RESERVED_MIB)[-2:]  # the measured slope nearest the boundary
+    slope = (H100_RESERVED_MIB[top[1]] - H100_RESERVED_MIB[top[0]]) / (top[1] - top[0])
+    return Law("h100", H100_BUDGET_MIB, fits, lambda b, rng: (interpolate(H100_RESERVED_MIB, b), None), gpu=True,
+               slope_mib=slope)
 
 
 def linear(a: float, per_sample: float, budget: float) -> Law:
     """a + b·batch, measured exactly."""
     return Law("linear", budget, lambda b: a + per_sample * b <= budget, lambda b, rng: (a + per_sample * b, None),
-               gpu=False)
+               gpu=False, slope_mib=per_sample)
 
 
 def pool(a: float, per_sample: float, budget: float, allocated: bool, region_mib: float = 64.0,
@@ -132,7 +142,7 @@ def pool(a: float, per_sample: float, budget: float, allocated: bool, region_mib
         return size(use * (1 + fragmentation)), (use if allocated else None)
 
     return Law("pool" if allocated else "pool-figure", budget,
-               lambda b: (a + per_sample * b) * (1 + fragmentation) <= budget, report, gpu=True)
+               lambda b: (a + per_sample * b) * (1 + fragmentation) <= budget, report, gpu=True, slope_mib=per_sample)
 
 
 def caching_allocator(a: float, per_sample: float, budget: float, fragmentation: float = 0.05,
@@ -144,13 +154,14 @@ def caching_allocator(a: float, per_sample: float, budget: float, fragmentation:
         use = a + per_sample * b
         return min(budget - 1.0, use * (1 + cache) + 30.0), use
 
-    return Law("alloc-frag", budget, lambda b: (a + per_sample * b) * (1 + fragmentation) <= budget, report, gpu=True)
+    return Law("alloc-frag", budget, lambda b: (a + per_sample * b) * (1 + fragmentation) <= budget, report, gpu=True,
+               slope_mib=per_sample)
 
 
 def cpu_noise(noise_mib: float = 3.0) -> Law:
     """tiny_cnn on CPU, each measured peak off by up to ``noise_mib`` (the truth is not)."""
     return Law("cpu-noise", 520.0, lambda b: 290.0 + 0.5 * b <= 520.0,
-               lambda b, rng: (290.0 + 0.5 * b + rng.uniform(-noise_mib, noise_mib), None), gpu=False)
+               lambda b, rng: (290.0 + 0.5 * b + rng.uniform(-noise_mib, noise_mib), None), gpu=False, slope_mib=0.5)
 
 
 def moving(spread_mib: float = MOVING_MIB) -> Law:
@@ -159,7 +170,7 @@ def moving(spread_mib: float = MOVING_MIB) -> Law:
         return 290.0 + 0.5 * b
 
     return Law("moving", 520.0, lambda b: need(b) <= 520.0, lambda b, rng: (need(b), None), gpu=False,
-               moves_mib=spread_mib, need=need)
+               moves_mib=spread_mib, need=need, slope_mib=0.5)
 
 
 def laws() -> Iterator[tuple[str, list[Law]]]:
@@ -177,18 +188,32 @@ def laws() -> Iterator[tuple[str, list[Law]]]:
     yield "moving", [moving()] * 20
 
 
-def simulate(law: Law, strategy: str, seed: int, resolution: Resolution | None = None) -> tuple[int, int]:
+def simulate(law: Law, strategy: str, seed: int, resolution: Resolution | None = None,
+             estimate_error: float | None = None) -> tuple[int, int]:
     """One search of ``law``: (probes, answer)."""
-    result = simulate_search(law, strategy, seed, resolution)
+    result = simulate_search(law, strategy, seed, resolution, estimate_error=estimate_error)
     return result.probes_n, result.max_batch
 
 
 def simulate_search(law: Law, strategy: str, seed: int, resolution: Resolution | None = None,
-                    cap: int = 1 << 20) -> SearchResult:
-    """One search of ``law`` under ``resolution`` (the law's device default) and ``cap``: its result."""
+                    cap: int = 1 << 20, estimate_error: float | None = None) -> SearchResult:
+    """One search of ``law`` under ``resolution`` (the law's device default) and ``cap``: its result.
+
+    ``estimate_error`` (issue 41): the first probe brings a framework estimate whose MiB per sample is the law's own
+    times (1 + the error) (-0.2: 20 % low, so the size it predicts is too large); None: no estimate (as TensorFlow's
+    and MXNet's probes, and the ``fitted`` strategy)."""
     rng = random.Random(seed)
+    asked = [estimate_error is not None and law.slope_mib > 0]
 
     def probe(batch: int, confirm: bool) -> ProbeResult:
+        result = _probe(batch)
+        if asked[0]:  # the search's first probe carries the estimate, as WorkerProber's does
+            asked[0] = False
+            per_sample = law.slope_mib * (1.0 + float(estimate_error or 0.0))
+            result = replace(result, estimate_mib=tuple((b, 50.0 + per_sample * b) for b in estimate_batches(batch)))
+        return result
+
+    def _probe(batch: int) -> ProbeResult:
         if law.moves_mib and law.need is not None:  # a fresh process: its own offset decides, and its peak shows it
             need = law.need(batch) + rng.uniform(-law.moves_mib, law.moves_mib)
             if need > law.budget_mib:
@@ -202,18 +227,22 @@ def simulate_search(law: Law, strategy: str, seed: int, resolution: Resolution |
     settings = SearchSettings(strategy=strategy, budget_mib=law.budget_mib, max_batch_cap=cap,
                               resolution=resolution or (GPU_RESOLUTION if law.gpu else CPU_RESOLUTION),
                               censor_pct=GPU_CENSOR_PCT if law.gpu else 0.0,
-                              spread_from_peaks=not law.gpu)  # a CPU law's peak is what its budget counts
+                              spread_from_peaks=not law.gpu,  # a CPU law's peak is what its budget counts
+                              expect_estimate=asked[0])
     return search(probe, settings)
 
 
-def table(resolution: Resolution | None = None) -> list[dict[str, object]]:
-    """One row per law and strategy (see the module's docstring)."""
+def table(resolution: Resolution | None = None, estimates: bool = True) -> list[dict[str, object]]:
+    """One row per law and strategy (see the module's docstring); with ``estimates``, also one per law and estimate
+    error in ESTIMATE_ERRORS (strategy ``model+estimate``, ``estimate_error_pct`` the error: -20 = 20 % low)."""
     rows: list[dict[str, object]] = []
+    runs_of = [(s, None) for s in ("model", "double-bisect")]
+    runs_of += [("model+estimate", e) for e in ESTIMATE_ERRORS] if estimates else []
     for name, family in laws():
-        for strategy in ("model", "double-bisect"):
+        for strategy, error in runs_of:
             runs = []
             for seed, law in enumerate(family):
-                probes, answer = simulate(law, strategy, seed, resolution)
+                probes, answer = simulate(law, strategy.removesuffix("+estimate"), seed, resolution, error)
                 truth = law.truth()
                 runs.append((probes, answer, truth, (truth - answer) / truth * 100.0 if truth else 0.0))
             worst = max(runs, key=lambda r: r[0])
@@ -221,8 +250,24 @@ def table(resolution: Resolution | None = None) -> list[dict[str, object]]:
             rows.append({"law": name, "strategy": strategy, "probes": worst[0],
                          "error_pct": round(max(r[3] for r in runs), 3), "answer": worst[1], "truth": worst[2],
                          "probes_mean": round(sum(r[0] for r in runs) / len(runs), 2), "instances": len(runs),
-                         "resolution": res.label})
+                         "resolution": res.label,
+                         "estimate_error_pct": None if error is None else round(error * 100.0)})
     return rows
+
+
+def estimate_goal_misses(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Issue 41's goal, per row that misses it: an estimate up to 20 % off takes at most ESTIMATE_GOAL_PROBES probes,
+    one 50 % off no more than ``model`` without an estimate (the fitted line), on the laws of GOAL_LAWS."""
+    plain = {r["law"]: int(r["probes"]) for r in rows if r["strategy"] == "model"}  # type: ignore[call-overload]
+    misses = []
+    for r in rows:
+        if r["strategy"] != "model+estimate" or r["law"] not in GOAL_LAWS:
+            continue
+        off = abs(int(r["estimate_error_pct"]))  # type: ignore[call-overload]
+        bound = ESTIMATE_GOAL_PROBES if off <= 20 else plain[str(r["law"])]
+        if int(r["probes"]) > bound:  # type: ignore[call-overload]
+            misses.append(dict(r, bound=bound))
+    return misses
 
 
 def meets_goal(rows: list[dict[str, object]]) -> bool:
@@ -238,10 +283,14 @@ def main(argv: list[str] | None = None) -> int:
                         f"{GOAL_PROBES} probes within {GOAL_ERROR_PCT:g} % on every law")
     parser.add_argument("--granularity", type=Resolution.parse, default=None,
                         help="one resolution for every law (default: 1%% on CPU laws, 8,1%% on GPU laws)")
+    parser.add_argument("--no-estimates", action="store_true", help="leave out the rows with an estimate (issue 41)")
     args = parser.parse_args(argv)
-    rows = table(args.granularity)
+    rows = table(args.granularity, estimates=not args.no_estimates)
     for row in rows:
         print(json.dumps(row), flush=True)
+    for miss in estimate_goal_misses(rows):  # said, not failed: the goal is the issue's, the check the simulator's
+        print(f"estimate goal missed: {miss['law']}, estimate {miss['estimate_error_pct']:+}%: {miss['probes']} "
+              f"probes > {miss['bound']}", file=sys.stderr)
     return 1 if args.check and not meets_goal(rows) else 0
 
 

@@ -86,7 +86,9 @@ def register(sub: Any) -> None:
                         "--env)")
     p.add_argument("--device", choices=DEVICES, default="auto")
     p.add_argument("--strategy", choices=STRATEGIES, default="model",
-                   help="model: fit memory(batch) from small probes and probe near the prediction (default); "
+                   help="model (default): the first size near the boundary predicted from the framework's own "
+                        "step-memory estimate (PyTorch, JAX) and the fixed cost the first probe measures, else from "
+                        "a line fitted to small probes; fitted: always the fitted line (the search before issue 41); "
                         "double-bisect: 1, 2, 4, ... then bisect, as Lightning's binsearch")
     p.add_argument("--granularity", default="", metavar="RES",
                    help="when the search stops: within 1%% of the answer by default (on a GPU also on multiples of "

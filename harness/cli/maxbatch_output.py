@@ -143,9 +143,31 @@ def print_result(row: MaxBatchResult, file: Any = None) -> None:
           f"{row.per_sample_activation_mib:.3f} MiB per sample, power of two: {row.formula_batch}"
           + (f"  ({err:+.0f}% vs measured)" if err is not None else ""), file=file)
     aerr = row.formula_analytic_error_pct
-    if row.analytic_activation_mib_per_sample is None:  # a native model has no description to size
-        return
-    print(f"  with the analytic activation size "
-          f"({row.analytic_activation_mib_per_sample:.3f} MiB per sample): "
-          f"{row.formula_analytic_batch}" + (f"  ({aerr:+.0f}% vs measured)" if aerr is not None else ""),
-          file=file)
+    if row.analytic_activation_mib_per_sample is not None:  # a native model has no description to size
+        print(f"  with the analytic activation size "
+              f"({row.analytic_activation_mib_per_sample:.3f} MiB per sample): "
+              f"{row.formula_analytic_batch}" + (f"  ({aerr:+.0f}% vs measured)" if aerr is not None else ""),
+              file=file)
+    print_predicted(row, file)
+
+
+def print_predicted(row: MaxBatchResult, file: Any = None) -> None:
+    """Issue 41: the boundary predicted from the framework's own estimate, the seed's formula and the measured answer,
+    side by side, each prediction's error in % of the measured one."""
+    file = file or sys.stdout
+
+    def err(pct: float | None) -> str:
+        return f"  ({pct:+.1f}% vs measured)" if pct is not None else ""
+
+    print("predicted / formula / measured:", file=file)
+    if row.estimate_batch is not None and row.estimate_mib_per_sample is not None:
+        fixed = row.estimate_fixed_cost_mib
+        print(f"  predicted from the framework's estimate ({row.estimate_mib_per_sample:.3f} MiB per sample"
+              + (f", fixed cost {fixed:.0f} MiB beyond it measured by the first probe" if fixed is not None else "")
+              + f"): {row.estimate_batch}{err(row.estimate_error_pct)}", file=file)
+    else:
+        print(f"  predicted: none ({row.estimate_note or 'not stored'})", file=file)
+    print(f"  seed's formula: {row.formula_batch}{err(row.formula_error_pct)}", file=file)
+    print(f"  measured: {row.max_batch}" + (f" (resolution {row.resolution})" if row.resolution else ""), file=file)
+    if row.estimate_batch is not None and row.estimate_note:
+        print(f"  estimate: {row.estimate_note}", file=file)

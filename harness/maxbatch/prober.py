@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from harness.config.checks import has_hook
 from harness.config.experiment import MAX_TIMEOUT_S
 from harness.config.trial import OptimizerSpec, TrialSpec
 from harness.data import DataRequest, PreparedData, default_cache_dir, prepare
@@ -63,6 +64,42 @@ CONTROL_FLOOR_MIB = 1024.0  # and at least this much more: a budget below the fr
 #: (settle_heap); each failure lowers it by CPU_HEAP_ALLOWANCE of itself, at most this many times (issue 22)
 HEAP_SETTLE_RUNS = 3
 HEAP_SETTLE_ROUNDS = 8
+#: issue 41: the search's first probe asks the adapter's step-memory estimate at its own size (JAX reuses the step it
+#: compiled for it) and this many samples more: far enough for a slope, compiled once (JAX: seconds; PyTorch's
+#: fake-tensor trace costs the same at any size)
+ESTIMATE_SPAN = 240
+
+
+def estimate_batches(batch: int) -> tuple[int, ...]:
+    """The sizes a probe at ``batch`` asks the estimate at (its own, then ESTIMATE_SPAN more)."""
+    return (batch, batch + ESTIMATE_SPAN)
+
+
+def estimate_capable(framework: str) -> bool:
+    """Whether ``framework``'s adapter offers a step-memory estimate (capability ``step_memory_estimate``: it overrides
+    ``estimate_step_memory``; read from its class, no framework imported)."""
+    try:
+        return has_hook(adapter_class(framework), "estimate_step_memory")
+    except Exception:  # noqa: BLE001 - an adapter that cannot be read offers nothing: the search fits from probes
+        return False
+
+
+def parse_estimate(outcome: TrialOutcome) -> tuple[tuple[tuple[int, float], ...], str]:
+    """The estimate a probe's worker reported (``step_estimate_json``): ((batch, MiB), ...) and why none ("")."""
+    text = outcome.metrics.step_estimate_json if outcome.metrics is not None else None
+    if not text:
+        return (), (f"the probe ended {outcome.status} before its estimate" if outcome.status != "ok" else
+                    "the worker reported no estimate")
+    try:
+        data = json.loads(text)
+        if "error" in data:
+            return (), str(data["error"])
+        points = tuple((int(b), float(m)) for b, m in zip(data["batches"], data["mib"], strict=True))
+    except (ValueError, KeyError, TypeError) as exc:
+        return (), f"unreadable estimate {text[:200]!r}: {exc}"
+    if not all(math.isfinite(m) and m > 0 for _, m in points):
+        return (), f"the estimate is not a positive size: {points}"
+    return points, ""
 
 
 def probe_peak_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
@@ -143,7 +180,8 @@ def search_settings(req: MaxBatchRequest, budget: Budget) -> SearchSettings:
                           max_batch_cap=req.search_cap(budget.device)[0],
                           resolution=req.resolution(budget.device),
                           censor_pct=GPU_CENSOR_PCT if budget.device == "gpu" else 0.0,
-                          spread_from_peaks=budget.device == "cpu")
+                          spread_from_peaks=budget.device == "cpu",
+                          expect_estimate=req.strategy == "model" and estimate_capable(req.framework))
 
 
 @dataclass
@@ -183,6 +221,9 @@ class WorkerProber:
         # (``--env``), each part of the answer, stored and printed with it (advice.answer_env)
         self.env: dict[str, str] = adapter_worker_env(req.framework, req.adapter_options, budget.device)
         self.env |= dict(req.env)
+        #: issue 41: the next (short) probe asks the adapter for its step-memory estimate; only the search's first
+        self.estimate_pending = req.strategy == "model" and estimate_capable(req.framework)
+        self._carry_estimate = False
 
     def trial(self, batch: int, confirm: bool) -> TrialSpec:
         """The probe's trial: a warm-up step, a few timed steps (more to confirm), then eval at ``batch``."""
@@ -200,6 +241,7 @@ class WorkerProber:
             memory_limit_mib=self.budget.trial_limit_mib, eval=True, eval_batch_size=batch,
             train_samples=r.train_samples, data_key=self.data.key, purpose="probe",
             accumulate_steps=r.accumulate_steps,  # k micro-batches of ``batch`` per update: the micro-batch
+            estimate_batches=estimate_batches(batch) if self._carry_estimate else (),
             # no batch gathered ahead: the answer is the model's and one update's batch, whatever the input pipeline
             # (with prefetch the next update's batch, k micro-batches of it, would be held too)
             prefetch=False,
@@ -275,8 +317,23 @@ class WorkerProber:
         return status
 
     def __call__(self, batch: int, confirm: bool) -> ProbeResult:
-        outcome = self._run(batch, confirm, self.budget.os_limit_mib)
-        status, elapsed = self._classify(outcome), outcome.elapsed_s
+        # the search's first short probe carries the estimate (issue 41); no rerun of it does, so an estimate that
+        # took its worker down costs that rerun, never the probe's verdict
+        self._carry_estimate = carried = self.estimate_pending and not confirm
+        self.estimate_pending = self.estimate_pending and not carried
+        try:
+            outcome = self._run(batch, confirm, self.budget.os_limit_mib)
+        finally:
+            self._carry_estimate = False
+        estimate, estimate_note = parse_estimate(outcome) if carried else ((), "")
+        elapsed_before = 0.0
+        if carried and outcome.status != "ok" and "phase finish" in outcome.reason:
+            # the probe's own steps and evaluation ran; what failed was the estimate after them: the probe again,
+            # without it (the estimate's failure costs a worker, never the probe's verdict)
+            elapsed_before = outcome.elapsed_s
+            estimate_note = f"the estimate ended its worker: {outcome.status} ({outcome.reason[:300]})"
+            outcome = self._run(batch, confirm, self.budget.os_limit_mib)
+        status, elapsed = self._classify(outcome), outcome.elapsed_s + elapsed_before
         if status in ("error", "crashed") and self.budget.os_limit_mib:
             # First the same probe at the same budget: a one-off failure (a worker killed from outside, a
             # signal) passes there, and only a failure that repeats is worth asking the control run about.
@@ -305,7 +362,7 @@ class WorkerProber:
         peak = probe_peak_mib(outcome, self.budget.kind) if status == "ok" else None
         growth = probe_growth_mib(outcome, self.budget.kind) if status == "ok" else None
         return ProbeResult(batch=batch, status=status, peak_mib=peak, reason=reason, elapsed_s=elapsed,
-                           growth_mib=growth)
+                           growth_mib=growth, estimate_mib=estimate, estimate_note=estimate_note)
 
 
 def does_not_fit_message(req: MaxBatchRequest, budget: Budget, first: ProbeResult | None) -> str:
@@ -444,6 +501,34 @@ def verified(row: MaxBatchResult, outcome: TrialOutcome, budget_kind: str) -> Ma
                    verify_peak_mib=probe_peak_mib(outcome, budget_kind) if ok else None)
 
 
+def estimate_fields(req: MaxBatchRequest, result: SearchResult) -> dict[str, Any]:
+    """The row's ``estimate_*`` fields (issue 41): the framework's estimate, the boundary predicted from it, its error
+    against the measured answer, and a note saying where it came from and what became of it (or why none)."""
+    est = result.estimate
+    carrier = next((p for p in result.probes if p.estimate_mib or p.estimate_note), None)
+    if est is None:
+        if result.strategy != "model":
+            return {"estimate_note": f"not asked for: strategy {result.strategy}"}
+        if carrier is None and not estimate_capable(req.framework):
+            return {"estimate_note": f"the {req.framework} adapter offers no step-memory estimate (no public one in "
+                                     "the framework): the line was fitted from probes"}
+        return {"estimate_note": f"none: {result.estimate_note or (carrier.estimate_note if carrier else '')}"}
+    first = carrier.batch if carrier is not None else 1
+    measured = carrier.growth_mib if carrier is not None and carrier.growth_mib is not None else (
+        carrier.peak_mib if carrier is not None else None)
+    predicted = result.predicted_batch
+    sizes = ", ".join(str(b) for b, _ in carrier.estimate_mib) if carrier is not None else ""
+    return {
+        "estimate_batch": predicted,
+        "estimate_error_pct": ((predicted - result.max_batch) / result.max_batch * 100.0
+                               if predicted is not None and result.max_batch > 0 else None),
+        "estimate_mib_per_sample": est.b_mib_per_sample, "estimate_step_fixed_mib": est.a_mib,
+        "estimate_fixed_cost_mib": (measured - est.memory_mib(first)) if measured is not None else None,
+        "estimate_note": f"{req.framework}'s estimate at batch {sizes}, fixed cost from the probe at {first}: "
+                         f"{result.estimate_note}",
+    }
+
+
 def result_row(req: MaxBatchRequest, budget: Budget, result: SearchResult, param_count: int,
                activation_floats: int, run_id: int, env: dict[str, Any], outcomes: list[TrialOutcome],
                train_env: dict[str, str] | None = None) -> MaxBatchResult:
@@ -510,6 +595,7 @@ def result_row(req: MaxBatchRequest, budget: Budget, result: SearchResult, param
         resolution_note="; ".join(n for n in (req.search_cap(budget.device)[1] if result.capped else "",
                                               result.note) if n) or None,
     )
+    row = replace(row, **estimate_fields(req, result))
     if not activation_floats:  # a native model: no analytic size, so no analytic formula (not a 0 that looks measured)
         row = replace(row, formula_analytic_batch=None, formula_analytic_error_pct=None,
                                   analytic_activation_mib_per_sample=None)

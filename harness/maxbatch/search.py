@@ -1,17 +1,25 @@
 """The max-batch search itself: pure logic, no I/O. A probe function is injected.
 
-Two strategies; both stop when the bracket (the largest size that fitted, the smallest that ran out of memory) is
+Three strategies; all stop when the bracket (the largest size that fitted, the smallest that ran out of memory) is
 within the :class:`Resolution`: by default within 1 % of the answer (on a GPU also on multiples of 8, which tensor
-cores prefer), ``exact`` for adjacent sizes (issue 31). Both assume memory is monotone in the batch size at the
+cores prefer), ``exact`` for adjacent sizes (issue 31). All assume memory is monotone in the batch size at the
 boundary.
 
-* ``model`` (default): two small probes (1 and 16) give memory(batch) = a + b·batch from what grows with the batch:
-  the framework's allocated peak where it reports one (on a GPU), else the peak in the budget's units, less any
-  reserved or pool figure within ``censor_pct`` of the budget (censored: it says "at most the budget", not how
-  much the batch needed). A third probe at half the predicted limit refines the slope where it matters. Then the
-  guided search (:meth:`_Search.guided`): a probe just below the line's boundary and one a resolution above it
-  settle an exact line; steps that grow relative to ``lo`` where the line undershoots; inside a bracket the line's
-  estimate with safeguards that shrink the bracket at every probe, and bisection once the line keeps missing.
+* ``model`` (default, issue 41): where the adapter offers a step-memory estimate (``expect_estimate``: PyTorch,
+  JAX), the first probe (at the larger fit size, 16) brings the framework's own estimate of a step's peak at two
+  sizes: its slope through that probe's measured figure (which holds what the estimate cannot know: runtime,
+  libraries, allocator pools) predicts the boundary before any probe near it (:meth:`_Search.estimated`). The size
+  probed next is that prediction less ``ESTIMATE_HEDGE``; from there the guided search below finishes, with a line
+  from probes near the boundary. A prediction that runs out of memory costs a probe at ``ESTIMATE_FALLBACK`` of it,
+  and an estimate off by more is dropped: it changes the probes, never the answer. Without an estimate, ``fitted``.
+* ``fitted`` (the ``model`` of before issue 41): two small probes (1 and 16) give memory(batch) = a + b·batch from
+  what grows with the batch: the framework's allocated peak where it reports one (on a GPU), else the peak in the
+  budget's units, less any reserved or pool figure within ``censor_pct`` of the budget (censored: it says "at most
+  the budget", not how much the batch needed). A third probe at 3/4 of the predicted limit refines the slope where
+  it matters. Then the guided search (:meth:`_Search.guided`): a probe just below the line's boundary and one a
+  resolution above it settle an exact line; steps that grow relative to ``lo`` where the line undershoots; inside a
+  bracket the line's estimate with safeguards that shrink the bracket at every probe, and bisection once the line
+  keeps missing.
 * ``double-bisect``: what PyTorch Lightning's ``binsearch`` mode does: 1, 2, 4, ... until a failure, then bisect
   to the same resolution. The baseline ``model`` is measured against (benchmarks/maxbatch_sim.py against memory
   laws, benchmarks/maxbatch_strategies.py against real workers).
@@ -38,7 +46,27 @@ from dataclasses import dataclass, field, replace
 from harness.config.resolution import Resolution  # its home; imported from here too
 from harness.errors import ConfigError, SearchAborted
 
-STRATEGIES = ("model", "double-bisect")
+STRATEGIES = ("model", "fitted", "double-bisect")
+#: after the size an estimate predicted ran out of memory, the next probe takes the estimate to have been up to this
+#: far off, and 10 % more: at these fractions of that size, a second point for the line with a long lever, below the
+#: boundary for an estimate up to 50 % low; where they fail too the estimate is dropped and the search fits its line
+#: from small probes (issue 41). Chosen with benchmarks/maxbatch_sim.py: 0.5 put the probe at the boundary of a
+#: 50 %-low estimate (censored on a GPU: 11 probes on ``h100``); 0.75 first, then 0.45, cost 1-4 more at 50 % off
+ESTIMATE_MAX_ERROR = 0.5
+ESTIMATE_FALLBACK = ((1.0 - ESTIMATE_MAX_ERROR) * 0.9,)
+#: with an estimate that held (its size fitted), the line is a secant between fitting sizes beyond the first probe
+#: whose smaller end is at most this fraction of the larger, else the estimate's slope through the largest: the first
+#: probe's figure anchors the prediction only. Measured (PyTorch tiny_cnn on CPU, fixed mmap threshold): 298 MiB at
+#: batch 1, 321 at 136, 336 at 250: 0.17 MiB per sample from 1 to 136, 0.13 from 136 on, as the estimate said (0.137):
+#: a secant through batch 1 carries a small batch's own costs to the boundary (8 probes where 5 did)
+ESTIMATE_LEVER = 0.9
+#: the first size probed near the boundary is the estimate's prediction less this fraction of it (and at least half a
+#: resolution): an estimate a little high then still fits there, and the line through what it measured settles the
+#: bracket in one or two probes, where a failure there costs a probe far below (ESTIMATE_FALLBACK). Chosen with
+#: benchmarks/maxbatch_sim.py over estimates 0, 2, 5, 20 and 50 % off either way (0: 325 probes over the goal laws,
+#: 0.02: 323, 0.03: 319, 0.05: 311, but 5 where 4 did for a right estimate); PyTorch's tiny_cnn estimate on this CPU
+#: was 1.8 % high
+ESTIMATE_HEDGE = 0.03
 NON_MEMORY_FAILURES = ("crashed", "error", "timeout")
 #: a reserved or pool figure this close to a GPU budget (in % of it) is censored: the pool took what it could
 GPU_CENSOR_PCT = 3.0
@@ -62,6 +90,10 @@ class ProbeResult:
     stage: str = ""  # fit / predict / up / model / close / bisect / double / confirm / retry
     confirm: bool = False
     growth_mib: float | None = None
+    #: the framework's own estimate of a training step's peak, (batch, MiB) per size it was asked at (issue 41), in the
+    #: probe that asked for it (the search's first); ``estimate_note``: why there is none where one was asked for
+    estimate_mib: tuple[tuple[int, float], ...] = ()
+    estimate_note: str = ""
 
 
 #: ``probe(batch, confirm)``: run one probe (``confirm``: the longer run) and say what happened.
@@ -76,7 +108,11 @@ EXACT = Resolution(1, 0.0)
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """How to search. ``budget_mib`` is used by ``model`` only, to turn the fit into a prediction."""
+    """How to search. ``budget_mib`` is used by ``model`` and ``fitted`` only, to turn the fit into a prediction.
+
+    ``model`` predicts its first size near the boundary from the framework's own estimate where the first probe
+    brought one (``ProbeResult.estimate_mib``), and fits its line from probes where it did not; ``fitted`` always
+    fits it from probes (the search before issue 41)."""
 
     strategy: str = "model"
     budget_mib: float | None = None
@@ -95,11 +131,14 @@ class SearchSettings:
     spread_from_peaks: bool = False
     #: the least process-to-process spread to assume, in MiB (0: only what the probes show)
     spread_mib: float = 0.0
+    #: ``model``: the first probe will bring the framework's step-memory estimate (the adapter offers one, issue 41):
+    #: it runs at the larger fit size, whose figure anchors the estimate. False: ``model`` searches as ``fitted``
+    expect_estimate: bool = False
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"strategy {self.strategy!r} is not one of {', '.join(STRATEGIES)}")
-        if self.strategy == "model" and not (self.budget_mib and self.budget_mib > 0):
+        if self.strategy in ("model", "fitted") and not (self.budget_mib and self.budget_mib > 0):
             raise ConfigError(f"the model strategy needs a budget in MiB > 0, got {self.budget_mib!r}")
         if not self.fit_batches or min(self.fit_batches) < 1:
             raise ConfigError(f"fit_batches {self.fit_batches!r} must be whole numbers >= 1")
@@ -143,6 +182,12 @@ class SearchResult:
     spread_samples: int = 0
     #: why the search stopped where the resolution alone would not have ("" when it did not): the spread
     note: str = ""
+    #: issue 41: the framework's estimate as a line (MiB = a + b·batch, its own batch-independent part and slope), the
+    #: boundary predicted from it with the fixed cost the first probe measured (``predicted_batch``), and what
+    #: became of it (``estimate_note``: why none was used, or how it was used)
+    estimate: LinearFit | None = None
+    predicted_batch: int | None = None
+    estimate_note: str = ""
 
     @property
     def probes_n(self) -> int:
@@ -180,6 +225,19 @@ def fit_line(points: dict[int, float]) -> LinearFit | None:
     return LinearFit(a_mib=points[top] - slope * top, b_mib_per_sample=slope)
 
 
+def estimate_line(points: tuple[tuple[int, float], ...]) -> LinearFit | None:
+    """The framework's estimate as memory(batch) = a + b·batch through its sizes (least squares over more than two);
+    None with fewer than two sizes or a slope that is not positive."""
+    est = dict(points)
+    if len(est) < 2:
+        return None
+    slope = _overall_slope(est)
+    if slope is None:
+        return None
+    mean_b, mean_m = sum(est) / len(est), sum(est.values()) / len(est)
+    return LinearFit(a_mib=mean_m - slope * mean_b, b_mib_per_sample=slope)
+
+
 def _overall_slope(points: dict[int, float]) -> float | None:
     """MiB per sample by least squares over every fitting size: the spread's scale, where a local secant through two
     noisy neighbours could be near flat and turn a few MiB into thousands of samples. None when not positive."""
@@ -215,6 +273,13 @@ class _Search:
         #: bracket each left, in samples: the boundary moves across them (issue 43)
         self.moved: list[int] = []
         self.moved_samples = 0
+        #: issue 41: the framework's estimate (its own line), the boundary predicted from it, and what became of it
+        self.estimate: LinearFit | None = None
+        self.predicted: int | None = None
+        self.estimate_note = ""
+        #: while the estimate holds: its slope, and the first probe's size (an anchor only, never a point of the line)
+        self.prior_slope: float | None = None
+        self.anchor: int | None = None
 
     # ---------------------------------------------------------------- probing
     def run(self, batch: int, stage: str, confirm: bool = False) -> str:
@@ -319,8 +384,29 @@ class _Search:
                 if p.peak_mib is not None and not (self.s.censor_pct and p.peak_mib >= ceiling)}
 
     def refit(self) -> LinearFit | None:
-        self.fit = fit_line(self.points()) or self.fit
+        line = self._estimated_fit() if self.prior_slope is not None else fit_line(self.points())
+        self.fit = line or self.fit
         return self.fit
+
+    def line_points(self) -> dict[int, float]:
+        """The fitting sizes' figures a line is drawn from: all of them, less the first probe's while an estimate holds
+        (it anchored the prediction; a small batch's own costs would tilt a line through it)."""
+        return {b: m for b, m in self.points().items() if b != self.anchor or self.prior_slope is None}
+
+    def _estimated_fit(self) -> LinearFit | None:
+        """While the estimate holds: a secant between fitting sizes beyond the first probe, the smaller at most
+        ``ESTIMATE_LEVER`` of the larger, else the estimate's slope through the largest (None: none fitted yet)."""
+        pts = self.line_points()
+        if not pts or self.prior_slope is None:
+            return None
+        top = max(pts)
+        partners = [b for b in pts if b <= ESTIMATE_LEVER * top]
+        if partners:
+            low = max(partners)
+            slope = (pts[top] - pts[low]) / (top - low)
+            if slope > 0:
+                return LinearFit(a_mib=pts[top] - slope * top, b_mib_per_sample=slope)
+        return LinearFit(a_mib=pts[top] - self.prior_slope * top, b_mib_per_sample=self.prior_slope)
 
     def calibrated_budget(self, fit: LinearFit) -> float:
         """The budget in the fit's terms, made consistent with what the probes showed.
@@ -340,7 +426,7 @@ class _Search:
 
     def _scatter_mib(self, fit: LinearFit) -> float:
         """How far the line misses the measured points it was not drawn through (noise in the peaks), in MiB."""
-        return max((abs(m - fit.memory_mib(b)) for b, m in self.points().items()), default=0.0)
+        return max((abs(m - fit.memory_mib(b)) for b, m in self.line_points().items()), default=0.0)
 
     def _nominal(self, fit: LinearFit) -> int:
         """The line's boundary at the budget, raised to what fitted (not lowered by any failure)."""
@@ -425,9 +511,71 @@ class _Search:
                 misses += 1
 
     def model(self) -> None:
-        """Small fit probes, an optional third one, then the guided search."""
+        """``model``: the larger fit size first (its figure anchors the estimate: measured on PyTorch's CPU path, batch
+        1 carried costs of its own that a line through it took to the boundary, 10 % high for tiny_cnn), then the
+        framework's estimate where that probe brought one (:meth:`estimated`), else what ``fitted`` does."""
+        if not self.s.expect_estimate:  # the adapter has none to give (TensorFlow, MXNet): the fitted line
+            self.fitted()
+            return
+        first = min(max(self.s.fit_batches), self.cap)
+        if self.run(first, "fit") == "oom":  # not even the larger fit size: the smaller ones, as ``fitted`` does
+            self.fitted()
+            return
+        prior = self._prior(first)
+        if prior is None:
+            self.fitted()
+            return
+        self.estimated(prior)
+
+    def _prior(self, first: int) -> LinearFit | None:
+        """The line to predict from: the estimate's slope through the first probe's measured figure (which holds
+        what the estimate cannot know: the runtime, the libraries, the allocator's pools). None, with the reason in
+        ``estimate_note``, where the probe brought no usable estimate."""
+        asked = [p for p in self.probes if p.estimate_mib or p.estimate_note]
+        if not asked:
+            self.estimate_note = "no estimate asked for"
+            return None
+        carrier = asked[0]
+        self.estimate = estimate_line(carrier.estimate_mib)
+        anchor = self.points().get(first)
+        if self.estimate is None or anchor is None:
+            self.estimate_note = carrier.estimate_note or (
+                "the estimate's slope is not positive" if anchor is not None else
+                f"the probe at batch {first} measured no figure to anchor the estimate to")
+            return None
+        slope = self.estimate.b_mib_per_sample
+        return LinearFit(a_mib=anchor - slope * first, b_mib_per_sample=slope)
+
+    def estimated(self, prior: LinearFit) -> None:
+        """The size the estimate predicts (below it by half a resolution, so that a right estimate fits there), then
+        the guided search with the line the probes measured. Where that size runs out of memory the estimate was
+        low: one probe at ``ESTIMATE_MAX_ERROR`` below it gives the line a second point with a long lever; where that
+        fails too, the estimate is dropped and the search fits its line from small probes (:meth:`fitted`). An
+        estimate changes where the search probes, never what it accepts as the answer."""
+        self.fit = prior
+        self.predicted = prior.predict_batch(self.calibrated_budget(prior))
+        target, _ = self._target(prior, 0)
+        target = min(target, max(self.lo + 1, math.floor(self.predicted * (1.0 - ESTIMATE_HEDGE))))
+        if self.run(self._inside(target), "predicted") == "ok":
+            self.estimate_note = "used: the first size probed near the boundary"
+            self.prior_slope, self.anchor = prior.b_mib_per_sample, min(self.ok)
+            self.guided()
+            return
+        for fraction in ESTIMATE_FALLBACK:
+            below = self.res.snap(int(min(target, self.hi or target) * fraction))
+            if self.lo < below < (self.hi or below + 1) and self.run(below, "predicted") == "ok":
+                self.estimate_note = "used; its size ran out of memory, the line came from a probe below it"
+                self.guided()
+                return
+        self.estimate_note = (f"dropped: more than {ESTIMATE_MAX_ERROR:.0%} low (its size and one "
+                              f"{ESTIMATE_MAX_ERROR:.0%} below ran out of memory)")
+        self.fit = None
+        self.fitted()
+
+    def fitted(self) -> None:
+        """``fitted``: small fit probes, an optional third one, then the guided search."""
         for batch in sorted(set(self.s.fit_batches)):
-            if batch <= self.lo or (self.hi is not None and batch >= self.hi) or batch > self.cap:
+            if batch in self.ok or (self.hi is not None and batch >= self.hi) or batch > self.cap:
                 continue
             if self.run(batch, "fit") == "oom":
                 break
@@ -461,7 +609,8 @@ class _Search:
                     f"told apart by probing; {self.lo} fitted, its confirm run too, and {self.hi} ran out of memory")
         return SearchResult(strategy=self.s.strategy, max_batch=self.lo, first_fail=fail, probes=tuple(self.probes),
                             fit=self.fit, capped=self.capped, resolution=self.res, spread_mib=spread,
-                            spread_samples=samples, note=note)
+                            spread_samples=samples, note=note, estimate=self.estimate, predicted_batch=self.predicted,
+                            estimate_note=self.estimate_note)
 
 
 def search(probe: ProbeFn, settings: SearchSettings, progress: Progress | None = None) -> SearchResult:
@@ -474,6 +623,9 @@ def search(probe: ProbeFn, settings: SearchSettings, progress: Progress | None =
     state = _Search(probe, settings, progress)
     if settings.strategy == "model":
         state.model()
+        state.confirm(state.guided)
+    elif settings.strategy == "fitted":
+        state.fitted()
         state.confirm(state.guided)
     else:
         state.run(1, "double")

@@ -96,7 +96,10 @@ MAXBATCH_CSV_COLUMNS = (
     "per_sample_activation_mib", "fit_a_mib", "fit_b_mib_per_sample", "first_fail_reason", "finished_at",
     "confirm_steps", "margin_jitter_mib", "margin_growth_mib", "margin_heap_mib", "margin_total_mib", "train_env_json",
     "verify_steps", "verify_status", "verify_reason", "setting", "accumulate_steps", "effective_batch",
-    "answer_peak_mib", "answer_samples_per_s", "resolution", "cuda_context_mib")
+    "answer_peak_mib", "answer_samples_per_s", "resolution", "cuda_context_mib",
+    # issue 41: the boundary predicted from the framework's own estimate, beside the formula's and the measured one
+    "estimate_batch", "estimate_error_pct", "estimate_mib_per_sample", "estimate_step_fixed_mib",
+    "estimate_fixed_cost_mib", "estimate_note")
 
 
 def _g(value: Any, fmt: str = "") -> str:
@@ -128,6 +131,9 @@ def maxbatch(rows: Sequence[MaxBatchResult]) -> Table | None:
         formula = _g(r.formula_batch)
         if r.formula_error_pct is not None:
             formula += f" ({float(r.formula_error_pct):+.0f}%)"
+        predicted = _g(r.estimate_batch)  # issue 41: "-" where the framework offers no estimate (TF, MXNet)
+        if r.estimate_error_pct is not None:
+            predicted += f" ({float(r.estimate_error_pct):+.1f}%)"
         setting = r.setting  # a "what helps" run's searches: the setting beside the framework
         who = str(r.framework or "-") + (f" · {setting}" if setting and setting != "plain" else "")
         text_rows.append((who, str(r.model or "-"),
@@ -135,20 +141,23 @@ def maxbatch(rows: Sequence[MaxBatchResult]) -> Table | None:
                           _g(r.max_batch) + (f" (×{k} = {_g(r.effective_batch)})"
                                              if (k := r.accumulate_steps or 1) > 1 else ""),
                           "-" if spare is None else f"{spare:.1f} MiB", fail, rec,
-                          formula,
+                          predicted, formula,
                           f"{_g(r.probes_n)} / {_g(r.wall_s, '.0f')} s",
                           str(r.strategy or "-") + (f", {r.resolution}" if r.resolution else "")))
     csv_rows = tuple(tuple(r.to_row()[c] for c in MAXBATCH_CSV_COLUMNS) for r in rows)
     return Table(key="maxbatch", title="Largest batch that fits",
                  headers=("framework", "model", "budget", "max batch", "unused at max", "first failing",
-                          "recommended",
+                          "recommended", "predicted (error)",
                           "formula (error)", "probes / wall", "strategy, resolution"),
                  rows=tuple(text_rows), csv_headers=MAXBATCH_CSV_COLUMNS, csv_rows=csv_rows,
                  note="Measured with a full train step and an eval step in a fresh worker per probe (with "
                       "accumulation, max batch is the micro-batch, × steps = the effective batch); the "
                       "formula is the seed documents' (memory − model) / per-sample size, its error relative "
-                      "to the measured maximum. Unused at max: the budget minus the largest peak measured at the "
-                      "maximum. Resolution: where the search stopped (exact: adjacent sizes; N%: the bracket "
+                      "to the measured maximum. Predicted: the boundary from the framework's own estimate of a "
+                      "step's memory (PyTorch, JAX; none for TensorFlow and MXNet) and the fixed cost the first "
+                      "probe measured, before any probe near it; its error relative to the measured maximum. "
+                      "Unused at max: the budget minus the largest peak measured at the maximum. "
+                      "Resolution: where the search stopped (exact: adjacent sizes; N%: the bracket "
                       "within N % of the answer; K: on multiples of K; docs/maxbatch.md)."
                       + "".join(f" {a}" for a in advice))
 

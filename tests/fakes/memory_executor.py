@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -29,9 +30,15 @@ class LinearMemory:
     """
 
     def __init__(self, killed_calls: tuple[int, ...] = (), growth_mib_per_step: float = 0.0,
-                 failing_purpose: str | None = None, failing_status: str = "oom") -> None:
+                 failing_purpose: str | None = None, failing_status: str = "oom",
+                 estimate_factor: float | None = 1.0, estimate_error: str | None = None,
+                 estimate_kills: bool = False) -> None:
         self.killed_calls, self.growth, self.failing_purpose = killed_calls, growth_mib_per_step, failing_purpose
         self.failing_status = failing_status
+        #: issue 41: a probe asked for the step-memory estimate reports the law's per-sample MiB times this (None: the
+        #: worker reports none), or ``estimate_error`` as the adapter's failure, or (``estimate_kills``) its worker
+        #: dies while estimating, after the probe's own steps
+        self.estimate_factor, self.estimate_error, self.estimate_kills = estimate_factor, estimate_error, estimate_kills
         self.units: list[TrialUnit] = []
 
     def run(self, unit: TrialUnit, on_event: Any = None) -> TrialOutcome:
@@ -47,8 +54,19 @@ class LinearMemory:
             return TrialOutcome(trial=unit.trial, status="oom",
                                 reason="RuntimeError: DefaultCPUAllocator: can't allocate memory")
         speed = 1000.0 if unit.trial.accumulate_steps == 1 else 900.0
+        estimate = None
+        if unit.trial.estimate_batches:
+            if self.estimate_kills:
+                return TrialOutcome(trial=unit.trial, status="crashed", reason="killed by SIGSEGV in phase finish")
+            if self.estimate_error is not None:
+                estimate = json.dumps({"error": self.estimate_error})
+            elif self.estimate_factor is not None:  # what a step allocates, without the process's fixed 100 MiB
+                sizes = list(unit.trial.estimate_batches)
+                estimate = json.dumps({"batches": sizes, "mib": [8.0 + per_sample * self.estimate_factor * b
+                                                                 for b in sizes], "seconds": 0.1})
         return TrialOutcome(trial=unit.trial, status="ok",
-                            metrics=WorkerMetrics(vmdata_peak_mib=peak, step_samples_per_s=speed))
+                            metrics=WorkerMetrics(vmdata_peak_mib=peak, step_samples_per_s=speed,
+                                                  step_estimate_json=estimate))
 
 
 def install(monkeypatch: pytest.MonkeyPatch, make: Callable[[], Any]) -> list[Any]:

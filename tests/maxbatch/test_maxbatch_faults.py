@@ -37,18 +37,20 @@ def test_a_one_off_killed_probe_is_rerun_at_the_same_budget_not_blamed_on_memory
     assert "then at the same budget: ok" in batch1["reason"]
     # the second worker was the same probe under the same budget, not a control run under a larger one
     first, second = made[0].units[:2]
-    assert (first.trial.batch_size, second.trial.batch_size) == (1, 1)
+    # the search's first probe: model's larger fit size, whose figure anchors the adapter's estimate (issue 41)
+    assert (first.trial.batch_size, second.trial.batch_size) == (16, 16)
     assert first.os_memory_limit_mib == second.os_memory_limit_mib == BUDGET_MIB
 
 
 def test_a_crash_that_repeats_at_the_budget_still_asks_the_control_run(fake_executor, tmp_path, capsys):
-    # killed twice at batch 16 (calls 2 and 3): the control run under a larger limit passes, so the search takes
-    # it as memory, as before; the answer then lies below 16, found by the probes that follow
+    # killed twice at the second probe's size (calls 2 and 3): the control run under a larger limit passes, so the
+    # search takes it as memory, as before; the answer then lies below it, found by the probes that follow
     made = fake_executor(killed_calls=(2, 3))
     assert _maxbatch(tmp_path / "out") == 0, capsys.readouterr().err
     limits = [(u.trial.batch_size, u.os_memory_limit_mib) for u in made[0].units[:4]]
-    assert limits[:3] == [(1, BUDGET_MIB), (16, BUDGET_MIB), (16, BUDGET_MIB)]
-    assert limits[3][0] == 16 and limits[3][1] > BUDGET_MIB
+    second = limits[1][0]
+    assert limits[:3] == [(16, BUDGET_MIB), (second, BUDGET_MIB), (second, BUDGET_MIB)] and second != 16
+    assert limits[3][0] == second and limits[3][1] > BUDGET_MIB
 
 
 def _tiny_row(max_batch: int, recommended: int | None = None, **kw: Any) -> MaxBatchResult:

@@ -39,7 +39,7 @@ def test_the_bracket_is_printed_as_it_narrows_and_the_resolution_stored(tmp_path
     lines = printed.splitlines()
     assert lines[0].startswith("environment pytorch: managed pytorch-cpu@")  # where the probes run, said first
     assert "resolution 1%" in lines[1]
-    assert "search: fit 1 fits -> fits up to 1, no failure yet" in printed
+    assert "search: fit 16 fits -> fits up to 16, no failure yet" in printed  # model's first: the estimate's anchor
     assert "-> between 28 (fits) and 29 (fails): 0 size(s) unknown" in printed
     assert "search: confirm 28 fits" in printed
     row = _row(tmp_path / "out")
