@@ -17,10 +17,17 @@ What it runs, each step in its own subprocess so one failure does not hide the r
    failed where one is below :data:`E2E_GOAL` (the issue's goal: the next batch prepared while the step runs leaves
    the GPU busy), capped at :data:`E2E_TIMEOUT_S`.
 
+6. the framework's estimate against the measured boundary (issue 41): ``benchmarks/maxbatch_strategies.py`` with
+   PyTorch and JAX on ``deep_cnn`` under an emulated 6 GiB card (``--memory-limit-mib 6144``), strategies ``model``
+   (the estimate first), ``fitted`` and ``double-bisect``: the predicted size and its error, the answers (which must
+   agree within the resolution), probes and wall time per strategy, capped at :data:`ESTIMATE_TIMEOUT_S`. What the
+   estimate cannot know (the CUDA context, the caching allocator's rounding and fragmentation) shows in its error.
+
 Without a GPU (no ``nvidia-smi``, or it lists no GPU) it says so and exits 0: nothing to prove here. ``--dry-run``
 runs the steps' CPU parts instead (step 2 on the CPU, step 4 as if a GPU were present, step 5 as a short CPU sweep
-whose ratios are printed, not judged) and writes their summary, with or without a GPU. ``--only e2e`` runs step 5
-alone (with ``--dry-run`` too: what the test suite runs).
+whose ratios are printed, not judged, step 6 on the CPU with tiny_cnn and the ``model`` strategy only) and writes
+their summary, with or without a GPU. ``--only e2e`` runs step 5 alone (with ``--dry-run`` too: what the test suite
+runs), ``--only estimate`` step 6.
 Exit 1 when a step fails on a machine that has a GPU (the summary says which and why).
 """
 
@@ -49,6 +56,26 @@ E2E_GOAL = 0.9
 #: step 5's cap: two frameworks' start-up (JAX compiles each batch size) and 4 trials of 320 steps
 E2E_TIMEOUT_S = 540
 E2E_FRAMEWORKS = ("pytorch", "jax")
+#: step 6's cap: 2 frameworks x 3 strategies, ~6 / 8 / 20 probes each at ~10 s a fresh GPU worker, deep_cnn's steps
+#: at batches in the thousands
+ESTIMATE_TIMEOUT_S = 1500
+
+
+def estimate_cmd(dry: bool) -> list[str]:
+    """Step 6 (issue 41): the strategies against the estimate; in a dry run the CPU path, one model, one strategy."""
+    cmd = [sys.executable, "benchmarks/maxbatch_strategies.py", "--frameworks", ",".join(E2E_FRAMEWORKS),
+           "--show-probes"]
+    if dry:
+        return cmd + ["--device", "cpu", "--models", "tiny_cnn", "--strategies", "model"]
+    return cmd + ["--device", "gpu", "--models", "deep_cnn", "--budget-mib", "6144",
+                  "--strategies", "model,fitted,double-bisect"]
+
+
+def estimate_check(log: list[str], dry: bool) -> bool:
+    """Step 6: run :func:`estimate_cmd`, its table into the summary."""
+    title = ("The framework's estimate vs the measured boundary (dry run: CPU, tiny_cnn, model only)" if dry else
+             "The framework's estimate vs the measured boundary: deep_cnn, 6 GiB emulated card, PyTorch and JAX")
+    return _run(title, estimate_cmd(dry), log, ESTIMATE_TIMEOUT_S)
 E2E_TOML = """name = "gpu_check_e2e"
 frameworks = {frameworks}
 model = "osu_cnn"
@@ -185,12 +212,19 @@ def dry_run(out: Path, only: str | None = None) -> int:
     """The steps' CPU parts, each capped as on a GPU, their summary written to ``out``."""
     log = [f"# GPU check, dry run on the CPU, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", ""]
     ok = True
+    if only == "estimate":
+        ok &= estimate_check(log, dry=True)
+        out.write_text("\n".join(log) + "\n", encoding="utf-8")
+        print(f"gpu_check --dry-run --only estimate: {'passed' if ok else 'FAILED'}; summary in {out}")
+        return 0 if ok else 1
     if only is None:
         ok &= _run("Readings' windows (dry run)", [sys.executable, "benchmarks/readings_check.py", "--dry-run"], log,
                    READINGS_TIMEOUT_S)
         ok &= _run("Device resolution (dry run: as if a GPU were present)",
                    [sys.executable, "benchmarks/devices_check.py", "--dry-run"], log, DEVICES_TIMEOUT_S)
     ok &= e2e_check(Path(tempfile.mkdtemp(prefix="gpu_check_dry_")), log, dry=True)
+    if only is None:
+        ok &= estimate_check(log, dry=True)
     out.write_text("\n".join(log) + "\n", encoding="utf-8")
     print(f"gpu_check --dry-run: {'every step passed' if ok else 'a step FAILED'}; summary in {out}")
     return 0 if ok else 1
@@ -202,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "docs" / "gpu_check.md"), help="where to write the summary")
     ap.add_argument("--work", help="directory for the stores (default: a temporary one)")
     ap.add_argument("--dry-run", action="store_true", help="run the steps' CPU parts (no GPU needed)")
-    ap.add_argument("--only", choices=("e2e",), help="run one step only: e2e, end-to-end / step (step 5)")
+    ap.add_argument("--only", choices=("e2e", "estimate"),
+                    help="run one step only: e2e, end-to-end / step (step 5); estimate, the estimate (step 6)")
     args = ap.parse_args(argv)
     gpus = gpu_names()
     if args.dry_run:
@@ -215,6 +250,11 @@ def main(argv: list[str] | None = None) -> int:
     py = sys.executable
     log = [f"# GPU check, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
            f"GPU(s): {', '.join(gpus)}. Written by `python benchmarks/gpu_check.py`.", ""]
+    if args.only == "estimate":
+        ok = estimate_check(log, dry=False)
+        Path(args.out).write_text("\n".join(log) + "\n", encoding="utf-8")
+        print(f"gpu_check --only estimate: {'passed' if ok else 'FAILED'}; summary in {args.out}")
+        return 0 if ok else 1
     if args.only == "e2e":
         ok = e2e_check(work, log, dry=False)
         Path(args.out).write_text("\n".join(log) + "\n", encoding="utf-8")
@@ -236,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     ok &= _run("Device resolution: each framework's device, the one-device rule, a tiny run",
                [py, "benchmarks/devices_check.py"], log, DEVICES_TIMEOUT_S)
     ok &= e2e_check(work, log, dry=False)
+    ok &= estimate_check(log, dry=False)
     Path(args.out).write_text("\n".join(log) + "\n", encoding="utf-8")
     print(f"gpu_check: {'every step passed' if ok else 'a step FAILED'}; summary in {args.out}")
     return 0 if ok else 1

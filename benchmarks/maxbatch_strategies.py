@@ -33,6 +33,7 @@ from pathlib import Path
 
 from harness.data import DataRequest, prepare
 from harness.envs.resolve import choose
+from harness.envs.spec import chosen_kind
 from harness.errors import BatchscopeError
 from harness.maxbatch.prober import run_maxbatch
 from harness.maxbatch.request import MaxBatchRequest
@@ -61,17 +62,20 @@ def parse_env(items: list[str]) -> tuple[tuple[str, str], ...]:
 
 
 def search_once(framework: str, model: str, strategy: str, budget: float, env: tuple[tuple[str, str], ...],
-                granularity: str, data: object, cache: Path) -> dict[str, object]:
+                granularity: str, data: object, cache: Path, device: str = "cpu") -> dict[str, object]:
     """One search; its figures as a JSON-able dict (``error`` set where it failed)."""
-    req = MaxBatchRequest(framework=framework, model=model, device="cpu", strategy=strategy, memory_limit_mib=budget,
-                          threads=1, momentum=0.9, synthetic_shape=SHAPE, synthetic_samples=512,
-                          experiment=f"bench-{framework}-{model}-{strategy}", granularity=granularity, env=dict(env))
+    req = MaxBatchRequest(framework=framework, model=model, device=device, strategy=strategy, memory_limit_mib=budget,
+                          threads=1 if device == "cpu" else 0, momentum=0.9, synthetic_shape=SHAPE,
+                          synthetic_samples=512, experiment=f"bench-{framework}-{model}-{strategy}",
+                          granularity=granularity, env=dict(env))
     out_row: dict[str, object] = {"framework": framework, "model": model, "strategy": strategy, "budget_mib": budget,
                                   "env": dict(env), "load_1min": os.getloadavg()[0]}
     with Store.open(cache / f"{framework}-{model}-{strategy}") as store:
         t0 = time.monotonic()
         try:
-            out = run_maxbatch(req, store, 0, data=data, gpus=[], env={}, log_dir=cache / "logs")  # type: ignore[arg-type]
+            # on a GPU the machine's environment (its GPUs decide the budget's kind); on CPU none is needed
+            machine: dict[str, object] = {"gpus": None, "env": None} if device == "gpu" else {"gpus": [], "env": {}}
+            out = run_maxbatch(req, store, 0, data=data, log_dir=cache / "logs", **machine)  # type: ignore[arg-type]
         except BatchscopeError as e:
             out_row.update(error=str(e)[:500], wall_s=round(time.monotonic() - t0, 1))
             return out_row
@@ -99,15 +103,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--granularity", default="", help="the searches' resolution (default: 1%%; 'exact')")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--no-plain", action="store_true", help="accepted for the command line's spelling")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                        help="gpu: the budget is an emulated card (--budget-mib; benchmarks/gpu_check.py)")
     parser.add_argument("--out", type=Path, help="append one JSON line per search here")
     parser.add_argument("--show-probes", action="store_true", help="print each search's probes")
     args = parser.parse_args(argv)
     env = parse_env(args.env)
-    choose(args.frameworks.split(","), {}, "cpu")  # each framework's managed environment (built on first use)
+    # each framework's managed environment (built on first use), of the kind the device needs
+    choose(args.frameworks.split(","), {}, chosen_kind(args.device == "gpu"))
     cache = Path(tempfile.mkdtemp(prefix="mb-bench-"))
     data = prepare(DataRequest(name="synthetic", synthetic_shape=SHAPE, synthetic_samples=512), cache)
-    print(f"max-batch strategies on {'x'.join(map(str, SHAPE))} synthetic input, CPU, one thread, RLIMIT_DATA on each "
-          f"probe; env {dict(env) or 'none'}; load {os.getloadavg()[0]:.1f}", flush=True)
+    where = ("CPU, one thread, RLIMIT_DATA on each probe" if args.device == "cpu" else
+             "GPU, an emulated card of the budget on each probe")
+    print(f"max-batch strategies on {'x'.join(map(str, SHAPE))} synthetic input, {where}; env {dict(env) or 'none'}; "
+          f"load {os.getloadavg()[0]:.1f}", flush=True)
     print(f"{'framework':<8} {'model':<9} {'budget':>6} {'strategy':<13} {'answer':>6} {'probes':>6} {'wall s':>7} "
           f"{'predicted (error)':>18}", flush=True)
     for framework in args.frameworks.split(","):
@@ -115,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
             budget = args.budget_mib or BUDGETS_MIB.get((framework, model), 700.0)
             answers = {}
             for strategy in args.strategies.split(","):
-                row = search_once(framework, model, strategy, budget, env, args.granularity, data, cache)
+                row = search_once(framework, model, strategy, budget, env, args.granularity, data, cache,
+                                  args.device)
                 if args.out:
                     with args.out.open("a") as f:
                         f.write(json.dumps(row) + "\n")

@@ -102,3 +102,21 @@ def test_the_e2e_dry_run_runs_pytorch_and_jax_on_the_cpu_and_passes(tmp_path):
         for batch in (16, 32):
             assert f"| {fw} | {batch} |" in text
     assert text.count("not judged (CPU dry run)") == 4 and "FAILED" not in text
+
+
+
+def test_the_estimate_step_compares_strategies_on_a_gpu_and_runs_the_cpu_path_dry(capsys):
+    # issue 41's GPU comparison: PyTorch and JAX, deep_cnn, an emulated 6 GiB card, the three strategies; dry, the CPU
+    # path with one model and one strategy (so that the step's command has run before a GPU machine runs it)
+    import maxbatch_strategies
+
+    gpu = gpu_check.estimate_cmd(dry=False)
+    assert gpu[1] == "benchmarks/maxbatch_strategies.py" and gpu[gpu.index("--device") + 1] == "gpu"
+    assert gpu[gpu.index("--budget-mib") + 1] == "6144" and gpu[gpu.index("--models") + 1] == "deep_cnn"
+    assert gpu[gpu.index("--frameworks") + 1] == "pytorch,jax"
+    assert gpu[gpu.index("--strategies") + 1] == "model,fitted,double-bisect"
+    dry = gpu_check.estimate_cmd(dry=True)
+    assert dry[dry.index("--device") + 1] == "cpu" and dry[dry.index("--strategies") + 1] == "model"
+    with pytest.raises(SystemExit) as refused:  # every option the step passes is one the script knows: only a
+        maxbatch_strategies.main([*gpu[2:], "--no-such-option"])  # wrong one is refused, before anything runs
+    assert refused.value.code == 2 and "--no-such-option" in capsys.readouterr().err
