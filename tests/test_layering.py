@@ -68,6 +68,8 @@ LAYERS = (
     Layer(STORE, ("harness.store",), (*BELOW_DATA, DATA)),
     Layer(RUN, ("harness.run",), (*BELOW_DATA, DATA, ENVS, MONITOR, STORE),
           exceptions=(("harness.run.worker", "adapters.base", "the worker, in the child, drives the adapter"),
+                      ("harness.run.protocol", "adapters.records",
+                       "the worker's Ready message carries the adapter's setup record (plain data, no framework)"),
                       ("harness.run.worker", "adapters.fpenv",
                        "the worker sets the CPU's denormal mode before the adapter loads its framework"))),
     Layer(MAXBATCH, ("harness.maxbatch",), (*BELOW_DATA, DATA, ENVS, MONITOR, STORE, RUN)),
