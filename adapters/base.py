@@ -70,7 +70,7 @@ from adapters.records import (
 from harness.config.precision import DESCRIPTIONS, PRECISIONS, Worded, set_setting, setting
 from harness.config.trial import OptimizerSpec  # re-exported: plugins import it from here
 from harness.errors import AdapterError, ConfigError
-from harness.models import LAYER_TYPES, Layer, ModelDescription
+from harness.models.description import LAYER_TYPES, Layer, ModelDescription
 
 __all__ = [
     "API_VERSION", "CAPABILITIES", "Adapter", "Capability", "CompileStats", "EvalResult", "GpuBuild", "LayerSite",
