@@ -34,8 +34,6 @@ from report.load import Experiment
 #: B_simple and B_crit agree when neither is more than this factor above the other (McCandlish et al. 2018 claim
 #: B_crit ≈ B_simple; a factor of 2 is well inside a fit's uncertainty over a handful of sizes)
 AGREE_FACTOR = 2.0
-#: the variant-name prefix of a learning-rate grid's rates (harness.config.experiment.lr_variant_name)
-LR_PREFIX = "lr_"
 
 
 @dataclass(frozen=True)
@@ -194,10 +192,13 @@ def studies(exp: Experiment, target_accuracy: float | None = None) -> list[Criti
     """One :class:`CriticalStudy` per family of ``exp`` (empty unless :func:`is_study`)."""
     if not is_study(exp):
         return []
+    # a learning-rate grid's variants are its rates (the experiment allows no named variant beside a grid), each
+    # trial's rate stored in its ``lr``; without a grid, a named variant is compared by its own recommendation
+    grid = bool(exp.spec.get("learning_rates") or exp.spec.get("lr_factors"))
     families: dict[Series, list[Any]] = {}
     for g in sweep_groups(exp):
-        if g.series.variant and not g.series.variant.startswith(LR_PREFIX):
-            continue  # a named variant that is not a rate of the grid: compared by its own recommendation
+        if g.series.variant and not grid:
+            continue
         families.setdefault(dataclasses.replace(g.series, variant=""), []).append(g)
     pct = float(exp.spec.get("target_accuracy") or 0.0) if target_accuracy is None else float(target_accuracy)
     classes = (exp.spec.get("data") or {}).get("classes")

@@ -114,7 +114,7 @@ def denormals(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Find
 def math_modes(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Finding]:
     """Whether the frameworks computed float32 in different arithmetics on the GPU (TF32 in one, true float32 in
     another), as each read its math mode back: then their speeds measure partly which one turned TF32 on."""
-    by_fw = {fw: sorted({a for c in group for a in c.arithmetic if not a.endswith((" n/a", " ?"))})
+    by_fw = {fw: sorted({str(a) for c in group for a in c.arithmetic if a.read_back})
              for fw, group in _by_framework(cell_list, frameworks).items()}
     by_fw = {fw: arith for fw, arith in by_fw.items() if arith}
     if len({tuple(arith) for arith in by_fw.values()}) < 2:

@@ -184,7 +184,8 @@ def method_paragraphs(exp: Experiment, cell_list: list[Cell]) -> list[str]:
     """The method section, worded from the experiment's resolved spec and its trials.
 
     The Method section's paragraphs in reading order (timing, denormals, math mode, sampling, memory, workload,
-    variants, failures), each worded from the spec's fields and what the trials stored.
+    variants, failures), each worded from the spec's fields and what the trials stored. About 65 lines because it
+    is that list of paragraphs in order; the longer ones already have a function each.
     """
     spec = exp.spec
     paras = []

@@ -104,6 +104,9 @@ def critical_figure(exp: Experiment, recs: Sequence[Recommendation],
 
     ``predicted``: a predicted critical batch size per series name (:attr:`Recommendation.name`), e.g. the
     gradient noise scale B_simple; drawn as a dotted line beside the fit's B_crit where given.
+
+    One function (about 75 lines): each series' points, its perfect-scaling line, its fit and its prediction share
+    one colour and one pair of log axes, and the caption says what was drawn; matplotlib's calls are most of it.
     """
     del exp  # the recommendations carry every number; kept for the figures' common signature
     title = "Steps to the target against batch size, and the critical batch size"

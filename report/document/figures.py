@@ -301,7 +301,10 @@ def _ring(ax: Any, x: float, y: float, colour: str) -> None:
 
 def recommendation_figure(exp: Experiment, recs: Sequence[Recommendation]) -> FigureResult:
     """The first page's answer: time to the target against the batch size per series, the recommendation ringed,
-    sizes that missed the target or diverged marked; beside it the throughput share (the knee, second column)."""
+    sizes that missed the target or diverged marked; beside it the throughput share (the knee, second column).
+
+    One function (about 70 lines) because the two panels share their series colours, batch axis, legend and caption,
+    which depend on whether the left panel is drawn at all; matplotlib's calls are most of the length."""
     title = "The answer: training time to the target accuracy, and throughput"
     usable = [r for r in recs if r.sizes or r.targets]
     if not usable:

@@ -61,7 +61,7 @@ def headline_csv(cell_list: Sequence[Cell]) -> tuple[tuple[str, ...], tuple[tupl
     rows = []
     for c in cell_list:
         row: list[Any] = [c.framework, c.variant, c.batch_size, c.status_text(), c.n, c.n_ok, c.drift_flagged_n,
-                          "/".join(c.cpu_denormals), "/".join(c.arithmetic)]
+                          "/".join(c.cpu_denormals), "/".join(map(str, c.arithmetic))]
         for key in METRICS:
             s = c.get(key)
             row += [s.mean, s.sd, s.n] if s else [None, None, 0]
