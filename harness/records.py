@@ -408,6 +408,9 @@ class MaxBatchResult:
     estimate_step_fixed_mib: float | None = None
     estimate_fixed_cost_mib: float | None = None
     estimate_note: str | None = None
+    #: "estimate" where fit_b_mib_per_sample is the estimate's slope (through the largest fitting size), not a slope
+    #: measured between probes; None: measured
+    fit_source: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> MaxBatchResult:

@@ -135,8 +135,12 @@ def print_result(row: MaxBatchResult, file: Any = None) -> None:
     res = f", resolution {row.resolution}" if row.resolution else ""
     print(f"probes: {row.probes_n} fresh workers, {row.wall_s:.1f} s ({row.strategy}{res})", file=file)
     if row.fit_b_mib_per_sample is not None:
-        print(f"measured memory: {row.fit_a_mib:.0f} MiB + {row.fit_b_mib_per_sample:.3f} MiB "
-              "per sample", file=file)
+        if row.fit_source == "estimate":  # no two probes near the boundary far enough apart for a measured slope
+            print(f"memory line: {row.fit_a_mib:.0f} MiB + {row.fit_b_mib_per_sample:.3f} MiB per sample (the "
+                  "framework's estimated slope through the largest size that fitted)", file=file)
+        else:
+            print(f"measured memory: {row.fit_a_mib:.0f} MiB + {row.fit_b_mib_per_sample:.3f} MiB "
+                  "per sample", file=file)
     err = row.formula_error_pct
     print(f"seed's formula, (budget {row.budget_mib:.0f} - model state "
           f"{row.model_state_mib:.1f} MiB) / "

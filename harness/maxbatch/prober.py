@@ -523,6 +523,7 @@ def estimate_fields(req: MaxBatchRequest, result: SearchResult) -> dict[str, Any
                                if predicted is not None and result.max_batch > 0 else None),
         "estimate_mib_per_sample": est.b_mib_per_sample, "estimate_step_fixed_mib": est.a_mib,
         "estimate_fixed_cost_mib": (measured - est.memory_mib(first)) if measured is not None else None,
+        "fit_source": result.fit_source or None,
         "estimate_note": f"{req.framework}'s estimate at batch {sizes}, fixed cost from the probe at {first}: "
                          f"{result.estimate_note}",
     }

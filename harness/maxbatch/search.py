@@ -188,6 +188,9 @@ class SearchResult:
     estimate: LinearFit | None = None
     predicted_batch: int | None = None
     estimate_note: str = ""
+    #: where ``fit``'s slope came from: "" (the probes' figures) or, where no two probes near the boundary were far
+    #: enough apart, the estimate's slope through the largest fitting size ("estimate")
+    fit_source: str = ""
 
     @property
     def probes_n(self) -> int:
@@ -408,6 +411,12 @@ class _Search:
                 return LinearFit(a_mib=pts[top] - slope * top, b_mib_per_sample=slope)
         return LinearFit(a_mib=pts[top] - self.prior_slope * top, b_mib_per_sample=self.prior_slope)
 
+    def fit_source(self) -> str:
+        """"estimate" where the search's line has the estimate's slope (see :meth:`_estimated_fit`), else ""."""
+        if self.fit is None or self.estimate is None:
+            return ""
+        return "estimate" if self.fit.b_mib_per_sample == self.estimate.b_mib_per_sample else ""
+
     def calibrated_budget(self, fit: LinearFit) -> float:
         """The budget in the fit's terms, made consistent with what the probes showed.
 
@@ -610,7 +619,7 @@ class _Search:
         return SearchResult(strategy=self.s.strategy, max_batch=self.lo, first_fail=fail, probes=tuple(self.probes),
                             fit=self.fit, capped=self.capped, resolution=self.res, spread_mib=spread,
                             spread_samples=samples, note=note, estimate=self.estimate, predicted_batch=self.predicted,
-                            estimate_note=self.estimate_note)
+                            estimate_note=self.estimate_note, fit_source=self.fit_source())
 
 
 def search(probe: ProbeFn, settings: SearchSettings, progress: Progress | None = None) -> SearchResult:

@@ -99,7 +99,7 @@ MAXBATCH_CSV_COLUMNS = (
     "answer_peak_mib", "answer_samples_per_s", "resolution", "cuda_context_mib",
     # issue 41: the boundary predicted from the framework's own estimate, beside the formula's and the measured one
     "estimate_batch", "estimate_error_pct", "estimate_mib_per_sample", "estimate_step_fixed_mib",
-    "estimate_fixed_cost_mib", "estimate_note")
+    "estimate_fixed_cost_mib", "estimate_note", "fit_source")
 
 
 def _g(value: Any, fmt: str = "") -> str:

@@ -52,6 +52,11 @@ def test_a_right_estimate_predicts_the_boundary_and_saves_probes(fake_executor, 
     assert row.estimate_batch == 200 and abs(row.estimate_error_pct or 0.0) <= 1.0
     assert row.estimate_mib_per_sample == pytest.approx(10.0) and row.estimate_fixed_cost_mib == pytest.approx(92.0)
     assert "used: the first size probed near the boundary" in (row.estimate_note or "")
+    if row.fit_source == "estimate":  # the line's slope is the estimate's, and the output does not call it measured
+        assert "memory line: " in printed and "the framework's estimated slope" in printed
+        assert "measured memory:" not in printed
+    else:
+        assert row.fit_source is None and "measured memory:" in printed
     fake_executor()
     assert _maxbatch(tmp_path / "fitted", "--memory-limit-mib", "2100", "--strategy", "fitted") == 0
     fitted = _row(tmp_path / "fitted")
