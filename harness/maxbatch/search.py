@@ -556,11 +556,12 @@ class _Search:
         return LinearFit(a_mib=anchor - slope * first, b_mib_per_sample=slope)
 
     def estimated(self, prior: LinearFit) -> None:
-        """The size the estimate predicts (below it by half a resolution, so that a right estimate fits there), then
-        the guided search with the line the probes measured. Where that size runs out of memory the estimate was
-        low: one probe at ``ESTIMATE_MAX_ERROR`` below it gives the line a second point with a long lever; where that
-        fails too, the estimate is dropped and the search fits its line from small probes (:meth:`fitted`). An
-        estimate changes where the search probes, never what it accepts as the answer."""
+        """The size the estimate predicts, less ``ESTIMATE_HEDGE`` of it (a right or a little-high estimate fits
+        there), then the guided search with a line from probes near the boundary (:meth:`_estimated_fit`). Where that
+        size runs out of memory the estimate was low: one probe at ``ESTIMATE_FALLBACK`` of it gives the line a second
+        point with a long lever; where that fails too, the estimate is dropped and the search fits its line from small
+        probes (:meth:`fitted`: batch 1 then, beside 16). An estimate changes where the search probes, never what it
+        accepts as the answer."""
         self.fit = prior
         self.predicted = prior.predict_batch(self.calibrated_budget(prior))
         target, _ = self._target(prior, 0)
@@ -583,7 +584,7 @@ class _Search:
 
     def fitted(self) -> None:
         """``fitted``: small fit probes, an optional third one, then the guided search."""
-        for batch in sorted(set(self.s.fit_batches)):
+        for batch in sorted(set(self.s.fit_batches)):  # any not probed yet: after model's 16, 1 is a second point
             if batch in self.ok or (self.hi is not None and batch >= self.hi) or batch > self.cap:
                 continue
             if self.run(batch, "fit") == "oom":
