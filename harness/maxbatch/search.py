@@ -61,11 +61,11 @@ ESTIMATE_FALLBACK = ((1.0 - ESTIMATE_MAX_ERROR) * 0.9,)
 #: a secant through batch 1 carries a small batch's own costs to the boundary (8 probes where 5 did)
 ESTIMATE_LEVER = 0.9
 #: the first size probed near the boundary is the estimate's prediction less this fraction of it (and at least half a
-#: resolution): an estimate a little high then still fits there, and the line through what it measured settles the
+#: resolution): a prediction a little too large then still fits, and the line through what it measured settles the
 #: bracket in one or two probes, where a failure there costs a probe far below (ESTIMATE_FALLBACK). Chosen with
 #: benchmarks/maxbatch_sim.py over estimates 0, 2, 5, 20 and 50 % off either way (0: 325 probes over the goal laws,
-#: 0.02: 323, 0.03: 319, 0.05: 311, but 5 where 4 did for a right estimate); PyTorch's tiny_cnn estimate on this CPU
-#: was 1.8 % high
+#: 0.02: 323, 0.03: 319, 0.05: 311; any hedge costs a right estimate one probe, 5 where 4 did); PyTorch's tiny_cnn
+#: prediction on this CPU was 1.8 % too large
 ESTIMATE_HEDGE = 0.03
 NON_MEMORY_FAILURES = ("crashed", "error", "timeout")
 #: a reserved or pool figure this close to a GPU budget (in % of it) is censored: the pool took what it could
