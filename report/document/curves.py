@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import matplotlib.pyplot as plt
-import seaborn as sns
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
@@ -24,7 +23,7 @@ from matplotlib.ticker import FuncFormatter
 from harness.cells import Series
 from report.answer.critical import REGIME_FACTOR
 from report.answer.recommend import Recommendation
-from report.document.figures import FigureResult, _log2_axis, palette, recommendation_lines
+from report.document.figures import FigureResult, _log2_axis, palette, recommendation_lines, themed
 from report.load import Experiment
 
 _PANEL_W, _PANEL_H = 3.5, 2.6
@@ -67,7 +66,7 @@ def learning_curve_figure(exp: Experiment, recs: Sequence[Recommendation]) -> Fi
         return FigureResult(key="learning_curves", title=title, caption="",
                             absent_reason="No learning curve: no trial recorded an evaluation during training "
                                           "(eval_points = 0, eval = false, or a store made before curves).")
-    sns.set_theme(style="whitegrid", context="paper")
+    themed()
     rows, cols = _grid(len(by_series))
     fig, axes = plt.subplots(rows, cols, figsize=(_PANEL_W * cols, _PANEL_H * rows + 0.5), squeeze=False)
     batches = sorted({b for _, lines in by_series for b in lines})
@@ -111,7 +110,7 @@ def critical_figure(exp: Experiment, recs: Sequence[Recommendation],
     if not usable:
         return FigureResult(key="critical_batch", title=title, caption="",
                             absent_reason="No steps-to-target figure: no size reached the target.")
-    sns.set_theme(style="whitegrid", context="paper")
+    themed()
     rows, cols = _grid(len(usable))
     fig, axes = plt.subplots(rows, cols, figsize=(_PANEL_W * cols, _PANEL_H * rows + 0.7), squeeze=False)
     colours = palette([r.name for r in usable], recommendation_lines(usable))

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from harness.cells import Cell
-from report.document.figures import PANEL_H_IN, PANEL_W_IN, FigureResult, palette
+from report.document.figures import PANEL_H_IN, PANEL_W_IN, FigureResult, palette, themed
 from report.load import Experiment
 
 #: panels at most (a portrait page fits three)
@@ -50,6 +50,7 @@ def drift_figure(exp: Experiment, cell_list: Sequence[Cell]) -> FigureResult:
                             absent_reason=f"No step-time figure: no finished trial has {MIN_STEPS} or more "
                                           "post-warm-up steps.")
     colours = palette(exp.frameworks, exp.lines)
+    themed()
     fig, axes = plt.subplots(1, len(batches), figsize=(PANEL_W_IN * max(len(batches), 2), PANEL_H_IN + 0.6),
                              squeeze=False)
     for ax, bs in zip(axes[0], batches, strict=True):
