@@ -45,6 +45,16 @@ def bs(tmp_path: Path, *args: str, timeout: float = 300, as_user: bool = False, 
                           text=True, timeout=timeout, preexec_fn=permissions_apply if as_user else None)
 
 
+def cli(tmp_path: Path, *args: str, as_user: bool = False, cwd: Path = ROOT, behaviour: str | None = None,
+        adapters: str = FAKE_ADAPTERS, extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``batchscope ARGS`` called in the test process, with :func:`bs`'s environment and adapters: for a test of
+    what a command prints, writes or exits with, where the process is not the subject (no signal, no OS limit)."""
+    from tests.helpers.inprocess import cli as in_process
+
+    env = env_for(tmp_path, behaviour, adapters=adapters, extra=extra)
+    return in_process(args, env=env, cwd=cwd, adapters=adapters, as_user=as_user)
+
+
 def interruptible() -> None:
     """``preexec_fn`` for a command a test interrupts: Ctrl-C (SIGINT) back to its default disposition.
 

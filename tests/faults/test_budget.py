@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.helpers import assert_refused, bs, fake_experiment
+from tests.faults.helpers import assert_refused, cli, fake_experiment
 
 
 def _meminfo_mib(key: str) -> float:
@@ -23,7 +23,7 @@ def _meminfo_mib(key: str) -> float:
 
 
 def test_a_budget_above_physical_memory_is_refused(tmp_path: Path) -> None:
-    done = bs(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
+    done = cli(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
               "--memory-limit-mib", "99999999", "--out", str(tmp_path / "mb"))
     assert_refused(done, "--memory-limit-mib 99999999", "MiB of memory")
     assert not (tmp_path / "mb").exists()
@@ -36,7 +36,7 @@ def test_a_budget_above_the_memory_available_now_runs_with_a_note(tmp_path: Path
         pytest.skip(f"this machine has nearly all its memory available ({available:.0f} of {total:.0f} MiB): "
                     "no budget lies between the two")
     limit = int((total + available) / 2)
-    done = bs(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
+    done = cli(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
               "--memory-limit-mib", str(limit), "--out", str(tmp_path / "mb"))
     assert done.returncode == 0, done.stderr
     assert f"--memory-limit-mib {limit} is more than the" in done.stderr and "available now" in done.stderr
@@ -44,12 +44,12 @@ def test_a_budget_above_the_memory_available_now_runs_with_a_note(tmp_path: Path
 
 def test_a_sweeps_max_batch_budget_above_the_machine_is_refused_before_the_sweep(tmp_path: Path) -> None:
     exp = fake_experiment(tmp_path, max_batch=True, memory_limit_mib=99999999)
-    done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
+    done = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
     assert_refused(done, "memory_limit_mib", "MiB of memory")
     assert not (tmp_path / "out").exists()
 
 
 def test_a_budget_the_machine_has_still_runs(tmp_path: Path) -> None:
-    done = bs(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
+    done = cli(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
               "--memory-limit-mib", "1024", "--out", str(tmp_path / "mb"))
     assert done.returncode == 0, done.stderr
