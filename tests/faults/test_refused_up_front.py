@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.faults.helpers import FAKE_ADAPTERS, assert_refused, bs, cli, fake_experiment
+from tests.faults.helpers import FAKE_ADAPTERS, assert_refused, cli, fake_experiment
 
 
 def test_an_interpreter_that_cannot_start_is_refused_before_anything_is_written(tmp_path: Path) -> None:
@@ -18,7 +18,7 @@ def test_an_interpreter_that_cannot_start_is_refused_before_anything_is_written(
     bad_python.chmod(0o755)  # executable, so the file passes the first check; exec fails: Exec format error
     exp = fake_experiment(tmp_path, frameworks=["fake", "fake2"], batch_sizes=[4])
     exp.write_text(exp.read_text() + f'\n[adapters.fake]\npython = "{bad_python}"\n')
-    done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
+    done = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
     assert_refused(done, "fake cannot run in", str(bad_python), "Exec format error")
     assert not (tmp_path / "out").exists()
 
