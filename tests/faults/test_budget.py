@@ -13,6 +13,10 @@ import pytest
 
 from tests.faults.helpers import assert_refused, cli, fake_experiment
 
+#: a search that is not refused runs to its end; these tests ask only that it is not refused, so a short one: a cap
+#: on the size and a short settling run (each of the search's probes is a worker process of its own)
+SHORT = ("--max-batch-cap", "16", "--settle-steps", "2")
+
 
 def _meminfo_mib(key: str) -> float:
     with open("/proc/meminfo") as f:
@@ -37,7 +41,7 @@ def test_a_budget_above_the_memory_available_now_runs_with_a_note(tmp_path: Path
                     "no budget lies between the two")
     limit = int((total + available) / 2)
     done = cli(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
-              "--memory-limit-mib", str(limit), "--out", str(tmp_path / "mb"))
+              "--memory-limit-mib", str(limit), *SHORT, "--out", str(tmp_path / "mb"))
     assert done.returncode == 0, done.stderr
     assert f"--memory-limit-mib {limit} is more than the" in done.stderr and "available now" in done.stderr
 
@@ -51,5 +55,5 @@ def test_a_sweeps_max_batch_budget_above_the_machine_is_refused_before_the_sweep
 
 def test_a_budget_the_machine_has_still_runs(tmp_path: Path) -> None:
     done = cli(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
-              "--memory-limit-mib", "1024", "--out", str(tmp_path / "mb"))
+              "--memory-limit-mib", "1024", *SHORT, "--out", str(tmp_path / "mb"))
     assert done.returncode == 0, done.stderr

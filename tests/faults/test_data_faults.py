@@ -175,6 +175,7 @@ def _nothing_left(tmp_path: Path) -> None:
     assert not prepared.exists() or not any(prepared.iterdir()), list(prepared.iterdir())
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("case", sorted(NPZ_CASES))
 def test_a_malformed_npz_is_refused_naming_the_problem(tmp_path: Path, case: str) -> None:
     build, words = NPZ_CASES[case]
@@ -193,6 +194,7 @@ def test_a_malformed_npz_is_refused_naming_the_problem(tmp_path: Path, case: str
 
 
 # ---------------------------------------------------------------- cifar10 --data-dir
+@pytest.mark.process
 def test_a_cifar_batch_file_far_too_large_is_refused_before_it_is_read(tmp_path: Path) -> None:
     """An extracted folder whose batch is 4 GiB (sparse): read whole, it would exhaust the parent's memory."""
     folder = tmp_path / "cifar-10-batches-py"
@@ -289,6 +291,7 @@ def test_a_read_only_cache_is_refused_naming_it_and_the_variable(tmp_path: Path)
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.process
 def test_a_preparation_killed_outright_leaves_nothing_the_next_run_keeps(tmp_path: Path) -> None:
     """SIGKILL cannot be caught: the next preparation removes what a dead one left (its PID is in the name)."""
     exp = fake_experiment(tmp_path)

@@ -123,6 +123,7 @@ def test_a_worker_log_that_does_not_fit_stops_the_sweep_saying_so_and_resume_fin
     assert _cells(out) == [(4, 0), (8, 0), (16, 0)]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("leave_kib", [0, 148], ids=["refused-up-front", "full-while-writing"])
 def test_a_prepared_data_copy_that_does_not_fit_is_removed_and_nothing_is_written(tmp_path: Path, disk: Path,
                                                                                  leave_kib: int) -> None:

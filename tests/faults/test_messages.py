@@ -44,6 +44,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.process
 def test_an_unreachable_ray_address_is_refused_in_seconds(tmp_path: Path) -> None:
     pytest.importorskip("ray", reason="Ray is optional (batchscope[cluster]) and not installed here")
     address = f"127.0.0.1:{_free_port()}"  # nothing listens there

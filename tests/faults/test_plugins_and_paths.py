@@ -55,6 +55,7 @@ def test_report_onto_a_directory_named_pdf_is_refused_before_drawing(tmp_path: P
     assert not (tmp_path / "figures").exists()  # refused before figures were drawn beside it
 
 
+@pytest.mark.process
 def test_an_output_directory_removed_mid_run_is_reported_with_its_path(tmp_path: Path) -> None:
     """The store's directory disappears between two trials: exit 2 with the path, not a traceback."""
     import shutil
@@ -77,6 +78,7 @@ def test_an_output_directory_removed_mid_run_is_reported_with_its_path(tmp_path:
     assert proc.returncode == 2 and str(out) in err, err
 
 
+@pytest.mark.process
 def test_a_full_disk_is_reported_with_the_path_and_finished_trials_kept(tmp_path: Path) -> None:
     """RLIMIT_FSIZE on the command (100 KiB) fails writes past it with EFBIG, as a full disk would.
 

@@ -238,6 +238,7 @@ def test_a_store_locked_by_a_writers_transaction_is_read_once_it_commits(tmp_pat
         holder.wait(timeout=60)
 
 
+@pytest.mark.process
 def test_every_reading_verb_reads_a_store_while_a_sweep_writes_it(tmp_path: Path) -> None:
     out = tmp_path / "out"
     exp = fake_experiment(tmp_path, batch_sizes=[4, 64], timeout_s=600)

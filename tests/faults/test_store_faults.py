@@ -80,6 +80,7 @@ def test_resume_with_the_same_settings_still_finishes_the_sweep(tmp_path: Path) 
     assert sorted((r["batch_size"], r["repeat"]) for r in rows(out)) == [(4, 0), (4, 1), (8, 0), (8, 1)]
 
 
+@pytest.mark.process
 def test_a_second_run_into_the_same_directory_is_refused_while_the_first_runs(tmp_path: Path) -> None:
     out = tmp_path / "out"
     exp = fake_experiment(tmp_path, batch_sizes=[4, 64], timeout_s=600)
@@ -97,6 +98,7 @@ def test_a_second_run_into_the_same_directory_is_refused_while_the_first_runs(tm
     assert gone_within(workers) == []
 
 
+@pytest.mark.process
 def test_the_lock_dies_with_its_holder(tmp_path: Path) -> None:
     """A run killed outright leaves no stale lock: the next run into the directory goes ahead."""
     out = tmp_path / "out"

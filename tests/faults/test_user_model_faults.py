@@ -46,6 +46,7 @@ def _model(cwd: Path, name: str, body: str) -> str:
     return f"{name}:net"
 
 
+@pytest.mark.process
 @pytest.mark.alone  # a model that prints 160 MB must end inside the 3 s limit: seen over it beside other tests
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_misbehaving_model_function_is_refused_and_bounded(tmp_path: Path, case: str) -> None:
