@@ -34,13 +34,10 @@ VERBS: dict[str, tuple[list[str], str]] = {
 
 
 @pytest.fixture(scope="module")
-def good_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished fake run (two batch sizes, two repeats) to copy and damage."""
-    tmp = tmp_path_factory.mktemp("good")
-    exp = fake_experiment(tmp, batch_sizes=[4, 8], repeats=2)
-    done = cli(tmp, "run", str(exp), "--out", str(tmp / "out"))
-    assert done.returncode == 0, done.stderr
-    return tmp / "out" / STORE
+def good_store(finished_fake_store: Path) -> Path:
+    """A finished fake run (two batch sizes, two repeats) to copy and damage (tests/faults/conftest.py)."""
+    assert finished_fake_store.name == STORE
+    return finished_fake_store
 
 
 def _read_only(path: Path) -> None:

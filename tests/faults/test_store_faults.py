@@ -33,13 +33,9 @@ BREAKS = {"text-file": _text_file, "truncated": _truncated, "directory": _direct
 
 
 @pytest.fixture(scope="module")
-def good_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished fake run (two batch sizes, some samples) to copy and break."""
-    tmp = tmp_path_factory.mktemp("good")
-    exp = fake_experiment(tmp, batch_sizes=[4, 8], repeats=2)
-    done = cli(tmp, "run", str(exp), "--out", str(tmp / "out"))
-    assert done.returncode == 0, done.stderr
-    return tmp
+def good_store(finished_fake_store: Path) -> Path:
+    """A finished fake run (two batch sizes, some samples) to copy and break (tests/faults/conftest.py)."""
+    return finished_fake_store.parent.parent
 
 
 @pytest.mark.parametrize("command", ["compare", "export", "run-resume"])
