@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.cells import ACCURACY, DRIFT_READINGS, METRICS, Cell, Stat
-from report.aggregate import linear_fit
+from harness.numbers import linear_fit
 from report.load import Experiment
 
 MEMORY_VIEWS = ("framework_peak_mib", "proc_gpu_mem_peak_mib", "gpu_mem_used_peak_mib", "rss_peak_mib")

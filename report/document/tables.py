@@ -1,6 +1,6 @@
 """The report's tables, each in two forms: formatted text for the PDF and raw numbers for its CSV.
 
-Both forms come from the same cells (see :mod:`report.aggregate`), so the CSV beside the PDF is the
+Both forms come from the same cells (see :mod:`harness.cells`), so the CSV beside the PDF is the
 table the reader sees, with full precision and the spread and count of every value.
 """
 
