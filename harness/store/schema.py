@@ -1,8 +1,8 @@
 """The results store's schema: every table's columns, most derived from the records they store (a field of
 :class:`~harness.records.WorkerMetrics`, :class:`~harness.records.CurvePoint` or :class:`~harness.noise.NoiseRecord`
 is a column, named and typed by its annotation), the SQL that creates them, and how a trial's outcome fills a row
-(:func:`outcome_row`). :mod:`harness.store.db` reads and
-writes them; every name here is importable from there too."""
+(:func:`outcome_row`). :mod:`harness.store.db` reads and writes them; the package (:mod:`harness.store`) exports
+the names code reading the store uses."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from harness.records import TrialOutcome, TrialUnit, WorkerMetrics
 from harness.run.executor import LocalExecutor
 from harness.run.protocol import SetupFacts
 from harness.run.worker.trial import math_mode_env
-from harness.store.db import outcome_row
+from harness.store.schema import outcome_row
 from tests.conftest import make_trial
 from tests.fakes.adapter import FAKE_GPU_ENV, FAKE_MATH_ENV, FakeAdapter
 from tests.helpers.cli import bs, write
