@@ -62,12 +62,15 @@ from adapters.records import (  # their home; plugins import them from here
     RuntimeConfig as RuntimeConfig,
 )
 from adapters.records import (
+    SetupFacts as SetupFacts,
+)
+from adapters.records import (
     is_generic_oom as is_generic_oom,
 )
 from harness.config.precision import DESCRIPTIONS, PRECISIONS, Worded, set_setting, setting
 from harness.config.trial import OptimizerSpec  # re-exported: plugins import it from here
 from harness.errors import AdapterError, ConfigError
-from harness.models import LAYER_TYPES, Layer, ModelDescription
+from harness.models.description import LAYER_TYPES, Layer, ModelDescription
 
 __all__ = [
     "API_VERSION", "CAPABILITIES", "Adapter", "Capability", "CompileStats", "EvalResult", "GpuBuild", "LayerSite",
@@ -264,8 +267,11 @@ class Adapter(ABC):
         """Versions of the framework and its runtime pieces (CUDA, cuDNN where known)."""
 
     @abstractmethod
-    def setup(self, runtime: RuntimeConfig) -> dict[str, Any]:
-        """Initialise the framework on the device; return facts about it (device name, memory mode...)."""
+    def setup(self, runtime: RuntimeConfig) -> SetupFacts | Mapping[str, Any]:
+        """Initialise the framework on the device; return facts about it: a :class:`SetupFacts` (device, GPU name,
+        the CPU's denormal mode, the math mode read back as ``math_mode_seen``; anything framework-specific in
+        ``extra``). The flat mapping adapters returned before 0.9 is still read, its ``math_mode`` as the read-back.
+        """
 
     def build(self, model: ModelDescription, weights: Sequence[np.ndarray], optimizer: OptimizerSpec) -> None:
         """Build ``model`` with exactly ``weights`` (layouts of :mod:`harness.models`) and the optimizer.

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.errors import AdapterError, ConfigError
-from harness.models import Layer, ModelDescription, layer_output_shape
+from harness.models.description import Layer, ModelDescription, layer_output_shape
 
 #: The optimizer names every adapter must build, and the hook each one calls (see ``Adapter.make_optimizer``).
 OPTIMIZER_HOOKS = {"sgd": "make_sgd", "adam": "make_adam"}

@@ -5,7 +5,7 @@ path plugins use."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 
@@ -34,6 +34,58 @@ class RuntimeConfig:
     #: :func:`adapters.gpumem.hinted_context`); None: not measured yet. An adapter that measures its own context
     #: once it exists (PyTorch) ignores it
     context_hint_mib: float | None = None
+
+
+@dataclass(frozen=True)
+class SetupFacts:
+    """What an adapter's ``setup()`` reported about where it runs (``adapters.base.Adapter.setup`` returns one).
+
+    The facts every adapter may give are fields; framework-specific ones (PyTorch's ``cuda_alloc_conf``, a memory
+    mode) stay in ``extra``. :meth:`to_dict` is the flat mapping stored as the trial's ``device_json``.
+    """
+
+    device: str | None = None  # where the trial ran, as the framework names it ("cpu", "cuda:0", "gpu(0)")
+    gpu_name: str | None = None
+    gpu_total_mib: float | None = None
+    cpu_denormals: str | None = None  # flush | keep | unknown, where the adapter tells
+    #: what float32 convolutions and matmuls compute in, read back from the framework (harness.config.precision
+    #: MATH_MODES_SEEN: ieee | tf32 | conv-tf32 | matmul-tf32 | n/a | unknown); None: the adapter does not tell.
+    #: What was asked for is the trial's ``math_mode``.
+    math_mode_seen: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, info: SetupFacts | Mapping[str, Any] | None) -> SetupFacts:
+        """What ``setup()`` returned: a record, or (a plugin written before 0.9) the flat mapping, where the read-back
+        math mode was called ``math_mode``."""
+        return info if isinstance(info, SetupFacts) else cls.from_dict(info)
+
+    @classmethod
+    def from_dict(cls, info: Mapping[str, Any] | None) -> SetupFacts:
+        """From the flat mapping (:meth:`to_dict`'s, or an older adapter's with ``math_mode`` for the read-back)."""
+        info = dict(info or {})
+        if "math_mode" in info and "math_mode_seen" not in info:
+            info["math_mode_seen"] = info.pop("math_mode")
+        known = {f.name for f in fields(cls)} - {"extra"}
+        return cls(**{k: info.pop(k) for k in list(info) if k in known}, extra=info)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The flat mapping: the known facts that are set, and the extra ones."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        return {**{k: v for k, v in out.items() if v is not None}, **self.extra}
+
+    def with_extra(self, **extra: Any) -> SetupFacts:
+        """These facts with more framework-specific ones."""
+        return replace(self, extra={**self.extra, **extra})
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether setup put the trial on a GPU: the adapter's math-mode read-back says so (``n/a``: not on one);
+        for an adapter that does not read one back, a GPU name or a device called cuda/gpu/rocm."""
+        if self.math_mode_seen is not None:
+            return self.math_mode_seen != "n/a"
+        device = str(self.device or "").lower()
+        return bool(self.gpu_name) or any(word in device for word in ("cuda", "gpu", "rocm"))
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from harness.monitor.fields import FIELDS, SHOWN_COLUMNS
 
@@ -195,6 +195,22 @@ class Stat:
         return f"{format(self.mean, fmt)} ± {format(self.sd, fmt.lstrip('+'))}"
 
 
+class Arithmetic(NamedTuple):
+    """What a trial computed in: the precision asked for and the math mode its framework read back (``"?"``: a
+    trial stored before math modes were read back). Shown as ``fp32 ieee``, ``bf16 n/a``."""
+
+    precision: str
+    math_mode_seen: str
+
+    def __str__(self) -> str:
+        return f"{self.precision} {self.math_mode_seen}"
+
+    @property
+    def read_back(self) -> bool:
+        """Whether the framework read back a math mode that applies (on a GPU): not ``n/a`` or unknown."""
+        return self.math_mode_seen not in ("n/a", "?")
+
+
 @dataclass(frozen=True)
 class Cell:
     """One framework at one batch size (one variant): its trials' outcome and every metric's statistic."""
@@ -213,7 +229,7 @@ class Cell:
     readings_notes: tuple[str, ...] = ()
     #: the precision asked for and the math mode the framework read back (``fp32 ieee``, ``bf16 n/a``), over the
     #: cell's ok trials; "?" for a trial stored before math modes were read back
-    arithmetic: tuple[str, ...] = ()
+    arithmetic: tuple[Arithmetic, ...] = ()
 
     @property
     def n(self) -> int:
@@ -302,7 +318,8 @@ def _cell(fw: str, bs: int, variant: str, group_rows: Sequence[dict[str, Any]]) 
                                     if t.get("drift_flagged") and t.get("drift_change_pct") is not None),
                 cpu_denormals=tuple(sorted({str(t.get("cpu_denormals")) for t in ok if t.get("cpu_denormals")})),
                 readings_notes=tuple(dict.fromkeys(str(t["readings_note"]) for t in ok if t.get("readings_note"))),
-                arithmetic=tuple(sorted({f"{t.get('precision') or '?'} {t.get('math_mode_seen') or '?'}" for t in ok})))
+                arithmetic=tuple(sorted({Arithmetic(str(t.get("precision") or "?"), str(t.get("math_mode_seen") or "?"))
+                                        for t in ok})))
 
 
 def has_metric(cell_list: Iterable[Cell], metric: str) -> bool:
@@ -343,7 +360,8 @@ def summary_rows(trials: Iterable[dict[str, Any]], frameworks: Sequence[str] = (
                                 "batch_size": cell.batch_size, "status": cell.status_text(), "n": cell.n,
                                 "drift": cell.drift_text() + (f" ({cell.drift_flagged_n}/{cell.n_ok})"
                                                               if cell.drift_flagged_n and cell.n_ok > 1 else ""),
-                                "denormals": "/".join(cell.cpu_denormals), "arithmetic": "/".join(cell.arithmetic)}
+                                "denormals": "/".join(cell.cpu_denormals),
+                                "arithmetic": "/".join(map(str, cell.arithmetic))}
         for key in SUMMARY_METRICS:
             stat = cell.get(key)
             line[key] = stat.text(METRICS[key].fmt) if stat is not None else None

@@ -40,6 +40,7 @@ from adapters.base import (
     OptimizerSpec,
     PrecisionSeen,
     RuntimeConfig,
+    SetupFacts,
     WeightFeed,
     is_generic_oom,
 )
@@ -143,7 +144,7 @@ class JAXAdapter(Adapter):
                 continue
         return out
 
-    def setup(self, runtime: RuntimeConfig) -> dict[str, Any]:
+    def setup(self, runtime: RuntimeConfig) -> SetupFacts:
         self.validate_precision(runtime.precision, runtime.device)  # fp32 everywhere: "auto" decides nothing here
         mode = runtime.options.get("memory_mode", MEMORY_MODES[0])
         if mode not in MEMORY_MODES:
@@ -188,7 +189,7 @@ class JAXAdapter(Adapter):
         self.device = gpus[0] if self.gpu else jax.devices("cpu")[0]
         if self.gpu:  # a CPU trial runs exactly as before math modes (recorded n/a)
             mathmode.apply(jax, runtime.math_mode)
-        info["math_mode"] = mathmode.read(jax, self.device if self.gpu else None)
+        info["math_mode_seen"] = mathmode.read(jax, self.device if self.gpu else None)
         info.update(device=str(self.device), platform=self.device.platform, memory_mode=mode,
                     threads=runtime.threads or len(os.sched_getaffinity(0)))
         if self.gpu:
@@ -196,7 +197,7 @@ class JAXAdapter(Adapter):
             info["gpu_name"] = self.device.device_kind
             if "bytes_limit" in stats:
                 info["xla_bytes_limit_mib"] = stats["bytes_limit"] / MIB
-        return info
+        return SetupFacts.from_dict(info)
 
     def _use_compile_cache(self, directory: str, info: dict[str, Any]) -> None:
         """JAX's persistent compilation cache in ``directory``, for every program however small or quick to compile

@@ -26,6 +26,7 @@ from adapters.base import (
     OptimizerSpec,
     PrecisionSeen,
     RuntimeConfig,
+    SetupFacts,
     WeightFeed,
     check_fits,
     is_generic_oom,
@@ -179,7 +180,7 @@ class MXNetAdapter(Adapter):
             out["mxnet"] = str(import_mxnet().__version__)
         return out
 
-    def setup(self, runtime: RuntimeConfig) -> dict[str, Any]:
+    def setup(self, runtime: RuntimeConfig) -> SetupFacts:
         if runtime.threads and "mxnet" not in sys.modules:
             # MXNet sizes its OpenMP pool and CPU worker threads when it is imported, from these variables.
             os.environ["OMP_NUM_THREADS"] = str(runtime.threads)
@@ -222,12 +223,12 @@ class MXNetAdapter(Adapter):
             "mkldnn": features.is_enabled("MKLDNN"),
             "cpu_denormals": cpu_denormals,
             "python_thread_omp_threads": 1 if omp_told else None,
-            "math_mode": mathmode.read(want_gpu),
+            "math_mode_seen": mathmode.read(want_gpu),
         }
         if want_gpu:
             free, total = mx.context.gpu_memory_info(0)
             info["gpu_total_mib"] = total / MIB
-        return info
+        return SetupFacts.from_dict(info)
 
     # ---- the build template's hooks (Adapter.build walks the layers and calls these) ----------------
 

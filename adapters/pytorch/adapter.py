@@ -25,6 +25,7 @@ from adapters.base import (
     OptimizerSpec,
     PrecisionSeen,
     RuntimeConfig,
+    SetupFacts,
     WeightFeed,
     check_fits,
     is_generic_oom,
@@ -145,7 +146,7 @@ class PyTorchAdapter(Adapter):
             out["cudnn"] = str(torch.backends.cudnn.version())
         return out
 
-    def setup(self, runtime: RuntimeConfig) -> dict[str, Any]:
+    def setup(self, runtime: RuntimeConfig) -> SetupFacts:
         import torch
 
         self.torch = torch
@@ -169,7 +170,7 @@ class PyTorchAdapter(Adapter):
         info.update(self._setup_precision(runtime.precision))
         if self.cuda:  # a CPU trial runs exactly as before math modes (true float32: recorded n/a)
             mathmode.apply(torch, runtime.math_mode)
-        info["math_mode"] = mathmode.read(torch, self.cuda)
+        info["math_mode_seen"] = mathmode.read(torch, self.cuda)
         info.update(self._check_allocator_settings(runtime.options))
         if self.cuda:
             props = torch.cuda.get_device_properties(0)
@@ -177,7 +178,7 @@ class PyTorchAdapter(Adapter):
             info["gpu_total_mib"] = props.total_memory / MIB
             if runtime.memory_limit_mib:
                 info.update(self._cap_memory(float(runtime.memory_limit_mib), props.total_memory / MIB, before_mib))
-        return info
+        return SetupFacts.from_dict(info)
 
     def _cap_memory(self, limit_mib: float, total_mib: float, before_mib: float | None) -> dict[str, Any]:
         """Emulate a card of ``limit_mib``: the caching allocator may hold the card less the CUDA context this worker

@@ -29,6 +29,7 @@ from adapters.base import (
     OptimizerSpec,
     PrecisionSeen,
     RuntimeConfig,
+    SetupFacts,
     check_fits,
     is_generic_oom,
 )
@@ -121,7 +122,7 @@ class TensorFlowAdapter(KerasLayers, Adapter):
                 out[label] = str(build[key])
         return out
 
-    def setup(self, runtime: RuntimeConfig) -> dict[str, Any]:
+    def setup(self, runtime: RuntimeConfig) -> SetupFacts:
         os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # Keras 3 would otherwise obey the user's choice
         import tensorflow as tf
 
@@ -164,7 +165,7 @@ class TensorFlowAdapter(KerasLayers, Adapter):
         info.update(self._setup_precision(runtime.precision))
         if want_gpu:  # a CPU trial runs exactly as before math modes (recorded n/a)
             mathmode.apply(tf, runtime.math_mode)
-        info["math_mode"] = mathmode.read(tf, gpus[0] if want_gpu else None)
+        info["math_mode_seen"] = mathmode.read(tf, gpus[0] if want_gpu else None)
         info.update(
             # TensorFlow's CPU kernels run under port::ScopedFlushDenormal (tensorflow/core/platform/denormal.h):
             # it flushes whatever is asked, and has no Python API to stop it, so "framework-default" flushes too
@@ -174,7 +175,7 @@ class TensorFlowAdapter(KerasLayers, Adapter):
             intra_op_threads=tf.config.threading.get_intra_op_parallelism_threads(),
             inter_op_threads=tf.config.threading.get_inter_op_parallelism_threads(),
         )
-        return info
+        return SetupFacts.from_dict(info)
 
     def _setup_precision(self, precision: str) -> dict[str, Any]:
         """Keras' global dtype policy for ``precision`` on the resolved device, before any layer is built (the

@@ -42,7 +42,12 @@ def _versions(trials: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
 
 
 def render(trials: list[dict[str, Any]], file: Any = None) -> None:
-    """Print the side-by-side table and the findings for ``trials`` (one experiment's rows)."""
+    """Print the side-by-side table and the findings for ``trials`` (one experiment's rows).
+
+    One function (about 65 lines) because it prints one page in reading order (the header's notes, the side-by-side
+    table, the math-mode note, this run's cells, the thesis's findings), each part a few lines over the same sweep
+    rows; cut into helpers, that order would be spread over them.
+    """
     from harness.cli.table import print_table
 
     rows = side_by_side(trials)

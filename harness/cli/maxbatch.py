@@ -49,7 +49,8 @@ def _shape(text: str) -> tuple[int, int, int]:
 
 
 def register(sub: Any) -> None:
-    """Add the ``maxbatch`` subcommand."""
+    """Add the ``maxbatch`` subcommand. Long (about 75 lines) because it is one parser's option list, one
+    declaration per option, read top to bottom as ``--help`` prints it; there is no logic to cut out."""
     from harness.config.experiment import DATA_LAYOUTS, DEVICES, MATH_MODES, OPTIMIZERS, PRECISIONS
     from harness.maxbatch.search import STRATEGIES
 

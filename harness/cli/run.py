@@ -19,17 +19,16 @@ if TYPE_CHECKING:
     from harness.data import PreparedData
     from harness.records import TrialOutcome
     from harness.run.protocol import Message
+    from harness.run.sweep import SweepResult
 
 
 # ---------------------------------------------------------------- run
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.cells import SUMMARY_COLUMNS, SUMMARY_NOTE
+    """``batchscope run``: the experiment with the command line's overrides, run and stored, then summarised."""
     from harness.config.experiment import load_experiment
-    from harness.maxbatch.advice import jitter_advice, train_advice
     from harness.monitor.sampler import monitor_factory_for
     from harness.pipeline import run_experiment
-    from harness.run.sweep import SweepOptions, summarise
-    from harness.store import Store
+    from harness.run.sweep import SweepOptions
 
     exp = load_experiment(args.experiment)
     if args.ray_address:
@@ -66,6 +65,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         options = SweepOptions(resume=args.resume, data_dir=args.data_dir, command=command, monitor_factory=factory,
                                executor=executor)
         result = run_experiment(exp, out, options, _Shown(display))
+    _say_result(result, exp.name, out)
+    return 0
+
+
+def _say_result(result: SweepResult, experiment: str, out: Path) -> None:
+    """What the sweep did beyond its live lines (trials at once, not run, skipped, each max-batch answer), then
+    the stored cells' summary table and where the store is."""
+    from harness.cells import SUMMARY_COLUMNS, SUMMARY_NOTE
+    from harness.maxbatch.advice import jitter_advice, train_advice
+    from harness.run.sweep import summarise
+    from harness.store import Store
+
     if result.peak_in_flight > 1:
         print(f"up to {result.peak_in_flight} trials ran at once (their progress lines interleave)")
     if result.not_run:
@@ -83,12 +94,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     for note in result.maxbatch_notes:
         print(f"max batch {note}")
     with Store.open(out, create=False) as store:
-        rows = summarise(store.trials("experiment = ?", (exp.name,)))
+        rows = summarise(store.trials("experiment = ?", (experiment,)))
     print()
     print_table(rows, SUMMARY_COLUMNS)
     print("\n" + SUMMARY_NOTE)
     print(f"\nstored in {out / 'results.sqlite'}")
-    return 0
 
 
 class _Shown(SweepListener):

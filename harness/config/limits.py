@@ -1,6 +1,6 @@
 """The bounds an experiment's values are checked against (what the store, the OS and the plan can hold) and the
 settling runs' default length: plain numbers, read by :mod:`harness.config.experiment` (which exports them too),
-its checks (:mod:`harness.config.checks`) and the CLI."""
+its checks (in :mod:`harness.config.experiment`) and the CLI."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
@@ -25,8 +25,16 @@ from harness.data.checks import NpyHeader, read_npy_header
 from harness.data.footprint import require_memory
 from harness.errors import DataError
 
-if TYPE_CHECKING:
-    from harness.data.prepared import DataRequest
+
+class NpzRequest(Protocol):
+    """What :func:`load_npz` reads of a data request (``harness.data.prepared.DataRequest`` is one)."""
+
+    @property
+    def name(self) -> str: ...  # "npz:PATH"
+
+    @property
+    def layout(self) -> str: ...  # auto | nchw | nhwc
+
 
 PREFIX = "npz:"
 LAYOUTS = ("auto", "nchw", "nhwc")
@@ -186,7 +194,7 @@ def _declared_classes(arrays: dict[str, np.ndarray], where: str) -> int | None:
     return int(c)
 
 
-def load_npz(req: DataRequest, cache_dir: Path) -> tuple[dict[str, np.ndarray], int]:
+def load_npz(req: NpzRequest, cache_dir: Path) -> tuple[dict[str, np.ndarray], int]:
     """The file's four arrays as NCHW images and int64 labels, and the class count; every check applied."""
     path = check_path(req.name)
     where = str(path)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 
 from harness.config.resolution import Resolution  # its home; imported from here too
 from harness.errors import ConfigError, SearchAborted
+from harness.numbers import linear_fit
 
 STRATEGIES = ("model", "double-bisect")
 NON_MEMORY_FAILURES = ("crashed", "error", "timeout")
@@ -170,11 +171,8 @@ def fit_line(points: dict[int, float]) -> LinearFit | None:
     low = partners[-1]
     slope = (points[top] - points[low]) / (top - low)
     if not slope > 0:  # noise can make a short lever arm flat: fall back to least squares over all
-        n = len(batches)
-        mean_b = sum(batches) / n
-        mean_m = sum(points[b] for b in batches) / n
-        var = sum((b - mean_b) ** 2 for b in batches)
-        slope = sum((b - mean_b) * (points[b] - mean_m) for b in batches) / var if var else 0.0
+        line = linear_fit([(b, points[b]) for b in batches])
+        slope = line.slope if line is not None else 0.0
         if not slope > 0:
             return None
     return LinearFit(a_mib=points[top] - slope * top, b_mib_per_sample=slope)

@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, ClassVar
 
+from adapters.records import SetupFacts
 from harness.config.trial import TrialSpec
 from harness.data import PreparedData
 from harness.errors import ProtocolMismatchError, WorkerProtocolError
@@ -137,36 +138,6 @@ class WorkerRequest:
 
 
 # ------------------------------------------------------------------------------------------------ worker -> parent
-@dataclass(frozen=True)
-class SetupFacts:
-    """What an adapter's ``setup()`` reported about where it runs (``adapters.base.Adapter.setup``).
-
-    The keys every adapter may give are fields; framework-specific ones (PyTorch's ``cuda_alloc_conf``, a memory
-    mode) stay in ``extra``. :meth:`to_dict` is the flat mapping stored as the trial's ``device_json``.
-    """
-
-    device: str | None = None  # "cpu" | "gpu": where the trial ran, resolved by the framework
-    gpu_name: str | None = None
-    gpu_total_mib: float | None = None
-    cpu_denormals: str | None = None  # flush | keep | unknown, where the adapter tells
-    #: what float32 convolutions and matmuls compute in, read back from the framework (harness.config.precision
-    #: MATH_MODES_SEEN: ieee | tf32 | conv-tf32 | matmul-tf32 | n/a | unknown); None: the adapter does not tell
-    math_mode: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_dict(cls, info: Mapping[str, Any] | None) -> SetupFacts:
-        """From the flat mapping ``setup()`` returns (or :meth:`to_dict` gave)."""
-        info = dict(info or {})
-        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        return cls(**{k: info.pop(k) for k in list(info) if k in known}, extra=info)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The flat mapping: the known facts that are set, and the extra ones."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
-        return {**{k: v for k, v in out.items() if v is not None}, **self.extra}
-
-
 @dataclass(frozen=True)
 class Message:
     """One protocol line's record; subclasses name their ``event`` and add their fields."""

@@ -125,6 +125,10 @@ def run_chains(trials: Sequence[TrialSpec], *, submit: Submit, wait: Wait, cance
     ``on_start(trial, attempt)`` is told each start. ``known``: (cell, seconds) of trials finished before (the
     store's earlier runs), for the estimates that order chains when more than one slot is free. Returns what the
     schedule did.
+
+    One function (about 75 lines): the start loop, the two closures that pick the next chain and the cancel on the
+    way out all share the queues, the out-of-memory limits and the running set; as separate functions that state
+    would travel as half a dozen parameters, or become a class with one method.
     """
     free = slots if callable(slots) else (lambda: slots)  # type: ignore[misc]
     # each trial's place in the planner's order, by object (a trial's hash is computed anew at each read: too dear to

@@ -1,7 +1,7 @@
 """The critical batch size as the field measures it (issue 33): each size at its best learning rate, the fit, the
 regimes in words, and the gradient-noise prediction judged against the fit.
 
-Pure: reads store rows (a :class:`report.load.Experiment`) and the recommendations already computed from them.
+Pure: reads store rows (a :class:`report.load.StoredExperiment`) and the recommendations already computed from them.
 
 * **A family** is the series of one framework that differ only by their variant, when the variants are a
   learning-rate grid (``learning_rates``: variants ``lr_<rate>``; ``lr_factors``: ``lr_x<factor>``), or one series
@@ -29,13 +29,11 @@ from harness.noise import NoiseEstimate
 from report.answer import critical
 from report.answer.recommend import Recommendation, noise_estimate, sweep_groups
 from report.answer.target import SizeTarget, seconds_fmt, series_target, size_targets
-from report.load import Experiment
+from report.load import StoredExperiment
 
 #: B_simple and B_crit agree when neither is more than this factor above the other (McCandlish et al. 2018 claim
 #: B_crit ≈ B_simple; a factor of 2 is well inside a fit's uncertainty over a handful of sizes)
 AGREE_FACTOR = 2.0
-#: the variant-name prefix of a learning-rate grid's rates (harness.config.experiment.lr_variant_name)
-LR_PREFIX = "lr_"
 
 
 @dataclass(frozen=True)
@@ -184,20 +182,23 @@ def choose(tried: Sequence[RateTried]) -> RateTried | None:
     return tried[min(ranked)[1]] if ranked else None
 
 
-def is_study(exp: Experiment) -> bool:
+def is_study(exp: StoredExperiment) -> bool:
     """Whether ``exp`` is a critical-batch study: trained to a target, or a learning-rate grid."""
     spec = exp.spec
     return bool(spec.get("train_to_target") or spec.get("learning_rates") or spec.get("lr_factors"))
 
 
-def studies(exp: Experiment, target_accuracy: float | None = None) -> list[CriticalStudy]:
+def studies(exp: StoredExperiment, target_accuracy: float | None = None) -> list[CriticalStudy]:
     """One :class:`CriticalStudy` per family of ``exp`` (empty unless :func:`is_study`)."""
     if not is_study(exp):
         return []
+    # a learning-rate grid's variants are its rates (the experiment allows no named variant beside a grid), each
+    # trial's rate stored in its ``lr``; without a grid, a named variant is compared by its own recommendation
+    grid = bool(exp.spec.get("learning_rates") or exp.spec.get("lr_factors"))
     families: dict[Series, list[Any]] = {}
     for g in sweep_groups(exp):
-        if g.series.variant and not g.series.variant.startswith(LR_PREFIX):
-            continue  # a named variant that is not a rate of the grid: compared by its own recommendation
+        if g.series.variant and not grid:
+            continue
         families.setdefault(dataclasses.replace(g.series, variant=""), []).append(g)
     pct = float(exp.spec.get("target_accuracy") or 0.0) if target_accuracy is None else float(target_accuracy)
     classes = (exp.spec.get("data") or {}).get("classes")

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.cells import ACCURACY, DRIFT_READINGS, METRICS, Cell, Stat
-from report.aggregate import linear_fit
-from report.load import Experiment
+from harness.numbers import linear_fit
+from report.load import StoredExperiment
 
 MEMORY_VIEWS = ("framework_peak_mib", "proc_gpu_mem_peak_mib", "gpu_mem_used_peak_mib", "rss_peak_mib")
 
@@ -114,7 +114,7 @@ def denormals(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Find
 def math_modes(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Finding]:
     """Whether the frameworks computed float32 in different arithmetics on the GPU (TF32 in one, true float32 in
     another), as each read its math mode back: then their speeds measure partly which one turned TF32 on."""
-    by_fw = {fw: sorted({a for c in group for a in c.arithmetic if not a.endswith((" n/a", " ?"))})
+    by_fw = {fw: sorted({str(a) for c in group for a in c.arithmetic if a.read_back})
              for fw, group in _by_framework(cell_list, frameworks).items()}
     by_fw = {fw: arith for fw, arith in by_fw.items() if arith}
     if len({tuple(arith) for arith in by_fw.values()}) < 2:
@@ -214,7 +214,7 @@ def failures(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Findi
     return out
 
 
-def compute(exp: Experiment, cell_list: Sequence[Cell]) -> list[Finding]:
+def compute(exp: StoredExperiment, cell_list: Sequence[Cell]) -> list[Finding]:
     """Every finding computed from one experiment's cells, in reading order."""
     fws = exp.frameworks
     return [*denormals(cell_list, fws), *math_modes(cell_list, fws), *drift(cell_list, fws),

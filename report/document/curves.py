@@ -24,7 +24,7 @@ from harness.cells import Series
 from report.answer.critical import REGIME_FACTOR
 from report.answer.recommend import Recommendation
 from report.document.figures import FigureResult, _log2_axis, palette, recommendation_lines, themed
-from report.load import Experiment
+from report.load import StoredExperiment
 
 _PANEL_W, _PANEL_H = 3.5, 2.6
 
@@ -45,7 +45,7 @@ def _batch_colours(batches: Sequence[int]) -> dict[int, str]:
     return {b: cmap(0.9 * i / max(1, len(batches) - 1)) for i, b in enumerate(batches)}  # type: ignore[misc]
 
 
-def learning_curve_figure(exp: Experiment, recs: Sequence[Recommendation]) -> FigureResult:
+def learning_curve_figure(exp: StoredExperiment, recs: Sequence[Recommendation]) -> FigureResult:
     """Accuracy against training time per series, one line per batch size (every repeat), the target dashed."""
     title = "Learning curves: held-out accuracy against training time"
     series = [r for r in recs if r.series is not None]
@@ -97,12 +97,15 @@ def learning_curve_figure(exp: Experiment, recs: Sequence[Recommendation]) -> Fi
     return FigureResult(key="learning_curves", title=title, caption=caption, figure=fig)
 
 
-def critical_figure(exp: Experiment, recs: Sequence[Recommendation],
+def critical_figure(exp: StoredExperiment, recs: Sequence[Recommendation],
                     predicted: Mapping[str, float] | None = None) -> FigureResult:
     """Steps to target against batch size (log-log) per series: measured, perfect scaling, the B_crit fit.
 
     ``predicted``: a predicted critical batch size per series name (:attr:`Recommendation.name`), e.g. the
     gradient noise scale B_simple; drawn as a dotted line beside the fit's B_crit where given.
+
+    One function (about 75 lines): each series' points, its perfect-scaling line, its fit and its prediction share
+    one colour and one pair of log axes, and the caption says what was drawn; matplotlib's calls are most of it.
     """
     del exp  # the recommendations carry every number; kept for the figures' common signature
     title = "Steps to the target against batch size, and the critical batch size"

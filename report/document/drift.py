@@ -15,7 +15,7 @@ import pandas as pd
 
 from harness.cells import Cell
 from report.document.figures import PANEL_H_IN, PANEL_W_IN, FigureResult, palette, themed
-from report.load import Experiment
+from report.load import StoredExperiment
 
 #: panels at most (a portrait page fits three)
 MAX_PANELS = 3
@@ -29,7 +29,7 @@ def rolling_median(step_ms: Sequence[float]) -> list[float]:
     return list(pd.Series(step_ms, dtype=float).rolling(window, min_periods=1, center=True).median())
 
 
-def _batches(exp: Experiment) -> list[int]:
+def _batches(exp: StoredExperiment) -> list[int]:
     drawn = sorted({int(t["batch_size"]) for t in exp.ok_trials
                     if len(exp.step_times.get(t["trial_hash"], ())) >= MIN_STEPS})
     if len(drawn) <= MAX_PANELS:
@@ -37,7 +37,7 @@ def _batches(exp: Experiment) -> list[int]:
     return [drawn[0], drawn[len(drawn) // 2], drawn[-1]]
 
 
-def drift_figure(exp: Experiment, cell_list: Sequence[Cell]) -> FigureResult:
+def drift_figure(exp: StoredExperiment, cell_list: Sequence[Cell]) -> FigureResult:
     """Rolling median step time over the training per framework, for up to three batch sizes."""
     title = "Step time over the training"
     flagged = [f"{c.framework} at batch {c.batch_size} ({c.drift_text()}, {c.drift_flagged_n} of {c.n_ok} trials: "

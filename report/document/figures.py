@@ -38,7 +38,7 @@ from harness.cells import (
 from harness.monitor.fields import FIELDS, Shown, shown_in
 from report.answer.recommend import Recommendation
 from report.document.context import had_gpu
-from report.load import Experiment
+from report.load import StoredExperiment
 
 #: fixed framework colours (colour-blind safe), so a framework looks the same in every figure
 FRAMEWORK_COLOURS = {"pytorch": "#D55E00", "tensorflow": "#E69F00", "mxnet": "#0072B2", "jax": "#009E73"}
@@ -105,7 +105,7 @@ def recommendation_lines(recs: Sequence[Recommendation]) -> dict[str, Series]:
     return {r.name: r.series for r in recs if r.series is not None}
 
 
-def trial_frame(exp: Experiment) -> pd.DataFrame:
+def trial_frame(exp: StoredExperiment) -> pd.DataFrame:
     """One row per finished trial with every metric (accuracy in %)."""
     rows = []
     for t in exp.ok_trials:
@@ -187,7 +187,7 @@ def _reference_for(reference: Sequence[dict[str, Any]], metric: str) -> list[dic
     return [r for r in reference if wanted and r.get("metric") == wanted and r.get("value") is not None]
 
 
-def metric_figure(exp: Experiment, frame: pd.DataFrame, cell_list: Sequence[Cell], *, key: str, title: str,
+def metric_figure(exp: StoredExperiment, frame: pd.DataFrame, cell_list: Sequence[Cell], *, key: str, title: str,
                   caption: str, metrics: Sequence[str], absent: dict[str, str],
                   reference: Sequence[dict[str, Any]] = (), log_y: bool = False) -> FigureResult:
     """A figure with one panel per metric that has data; ``absent`` gives each metric's why-not sentence."""
@@ -231,7 +231,7 @@ def _sampler_absent(place: Shown, gpu_absent: Callable[[str], str]) -> dict[str,
     return out
 
 
-def build_figures(exp: Experiment, cell_list: Sequence[Cell], reference: Sequence[dict[str, Any]] = (),
+def build_figures(exp: StoredExperiment, cell_list: Sequence[Cell], reference: Sequence[dict[str, Any]] = (),
                   ) -> list[FigureResult]:
     """Every figure of one experiment, in report order (open matplotlib figures: close them when saved).
 
@@ -309,9 +309,12 @@ def _ring(ax: Any, x: float, y: float, colour: str) -> None:
             markeredgewidth=2.0, linestyle="none", zorder=6)
 
 
-def recommendation_figure(exp: Experiment, recs: Sequence[Recommendation]) -> FigureResult:
+def recommendation_figure(exp: StoredExperiment, recs: Sequence[Recommendation]) -> FigureResult:
     """The first page's answer: time to the target against the batch size per series, the recommendation ringed,
-    sizes that missed the target or diverged marked; beside it the throughput share (the knee, second column)."""
+    sizes that missed the target or diverged marked; beside it the throughput share (the knee, second column).
+
+    One function (about 70 lines) because the two panels share their series colours, batch axis, legend and caption,
+    which depend on whether the left panel is drawn at all; matplotlib's calls are most of the length."""
     title = "The answer: training time to the target accuracy, and throughput"
     usable = [r for r in recs if r.sizes or r.targets]
     if not usable:

@@ -93,7 +93,7 @@ def test_setup_makes_the_framework_itself_flush_or_keep_denormals(framework, mod
     module, _, cls = _ADAPTERS[framework].partition(":")
     code = (f"from {module} import {cls}\nfrom adapters.base import RuntimeConfig\n"
             f"info = {cls}().setup(RuntimeConfig(device='cpu', threads=2, denormals={mode!r}))\n"
-            "print(info['cpu_denormals'])\n" + _DENORMAL_PROBE[framework])
+            "print(info.cpu_denormals)\n" + _DENORMAL_PROBE[framework])
     done = subprocess.run([python_for(framework), "-c", code], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]

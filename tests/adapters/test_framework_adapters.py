@@ -86,7 +86,7 @@ def test_tensorflow_step_is_traced_once_for_every_batch_size():
         from adapters.tensorflow import TensorFlowAdapter
         from harness.models import build_description, init_weights
         a = TensorFlowAdapter()
-        facts = a.setup(RuntimeConfig(device="cpu", threads=1, options={"memory_mode": "preallocate"}))
+        facts = a.setup(RuntimeConfig(device="cpu", threads=1, options={"memory_mode": "preallocate"})).to_dict()
         d = build_description("osu_cnn", (1, 8, 8), 3)
         a.build(d, init_weights(d, 0), OptimizerSpec())
         rng = np.random.default_rng(0)
@@ -136,7 +136,7 @@ def test_mxnet_patch_stays_in_the_worker_and_threads_are_applied():
         versions = a.versions()
         import sys
         before = "mxnet" in sys.modules
-        facts = a.setup(RuntimeConfig(device="cpu", threads=1))
+        facts = a.setup(RuntimeConfig(device="cpu", threads=1)).to_dict()
         print(json.dumps({"versions": versions, "imported_before_setup": before, "facts": facts,
                           "omp": os.environ.get("OMP_NUM_THREADS"), "mem": a.memory_stats().source}))
     """)

@@ -38,7 +38,7 @@ def test_a_short_last_batch_compiles_in_prepare_batch_not_in_the_step():
         from harness.models import build_description, init_weights
 
         a = JAXAdapter()
-        facts = a.setup(RuntimeConfig(device="cpu", threads=1))
+        facts = a.setup(RuntimeConfig(device="cpu", threads=1)).to_dict()
         d = build_description("tiny_cnn", (1, 8, 8), 3)
         a.build(d, init_weights(d, 0), OptimizerSpec(name="sgd", lr=0.01, momentum=0.9))
         rng = np.random.default_rng(0)

@@ -167,7 +167,7 @@ def gpu_worker(monkeypatch):
 
     def start(gpu_error: str | None = None, **runtime: Any) -> dict[str, Any]:
         monkeypatch.setitem(sys.modules, "jax", fake_jax(seen, gpu_error))
-        seen["info"] = JAXAdapter().setup(RuntimeConfig(device="gpu", **runtime))
+        seen["info"] = JAXAdapter().setup(RuntimeConfig(device="gpu", **runtime)).to_dict()
         return seen
 
     return start

@@ -194,7 +194,7 @@ def test_each_framework_reads_back_n_a_on_the_cpu(framework):
     module, _, cls = adapter_target(framework).partition(":")
     code = (f"from {module} import {cls}\nfrom adapters.base import RuntimeConfig\n"
             f"info = {cls}().setup(RuntimeConfig(device='cpu', threads=1, math_mode='ieee'))\n"
-            "print(info['math_mode'])\n")
+            "print(info.math_mode_seen)\n")
     done = subprocess.run([python_for(framework), "-c", code], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -46,7 +46,7 @@ weights = init_weights(desc, 0)
 out = {{}}
 for precision in {order!r}:  # in one process: bf16 first, so a policy that leaked into fp32 would show
     a = adapter_class(FW)()
-    info = a.setup(RuntimeConfig(device="cpu", threads=1, precision=precision))
+    info = a.setup(RuntimeConfig(device="cpu", threads=1, precision=precision)).to_dict()
     a.build(desc, weights, OptimizerSpec(name="sgd", lr=0.01))
     first = a.evaluate(x, y, 32).loss  # the forward pass at the initial weights, in the precision asked for
     for _ in range(5):

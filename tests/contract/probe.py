@@ -24,13 +24,13 @@ import resource
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from adapters.base import Adapter, OptimizerSpec, RuntimeConfig, capabilities
+from adapters.base import Adapter, OptimizerSpec, RuntimeConfig, SetupFacts, capabilities
 from harness.models import BatchNorm, build_description, init_weights
 from tests.contract.checks import (
     BY_NAME,
@@ -114,8 +114,10 @@ class Probe:
         # times (a program compiled once is read back, never run differently), and the probes of one test session
         # share it (JAX: 100 s of compiling without it, issue 30)
         cache = str(self.out.parent / COMPILE_CACHE) if self.out is not None else None
-        return {"facts": self.adapter.setup(RuntimeConfig(device="cpu", threads=1, math_mode="ieee",
-                                                          compile_cache_dir=cache))}
+        got = self.adapter.setup(RuntimeConfig(device="cpu", threads=1, math_mode="ieee", compile_cache_dir=cache))
+        # a record, or the flat mapping of an adapter written before 0.9: the worker reads either
+        return {"facts": SetupFacts.of(got).to_dict(), "returned": type(got).__name__,
+                "record_or_mapping": isinstance(got, (SetupFacts, Mapping))}
 
     def _build(self, model: str, shape: tuple[int, int, int], classes: int, optimizer: OptimizerSpec = SGD) -> Any:
         desc = build_description(model, shape, classes)

@@ -50,10 +50,13 @@ def test_versions_are_reported(adapter_name, probe):
 
 def test_setup_returns_device_facts(adapter_name, probe):
     facts = probe(adapter_name).check("setup")["facts"]
+    checked = probe(adapter_name).check("setup")
+    facts = checked["facts"]
+    assert checked["record_or_mapping"], f"setup() returned a {checked['returned']}: a SetupFacts, or a mapping"
     assert isinstance(facts, dict) and "device" in facts, facts
     cls = adapter_class(adapter_name) if ":" not in adapter_name else None
     if cls is not None and "math_modes" in capabilities(cls):  # the capability: the mode read back, n/a on the CPU
-        assert facts.get("math_mode") == "n/a", facts
+        assert facts.get("math_mode_seen") == "n/a", facts
 
 
 @pytest.mark.parametrize("model", [m[0] for m in MODELS])

@@ -3,6 +3,7 @@ target among those that reached it without diverging, recomputed here with plain
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 
 from harness.config.trial import OptimizerSpec
@@ -104,3 +105,21 @@ def test_recommend_prints_and_json_carries_the_study(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "critical batch size, fake: steps to 90.0% at each size's best learning rate" in out
     assert "batch 8: 15 steps, 15.0 s at lr 0.01" in out and "time to target: batch 128" in out
+
+
+def test_a_variant_named_like_a_rate_is_not_read_as_one_of_a_grid(tmp_path):
+    """Issue 39: a study without a learning-rate grid whose user named a variant ``lr_warm`` keeps it out of the
+    study (compared by its own recommendation), as any other named variant; it was taken for a grid rate by its
+    name. The grid's rates are the experiment's ``learning_rates``, and each trial's rate its stored ``lr``."""
+    with Store.open(tmp_path) as store:
+        run = store.begin_run("test", {"name": "test", "frameworks": ["fake"], "epochs": 5, "train_to_target": True,
+                                       "target_accuracy": TARGET_PCT}, "", {})
+        for (batch, lr), (status, accs) in RUNS.items():
+            if lr in (0.01, 0.1):  # 0.01: the plain series; 0.1: a named variant, "lr_warm", with other results
+                out = _outcome(batch, lr, status, accs)
+                out.trial = dataclasses.replace(out.trial, variant="" if lr == 0.01 else "lr_warm")
+                store.write_trial(out, run, {})
+    (exp,) = load(tmp_path).experiments
+    (study,) = studies(exp)
+    assert {r.variant for s in study.sizes for r in s.tried} == {""}, [s.tried for s in study.sizes]
+    assert {s.batch_size: s.chosen.lr for s in study.sizes if s.chosen} == {8: 0.01, 32: 0.01, 128: 0.01}

@@ -15,7 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from adapters.base import Adapter, MemoryStats, OptimizerSpec, PrecisionSeen, RuntimeConfig, is_generic_oom
+from adapters.base import (
+    Adapter,
+    MemoryStats,
+    OptimizerSpec,
+    PrecisionSeen,
+    RuntimeConfig,
+    SetupFacts,
+    is_generic_oom,
+)
 from harness.config.precision import COMPUTE_DTYPES
 from harness.models import ModelDescription
 
@@ -100,7 +108,7 @@ class FakeAdapter(Adapter):
     def versions(self) -> dict[str, str]:
         return {"numpy": np.__version__}
 
-    def setup(self, runtime: RuntimeConfig) -> dict[str, Any]:
+    def setup(self, runtime: RuntimeConfig) -> SetupFacts:
         self.behaviour = runtime.options.get("behaviour", "ok")
         if self.behaviour == "ok":  # the default: a test may steer it from the environment
             self.behaviour = os.environ.get(BEHAVIOUR_ENV, "ok")
@@ -111,11 +119,11 @@ class FakeAdapter(Adapter):
         gpu = os.environ.get(FAKE_GPU_ENV)
         asked = "tf32" if runtime.math_mode == "framework-default" else runtime.math_mode
         info: dict[str, Any] = {"device": "cuda:0", "gpu_name": gpu} if gpu else {"device": "cpu"}
-        info["math_mode"] = os.environ.get(FAKE_MATH_ENV) or (asked if gpu else "n/a")
+        info["math_mode_seen"] = os.environ.get(FAKE_MATH_ENV) or (asked if gpu else "n/a")
         info["tf32_override"] = os.environ.get("NVIDIA_TF32_OVERRIDE")  # what the worker left for cuBLAS/cuDNN
         if self.behaviour == "keeps_denormals":  # an adapter that undoes the worker's FTZ/DAZ, as some might
             info["cpu_denormals"] = "keep"
-        return info
+        return SetupFacts.from_dict(info)
 
     def build(self, model: ModelDescription, weights: Sequence[np.ndarray], optimizer: OptimizerSpec) -> None:
         self.classes = model.classes

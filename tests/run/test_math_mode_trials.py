@@ -14,8 +14,8 @@ from harness.gpu_peaks import refuse_tf32_without_units
 from harness.records import TrialOutcome, TrialUnit, WorkerMetrics
 from harness.run.executor import LocalExecutor
 from harness.run.protocol import SetupFacts
-from harness.run.worker.trial import math_mode_env, on_gpu
-from harness.store.db import outcome_row
+from harness.run.worker.trial import math_mode_env
+from harness.store.schema import outcome_row
 from tests.conftest import make_trial
 from tests.fakes.adapter import FAKE_GPU_ENV, FAKE_MATH_ENV, FakeAdapter
 from tests.helpers.cli import cli, write
@@ -73,10 +73,14 @@ def test_the_worker_environment_and_where_it_ran():
     assert env == {"NVIDIA_TF32_OVERRIDE": "0"}
     math_mode_env("tf32", env)
     assert env == {}
-    assert on_gpu(SetupFacts(device="cpu", math_mode="n/a")) is False
-    assert on_gpu(SetupFacts(device="cuda:0", math_mode="ieee")) is True
-    assert on_gpu(SetupFacts(device="gpu(0)")) is True and on_gpu(SetupFacts(device="/CPU:0")) is False
-    assert on_gpu(SetupFacts(device="x", gpu_name="Tesla T4")) is True
+    assert SetupFacts(device="cpu", math_mode_seen="n/a").on_gpu is False
+    assert SetupFacts(device="cuda:0", math_mode_seen="ieee").on_gpu is True
+    assert SetupFacts(device="gpu(0)").on_gpu is True and SetupFacts(device="/CPU:0").on_gpu is False
+    assert SetupFacts(device="x", gpu_name="Tesla T4").on_gpu is True
+    # a plugin written before 0.9 returns the flat mapping, where the read-back was called math_mode
+    old = SetupFacts.of({"device": "cuda:0", "math_mode": "tf32", "mode": "growth"})
+    assert old.math_mode_seen == "tf32" and old.extra == {"mode": "growth"} and old.on_gpu is True
+    assert SetupFacts.of(old) is old and SetupFacts.from_dict(old.to_dict()) == old
 
 
 def test_the_math_mode_is_part_of_the_trial_identity_and_old_trials_keep_theirs():

@@ -3,6 +3,8 @@ measured by the sampler as a window of its own (fake adapter, fake clock: no GPU
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -109,7 +111,7 @@ class GpuFake(FakeAdapter):
     """The fake adapter, saying it runs on a GPU (the steady phase's condition)."""
 
     def setup(self, runtime):  # type: ignore[no-untyped-def]
-        return {**super().setup(runtime), "device": "cuda:0", "gpu_name": "Fake GPU"}
+        return dataclasses.replace(super().setup(runtime), device="cuda:0", gpu_name="Fake GPU", math_mode_seen="ieee")
 
 
 def test_a_worker_on_a_gpu_runs_the_steady_phase_after_the_final_evaluation_off_the_headline(tiny_data, tmp_path):

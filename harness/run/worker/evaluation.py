@@ -30,6 +30,7 @@ from harness.noise import NoiseRecord
 from harness.numbers import finite_or_none
 from harness.records import CurvePoint
 from harness.run.worker.noise import measure_noise
+from harness.run.worker.point import PointContext
 
 
 def eval_steps(total_steps: int, points_n: int) -> list[int]:
@@ -38,22 +39,6 @@ def eval_steps(total_steps: int, points_n: int) -> list[int]:
     points_n = min(points_n, max(total_steps - 1, 0))  # no more points than steps inside the training
     spread = {round(i * total_steps / (points_n + 1)) for i in range(1, points_n + 1)}
     return sorted(s for s in spread if 0 < s < total_steps)
-
-
-@dataclass(frozen=True)
-class PointContext:
-    """What a measurement at an evaluation point sees: the trial, the adapter with its weights as trained so far,
-    where in the training the point is, and the training data (read-only) with its per-epoch order."""
-
-    point: int  # 0-based, in training order
-    step: int  # optimizer updates done
-    samples_seen: int
-    final: bool  # the evaluation at the end of the training
-    trial: TrialSpec
-    adapter: Adapter
-    x_train: np.ndarray
-    y_train: np.ndarray
-    order: np.ndarray  # (epochs, n_train) sample indices: each epoch's order (harness.data.PreparedData.write_order)
 
 
 def non_finite_weights(adapter: Adapter) -> str | None:

@@ -13,16 +13,13 @@ vectors of the model's size on the host.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from harness.data.augment import Augmenter
 from harness.noise import B_SMALL_MAX, BIG_FACTOR, NoiseRecord
 from harness.numbers import finite_or_none
-
-if TYPE_CHECKING:  # evaluation.py calls this module: no import cycle at run time
-    from harness.run.worker.evaluation import PointContext
+from harness.run.worker.point import PointContext
 
 #: mixed into the point's random generator, so that the measurement's batches are not the training's order
 _STREAM = 0x6E6F697365  # "noise"

@@ -25,16 +25,11 @@ from harness.run.worker.prefetch import with_next
 from harness.run.worker.steps import StepRunner, batch_indices
 
 
-def on_gpu(facts: SetupFacts) -> bool:
-    """Whether the adapter's setup says the trial runs on a GPU."""
-    return bool(facts.gpu_name)
-
-
 def run_steady(runner: StepRunner, order: np.ndarray, steady_s: float, facts: SetupFacts, first_step: int,
                announce: Callable[[str], None], clock: Callable[[], float] = time.perf_counter) -> int:
     """Run training steps for ``steady_s`` seconds in the announced ``steady`` phase (on a GPU only); returns how
     many ran (0 where none did). ``first_step`` numbers the first one (augmentation draws per step's epoch)."""
-    if steady_s <= 0 or not on_gpu(facts):
+    if steady_s <= 0 or not facts.on_gpu:
         return 0
     announce(STEADY_PHASE)
     deadline = clock() + steady_s

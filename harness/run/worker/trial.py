@@ -90,15 +90,6 @@ def math_mode_env(math_mode: str, environ: MutableMapping[str, str]) -> None:
         environ.pop(TF32_OVERRIDE_VAR, None)
 
 
-def on_gpu(facts: SetupFacts) -> bool:
-    """Whether the adapter's setup put the trial on a GPU: its own math-mode report says so (``n/a``: not on one);
-    for an adapter that does not report one, a GPU name or a device called cuda/gpu."""
-    if facts.math_mode is not None:
-        return facts.math_mode != "n/a"
-    device = str(facts.device or "").lower()
-    return bool(facts.gpu_name) or any(word in device for word in ("cuda", "gpu", "rocm"))
-
-
 def _precision_seen(trial: TrialSpec, adapter: Adapter) -> PrecisionSeen | None:
     """What the training forward pass computed in, as the adapter observed it; refuses a precision that did
     not run (harness.config.precision.check_observed), so no such trial is stored as if it had."""
@@ -127,7 +118,7 @@ class SetUp:
 
     facts: SetupFacts
     cpu_denormals: str
-    math_mode: str  # what the framework computes float32 convolutions and matmuls in (MATH_MODES_SEEN)
+    math_mode_seen: str  # what the framework computes float32 convolutions and matmuls in (MATH_MODES_SEEN)
     desc: ModelDescription | None  # None for a framework's native model
     model_info: dict[str, Any]
     arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # x_train, y_train, x_test, y_test
@@ -139,13 +130,13 @@ def set_up(request: WorkerRequest, adapter: Adapter) -> SetUp:
     """The setup phase: the framework on its device, the data, the model with its initial weights."""
     trial, data = request.trial, request.data
     t_setup = time.perf_counter()
-    facts = SetupFacts.from_dict(adapter.setup(RuntimeConfig(
+    facts = SetupFacts.of(adapter.setup(RuntimeConfig(
         device=trial.run_device, threads=trial.threads or None, options=dict(trial.adapter_options),
         memory_limit_mib=trial.memory_limit_mib or None, precision=trial.precision, denormals=trial.denormals,
         math_mode=trial.math_mode, compile_cache_dir=str(compile_cache_dir()) if trial.compile_cache else None,
         context_hint_mib=trial.context_hint_mib or None)))
     cpu_denormals = _cpu_denormals(trial, facts)
-    math_mode = check_math_mode(trial.math_mode, trial.framework, facts.math_mode, on_gpu(facts))
+    math_mode_seen = check_math_mode(trial.math_mode, trial.framework, facts.math_mode_seen, facts.on_gpu)
     arrays = data.load()
     desc: ModelDescription | None = None
     if is_native_model(trial.model):  # the framework's own model: no description, no shared weights
@@ -160,8 +151,8 @@ def set_up(request: WorkerRequest, adapter: Adapter) -> SetUp:
         adapter.build(desc, init_weights(desc, trial.seed), trial.optimizer)
         model_info = desc.to_dict()
     order = np.load(request.order_path, mmap_mode="r")
-    return SetUp(facts=facts, cpu_denormals=cpu_denormals, math_mode=math_mode, desc=desc, model_info=model_info,
-                 arrays=arrays, order=order, setup_s=time.perf_counter() - t_setup)
+    return SetUp(facts=facts, cpu_denormals=cpu_denormals, math_mode_seen=math_mode_seen, desc=desc,
+                 model_info=model_info, arrays=arrays, order=order, setup_s=time.perf_counter() - t_setup)
 
 
 def _metrics(trial: TrialSpec, setup: SetUp, plan: StepPlan, trained: Trained, runner: StepRunner, n_train: int,
@@ -177,7 +168,7 @@ def _metrics(trial: TrialSpec, setup: SetUp, plan: StepPlan, trained: Trained, r
         epochs_done=trained.samples_seen / n_train if trial.epochs else 0.0,
         data_s=trained.data_s, prefetch=runner.prefetcher is not None, prefetch_device=runner.device_ahead,
         setup_s=setup.setup_s, train_s=trained.train_s, cpu_denormals=setup.cpu_denormals,
-        math_mode_seen=setup.math_mode,
+        math_mode_seen=setup.math_mode_seen,
         compute_dtype=seen.compute_dtype if seen else None, loss_scale=seen.loss_scale if seen else None,
         framework_peak_mib=mem.peak_mib, framework_peak_source=mem.source,
         framework_reserved_mib=mem.reserved_mib, cuda_context_mib=getattr(mem, "context_mib", None),
