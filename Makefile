@@ -45,10 +45,12 @@ test: envs
 test-durations: envs
 	$(BIN)/python -m pytest $(XDIST) --update-durations
 
-# the tests that start no framework, for the edit-test loop (CI runs `make test`). The frameworks are blocked
-# (tests/fakes/no_frameworks), so a test that starts one without the `slow` marker fails here, saying so.
+# the tests that start no framework and no process of batchscope's, for the edit-test loop (CI runs `make test`):
+# commands are called in the test process (tests/helpers/inprocess.py). The frameworks are blocked
+# (tests/fakes/no_frameworks), so a test that starts one without the `slow` marker fails here, saying so; one that
+# starts batchscope in a process of its own without the `process` marker fails too (tests/helpers/processes.py).
 test-fast: $(STAMP)
-	PYTHONPATH=tests/fakes/no_frameworks $(BIN)/python -m pytest $(XDIST) -m 'not slow'
+	BATCHSCOPE_TEST_FAST=1 PYTHONPATH=tests/fakes/no_frameworks $(BIN)/python -m pytest $(XDIST) -m 'not slow and not process'
 
 lint: $(STAMP)
 	$(BIN)/ruff check harness adapters report tests benchmarks

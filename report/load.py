@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,8 +37,9 @@ def parse_json(text: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class Experiment:
-    """One experiment's rows: its runs (invocations) and its trials, in store order."""
+class StoredExperiment:
+    """One experiment as the store holds it: its runs (invocations) and its trials, in store order (the
+    experiment's definition, read from its file, is :class:`harness.config.experiment.Experiment`)."""
 
     name: str
     runs: tuple[dict[str, Any], ...]
@@ -121,7 +123,7 @@ class ReportInput:
 
     source_dir: Path
     store_path: Path
-    experiments: tuple[Experiment, ...]
+    experiments: tuple[StoredExperiment, ...]
     has_maxbatch_table: bool = False
 
     @property
@@ -172,7 +174,7 @@ def load(source_dir: str | Path) -> ReportInput:
             names.append(name)
     experiments = []
     for name in names:
-        exp = Experiment(
+        exp = StoredExperiment(
             name=name,
             runs=tuple(r for r in runs if (r.get("experiment") or "") == name),
             trials=tuple(t for t in trials if (t.get("experiment") or "") == name),
@@ -188,3 +190,13 @@ def load(source_dir: str | Path) -> ReportInput:
             experiments.append(exp)
     return ReportInput(source_dir=source_dir, store_path=path, experiments=tuple(experiments),
                        has_maxbatch_table=has_maxbatch)
+
+
+def __getattr__(name: str) -> Any:
+    """``report.load.Experiment``, this class's name before 0.9 (one name per class: the experiment file's is
+    ``harness.config.experiment.Experiment``), still found, with a warning."""
+    if name == "Experiment":
+        warnings.warn("report.load.Experiment is now report.load.StoredExperiment; import it by that name",
+                      DeprecationWarning, stacklevel=2)
+        return StoredExperiment
+    raise AttributeError(f"module 'report.load' has no attribute {name!r}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _the_running_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The test running now, for :func:`tests.helpers.processes.check_may_start`."""
+    from tests.helpers.processes import RUNNING
+
+    RUNNING.append(request.node)
+    yield
+    RUNNING.remove(request.node)
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("cache")
@@ -109,6 +120,13 @@ def make_trial(framework: str = "fake", batch_size: int = 4, **kw: object) -> Tr
         device="cpu", threads=1, timeout_s=60.0, eval=True, eval_batch_size=32)
     base.update(kw)
     return TrialSpec(**base)  # type: ignore[arg-type]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # here, not in pyproject.toml: a change there rebuilds every checkout's .venv (the Makefile's stamp)
+    config.addinivalue_line("markers", "process: its subject is a process of batchscope's own (a signal, a kill, a "
+                                       "broken pipe, an OS limit, two commands racing); `make test-fast` leaves these "
+                                       "out (tests/helpers/processes.py)")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

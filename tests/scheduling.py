@@ -16,7 +16,20 @@ busy. Three rules, none a list of tests:
   an exclusive lock that every ``slow`` test takes shared, so while one runs, the other worker runs only tests
   that start no framework. Code that measures inside a session fixture takes it with :func:`alone_section`.
 
-Without xdist (``make test-fast``, a plain ``pytest``) none of this applies: the lock is a no-op.
+Without xdist (a plain ``pytest``) none of this applies: the lock is a no-op.
+
+**The groups, and the session fixture each shares** (issue 42: an expensive real run once per worker, however many
+tests read it; :mod:`tests.helpers.shared` counts each run and fails a second one in the same worker, and a test of
+each group checks the count):
+
+* ``contract``: ``probe`` and ``failing_step_probe`` (tests/contract/conftest.py), one probe per adapter, read by
+  tests/contract/test_contract.py and test_legacy_plugin.py; checked by ``test_the_probe_ran_once_in_this_worker``.
+* ``real_search``: ``real_search`` (tests/maxbatch/conftest.py), PyTorch's real max-batch search under 400 MiB,
+  read by the boundary and strategy tests of tests/maxbatch/test_maxbatch.py; checked by
+  ``test_the_shared_real_search_ran_once_in_this_worker``.
+* ``framework_sweep``: ``framework_sweep`` (tests/run/conftest.py), each framework's three real trials (evaluation
+  points off and on, prefetch off and on), read by tests/run/test_eval_points_frameworks.py and
+  test_prefetch_frameworks.py; checked by ``test_the_shared_sweep_ran_once_in_this_worker``.
 """
 
 from __future__ import annotations

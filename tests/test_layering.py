@@ -74,7 +74,7 @@ LAYERS = (
                        "the worker sets the CPU's denormal mode before the adapter loads its framework"))),
     Layer(MAXBATCH, ("harness.maxbatch",), (*BELOW_DATA, DATA, ENVS, MONITOR, STORE, RUN)),
     Layer(PIPELINE, ("harness.pipeline",), (*BELOW_DATA, DATA, ENVS, MONITOR, STORE, RUN, MAXBATCH)),
-    Layer(REPORT_INPUT, ("report", "report.load", "report.aggregate"), (*BELOW_DATA, STORE)),
+    Layer(REPORT_INPUT, ("report", "report.load"), (*BELOW_DATA, STORE)),
     Layer(ANSWER, ("report.answer",), (*BELOW_DATA, STORE, REPORT_INPUT)),
     Layer(DOCUMENT, ("report.document",), (*BELOW_DATA, STORE, REPORT_INPUT, ANSWER),
           exceptions=(("report.document.tables", "harness.maxbatch.advice",

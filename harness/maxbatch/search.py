@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 
 from harness.config.resolution import Resolution  # its home; imported from here too
 from harness.errors import ConfigError, SearchAborted
+from harness.numbers import linear_fit
 
 STRATEGIES = ("model", "fitted", "double-bisect")
 #: after the size an estimate predicted ran out of memory, the next probe takes the estimate to have been up to this
@@ -218,27 +219,20 @@ def fit_line(points: dict[int, float]) -> LinearFit | None:
     low = partners[-1]
     slope = (points[top] - points[low]) / (top - low)
     if not slope > 0:  # noise can make a short lever arm flat: fall back to least squares over all
-        n = len(batches)
-        mean_b = sum(batches) / n
-        mean_m = sum(points[b] for b in batches) / n
-        var = sum((b - mean_b) ** 2 for b in batches)
-        slope = sum((b - mean_b) * (points[b] - mean_m) for b in batches) / var if var else 0.0
+        line = linear_fit([(b, points[b]) for b in batches])
+        slope = line.slope if line is not None else 0.0
         if not slope > 0:
             return None
     return LinearFit(a_mib=points[top] - slope * top, b_mib_per_sample=slope)
 
 
 def estimate_line(points: tuple[tuple[int, float], ...]) -> LinearFit | None:
-    """The framework's estimate as memory(batch) = a + b·batch through its sizes (least squares over more than two);
-    None with fewer than two sizes or a slope that is not positive."""
-    est = dict(points)
-    if len(est) < 2:
+    """The framework's estimate as memory(batch) = a + b·batch through its sizes (least squares over more than two,
+    :func:`harness.numbers.linear_fit`); None with fewer than two sizes or a slope that is not positive."""
+    line = linear_fit(list(points))
+    if line is None or not line.slope > 0:
         return None
-    slope = _overall_slope(est)
-    if slope is None:
-        return None
-    mean_b, mean_m = sum(est) / len(est), sum(est.values()) / len(est)
-    return LinearFit(a_mib=mean_m - slope * mean_b, b_mib_per_sample=slope)
+    return LinearFit(a_mib=line.intercept, b_mib_per_sample=line.slope)
 
 
 def _overall_slope(points: dict[int, float]) -> float | None:

@@ -1,18 +1,16 @@
 """The results store: one SQLite file per output directory (:mod:`harness.store.db`) and its export."""
 
-from harness.store.db import (
+from harness.store.db import SAMPLE_COLUMNS, Store, store_path
+from harness.store.schema import (
     CURVE_COLUMN_NAMES,
     CURVE_COLUMNS,
     MAXBATCH_COLUMN_NAMES,
     MAXBATCH_COLUMNS,
-    SAMPLE_COLUMNS,
     SCHEMA_VERSION,
     STORE_NAME,
     TRIAL_COLUMN_NAMES,
     TRIAL_COLUMNS,
-    Store,
     outcome_row,
-    store_path,
 )
 
 __all__ = ["CURVE_COLUMNS", "CURVE_COLUMN_NAMES", "MAXBATCH_COLUMNS",

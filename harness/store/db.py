@@ -34,61 +34,20 @@ from harness.errors import BatchscopeError, OutputError, StoreError
 from harness.monitor.fields import SAMPLE_COLUMNS
 from harness.records import UNFINISHED_STATUSES, MaxBatchResult, TrialOutcome
 from harness.store.schema import (
-    _SCHEMA as _SCHEMA,
-)
-from harness.store.schema import (
-    _SQL_TYPES as _SQL_TYPES,
-)
-from harness.store.schema import (
-    BUSY_TIMEOUT_S as BUSY_TIMEOUT_S,
-)
-from harness.store.schema import (
-    CURVE_COLUMN_NAMES as CURVE_COLUMN_NAMES,
-)
-from harness.store.schema import (
-    CURVE_COLUMNS as CURVE_COLUMNS,
-)
-from harness.store.schema import (
-    MAXBATCH_COLUMN_NAMES as MAXBATCH_COLUMN_NAMES,
-)
-from harness.store.schema import (
-    MAXBATCH_COLUMNS as MAXBATCH_COLUMNS,
-)
-from harness.store.schema import (
-    METRIC_COLUMNS as METRIC_COLUMNS,
-)
-from harness.store.schema import (
-    NOISE_COLUMN_NAMES as NOISE_COLUMN_NAMES,
-)
-from harness.store.schema import (
-    NOISE_COLUMNS as NOISE_COLUMNS,
-)
-from harness.store.schema import (
-    PLACEMENT_COLUMNS as PLACEMENT_COLUMNS,
-)
-from harness.store.schema import (
-    RERUN_ON_RESUME as RERUN_ON_RESUME,
-)
-from harness.store.schema import (
-    SCHEMA_VERSION as SCHEMA_VERSION,
-)
-from harness.store.schema import (
-    STORE_NAME as STORE_NAME,
-)
-from harness.store.schema import (
-    TRIAL_COLUMN_NAMES as TRIAL_COLUMN_NAMES,
-)
-from harness.store.schema import (
-    TRIAL_COLUMNS as TRIAL_COLUMNS,
-)
-from harness.store.schema import (  # the schema's home; its names are read from here too
-    outcome_row as outcome_row,
-)
-from harness.store.schema import (
-    record_columns as record_columns,
-)
-from harness.store.schema import (
-    sql_type as sql_type,
+    _SCHEMA,
+    BUSY_TIMEOUT_S,
+    CURVE_COLUMN_NAMES,
+    CURVE_COLUMNS,
+    MAXBATCH_COLUMN_NAMES,
+    MAXBATCH_COLUMNS,
+    NOISE_COLUMN_NAMES,
+    NOISE_COLUMNS,
+    RERUN_ON_RESUME,
+    SCHEMA_VERSION,
+    STORE_NAME,
+    TRIAL_COLUMN_NAMES,
+    TRIAL_COLUMNS,
+    outcome_row,
 )
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 from harness.diskfull import KEPT_AGAIN, says_disk_full
 from harness.errors import ConfigError
 from harness.store import MAXBATCH_COLUMN_NAMES, SAMPLE_COLUMNS, TRIAL_COLUMN_NAMES, Store
-from harness.store.db import CURVE_COLUMN_NAMES, NOISE_COLUMN_NAMES, writable_dir
+from harness.store.db import writable_dir
+from harness.store.schema import CURVE_COLUMN_NAMES, NOISE_COLUMN_NAMES
 
 #: every table a store holds (the schema version in ``meta`` is not data)
 TABLES = ("runs", "trials", "step_times", "samples", "maxbatch", "curve", "gradient_noise")

@@ -1,8 +1,8 @@
 """The results store's schema: every table's columns, most derived from the records they store (a field of
 :class:`~harness.records.WorkerMetrics`, :class:`~harness.records.CurvePoint` or :class:`~harness.noise.NoiseRecord`
 is a column, named and typed by its annotation), the SQL that creates them, and how a trial's outcome fills a row
-(:func:`outcome_row`). :mod:`harness.store.db` reads and
-writes them; every name here is importable from there too."""
+(:func:`outcome_row`). :mod:`harness.store.db` reads and writes them; the package (:mod:`harness.store`) exports
+the names code reading the store uses."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import json
 import types
 import typing
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from harness.flops import mfu
@@ -59,41 +60,79 @@ METRIC_COLUMNS: tuple[tuple[str, str], ...] = record_columns(WorkerMetrics)
 #: device_index, concurrent_n, attempt); NULL in rows stored before
 PLACEMENT_COLUMNS: tuple[tuple[str, str], ...] = record_columns(Placement)
 
-#: trials columns: (name, SQL type). Units are in the names; *_json columns hold JSON text. The trial's identity
-#: and settings (from its TrialSpec) and how it ended come first, then the worker's measurements, then the
-#: sampler's; a store made before a column existed gains it, empty, when opened.
+@dataclass(frozen=True)
+class TrialHead:
+    """A trials row's own columns (the rest are a :class:`~harness.records.WorkerMetrics`'s, the sampler's field
+    table's and a :class:`~harness.records.Placement`'s): the trial's identity and settings (from its TrialSpec),
+    how it ended, what the parent derived from the measurements, and where the worker ran. One column per field,
+    named and typed by it; units are in the names; ``*_json`` fields hold JSON text. NULL in a store made before a
+    column existed (it gains the column, empty, when opened)."""
+
+    trial_hash: str
+    run_id: int
+    experiment: str
+    purpose: str  # sweep | probe | settle | verify
+    framework: str
+    model: str
+    dataset: str
+    batch_size: int
+    repeat: int
+    seed: int
+    status: str
+    reason: str
+    epochs: int
+    lr: float
+    optimizer: str
+    elapsed_s: float
+    param_count: int | None
+    device: str | None  # the framework's own name for where it ran ("cuda:0", "cpu(0)"); run_device what it was told
+    precision: str
+    denormals: str  # asked for; what the CPU did is the worker's cpu_denormals (flush | keep | unknown)
+    #: issue 29: the math mode asked for (ieee | tf32 | framework-default; what ran is the worker's math_mode_seen)
+    math_mode: str
+    #: MFU against the dense peak of the arithmetic that ran, that peak, or why no MFU is published (harness.flops)
+    mfu_pct: float | None
+    mfu_peak_tflops: float | None
+    mfu_note: str | None
+    rss_peak_mib: float | None  # the higher of the worker's maxrss and the sampler's peak
+    #: the timed phase's device energy per training sample, and the steady phase's (issue 29, after the final
+    #: evaluation); a timed step is one optimizer update of effective_batch_size samples
+    j_per_sample: float | None
+    steady_j_per_sample: float | None
+    sample_interval_ms: float | None  # the sampler's: its interval, its samples, those in the timed phase
+    samples_n: int | None
+    timed_samples_n: int | None
+    exit_code: int | None
+    stderr_tail: str
+    traceback: str
+    versions_json: str  # the framework, numpy and python the worker imported; CUDA and cuDNN where present
+    env_json: str
+    device_json: str  # the adapter's setup facts (adapters.base.SetupFacts.to_dict)
+    spec_json: str
+    monitor_json: str
+    started_at: str
+    finished_at: str
+    variant: str  # study settings (issue 14): "" without variants
+    augment: str
+    accumulate_steps: int
+    effective_batch_size: int
+    #: issue 29: the device the trial was told to use (cpu | gpu: device = "auto" resolved per framework in the
+    #: parent; auto: unresolved, the framework picked)
+    run_device: str
+    #: issue 38: the interpreter the worker ran in and its environment (managed <framework>-<kind>@<lock hash>, user,
+    #: parent)
+    python: str | None
+    environment: str | None
+
+
+#: trials columns: (name, SQL type): the row's own (:class:`TrialHead`), then the worker's measurements, the
+#: sampler's aggregates (from the field table, harness/monitor/fields.py: means over the timed phase, except where
+#: the name says peak), and where it ran (issue 23); every one derived from its record or table
 TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("trial_hash", "TEXT PRIMARY KEY"), ("run_id", "INTEGER"), ("experiment", "TEXT"), ("purpose", "TEXT"),
-    ("framework", "TEXT"), ("model", "TEXT"), ("dataset", "TEXT"), ("batch_size", "INTEGER"),
-    ("repeat", "INTEGER"), ("seed", "INTEGER"), ("status", "TEXT"), ("reason", "TEXT"),
-    ("denormals", "TEXT"),  # asked for; what the CPU did is the worker's cpu_denormals (flush | keep | unknown)
-    ("mfu_pct", "REAL"), ("rss_peak_mib", "REAL"),  # the higher of the worker's maxrss and the sampler's peak
-    ("epochs", "INTEGER"), ("lr", "REAL"), ("optimizer", "TEXT"), ("elapsed_s", "REAL"),
-    ("param_count", "INTEGER"), ("device", "TEXT"), ("precision", "TEXT"),
-    # issue 29: the math mode asked for (ieee | tf32 | framework-default; what ran is the worker's math_mode_seen), and
-    # the dense peak mfu_pct divides by, or why no MFU is published (harness.flops.mfu). NULL in rows stored before.
-    ("math_mode", "TEXT"), ("mfu_peak_tflops", "REAL"), ("mfu_note", "TEXT"),
+    ("trial_hash", "TEXT PRIMARY KEY"), *record_columns(TrialHead)[1:],
     *METRIC_COLUMNS,
-    # sampler aggregates, from the field table (harness/monitor/fields.py): means over the timed phase, except
-    # where the name says peak; NULL where not measured
-    *(c for c in SAMPLER_TRIAL_COLUMNS if c[0] != "rss_peak_mib"), ("j_per_sample", "REAL"),
-    ("steady_j_per_sample", "REAL"),  # the steady phase's energy per sample, after the final evaluation (issue 29)
-    ("sample_interval_ms", "REAL"), ("samples_n", "INTEGER"),
-    ("timed_samples_n", "INTEGER"),
-    ("exit_code", "INTEGER"), ("stderr_tail", "TEXT"), ("traceback", "TEXT"),
-    ("versions_json", "TEXT"), ("env_json", "TEXT"), ("device_json", "TEXT"), ("spec_json", "TEXT"),
-    ("monitor_json", "TEXT"), ("started_at", "TEXT"), ("finished_at", "TEXT"),
-    # study settings (issue 14): variant is "" without variants
-    ("variant", "TEXT"), ("augment", "TEXT"), ("accumulate_steps", "INTEGER"), ("effective_batch_size", "INTEGER"),
-    # issue 23: where it ran
+    *(c for c in SAMPLER_TRIAL_COLUMNS if c[0] != "rss_peak_mib"),  # rss_peak_mib is the head's (the higher)
     *PLACEMENT_COLUMNS,
-    # issue 29: the device the trial was told to use (cpu | gpu: device = "auto" resolved per framework in the
-    # parent; auto: unresolved, the framework picked); ``device`` above is the framework's own name for it
-    ("run_device", "TEXT"),
-    # issue 38: the interpreter the worker ran in and its environment (managed <framework>-<kind>@<lock hash>, user,
-    # parent); the versions it imported are in versions_json (the framework, numpy, python; CUDA and cuDNN where
-    # present). NULL in rows stored before.
-    ("python", "TEXT"), ("environment", "TEXT"),
 )
 TRIAL_COLUMN_NAMES = tuple(name for name, _ in TRIAL_COLUMNS)
 #: statuses ``--resume`` runs again besides the unfinished ones (see :meth:`Store.finished_hashes`)
@@ -139,28 +178,27 @@ def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> d
     m = outcome.metrics.to_dict() if outcome.metrics is not None else {}
     mon = outcome.monitor.aggregates
     rss = [v for v in (m.get("maxrss_mib"), mon.get("rss_peak_mib")) if v is not None]
-    row: dict[str, Any] = {
-        "trial_hash": t.trial_hash, "run_id": run_id, "experiment": t.experiment, "purpose": t.purpose,
-        "framework": t.framework, "model": t.model, "dataset": t.dataset, "batch_size": t.batch_size,
-        "repeat": t.repeat, "seed": t.seed, "status": outcome.status, "reason": outcome.reason,
-        "epochs": t.epochs, "lr": t.optimizer.lr, "optimizer": t.optimizer.name,
-        "elapsed_s": outcome.elapsed_s, "param_count": outcome.param_count,
-        "device": outcome.device.get("device"), "run_device": t.run_device, "precision": t.precision,
-        "denormals": t.denormals, "math_mode": t.math_mode, **_mfu_columns(outcome, m),
-        "rss_peak_mib": max(rss) if rss else None,
-        "variant": t.variant, "augment": t.augment, "accumulate_steps": t.accumulate_steps,
-        "effective_batch_size": t.effective_batch_size,
-        # a timed step is one optimizer update of effective_batch_size samples
-        "j_per_sample": _j_per_sample(mon.get("energy_j"), t.effective_batch_size, outcome.phase_steps.get("timed")),
-        "steady_j_per_sample": _j_per_sample(mon.get("steady_energy_j"), t.effective_batch_size,
-                                             outcome.phase_steps.get("steady")),
-        "exit_code": outcome.exit_code, "stderr_tail": outcome.stderr_tail, "traceback": outcome.traceback,
-        "versions_json": json.dumps(outcome.versions), "env_json": json.dumps(dict(env), default=str),
-        "device_json": json.dumps(outcome.device, default=str), "spec_json": json.dumps(t.to_dict(), default=str),
-        "monitor_json": json.dumps(outcome.monitor.summary(), default=str),
-        "started_at": outcome.started_at, "finished_at": outcome.finished_at,
-        "python": outcome.python or None, "environment": outcome.environment or None,
-    }
+    head = TrialHead(
+        trial_hash=t.trial_hash, run_id=run_id, experiment=t.experiment, purpose=t.purpose, framework=t.framework,
+        model=t.model, dataset=t.dataset, batch_size=t.batch_size, repeat=t.repeat, seed=t.seed,
+        status=outcome.status, reason=outcome.reason, epochs=t.epochs, lr=t.optimizer.lr,
+        optimizer=t.optimizer.name, elapsed_s=outcome.elapsed_s, param_count=outcome.param_count,
+        device=outcome.device.get("device"), precision=t.precision, denormals=t.denormals, math_mode=t.math_mode,
+        **_mfu_columns(outcome, m), rss_peak_mib=max(rss) if rss else None,
+        j_per_sample=_j_per_sample(mon.get("energy_j"), t.effective_batch_size, outcome.phase_steps.get("timed")),
+        steady_j_per_sample=_j_per_sample(mon.get("steady_energy_j"), t.effective_batch_size,
+                                          outcome.phase_steps.get("steady")),
+        sample_interval_ms=mon.get("sample_interval_ms"), samples_n=mon.get("samples_n"),
+        timed_samples_n=mon.get("timed_samples_n"),
+        exit_code=outcome.exit_code, stderr_tail=outcome.stderr_tail, traceback=outcome.traceback,
+        versions_json=json.dumps(outcome.versions), env_json=json.dumps(dict(env), default=str),
+        device_json=json.dumps(outcome.device, default=str), spec_json=json.dumps(t.to_dict(), default=str),
+        monitor_json=json.dumps(outcome.monitor.summary(), default=str),
+        started_at=outcome.started_at, finished_at=outcome.finished_at,
+        variant=t.variant, augment=t.augment, accumulate_steps=t.accumulate_steps,
+        effective_batch_size=t.effective_batch_size, run_device=t.run_device,
+        python=outcome.python or None, environment=outcome.environment or None)
+    row: dict[str, Any] = dataclasses.asdict(head)
     row |= outcome.placement.to_dict()  # where it ran: its own columns
     for name in TRIAL_COLUMN_NAMES:  # the worker's measurements (METRIC_COLUMNS), then the sampler's
         if name not in row:

@@ -1,4 +1,4 @@
-"""The answer, computed from the report's input (:mod:`report.load`, :mod:`report.aggregate`): which batch size to
+"""The answer, computed from the report's input (:mod:`report.load`, :mod:`harness.cells`): which batch size to
 train with (:mod:`.recommend`: the time to a target, :mod:`.target`; the throughput knee, :mod:`.knee`), the critical
 batch size (:mod:`.critical`, :mod:`.critical_batch`), the findings worded from the measurements (:mod:`.findings`),
 the seed studies' verdicts (:mod:`.studies`) and our run beside the published one (:mod:`.thesis`).

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from report.aggregate import linear_fit
+from harness.numbers import linear_fit
 
 #: fewer sizes than this give a line through every point, not a fit
 MIN_POINTS = 3

@@ -1,7 +1,7 @@
 """The critical batch size as the field measures it (issue 33): each size at its best learning rate, the fit, the
 regimes in words, and the gradient-noise prediction judged against the fit.
 
-Pure: reads store rows (a :class:`report.load.Experiment`) and the recommendations already computed from them.
+Pure: reads store rows (a :class:`report.load.StoredExperiment`) and the recommendations already computed from them.
 
 * **A family** is the series of one framework that differ only by their variant, when the variants are a
   learning-rate grid (``learning_rates``: variants ``lr_<rate>``; ``lr_factors``: ``lr_x<factor>``), or one series
@@ -29,7 +29,7 @@ from harness.noise import NoiseEstimate
 from report.answer import critical
 from report.answer.recommend import Recommendation, noise_estimate, sweep_groups
 from report.answer.target import SizeTarget, seconds_fmt, series_target, size_targets
-from report.load import Experiment
+from report.load import StoredExperiment
 
 #: B_simple and B_crit agree when neither is more than this factor above the other (McCandlish et al. 2018 claim
 #: B_crit ≈ B_simple; a factor of 2 is well inside a fit's uncertainty over a handful of sizes)
@@ -182,13 +182,13 @@ def choose(tried: Sequence[RateTried]) -> RateTried | None:
     return tried[min(ranked)[1]] if ranked else None
 
 
-def is_study(exp: Experiment) -> bool:
+def is_study(exp: StoredExperiment) -> bool:
     """Whether ``exp`` is a critical-batch study: trained to a target, or a learning-rate grid."""
     spec = exp.spec
     return bool(spec.get("train_to_target") or spec.get("learning_rates") or spec.get("lr_factors"))
 
 
-def studies(exp: Experiment, target_accuracy: float | None = None) -> list[CriticalStudy]:
+def studies(exp: StoredExperiment, target_accuracy: float | None = None) -> list[CriticalStudy]:
     """One :class:`CriticalStudy` per family of ``exp`` (empty unless :func:`is_study`)."""
     if not is_study(exp):
         return []

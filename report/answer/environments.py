@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from report.load import Experiment
+from report.load import StoredExperiment
 
 #: the versions whose difference between frameworks a comparison names (package in versions_json, words)
 COMPARED = (("numpy", "numpy major", lambda v: v.split(".")[0]), ("cuda", "CUDA", lambda v: v))
@@ -24,12 +24,12 @@ def version_differences(versions: Mapping[str, Mapping[str, str]]) -> list[str]:
     return notes
 
 
-def environment_notes(exp: Experiment) -> list[str]:
+def environment_notes(exp: StoredExperiment) -> list[str]:
     """What differs between the frameworks' environments in ``exp``, as sentences (none where nothing does)."""
     return version_differences(exp.versions())
 
 
-def environments_dict(exp: Experiment) -> dict[str, dict[str, object]]:
+def environments_dict(exp: StoredExperiment) -> dict[str, dict[str, object]]:
     """Per framework: its environment, interpreter and versions (``recommend --json``)."""
     versions, where = exp.versions(), exp.environments()
     return {fw: {**where.get(fw, {}), "versions": dict(versions.get(fw, {}))}

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.cells import ACCURACY, DRIFT_READINGS, METRICS, Cell, Stat
-from report.aggregate import linear_fit
-from report.load import Experiment
+from harness.numbers import linear_fit
+from report.load import StoredExperiment
 
 MEMORY_VIEWS = ("framework_peak_mib", "proc_gpu_mem_peak_mib", "gpu_mem_used_peak_mib", "rss_peak_mib")
 
@@ -214,7 +214,7 @@ def failures(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Findi
     return out
 
 
-def compute(exp: Experiment, cell_list: Sequence[Cell]) -> list[Finding]:
+def compute(exp: StoredExperiment, cell_list: Sequence[Cell]) -> list[Finding]:
     """Every finding computed from one experiment's cells, in reading order."""
     fws = exp.frameworks
     return [*denormals(cell_list, fws), *math_modes(cell_list, fws), *drift(cell_list, fws),

@@ -1,6 +1,6 @@
 """The answer to the user's question: which batch size to train with, and the largest that fits.
 
-Pure: reads only store rows (a :class:`report.load.Experiment`), imports no framework, and is used by the
+Pure: reads only store rows (a :class:`report.load.StoredExperiment`), imports no framework, and is used by the
 report's first page, ``batchscope recommend`` (and ``--json``) and the end of ``make quick``. The rule (also in
 ``docs/recommend.md``):
 
@@ -35,7 +35,7 @@ from harness.records import MaxBatchResult
 from report.answer import critical
 from report.answer.knee import SHARE_OF_BEST, THROUGHPUT_COLUMN, SizeStats, knee, size_stats
 from report.answer.target import CHANCE_MARGIN_PTS, SizeTarget, Target, seconds_fmt, series_target, size_targets
-from report.load import Experiment
+from report.load import StoredExperiment
 
 __all__ = ["MIN_REPEATS", "RULE_TEXT", "MaxFit", "Recommendation", "Summary", "accuracy_unusable", "recommend",
            "recommend_group"]
@@ -203,7 +203,7 @@ def _caveats(sizes: Sequence[SizeStats], targets: Sequence[SizeTarget], rec: int
     return caveats, to_run
 
 
-def recommend_group(g: SeriesGroup, exp: Experiment | None = None, *, target_accuracy: float | None = None,
+def recommend_group(g: SeriesGroup, exp: StoredExperiment | None = None, *, target_accuracy: float | None = None,
                     share: float = SHARE_OF_BEST, accuracy_why: str | None = None) -> Recommendation:
     """The recommendation for one series (its sweep rows, any status) of ``exp``.
 
@@ -211,7 +211,7 @@ def recommend_group(g: SeriesGroup, exp: Experiment | None = None, *, target_acc
     stored accuracy means nothing (then no target and no answer, only the throughput knee). Built in steps, each
     adding what it learned to the record: what ran, the knee, the target and each size's time to it, the answer.
     """
-    exp = exp if exp is not None else Experiment(name="", runs=(), trials=())
+    exp = exp if exp is not None else StoredExperiment(name="", runs=(), trials=())
     spec, rows = exp.spec, g.rows
     sizes = size_stats(g.by_batch)
     rec = Recommendation(
@@ -305,7 +305,7 @@ def _no_answer(rec: Recommendation, target: Target, targets: Sequence[SizeTarget
     return None
 
 
-def _startup_caveat(rec_batch: int, train_s: float, g: SeriesGroup, exp: Experiment, target: Target,
+def _startup_caveat(rec_batch: int, train_s: float, g: SeriesGroup, exp: StoredExperiment, target: Target,
                     to_run: list[str]) -> str | None:
     """The caveat naming start-up where it is a fifth or more of the answer's time to the target (None: less)."""
     startup = startup_s(g.by_batch.get(rec_batch, ()), exp.curves)
@@ -329,7 +329,7 @@ def _startup_caveat(rec_batch: int, train_s: float, g: SeriesGroup, exp: Experim
     return said
 
 
-def _answer(rec: Recommendation, g: SeriesGroup, exp: Experiment, target: Target,
+def _answer(rec: Recommendation, g: SeriesGroup, exp: StoredExperiment, target: Target,
             targets: Sequence[SizeTarget]) -> Recommendation:
     """The size that reached the target soonest among the eligible ones, with its range, caveats and reasons."""
     eligible = [(t, t.train_s, t.steps) for t in targets if t.eligible and t.train_s is not None
@@ -401,7 +401,7 @@ def startup_s(rows: Sequence[dict[str, Any]], curves: Mapping[str, Sequence[Mapp
     return sum(found) / len(found) if found else None
 
 
-def noise_estimate(rows: Sequence[dict[str, Any]], exp: Experiment) -> NoiseEstimate | None:
+def noise_estimate(rows: Sequence[dict[str, Any]], exp: StoredExperiment) -> NoiseEstimate | None:
     """B_simple (:func:`harness.noise.estimate_from_rows`) over the series' trials' gradient-noise rows, each
     trial's from the later half of its training: the noise scale grows as the loss falls (docs/noise.md), and
     the critical batch it predicts is the one near the target, late in training. None without rows."""
@@ -424,12 +424,12 @@ def accuracy_unusable(spec: dict[str, Any]) -> str | None:
     return None
 
 
-def sweep_groups(exp: Experiment) -> list[SeriesGroup]:
+def sweep_groups(exp: StoredExperiment) -> list[SeriesGroup]:
     """The experiment's sweep trials by series and batch size (max-batch probes time too few steps to rank by)."""
     return group([t for t in exp.trials if t.get("purpose") in (None, "sweep")], exp.frameworks)
 
 
-def recommend(exp: Experiment, share: float = SHARE_OF_BEST, target_accuracy: float | None = None,
+def recommend(exp: StoredExperiment, share: float = SHARE_OF_BEST, target_accuracy: float | None = None,
               ) -> list[Recommendation]:
     """One recommendation per series of ``exp`` (:func:`harness.cells.group`), in the experiment's framework order.
 

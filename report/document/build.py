@@ -26,7 +26,7 @@ from report.answer import thesis as compare
 from report.document import context, curves, figures, tables
 from report.document.drift import drift_figure
 from report.document.pdf import PdfWriter, esc
-from report.load import Experiment, ReportInput, load
+from report.load import ReportInput, StoredExperiment, load
 
 DEFAULT_SUBDIR = "report"
 PDF_NAME = "report.pdf"
@@ -58,7 +58,7 @@ def _accuracy_unusable(spec: dict[str, Any]) -> str | None:
     return recommend.accuracy_unusable(spec)
 
 
-def _answer_page(pdf: PdfWriter, answered: list[tuple[Experiment, list[recommend.Recommendation]]], tmp: Path,
+def _answer_page(pdf: PdfWriter, answered: list[tuple[StoredExperiment, list[recommend.Recommendation]]], tmp: Path,
                  result: BuildResult) -> None:
     """Page 1: the answer to the user's question, per experiment, before the measurements behind it."""
     if not answered:
@@ -101,7 +101,7 @@ def _answer_page(pdf: PdfWriter, answered: list[tuple[Experiment, list[recommend
     pdf.page_break()
 
 
-def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: BuildResult,
+def _experiment_section(pdf: PdfWriter, exp: StoredExperiment, tmp: Path, result: BuildResult,
                         reference: list[dict[str, Any]], recs: list[recommend.Recommendation]) -> None:
     """One experiment, in reading order: what ran, runs and environment, method, findings, figures, tables."""
     slug = _slug(exp.name or "unnamed")
@@ -137,7 +137,7 @@ def _experiment_section(pdf: PdfWriter, exp: Experiment, tmp: Path, result: Buil
     result.tables.append(path)
 
 
-def _what_ran(pdf: PdfWriter, exp: Experiment) -> None:
+def _what_ran(pdf: PdfWriter, exp: StoredExperiment) -> None:
     """The section's title, description, trial counts and banners, then the runs' heading."""
     title = f"Experiment “{exp.name}”" if exp.name else "Experiment (unnamed)"
     pdf.heading(title, 0)
@@ -160,8 +160,8 @@ def _what_ran(pdf: PdfWriter, exp: Experiment) -> None:
     pdf.heading("Runs and exact command lines", 1)
 
 
-def _findings(pdf: PdfWriter, exp: Experiment, original: Experiment, cell_list: list[Any], variants: list[str],
-              sweep: list[dict[str, Any]]) -> None:
+def _findings(pdf: PdfWriter, exp: StoredExperiment, original: StoredExperiment, cell_list: list[Any],
+              variants: list[str], sweep: list[dict[str, Any]]) -> None:
     """The study's question and verdicts (with variants or a study), the findings, and the thesis's on this run."""
     study = studies.study_findings(original.spec, original.trials)
     if variants or study:
@@ -187,7 +187,7 @@ def _findings(pdf: PdfWriter, exp: Experiment, original: Experiment, cell_list: 
         pdf.bullets([f.text for f in verdicts])
 
 
-def _figures(pdf: PdfWriter, exp: Experiment, original: Experiment, recs: list[recommend.Recommendation],
+def _figures(pdf: PdfWriter, exp: StoredExperiment, original: StoredExperiment, recs: list[recommend.Recommendation],
              cell_list: list[Any], reference: list[dict[str, Any]], directory: Path, slug: str,
              result: BuildResult) -> None:
     """Every figure of the section, saved under ``directory``; one that cannot be drawn is said, with why."""
@@ -212,7 +212,7 @@ def _figures(pdf: PdfWriter, exp: Experiment, original: Experiment, recs: list[r
         pdf.figure(paths[0], fig.title, fig.caption, fig.notes)
 
 
-def _tables(pdf: PdfWriter, exp: Experiment, cell_list: list[Any], sweep: list[dict[str, Any]] | None,
+def _tables(pdf: PdfWriter, exp: StoredExperiment, cell_list: list[Any], sweep: list[dict[str, Any]] | None,
             acc_why: str | None, directory: Path, slug: str, result: BuildResult) -> None:
     """The section's tables, each also written as CSV under ``directory`` (``sweep`` None: no comparison with the
     published figures, as with variants)."""

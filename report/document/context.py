@@ -13,7 +13,7 @@ from typing import Any
 from harness.cells import Cell
 from harness.monitor.fields import NO_GPU_NOTICE
 from report.answer.environments import environment_notes
-from report.load import Experiment
+from report.load import StoredExperiment
 
 
 def _fmt_mib(value: Any) -> str:
@@ -23,20 +23,20 @@ def _fmt_mib(value: Any) -> str:
         return "-"
 
 
-def gpu_name(exp: Experiment) -> str | None:
+def gpu_name(exp: StoredExperiment) -> str | None:
     """The GPU the run saw (None when it had none)."""
     name = exp.env().get("gpu_name")
     return str(name) if name else None
 
 
-def had_gpu(exp: Experiment) -> bool:
+def had_gpu(exp: StoredExperiment) -> bool:
     """Whether the run had a GPU: NVML saw one, or a trial ran on a CUDA/GPU device."""
     if gpu_name(exp):
         return True
     return any(str(t.get("device") or "").startswith(("cuda", "gpu")) for t in exp.trials)
 
 
-def _gpu_note(exp: Experiment) -> str:
+def _gpu_note(exp: StoredExperiment) -> str:
     """Why the run saw no GPU, without the sampler's generic preamble (it would repeat the banner)."""
     note = str(exp.env().get("gpu_note") or "")
     if note.startswith(NO_GPU_NOTICE):
@@ -44,7 +44,7 @@ def _gpu_note(exp: Experiment) -> str:
     return note
 
 
-def no_gpu_banner(exp: Experiment) -> str | None:
+def no_gpu_banner(exp: StoredExperiment) -> str | None:
     """The banner a reader must see first when the run had no GPU (None when it had one)."""
     if had_gpu(exp):
         return None
@@ -54,7 +54,7 @@ def no_gpu_banner(exp: Experiment) -> str | None:
             "not a GPU.")
 
 
-def environment_rows(exp: Experiment) -> list[tuple[str, str]]:
+def environment_rows(exp: StoredExperiment) -> list[tuple[str, str]]:
     """(label, value) rows of the environment table."""
     env = exp.env()
     gpus = env.get("gpus") or []
@@ -88,7 +88,7 @@ def environment_rows(exp: Experiment) -> list[tuple[str, str]]:
     return rows + node_rows(exp)
 
 
-def used_gpu_rows(exp: Experiment) -> list[tuple[str, str]]:
+def used_gpu_rows(exp: StoredExperiment) -> list[tuple[str, str]]:
     """The GPU(s) the trials were sampled on (each trial's ``gpu_used``: its CUDA index, name and UUID), with how
     many trials each: the machine's GPU list above is every GPU NVML sees, not the ones the trials used."""
     used: dict[str, int] = {}
@@ -100,7 +100,7 @@ def used_gpu_rows(exp: Experiment) -> list[tuple[str, str]]:
     return [("GPU(s) the trials used", "; ".join(f"{name}: {n} trial(s)" for name, n in sorted(used.items())))]
 
 
-def node_rows(exp: Experiment) -> list[tuple[str, str]]:
+def node_rows(exp: StoredExperiment) -> list[tuple[str, str]]:
     """One row per Ray node the trials ran on (issue 23): its host, how many trials, which GPUs, and how many trials
     ran concurrently on it. None for a run on the local executor (no node ids), whose trials ran one at a time on
     the machine above; on a cluster the rows above describe the machine that ran the driver."""
@@ -143,11 +143,11 @@ def cpu_worker_env_words(env: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted(recorded.items()))
 
 
-def _distinct(exp: Experiment, column: str) -> list[Any]:
+def _distinct(exp: StoredExperiment, column: str) -> list[Any]:
     return sorted({t[column] for t in exp.trials if t.get(column) is not None})
 
 
-def _seen_per_framework(exp: Experiment, column: str) -> list[str]:
+def _seen_per_framework(exp: StoredExperiment, column: str) -> list[str]:
     """``framework: a/b`` per framework: the distinct values its ok trials stored in ``column`` ("not recorded"
     where none did)."""
     out = []
@@ -157,7 +157,7 @@ def _seen_per_framework(exp: Experiment, column: str) -> list[str]:
     return out
 
 
-def _denormals_paragraph(exp: Experiment) -> str:
+def _denormals_paragraph(exp: StoredExperiment) -> str:
     """What the CPU did with denormal floats, per framework, as the trials recorded it."""
     asked = _distinct(exp, "denormals") or ["?"]
     per_fw = _seen_per_framework(exp, "cpu_denormals")
@@ -168,7 +168,7 @@ def _denormals_paragraph(exp: Experiment) -> str:
             "become tiny (docs/denormals.md). TensorFlow's CPU kernels always flush.")
 
 
-def _math_mode_paragraph(exp: Experiment) -> str:
+def _math_mode_paragraph(exp: StoredExperiment) -> str:
     """What float32 convolutions and matmuls computed in, per framework, as each framework read it back."""
     asked = _distinct(exp, "math_mode") or ["not recorded"]
     per_fw = _seen_per_framework(exp, "math_mode_seen")
@@ -180,7 +180,7 @@ def _math_mode_paragraph(exp: Experiment) -> str:
             "(docs/precision.md).")
 
 
-def method_paragraphs(exp: Experiment, cell_list: list[Cell]) -> list[str]:
+def method_paragraphs(exp: StoredExperiment, cell_list: list[Cell]) -> list[str]:
     """The method section, worded from the experiment's resolved spec and its trials.
 
     The Method section's paragraphs in reading order (timing, denormals, math mode, sampling, memory, workload,
@@ -247,7 +247,7 @@ def method_paragraphs(exp: Experiment, cell_list: list[Cell]) -> list[str]:
     return paras
 
 
-def _workload_paragraph(exp: Experiment, variants: list[dict[str, Any]]) -> str:
+def _workload_paragraph(exp: StoredExperiment, variants: list[dict[str, Any]]) -> str:
     """The Method's workload: the data, the model, the training, the optimizer, the repeats, the device."""
     spec = exp.spec
     data = spec.get("data") or {}
@@ -284,13 +284,13 @@ def _workload_paragraph(exp: Experiment, variants: list[dict[str, Any]]) -> str:
         f"math mode {spec.get('math_mode', 'not recorded')}.")
 
 
-def runs_rows(exp: Experiment) -> list[tuple[str, str, str]]:
+def runs_rows(exp: StoredExperiment) -> list[tuple[str, str, str]]:
     """(run id, started at, exact command line) of every run of the experiment."""
     return [(str(r.get("run_id", "")), str(r.get("started_at") or "-"), str(r.get("command") or "(not recorded)"))
             for r in exp.runs]
 
 
-def spec_summary(exp: Experiment) -> dict[str, Any]:
+def spec_summary(exp: StoredExperiment) -> dict[str, Any]:
     """The resolved spec, without the long data-set key (printed in the appendix)."""
     spec = dict(exp.spec)
     data = dict(spec.get("data") or {})

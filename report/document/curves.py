@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import matplotlib.pyplot as plt
-import seaborn as sns
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
@@ -24,8 +23,8 @@ from matplotlib.ticker import FuncFormatter
 from harness.cells import Series
 from report.answer.critical import REGIME_FACTOR
 from report.answer.recommend import Recommendation
-from report.document.figures import FigureResult, _log2_axis, palette, recommendation_lines
-from report.load import Experiment
+from report.document.figures import FigureResult, _log2_axis, palette, recommendation_lines, themed
+from report.load import StoredExperiment
 
 _PANEL_W, _PANEL_H = 3.5, 2.6
 
@@ -46,7 +45,7 @@ def _batch_colours(batches: Sequence[int]) -> dict[int, str]:
     return {b: cmap(0.9 * i / max(1, len(batches) - 1)) for i, b in enumerate(batches)}  # type: ignore[misc]
 
 
-def learning_curve_figure(exp: Experiment, recs: Sequence[Recommendation]) -> FigureResult:
+def learning_curve_figure(exp: StoredExperiment, recs: Sequence[Recommendation]) -> FigureResult:
     """Accuracy against training time per series, one line per batch size (every repeat), the target dashed."""
     title = "Learning curves: held-out accuracy against training time"
     series = [r for r in recs if r.series is not None]
@@ -67,7 +66,7 @@ def learning_curve_figure(exp: Experiment, recs: Sequence[Recommendation]) -> Fi
         return FigureResult(key="learning_curves", title=title, caption="",
                             absent_reason="No learning curve: no trial recorded an evaluation during training "
                                           "(eval_points = 0, eval = false, or a store made before curves).")
-    sns.set_theme(style="whitegrid", context="paper")
+    themed()
     rows, cols = _grid(len(by_series))
     fig, axes = plt.subplots(rows, cols, figsize=(_PANEL_W * cols, _PANEL_H * rows + 0.5), squeeze=False)
     batches = sorted({b for _, lines in by_series for b in lines})
@@ -98,7 +97,7 @@ def learning_curve_figure(exp: Experiment, recs: Sequence[Recommendation]) -> Fi
     return FigureResult(key="learning_curves", title=title, caption=caption, figure=fig)
 
 
-def critical_figure(exp: Experiment, recs: Sequence[Recommendation],
+def critical_figure(exp: StoredExperiment, recs: Sequence[Recommendation],
                     predicted: Mapping[str, float] | None = None) -> FigureResult:
     """Steps to target against batch size (log-log) per series: measured, perfect scaling, the B_crit fit.
 
@@ -114,7 +113,7 @@ def critical_figure(exp: Experiment, recs: Sequence[Recommendation],
     if not usable:
         return FigureResult(key="critical_batch", title=title, caption="",
                             absent_reason="No steps-to-target figure: no size reached the target.")
-    sns.set_theme(style="whitegrid", context="paper")
+    themed()
     rows, cols = _grid(len(usable))
     fig, axes = plt.subplots(rows, cols, figsize=(_PANEL_W * cols, _PANEL_H * rows + 0.7), squeeze=False)
     colours = palette([r.name for r in usable], recommendation_lines(usable))

@@ -14,8 +14,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from harness.cells import Cell
-from report.document.figures import PANEL_H_IN, PANEL_W_IN, FigureResult, palette
-from report.load import Experiment
+from report.document.figures import PANEL_H_IN, PANEL_W_IN, FigureResult, palette, themed
+from report.load import StoredExperiment
 
 #: panels at most (a portrait page fits three)
 MAX_PANELS = 3
@@ -29,7 +29,7 @@ def rolling_median(step_ms: Sequence[float]) -> list[float]:
     return list(pd.Series(step_ms, dtype=float).rolling(window, min_periods=1, center=True).median())
 
 
-def _batches(exp: Experiment) -> list[int]:
+def _batches(exp: StoredExperiment) -> list[int]:
     drawn = sorted({int(t["batch_size"]) for t in exp.ok_trials
                     if len(exp.step_times.get(t["trial_hash"], ())) >= MIN_STEPS})
     if len(drawn) <= MAX_PANELS:
@@ -37,7 +37,7 @@ def _batches(exp: Experiment) -> list[int]:
     return [drawn[0], drawn[len(drawn) // 2], drawn[-1]]
 
 
-def drift_figure(exp: Experiment, cell_list: Sequence[Cell]) -> FigureResult:
+def drift_figure(exp: StoredExperiment, cell_list: Sequence[Cell]) -> FigureResult:
     """Rolling median step time over the training per framework, for up to three batch sizes."""
     title = "Step time over the training"
     flagged = [f"{c.framework} at batch {c.batch_size} ({c.drift_text()}, {c.drift_flagged_n} of {c.n_ok} trials: "
@@ -50,6 +50,7 @@ def drift_figure(exp: Experiment, cell_list: Sequence[Cell]) -> FigureResult:
                             absent_reason=f"No step-time figure: no finished trial has {MIN_STEPS} or more "
                                           "post-warm-up steps.")
     colours = palette(exp.frameworks, exp.lines)
+    themed()
     fig, axes = plt.subplots(1, len(batches), figsize=(PANEL_W_IN * max(len(batches), 2), PANEL_H_IN + 0.6),
                              squeeze=False)
     for ax, bs in zip(axes[0], batches, strict=True):

@@ -24,7 +24,6 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 import pandas as pd
-import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
@@ -39,7 +38,7 @@ from harness.cells import (
 from harness.monitor.fields import FIELDS, Shown, shown_in
 from report.answer.recommend import Recommendation
 from report.document.context import had_gpu
-from report.load import Experiment
+from report.load import StoredExperiment
 
 #: fixed framework colours (colour-blind safe), so a framework looks the same in every figure
 FRAMEWORK_COLOURS = {"pytorch": "#D55E00", "tensorflow": "#E69F00", "mxnet": "#0072B2", "jax": "#009E73"}
@@ -61,6 +60,15 @@ class FigureResult:
     figure: Figure | None = None
     absent_reason: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def themed() -> Any:
+    """seaborn, its report theme applied: called just before a figure is drawn, so a report that draws none (an
+    empty or refused store) never imports it, nor the scipy.stats it imports (1.5 s of a 3.4 s start-up)."""
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid", context="paper")
+    return sns
 
 
 def _shade(colour: str, i: int, n: int) -> str:
@@ -97,7 +105,7 @@ def recommendation_lines(recs: Sequence[Recommendation]) -> dict[str, Series]:
     return {r.name: r.series for r in recs if r.series is not None}
 
 
-def trial_frame(exp: Experiment) -> pd.DataFrame:
+def trial_frame(exp: StoredExperiment) -> pd.DataFrame:
     """One row per finished trial with every metric (accuracy in %)."""
     rows = []
     for t in exp.ok_trials:
@@ -122,6 +130,8 @@ def _draw_metric(ax: Any, frame: pd.DataFrame, metric: str, colours: dict[str, s
                  cell_list: Sequence[Cell], batch_sizes: Sequence[int]) -> None:
     data = frame.dropna(subset=[metric])
     repeats = data.groupby(["framework", "batch_size"]).size().max() if len(data) else 0
+    import seaborn as sns  # imported by metric_figure's themed() already
+
     sns.lineplot(data=data, x="batch_size", y=metric, hue="framework", hue_order=hue_order, palette=colours,
                  marker="o", errorbar="sd" if repeats > 1 else None, err_style="band", ax=ax, legend=False)
     if repeats > 1:
@@ -177,7 +187,7 @@ def _reference_for(reference: Sequence[dict[str, Any]], metric: str) -> list[dic
     return [r for r in reference if wanted and r.get("metric") == wanted and r.get("value") is not None]
 
 
-def metric_figure(exp: Experiment, frame: pd.DataFrame, cell_list: Sequence[Cell], *, key: str, title: str,
+def metric_figure(exp: StoredExperiment, frame: pd.DataFrame, cell_list: Sequence[Cell], *, key: str, title: str,
                   caption: str, metrics: Sequence[str], absent: dict[str, str],
                   reference: Sequence[dict[str, Any]] = (), log_y: bool = False) -> FigureResult:
     """A figure with one panel per metric that has data; ``absent`` gives each metric's why-not sentence."""
@@ -188,6 +198,7 @@ def metric_figure(exp: Experiment, frame: pd.DataFrame, cell_list: Sequence[Cell
     colours = palette(exp.frameworks, exp.lines)
     hue_order = list(colours)
     batch_sizes = exp.batch_sizes
+    themed()
     fig, axes = plt.subplots(1, len(present), figsize=(PANEL_W_IN * max(len(present), 2) if len(present) > 1
                                                          else 7.0, PANEL_H_IN + 0.9), squeeze=False)
     any_ref = any_spread = False
@@ -220,13 +231,12 @@ def _sampler_absent(place: Shown, gpu_absent: Callable[[str], str]) -> dict[str,
     return out
 
 
-def build_figures(exp: Experiment, cell_list: Sequence[Cell], reference: Sequence[dict[str, Any]] = (),
+def build_figures(exp: StoredExperiment, cell_list: Sequence[Cell], reference: Sequence[dict[str, Any]] = (),
                   ) -> list[FigureResult]:
     """Every figure of one experiment, in report order (open matplotlib figures: close them when saved).
 
     Long on purpose: every figure in report order; each block draws one figure or says why it is absent.
     """
-    sns.set_theme(style="whitegrid", context="paper")
     frame = trial_frame(exp)
     gpu = had_gpu(exp)
     no_gpu = "the run had no GPU." if not gpu else ""
@@ -299,7 +309,7 @@ def _ring(ax: Any, x: float, y: float, colour: str) -> None:
             markeredgewidth=2.0, linestyle="none", zorder=6)
 
 
-def recommendation_figure(exp: Experiment, recs: Sequence[Recommendation]) -> FigureResult:
+def recommendation_figure(exp: StoredExperiment, recs: Sequence[Recommendation]) -> FigureResult:
     """The first page's answer: time to the target against the batch size per series, the recommendation ringed,
     sizes that missed the target or diverged marked; beside it the throughput share (the knee, second column).
 
@@ -310,7 +320,7 @@ def recommendation_figure(exp: Experiment, recs: Sequence[Recommendation]) -> Fi
     if not usable:
         return FigureResult(key="recommendation", title=title, caption="",
                             absent_reason="No recommendation: no sweep trial finished.")
-    sns.set_theme(style="whitegrid", context="paper")
+    themed()
     timed = [r for r in usable if any(t.train_s is not None for t in r.targets)]
     share = usable[0].share_of_best
     colours = palette([r.name for r in usable], recommendation_lines(usable))

@@ -1,6 +1,6 @@
 """The report's tables, each in two forms: formatted text for the PDF and raw numbers for its CSV.
 
-Both forms come from the same cells (see :mod:`report.aggregate`), so the CSV beside the PDF is the
+Both forms come from the same cells (see :mod:`harness.cells`), so the CSV beside the PDF is the
 table the reader sees, with full precision and the spread and count of every value.
 """
 
@@ -18,7 +18,7 @@ from harness.records import MaxBatchResult
 from report.answer.recommend import Recommendation
 from report.answer.recommend_table import TABLE_COLUMNS as RECOMMEND_COLUMNS
 from report.answer.recommend_table import show_variants, table_rows
-from report.load import Experiment
+from report.load import StoredExperiment
 
 #: the headline table is printed in two parts so it fits a portrait page
 #: the headline tables' columns: the worker's figures, and the sampler columns the field table shows there
@@ -189,7 +189,7 @@ def comparison(rows: Sequence[dict[str, Any]]) -> Table | None:
                       "and model make these a sanity check, not a replication test.")
 
 
-def runs(exp: Experiment) -> Table:
+def runs(exp: StoredExperiment) -> Table:
     """The invocations that produced the experiment's results, with their exact command lines."""
     rows = tuple((str(r.get("run_id")), str(r.get("started_at") or "-"), str(r.get("command") or "(not recorded)"))
                  for r in exp.runs)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tests.helpers.cli import bs, write
+from tests.helpers.cli import bs, cli, write
 
 
 def test_bad_experiment_exits_2_and_writes_nothing(tmp_path):
     exp = write(tmp_path, 'name = "x"\nframeworks = ["pytorch"]\nbatch_sizes = [0, 4]\n')
     out = tmp_path / "out"
-    r = bs("run", str(exp), "--out", str(out))
+    r = cli("run", str(exp), "--out", str(out))
     assert r.returncode == 2
     assert "batch size 0" in r.stderr and str(exp) in r.stderr and "Traceback" not in r.stderr
     assert not out.exists()
@@ -19,29 +19,29 @@ def test_bad_experiment_exits_2_and_writes_nothing(tmp_path):
 
 def test_unknown_key_exits_2(tmp_path):
     exp = write(tmp_path, 'name = "x"\nframeworks = ["pytorch"]\nbatch_sizes = [4]\nbatchsize = 3\n')
-    r = bs("run", str(exp), "--out", str(tmp_path / "out"))
+    r = cli("run", str(exp), "--out", str(tmp_path / "out"))
     assert r.returncode == 2 and "'batchsize'" in r.stderr and "valid keys" in r.stderr
 
 
 def test_bad_cli_values_exit_2(tmp_path):
-    r = bs("run", "experiments/quick.toml", "--batch-sizes", "4,x", "--out", str(tmp_path / "o"))
+    r = cli("run", "experiments/quick.toml", "--batch-sizes", "4,x", "--out", str(tmp_path / "o"))
     assert r.returncode == 2 and "comma-separated" in r.stderr
-    r = bs("run", "experiments/quick.toml", "--frameworks", "caffe", "--out", str(tmp_path / "o"))
+    r = cli("run", "experiments/quick.toml", "--frameworks", "caffe", "--out", str(tmp_path / "o"))
     assert r.returncode == 2 and "unknown framework 'caffe'" in r.stderr
     assert not (tmp_path / "o").exists()
-    r = bs("run", str(tmp_path / "missing.toml"))
+    r = cli("run", str(tmp_path / "missing.toml"))
     assert r.returncode == 2 and "no such experiment file" in r.stderr
 
 
 def test_adapters_lists_every_builtin():
-    r = bs("adapters")
+    r = cli("adapters")
     assert r.returncode == 0
     for name in ("pytorch", "tensorflow", "mxnet"):
         assert name in r.stdout
 
 
 def test_doctor_reports_cpu_and_gpu_state():
-    r = bs("doctor")
+    r = cli("doctor")
     assert r.returncode in (0, 1), r.stderr  # 1 only when a pin problem is found, which it then names
     assert "python" in r.stdout and "frameworks" in r.stdout
     assert "no GPU: running on CPU" in r.stdout or "GPU(s):" in r.stdout
@@ -50,7 +50,7 @@ def test_doctor_reports_cpu_and_gpu_state():
 
 
 def test_export_of_a_missing_store_exits_2(tmp_path):
-    r = bs("export", str(tmp_path))
+    r = cli("export", str(tmp_path))
     assert r.returncode == 2 and "no results store" in r.stderr
 
 

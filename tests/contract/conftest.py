@@ -27,6 +27,7 @@ from tests.contract import verdicts
 from tests.contract.checks import FAILING_STEP_BATCH
 from tests.contract.probe import PROGRESS
 from tests.helpers.envs import kind, python_for
+from tests.helpers.shared import once
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PROBE_TIMEOUT_S = 600
@@ -247,7 +248,8 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], ProbeResu
                 cache[name] = load_probe(name, shared)
             else:
                 out = tmp_path_factory.mktemp(f"probe-{name.replace(':', '-')}")
-                cache[name] = run_probe(name, out)
+                with once(f"probe[{name}]"):
+                    cache[name] = run_probe(name, out)
                 PROBE_DIRS[name] = out
         return cache[name]
 
@@ -261,7 +263,8 @@ def failing_step_probe(tmp_path_factory: pytest.TempPathFactory) -> Callable[[st
 
     def get(name: str) -> ProbeResult:
         if name not in cache:
-            cache[name] = run_failing_step(name, tmp_path_factory.mktemp(f"failing-{name.replace(':', '-')}"))
+            with once(f"failing_step_probe[{name}]"):
+                cache[name] = run_failing_step(name, tmp_path_factory.mktemp(f"failing-{name.replace(':', '-')}"))
         return cache[name]
 
     return get

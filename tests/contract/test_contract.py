@@ -25,10 +25,11 @@ from harness.run.executor import LocalExecutor
 from tests.conftest import make_trial
 from tests.contract import verdicts
 from tests.contract.checks import MODELS, REFERENCE_COUNTS
-from tests.contract.conftest import REFERENCE_ADAPTER, import_loads, resolve_target
+from tests.contract.conftest import REFERENCE_ADAPTER, import_loads, resolve_target, shared_probes
 from tests.contract.verdicts import LOGITS_ATOL, LOGITS_RTOL, WEIGHTS_ATOL, WEIGHTS_RTOL
 from tests.helpers.contract import batchnorm_verdict
 from tests.helpers.envs import python_for
+from tests.helpers.shared import RUNS
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("contract")]  # one probe per adapter (conftest.py)
 
@@ -214,3 +215,11 @@ def test_real_oom_trial_is_classified_oom(adapter_name, cache_dir: Path, tmp_pat
     )
     outcome = LocalExecutor(log_dir=tmp_path).run(unit)
     assert outcome.status == "oom", f"{outcome.status}: {outcome.reason}\n{outcome.stderr_tail}"
+
+
+def test_the_probe_ran_once_in_this_worker(adapter_name, probe):
+    """Last in the module: every test above read this adapter's probe, and it ran once (tests/helpers/shared.py), or
+    not at all where the probe was handed over from another run (SHARED_PROBES_ENV)."""
+    probe(adapter_name)
+    ran = RUNS[f"probe[{adapter_name}]"]
+    assert ran == (0 if adapter_name in shared_probes() else 1), (adapter_name, dict(RUNS))

@@ -11,7 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.helpers import assert_refused, bs, fake_experiment
+from tests.faults.helpers import assert_refused, cli, fake_experiment
+
+#: a search that is not refused runs to its end; these tests ask only that it is not refused, so a short one: a cap
+#: on the size and a short settling run (each of the search's probes is a worker process of its own)
+SHORT = ("--max-batch-cap", "16", "--settle-steps", "2")
 
 
 def _meminfo_mib(key: str) -> float:
@@ -23,7 +27,7 @@ def _meminfo_mib(key: str) -> float:
 
 
 def test_a_budget_above_physical_memory_is_refused(tmp_path: Path) -> None:
-    done = bs(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
+    done = cli(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
               "--memory-limit-mib", "99999999", "--out", str(tmp_path / "mb"))
     assert_refused(done, "--memory-limit-mib 99999999", "MiB of memory")
     assert not (tmp_path / "mb").exists()
@@ -36,20 +40,20 @@ def test_a_budget_above_the_memory_available_now_runs_with_a_note(tmp_path: Path
         pytest.skip(f"this machine has nearly all its memory available ({available:.0f} of {total:.0f} MiB): "
                     "no budget lies between the two")
     limit = int((total + available) / 2)
-    done = bs(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
-              "--memory-limit-mib", str(limit), "--out", str(tmp_path / "mb"))
+    done = cli(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
+              "--memory-limit-mib", str(limit), *SHORT, "--out", str(tmp_path / "mb"))
     assert done.returncode == 0, done.stderr
     assert f"--memory-limit-mib {limit} is more than the" in done.stderr and "available now" in done.stderr
 
 
 def test_a_sweeps_max_batch_budget_above_the_machine_is_refused_before_the_sweep(tmp_path: Path) -> None:
     exp = fake_experiment(tmp_path, max_batch=True, memory_limit_mib=99999999)
-    done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
+    done = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
     assert_refused(done, "memory_limit_mib", "MiB of memory")
     assert not (tmp_path / "out").exists()
 
 
 def test_a_budget_the_machine_has_still_runs(tmp_path: Path) -> None:
-    done = bs(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
-              "--memory-limit-mib", "1024", "--out", str(tmp_path / "mb"))
+    done = cli(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
+              "--memory-limit-mib", "1024", *SHORT, "--out", str(tmp_path / "mb"))
     assert done.returncode == 0, done.stderr

@@ -13,6 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -24,6 +26,7 @@ TRIALS = 24
 SEED = 3
 
 
+@pytest.mark.process
 def test_a_sweep_whose_workers_and_driver_are_killed_at_random_ends_with_every_trial_stored_once(
         tmp_path: Path) -> None:
     result = chaos_soak.soak(tmp_path, TRIALS, SEED, mean_gap_s=1.5)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.faults.helpers import assert_refused, bs, fake_experiment
+from tests.faults.helpers import assert_refused, cli, fake_experiment
 
 BIG = "99999999999999999999"  # > 2**63 - 1, the largest SQLite INTEGER
 
@@ -30,14 +30,14 @@ FILE_CASES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
 def test_unusable_value_in_the_file_is_refused_up_front(tmp_path: Path, keys: dict[str, Any],
                                                         words: tuple[str, ...]) -> None:
     exp = fake_experiment(tmp_path, **keys)
-    done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
+    done = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
     assert_refused(done, str(exp), *words)
     assert not (tmp_path / "out").exists()
 
 
 def test_batch_size_beyond_sqlite_on_the_command_line_is_refused_as_the_flag(tmp_path: Path) -> None:
     exp = fake_experiment(tmp_path)
-    done = bs(tmp_path, "run", str(exp), "--batch-sizes", BIG, "--out", str(tmp_path / "out"))
+    done = cli(tmp_path, "run", str(exp), "--batch-sizes", BIG, "--out", str(tmp_path / "out"))
     assert_refused(done, "command line: --batch-sizes", "larger than the store can hold")
     assert f"{exp}: batch_sizes" not in done.stderr  # the file did not say it (item 14)
     assert not (tmp_path / "out").exists()
@@ -45,14 +45,14 @@ def test_batch_size_beyond_sqlite_on_the_command_line_is_refused_as_the_flag(tmp
 
 def test_a_bad_override_is_attributed_to_the_flag_not_the_file(tmp_path: Path) -> None:
     exp = fake_experiment(tmp_path)
-    done = bs(tmp_path, "run", str(exp), "--epochs", "-1", "--out", str(tmp_path / "out"))
+    done = cli(tmp_path, "run", str(exp), "--epochs", "-1", "--out", str(tmp_path / "out"))
     assert_refused(done, "command line: --epochs", "-1 must be >= 0")
     assert str(exp) not in done.stderr
 
 
 @pytest.mark.parametrize("value", ["inf", "1e30"])
 def test_maxbatch_memory_limit_the_os_cannot_set_is_refused(tmp_path: Path, value: str) -> None:
-    done = bs(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
+    done = cli(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
               "--memory-limit-mib", value, "--out", str(tmp_path / "mb"))
     assert_refused(done, "--memory-limit-mib")
     assert not (tmp_path / "mb").exists()
@@ -61,7 +61,7 @@ def test_maxbatch_memory_limit_the_os_cannot_set_is_refused(tmp_path: Path, valu
 def test_an_experiment_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
     exp = tmp_path / "latin1.toml"
     exp.write_bytes('name = "caf\u00e9"\nframeworks = ["fake"]\nbatch_sizes = [4]\n'.encode("latin-1"))
-    done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
+    done = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
     assert_refused(done, str(exp), "not UTF-8")
     assert not (tmp_path / "out").exists()
 
@@ -85,7 +85,7 @@ BOUND_CASES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
 def test_a_count_beyond_its_bound_is_refused_with_the_limit(tmp_path: Path, keys: dict[str, Any],
                                                             words: tuple[str, ...]) -> None:
     exp = fake_experiment(tmp_path, **keys)
-    done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
+    done = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
     assert_refused(done, str(exp), *words)
     assert not (tmp_path / "out").exists()
 
@@ -99,7 +99,7 @@ def test_gradient_samples_and_eval_points_beyond_the_steps_are_capped_with_a_not
     from tests.faults.helpers import rows
 
     exp = fake_experiment(tmp_path, eval=True, epochs=2, batch_sizes=[4, 16], eval_points=100, gradient_noise=5000)
-    done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
+    done = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
     assert "note: eval_points = 100 is more than the training can use" in done.stderr, done.stderr
     assert "note: gradient_noise = 5000 is more than the training can use" in done.stderr, done.stderr
@@ -111,14 +111,14 @@ def test_gradient_samples_and_eval_points_beyond_the_steps_are_capped_with_a_not
 def test_a_fraction_where_a_whole_number_goes_says_whole_number(tmp_path: Path) -> None:
     """Issue 32, finding 3: "gradient_noise: 0.5 should be a int"."""
     exp = fake_experiment(tmp_path, gradient_noise=0.5)
-    done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
+    done = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
     assert_refused(done, "gradient_noise: 0.5 should be a whole number")
     assert " a int" not in done.stderr
     assert not (tmp_path / "out").exists()
 
 
 def test_maxbatch_threads_beyond_any_machine_are_refused(tmp_path: Path) -> None:
-    done = bs(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
+    done = cli(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
               "--memory-limit-mib", "1024", "--threads", "1000000", "--out", str(tmp_path / "mb"))
     assert_refused(done, "--threads 1,000,000 is more than the largest usable value (4,096)")
     assert not (tmp_path / "mb").exists()

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.faults.helpers import assert_refused, bs, fake_experiment, rows
+from tests.faults.helpers import assert_refused, bs, cli, fake_experiment, rows
 
 RLIMIT_MIB = 1536
 
@@ -175,6 +175,7 @@ def _nothing_left(tmp_path: Path) -> None:
     assert not prepared.exists() or not any(prepared.iterdir()), list(prepared.iterdir())
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("case", sorted(NPZ_CASES))
 def test_a_malformed_npz_is_refused_naming_the_problem(tmp_path: Path, case: str) -> None:
     build, words = NPZ_CASES[case]
@@ -193,6 +194,7 @@ def test_a_malformed_npz_is_refused_naming_the_problem(tmp_path: Path, case: str
 
 
 # ---------------------------------------------------------------- cifar10 --data-dir
+@pytest.mark.process
 def test_a_cifar_batch_file_far_too_large_is_refused_before_it_is_read(tmp_path: Path) -> None:
     """An extracted folder whose batch is 4 GiB (sparse): read whole, it would exhaust the parent's memory."""
     folder = tmp_path / "cifar-10-batches-py"
@@ -214,7 +216,7 @@ def test_an_unreadable_cifar_batch_is_refused_as_data(tmp_path: Path) -> None:
         (folder / name).write_bytes(b"x")
     (folder / "data_batch_1").chmod(0)
     exp = fake_experiment(tmp_path, dataset="cifar10")
-    done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"), "--data-dir", str(folder), as_user=True)
+    done = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"), "--data-dir", str(folder), as_user=True)
     assert_refused(done, "data_batch_1", "cannot be read")
     _nothing_left(tmp_path)
 
@@ -265,10 +267,10 @@ def test_a_damaged_prepared_copy_is_prepared_again(tmp_path: Path, damage: str) 
     src = tmp_path / "src"
     src.mkdir()
     exp = fake_experiment(tmp_path, dataset=f"npz:{_savez(src / 'data.npz')}")
-    first = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "first"))
+    first = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "first"))
     assert first.returncode == 0, first.stderr
     CACHE_DAMAGE[damage](_prepared_dir(tmp_path))
-    done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
+    done = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert [r["status"] for r in rows(tmp_path / "out")] == ["ok"], rows(tmp_path / "out")
     assert "damaged" in done.stderr and "again" in done.stderr, done.stderr
@@ -282,17 +284,18 @@ def test_a_read_only_cache_is_refused_naming_it_and_the_variable(tmp_path: Path)
     cache.chmod(0o555)
     try:
         exp = fake_experiment(tmp_path)
-        done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"), as_user=True)
+        done = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"), as_user=True)
     finally:
         cache.chmod(0o755)
     assert_refused(done, str(cache), "BATCHSCOPE_CACHE")
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.process
 def test_a_preparation_killed_outright_leaves_nothing_the_next_run_keeps(tmp_path: Path) -> None:
     """SIGKILL cannot be caught: the next preparation removes what a dead one left (its PID is in the name)."""
     exp = fake_experiment(tmp_path)
-    first = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "first"))
+    first = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "first"))
     assert first.returncode == 0, first.stderr
     prepared = tmp_path / "cache" / "prepared"
     (data_dir,) = prepared.iterdir()
@@ -302,7 +305,7 @@ def test_a_preparation_killed_outright_leaves_nothing_the_next_run_keeps(tmp_pat
     (stale / "x_train.npy").write_bytes(b"\0" * 2**20)
     stale_order = data_dir / f"order-seed7-epochs1.npy.tmp-{dead}-abc"  # a shuffle order being written
     stale_order.write_bytes(b"\0" * 2**20)
-    done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
+    done = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
     assert not stale.exists() and not stale_order.exists()
 
@@ -314,7 +317,7 @@ def test_stale_files_of_a_live_preparation_are_left_alone(tmp_path: Path) -> Non
     prepared.mkdir(parents=True)
     live = prepared / f".other-set.tmp-{os.getpid()}-abc"
     live.mkdir()
-    done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
+    done = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
     assert live.exists()
     shutil.rmtree(live)

@@ -21,7 +21,7 @@ import pytest
 
 from tests import ROOT
 from tests.fakes.adapter import FILL_DISK_ENV, fill_disk
-from tests.faults.helpers import assert_refused, bs, command, env_for, fake_experiment, rows
+from tests.faults.helpers import assert_refused, cli, command, env_for, fake_experiment, rows
 
 DISK_MIB = 1
 FULL = "the disk is full"
@@ -87,12 +87,12 @@ def test_a_store_that_cannot_be_created_says_the_disk_is_full_and_leaves_no_empt
     out = disk / "out"
     exp = fake_experiment(tmp_path, batch_sizes=[4, 8])
     filler = _fill(disk, leave_kib)
-    done = bs(tmp_path, "run", str(exp), "--out", str(out))
+    done = cli(tmp_path, "run", str(exp), "--out", str(out))
     assert_refused(done, str(out / "results.sqlite"), FULL)
     assert "damaged" not in done.stderr
     assert not (out / "results.sqlite").exists() and _temporaries(disk) == []
     filler.unlink()
-    again = bs(tmp_path, "run", str(exp), "--out", str(out), "--resume")
+    again = cli(tmp_path, "run", str(exp), "--out", str(out), "--resume")
     assert again.returncode == 0, again.stderr
     assert _cells(out) == [(4, 0), (8, 0)]
 
@@ -100,11 +100,11 @@ def test_a_store_that_cannot_be_created_says_the_disk_is_full_and_leaves_no_empt
 def test_a_trial_row_that_does_not_fit_keeps_the_rows_before_and_resume_finishes(tmp_path: Path, disk: Path) -> None:
     out = disk / "out"
     exp = fake_experiment(tmp_path, batch_sizes=[4, 8, 16])
-    done = bs(tmp_path, "run", str(exp), "--out", str(out), extra=_armed(tmp_path, disk, 8))
+    done = cli(tmp_path, "run", str(exp), "--out", str(out), extra=_armed(tmp_path, disk, 8))
     assert_refused(done, str(out / "results.sqlite"), FULL, "--resume")
     assert _cells(out) == [(4, 0)] and _integrity(out) == "ok"  # the trial before is kept, the store whole
     (disk / "filler").unlink()
-    again = bs(tmp_path, "run", str(exp), "--out", str(out), "--resume")
+    again = cli(tmp_path, "run", str(exp), "--out", str(out), "--resume")
     assert again.returncode == 0, again.stderr
     assert _cells(out) == [(4, 0), (8, 0), (16, 0)] and _integrity(out) == "ok"  # each stored once
 
@@ -113,16 +113,17 @@ def test_a_worker_log_that_does_not_fit_stops_the_sweep_saying_so_and_resume_fin
         tmp_path: Path, disk: Path) -> None:
     out = disk / "out"
     exp = fake_experiment(tmp_path, batch_sizes=[4, 8, 16])
-    done = bs(tmp_path, "run", str(exp), "--out", str(out), extra=_armed(tmp_path, disk, 8, then_print=65536))
+    done = cli(tmp_path, "run", str(exp), "--out", str(out), extra=_armed(tmp_path, disk, 8, then_print=65536))
     assert_refused(done, str(out / "logs" / "worker-"), ".log", FULL, "--resume")
     assert _cells(out) == [(4, 0)] and _integrity(out) == "ok"
     assert list((out / "logs").glob("*.log")) == []  # half a log is not left to read as the whole
     (disk / "filler").unlink()
-    again = bs(tmp_path, "run", str(exp), "--out", str(out), "--resume")
+    again = cli(tmp_path, "run", str(exp), "--out", str(out), "--resume")
     assert again.returncode == 0, again.stderr
     assert _cells(out) == [(4, 0), (8, 0), (16, 0)]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("leave_kib", [0, 148], ids=["refused-up-front", "full-while-writing"])
 def test_a_prepared_data_copy_that_does_not_fit_is_removed_and_nothing_is_written(tmp_path: Path, disk: Path,
                                                                                  leave_kib: int) -> None:
@@ -150,17 +151,17 @@ def test_a_prepared_data_copy_that_does_not_fit_is_removed_and_nothing_is_writte
 def test_a_resolved_experiment_that_does_not_fit_keeps_the_one_before(tmp_path: Path, disk: Path) -> None:
     out = disk / "out"
     exp = fake_experiment(tmp_path, batch_sizes=[4, 8])
-    first = bs(tmp_path, "run", str(exp), "--out", str(out), "--batch-sizes", "4")
+    first = cli(tmp_path, "run", str(exp), "--out", str(out), "--batch-sizes", "4")
     assert first.returncode == 0, first.stderr
     resolved = out / "faults.resolved.json"
     before = resolved.read_bytes()
     filler = _fill(disk)
-    done = bs(tmp_path, "run", str(exp), "--out", str(out), "--resume")
+    done = cli(tmp_path, "run", str(exp), "--out", str(out), "--resume")
     assert_refused(done, str(resolved), FULL, "--resume")
     assert resolved.read_bytes() == before and _temporaries(out) == []
     assert _cells(out) == [(4, 0)] and _integrity(out) == "ok"
     filler.unlink()
-    again = bs(tmp_path, "run", str(exp), "--out", str(out), "--resume")
+    again = cli(tmp_path, "run", str(exp), "--out", str(out), "--resume")
     assert again.returncode == 0, again.stderr
     assert _cells(out) == [(4, 0), (8, 0)]
 
@@ -170,7 +171,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished fake sweep on an ordinary disk, to report and export onto a full one."""
     tmp = tmp_path_factory.mktemp("finished")
     exp = fake_experiment(tmp, batch_sizes=[4, 8], repeats=2, eval=True, eval_points=1)
-    done = bs(tmp, "run", str(exp), "--out", str(tmp / "out"))
+    done = cli(tmp, "run", str(exp), "--out", str(tmp / "out"))
     assert done.returncode == 0, done.stderr
     return tmp / "out"
 
@@ -181,12 +182,12 @@ def test_figures_and_the_pdf_that_do_not_fit_leave_the_report_before_as_it_was(
     target.parent.mkdir()
     target.write_bytes(b"%PDF- the report of yesterday")
     filler = _fill(disk)
-    done = bs(tmp_path, "report", str(finished), "-o", str(target))
+    done = cli(tmp_path, "report", str(finished), "-o", str(target))
     assert_refused(done, str(target), FULL, "run the command again")
     assert target.read_bytes() == b"%PDF- the report of yesterday"  # not replaced by half a report
     assert _temporaries(disk) == [] and not (target.parent / "figures").exists()
     filler.unlink()
-    again = bs(tmp_path, "report", str(finished), "-o", str(target))
+    again = cli(tmp_path, "report", str(finished), "-o", str(target))
     assert again.returncode == 0, again.stderr
     assert target.read_bytes().startswith(b"%PDF-1") and list((target.parent / "figures").iterdir())
 
@@ -197,12 +198,12 @@ def test_an_export_that_does_not_fit_leaves_no_half_written_table(tmp_path: Path
     pytest.importorskip("pyarrow") if fmt == "parquet" else None
     target = disk / "export"
     filler = _fill(disk)
-    done = bs(tmp_path, "export", str(finished), "--format", fmt, "-o", str(target))
+    done = cli(tmp_path, "export", str(finished), "--format", fmt, "-o", str(target))
     assert_refused(done, str(target), FULL, "run the command again")
     assert _temporaries(disk) == []
     assert not any(p.stat().st_size == 0 for p in target.glob(f"*.{fmt}"))  # whatever is there is whole
     filler.unlink()
-    again = bs(tmp_path, "export", str(finished), "--format", fmt, "-o", str(target))
+    again = cli(tmp_path, "export", str(finished), "--format", fmt, "-o", str(target))
     assert again.returncode == 0, again.stderr
     assert (target / f"trials.{fmt}").stat().st_size > 0
 
@@ -211,11 +212,11 @@ def test_a_max_batch_result_that_does_not_fit_says_so_and_keeps_the_store_whole(
     out = disk / "mb"
     args = ("maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
             "--memory-limit-mib", "1024", "--max-batch-cap", "64", "--out", str(out))
-    done = bs(tmp_path, *args, extra=_armed(tmp_path, disk, 16))
+    done = cli(tmp_path, *args, extra=_armed(tmp_path, disk, 16))
     assert_refused(done, str(out / "results.sqlite"), FULL, "run the same command again")
     assert _integrity(out) == "ok" and _temporaries(disk) == []
     (disk / "filler").unlink()
-    again = bs(tmp_path, *args)
+    again = cli(tmp_path, *args)
     assert again.returncode == 0, again.stderr
     conn = sqlite3.connect(out / "results.sqlite")
     try:

@@ -28,7 +28,7 @@ from harness.run.executor import LocalExecutor, classify
 from harness.run.protocol import WorkerReport
 from tests.conftest import make_trial
 from tests.fakes.adapter import GPU_FAULT_ERRORS, FakeAdapter
-from tests.faults.helpers import bs, fake_experiment, rows
+from tests.faults.helpers import cli, fake_experiment, rows
 
 OOM_FAULTS = ("cublas_alloc", "cudnn_alloc", "xla_exhausted")
 OTHER_FAULTS = ("illegal_address", "launch_failure")
@@ -38,7 +38,7 @@ OTHER_FAULTS = ("illegal_address", "launch_failure")
 def test_a_cuda_fault_in_a_sweep_is_stored_with_its_reason_as_oom_only_when_it_is_memory(tmp_path: Path,
                                                                                          fault: str) -> None:
     exp = fake_experiment(tmp_path, batch_sizes=[4, 64])
-    done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"), behaviour=fault)
+    done = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"), behaviour=fault)
     assert done.returncode == 0, done.stderr
     by_batch = {r["batch_size"]: r for r in rows(tmp_path / "out")}
     assert by_batch[4]["status"] == "ok"

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.faults.helpers import assert_refused, bs, fake_experiment
 
 #: enough for the CLI, NumPy and the store; far below what the refused sizes would need
 LIMIT_MIB = 1536
 
 
+@pytest.mark.process
 def test_synthetic_data_too_large_for_memory_is_refused_with_its_size(tmp_path: Path) -> None:
     exp = fake_experiment(tmp_path, synthetic_shape=[3, 512, 512], synthetic_samples=2048)
     done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"), rlimit_data_mib=LIMIT_MIB)
@@ -22,6 +25,7 @@ def test_synthetic_data_too_large_for_memory_is_refused_with_its_size(tmp_path: 
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.process
 def test_maxbatch_input_too_large_for_memory_is_refused_with_its_size(tmp_path: Path) -> None:
     done = bs(tmp_path, "maxbatch", "--framework", "fake", "--model", "deep_cnn", "--synthetic-shape", "3,512,512",
               "--memory-limit-mib", "700", "--out", str(tmp_path / "mb"), rlimit_data_mib=LIMIT_MIB)
@@ -29,6 +33,7 @@ def test_maxbatch_input_too_large_for_memory_is_refused_with_its_size(tmp_path: 
     assert not (tmp_path / "mb").exists()
 
 
+@pytest.mark.process
 def test_epochs_whose_shuffle_order_cannot_be_stored_are_refused(tmp_path: Path) -> None:
     exp = fake_experiment(tmp_path, epochs=10**15)
     done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"), rlimit_data_mib=LIMIT_MIB)
@@ -52,6 +57,7 @@ def test_the_shuffle_order_of_many_epochs_is_streamed_not_held(tmp_path: Path) -
     assert np.array_equal(order, expected)  # the same order the unstreamed code wrote
 
 
+@pytest.mark.process
 def test_a_plan_of_too_many_trials_is_refused_before_it_is_built(tmp_path: Path) -> None:
     exp = fake_experiment(tmp_path)
     done = bs(tmp_path, "run", str(exp), "--repeats", "100000000", "--out", str(tmp_path / "out"),

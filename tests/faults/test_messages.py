@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.helpers import assert_refused, bs, fake_experiment
+from tests.faults.helpers import assert_refused, bs, cli, fake_experiment
 
 
 def test_compare_on_a_store_without_sweep_trials_says_so(tmp_path: Path) -> None:
@@ -22,7 +22,7 @@ def test_compare_on_a_store_without_sweep_trials_says_so(tmp_path: Path) -> None
     with Store.open(out) as store:
         run_id = store.begin_run("maxbatch", {}, "batchscope maxbatch", {})
         store.write_trial(TrialOutcome(trial=probe, status="ok"), run_id, {})
-    done = bs(tmp_path, "compare", str(out))
+    done = cli(tmp_path, "compare", str(out))
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert "data set ," not in done.stdout and "epochs ." not in done.stdout
     assert "no sweep trials" in done.stdout
@@ -44,10 +44,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.process
 def test_an_unreachable_ray_address_is_refused_in_seconds(tmp_path: Path) -> None:
     pytest.importorskip("ray", reason="Ray is optional (batchscope[cluster]) and not installed here")
     address = f"127.0.0.1:{_free_port()}"  # nothing listens there
     t0 = time.monotonic()
+    # a process of its own: a failed ray.init must not leave Ray's state in the test process
     done = bs(tmp_path, "run", str(fake_experiment(tmp_path)), "--out", str(tmp_path / "out"),
               "--ray-address", address, timeout=120)
     assert_refused(done, address, "ray status --address")

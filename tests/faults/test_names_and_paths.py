@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.helpers import assert_refused, bs, fake_experiment
+from tests.faults.helpers import assert_refused, cli, fake_experiment
 
 
 def _written(cwd: Path) -> list[str]:
@@ -25,7 +25,7 @@ def test_an_unusable_experiment_name_is_refused_before_anything_is_written(tmp_p
     cwd.mkdir()
     exp = fake_experiment(cwd, name="e")
     exp.write_text(exp.read_text().replace('name = "e"', f'name = "{name}"'))
-    done = bs(tmp_path, "run", str(exp), cwd=cwd)
+    done = cli(tmp_path, "run", str(exp), cwd=cwd)
     assert_refused(done, "name")
     assert _written(cwd) == []
 
@@ -34,7 +34,7 @@ def test_a_long_name_with_an_explicit_out_writes_nothing(tmp_path: Path) -> None
     """It failed after the store and the lock were written (the resolved spec's file name was too long)."""
     exp = fake_experiment(tmp_path, name="e")
     exp.write_text(exp.read_text().replace('name = "e"', f'name = "{"z" * 300}"'))
-    done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
+    done = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
     assert_refused(done, "name")
     assert not (tmp_path / "out").exists()
 
@@ -43,7 +43,7 @@ def test_a_name_of_100_characters_still_runs(tmp_path: Path) -> None:
     """The guard: the limit leaves ordinary long names alone."""
     exp = fake_experiment(tmp_path, name="e")
     exp.write_text(exp.read_text().replace('name = "e"', f'name = "{"n" * 100}"'))
-    done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
+    done = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "out" / "results.sqlite").is_file()
 
@@ -64,7 +64,7 @@ EMPTY_PATHS = {
 @pytest.fixture(scope="module")
 def a_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("store")
-    done = bs(tmp, "run", str(fake_experiment(tmp)), "--out", str(tmp / "out"))
+    done = cli(tmp, "run", str(fake_experiment(tmp)), "--out", str(tmp / "out"))
     assert done.returncode == 0, done.stderr
     return tmp / "out"
 
@@ -78,7 +78,7 @@ def test_an_empty_path_is_refused_not_read_as_the_default_or_the_current_directo
     (cwd / "results.sqlite").write_bytes((a_store / "results.sqlite").read_bytes())  # a store it must not read
     exp = fake_experiment(cwd)
     args = [a.format(store=a_store) for a in EMPTY_PATHS[case](exp)]
-    done = bs(tmp_path, *args, cwd=cwd)
+    done = cli(tmp_path, *args, cwd=cwd)
     assert_refused(done, "empty")
     assert case.split()[1] in done.stderr  # the option (or DIR) named
     assert _written(cwd) == ["results.sqlite"]

@@ -19,6 +19,9 @@ import pytest
 from tests import ROOT
 from tests.faults.helpers import command, env_for, fake_experiment, gone_within, interruptible, rows, workers_of
 
+#: every test here starts batchscope in a process of its own and signals or kills it: `make test` only
+pytestmark = pytest.mark.process
+
 EPIPE_EXIT = 128 + signal.SIGPIPE
 
 

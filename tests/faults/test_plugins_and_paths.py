@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.helpers import FAKE_ADAPTERS, assert_refused, bs, fake_experiment, rows
+from tests.faults.helpers import FAKE_ADAPTERS, assert_refused, cli, fake_experiment, rows
 
 BROKEN = (FAKE_ADAPTERS + ",raising=tests.faults.raising_plugin:Adapter"
           + ",notadapter=tests.faults.broken_plugin:not_an_adapter")
@@ -15,7 +15,7 @@ BROKEN = (FAKE_ADAPTERS + ",raising=tests.faults.raising_plugin:Adapter"
 
 @pytest.mark.parametrize("command", ["adapters", "doctor"])
 def test_broken_plugins_are_listed_with_their_problem(tmp_path: Path, command: str) -> None:
-    done = bs(tmp_path, command, adapters=BROKEN)
+    done = cli(tmp_path, command, adapters=BROKEN)
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode in ((0,) if command == "adapters" else (0, 1))  # doctor: 1 only for pin problems
     assert "raising" in done.stdout and "libfoo 3" in done.stdout
@@ -26,35 +26,36 @@ def test_broken_plugins_are_listed_with_their_problem(tmp_path: Path, command: s
 def test_out_that_is_an_existing_file_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "taken"
     out.write_text("a file, not a directory\n")
-    done = bs(tmp_path, "run", str(fake_experiment(tmp_path)), "--out", str(out))
+    done = cli(tmp_path, "run", str(fake_experiment(tmp_path)), "--out", str(out))
     assert_refused(done, str(out), "not a directory")
     assert out.read_text() == "a file, not a directory\n"
 
 
 def test_out_that_cannot_be_created_is_refused(tmp_path: Path) -> None:
     out = Path("/proc/batchscope-faults/out")  # cannot be created, even by root (a read-only file system)
-    done = bs(tmp_path, "run", str(fake_experiment(tmp_path)), "--out", str(out))
+    done = cli(tmp_path, "run", str(fake_experiment(tmp_path)), "--out", str(out))
     assert_refused(done, "/proc/batchscope-faults", "cannot create the output directory")
 
 
 def test_maxbatch_out_that_is_an_existing_file_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "taken"
     out.write_text("x\n")
-    done = bs(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
+    done = cli(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
               "--memory-limit-mib", "1024", "--out", str(out))
     assert_refused(done, str(out), "not a directory")
 
 
 def test_report_onto_a_directory_named_pdf_is_refused_before_drawing(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    assert bs(tmp_path, "run", str(fake_experiment(tmp_path)), "--out", str(out)).returncode == 0
+    assert cli(tmp_path, "run", str(fake_experiment(tmp_path)), "--out", str(out)).returncode == 0
     target = tmp_path / "report.pdf"
     target.mkdir()
-    done = bs(tmp_path, "report", str(out), "-o", str(target))
+    done = cli(tmp_path, "report", str(out), "-o", str(target))
     assert_refused(done, str(target), "not a file")
     assert not (tmp_path / "figures").exists()  # refused before figures were drawn beside it
 
 
+@pytest.mark.process
 def test_an_output_directory_removed_mid_run_is_reported_with_its_path(tmp_path: Path) -> None:
     """The store's directory disappears between two trials: exit 2 with the path, not a traceback."""
     import shutil
@@ -77,6 +78,7 @@ def test_an_output_directory_removed_mid_run_is_reported_with_its_path(tmp_path:
     assert proc.returncode == 2 and str(out) in err, err
 
 
+@pytest.mark.process
 def test_a_full_disk_is_reported_with_the_path_and_finished_trials_kept(tmp_path: Path) -> None:
     """RLIMIT_FSIZE on the command (100 KiB) fails writes past it with EFBIG, as a full disk would.
 

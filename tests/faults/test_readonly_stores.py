@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.helpers import assert_refused, bs, fake_experiment, gone_within, rows, start, wait_for, workers_of
+from tests.faults.helpers import assert_refused, cli, fake_experiment, gone_within, rows, start, wait_for, workers_of
 
 STORE = "results.sqlite"
 #: each verb, with its output (if any) sent somewhere writable, and a word its success prints
@@ -34,13 +34,10 @@ VERBS: dict[str, tuple[list[str], str]] = {
 
 
 @pytest.fixture(scope="module")
-def good_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished fake run (two batch sizes, two repeats) to copy and damage."""
-    tmp = tmp_path_factory.mktemp("good")
-    exp = fake_experiment(tmp, batch_sizes=[4, 8], repeats=2)
-    done = bs(tmp, "run", str(exp), "--out", str(tmp / "out"))
-    assert done.returncode == 0, done.stderr
-    return tmp / "out" / STORE
+def good_store(finished_fake_store: Path) -> Path:
+    """A finished fake run (two batch sizes, two repeats) to copy and damage (tests/faults/conftest.py)."""
+    assert finished_fake_store.name == STORE
+    return finished_fake_store
 
 
 def _read_only(path: Path) -> None:
@@ -168,11 +165,11 @@ def store_copy(tmp_path: Path, good_store: Path) -> Iterator[Path]:
             path.chmod(0o755 if path.is_dir() else 0o644)
 
 
-def _verb(tmp_path: Path, verb: str, out: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def _verb(tmp_path: Path, verb: str, out: Path) -> subprocess.CompletedProcess[str]:
+    """The verb called in the test process (tests/helpers/inprocess.py), permissions applying even to root."""
     extra, _ = VERBS[verb]
     elsewhere = tmp_path / "elsewhere"
-    return bs(tmp_path, verb, str(out), *(a.format(elsewhere=elsewhere) for a in extra), as_user=True,
-              timeout=timeout)
+    return cli(tmp_path, verb, str(out), *(a.format(elsewhere=elsewhere) for a in extra), as_user=True)
 
 
 @pytest.mark.parametrize("verb", sorted(VERBS))
@@ -187,13 +184,14 @@ def test_a_reading_verb_reads_an_unusual_store(tmp_path: Path, store_copy: Path,
             [STORE]
 
 
+@pytest.mark.timeout(60)  # a FIFO must not block the open: the timeout fails it
 @pytest.mark.parametrize("verb", sorted(VERBS))
 @pytest.mark.parametrize("kind", sorted(REFUSED))
 def test_a_reading_verb_refuses_what_is_not_a_readable_store(tmp_path: Path, store_copy: Path, verb: str,
                                                              kind: str) -> None:
     damage, words = REFUSED[kind]
     damage(store_copy)
-    done = _verb(tmp_path, verb, store_copy, timeout=60)  # a FIFO must not block the open: the timeout fails it
+    done = _verb(tmp_path, verb, store_copy)
     assert_refused(done, STORE, words)
     assert not (tmp_path / "elsewhere").exists()
 
@@ -202,7 +200,7 @@ def test_a_reading_verb_refuses_what_is_not_a_readable_store(tmp_path: Path, sto
 def test_a_verb_that_writes_beside_a_read_only_store_says_the_directory_is_not_writable(
         tmp_path: Path, store_copy: Path, verb: str) -> None:
     _ro_dir(store_copy)
-    done = bs(tmp_path, verb, str(store_copy), as_user=True)
+    done = cli(tmp_path, verb, str(store_copy), as_user=True)
     assert_refused(done, str(store_copy), "not writable", "-o")
 
 
@@ -212,9 +210,9 @@ def test_a_writing_command_on_a_read_only_store_says_read_only_not_damaged(tmp_p
     _ro_file(store_copy)
     if command == "run-resume":
         exp = fake_experiment(tmp_path, batch_sizes=[4, 8, 16], repeats=2)
-        done = bs(tmp_path, "run", str(exp), "--out", str(store_copy), "--resume", as_user=True)
+        done = cli(tmp_path, "run", str(exp), "--out", str(store_copy), "--resume", as_user=True)
     else:
-        done = bs(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
+        done = cli(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
                   "--memory-limit-mib", "4096", "--out", str(store_copy), as_user=True)
     assert_refused(done, STORE, "read-only")
     assert "damaged" not in done.stderr
@@ -237,6 +235,7 @@ def test_a_store_locked_by_a_writers_transaction_is_read_once_it_commits(tmp_pat
         holder.wait(timeout=60)
 
 
+@pytest.mark.process
 def test_every_reading_verb_reads_a_store_while_a_sweep_writes_it(tmp_path: Path) -> None:
     out = tmp_path / "out"
     exp = fake_experiment(tmp_path, batch_sizes=[4, 64], timeout_s=600)
@@ -276,7 +275,7 @@ def test_a_store_in_a_directory_with_odd_characters_is_read(tmp_path: Path, good
 @pytest.mark.parametrize("verb", sorted(VERBS))
 def test_the_store_file_given_for_its_directory_is_refused_with_the_fix(tmp_path: Path, store_copy: Path,
                                                                         verb: str) -> None:
-    done = bs(tmp_path, verb, str(store_copy / STORE))
+    done = cli(tmp_path, verb, str(store_copy / STORE))
     assert_refused(done, "is the store itself", str(store_copy))
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.faults.helpers import FAKE_ADAPTERS, assert_refused, bs, fake_experiment
+from tests.faults.helpers import FAKE_ADAPTERS, assert_refused, cli, fake_experiment
 
 
 def test_an_interpreter_that_cannot_start_is_refused_before_anything_is_written(tmp_path: Path) -> None:
@@ -18,7 +18,7 @@ def test_an_interpreter_that_cannot_start_is_refused_before_anything_is_written(
     bad_python.chmod(0o755)  # executable, so the file passes the first check; exec fails: Exec format error
     exp = fake_experiment(tmp_path, frameworks=["fake", "fake2"], batch_sizes=[4])
     exp.write_text(exp.read_text() + f'\n[adapters.fake]\npython = "{bad_python}"\n')
-    done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
+    done = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
     assert_refused(done, "fake cannot run in", str(bad_python), "Exec format error")
     assert not (tmp_path / "out").exists()
 
@@ -47,27 +47,27 @@ def test_device_gpu_without_a_gpu_is_refused_in_the_parent(tmp_path: Path) -> No
     if gpus()[0]:
         pytest.skip("this machine has a GPU: the no-GPU refusal cannot be shown here")
     exp = fake_experiment(tmp_path, device="gpu")
-    done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
+    done = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
     assert_refused(done, 'device = "gpu"', "NVML sees no GPU")
     assert not (tmp_path / "out").exists()
 
 
 def test_a_model_that_does_not_fit_the_input_is_refused_in_the_parent(tmp_path: Path) -> None:
     exp = fake_experiment(tmp_path, model="osu_cnn", synthetic_shape=[1, 1, 1])
-    done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
+    done = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
     assert_refused(done, "does not fit input shape")
     assert not (tmp_path / "out").exists()
 
 
 def test_maxbatch_on_an_unknown_dataset_writes_nothing(tmp_path: Path) -> None:
-    done = bs(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--dataset", "imagenet",
+    done = cli(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--dataset", "imagenet",
               "--memory-limit-mib", "1024", "--out", str(tmp_path / "mb"))
     assert_refused(done, "imagenet")
     assert not (tmp_path / "mb").exists()
 
 
 def test_maxbatch_with_a_missing_data_dir_writes_nothing(tmp_path: Path) -> None:
-    done = bs(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--dataset", "cifar10",
+    done = cli(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--dataset", "cifar10",
               "--data-dir", str(tmp_path / "nowhere.tar.gz"), "--memory-limit-mib", "1024",
               "--out", str(tmp_path / "mb"))
     assert_refused(done, "nowhere.tar.gz")
@@ -79,9 +79,9 @@ def test_an_adapter_that_cannot_be_loaded_writes_nothing(tmp_path: Path, command
     adapters = FAKE_ADAPTERS + ",broken=tests.faults.raising_plugin:Adapter"
     if command == "run":
         exp = fake_experiment(tmp_path, frameworks=["fake", "broken"])
-        done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"), adapters=adapters)
+        done = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"), adapters=adapters)
     else:
-        done = bs(tmp_path, "maxbatch", "--framework", "broken", "--model", "tiny_cnn", "--memory-limit-mib", "1024",
+        done = cli(tmp_path, "maxbatch", "--framework", "broken", "--model", "tiny_cnn", "--memory-limit-mib", "1024",
                   "--out", str(tmp_path / "out"), adapters=adapters)
     assert_refused(done, "'broken'", "cannot be loaded", "libfoo 3")
     assert not (tmp_path / "out").exists()

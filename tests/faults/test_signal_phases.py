@@ -36,6 +36,9 @@ from tests.faults.helpers import (
     workers_of,
 )
 
+#: every test here starts batchscope in a process of its own and signals or kills it: `make test` only
+pytestmark = pytest.mark.process
+
 CASES = [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)]
 IDS = [s.name for s, _ in CASES]
 

@@ -14,6 +14,9 @@ import pytest
 
 from tests.faults.helpers import fake_experiment, gone_within, hanging, rows, start, wait_for, workers_of
 
+#: every test here starts batchscope in a process of its own and signals or kills it: `make test` only
+pytestmark = pytest.mark.process
+
 CASES = [(signal.SIGINT, 130, "interrupted (SIGINT)"), (signal.SIGTERM, 143, "stopped: got SIGTERM"),
          (signal.SIGHUP, 129, "stopped: got SIGHUP")]
 

@@ -11,16 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.helpers import (
-    assert_refused,
-    bs,
-    fake_experiment,
-    gone_within,
-    rows,
-    start,
-    wait_for,
-    workers_of,
-)
+from tests.faults.helpers import assert_refused, cli, fake_experiment, gone_within, rows, start, wait_for, workers_of
 
 
 def _text_file(out: Path) -> None:
@@ -42,13 +33,9 @@ BREAKS = {"text-file": _text_file, "truncated": _truncated, "directory": _direct
 
 
 @pytest.fixture(scope="module")
-def good_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished fake run (two batch sizes, some samples) to copy and break."""
-    tmp = tmp_path_factory.mktemp("good")
-    exp = fake_experiment(tmp, batch_sizes=[4, 8], repeats=2)
-    done = bs(tmp, "run", str(exp), "--out", str(tmp / "out"))
-    assert done.returncode == 0, done.stderr
-    return tmp
+def good_store(finished_fake_store: Path) -> Path:
+    """A finished fake run (two batch sizes, some samples) to copy and break (tests/faults/conftest.py)."""
+    return finished_fake_store.parent.parent
 
 
 @pytest.mark.parametrize("command", ["compare", "export", "run-resume"])
@@ -61,9 +48,9 @@ def test_an_unreadable_store_is_refused_without_a_traceback(tmp_path: Path, good
     BREAKS[damage](out)
     if command == "run-resume":
         exp = fake_experiment(tmp_path, batch_sizes=[4, 8], repeats=2)
-        done = bs(tmp_path, "run", str(exp), "--out", str(out), "--resume")
+        done = cli(tmp_path, "run", str(exp), "--out", str(out), "--resume")
     else:
-        done = bs(tmp_path, command, str(out))
+        done = cli(tmp_path, command, str(out))
     assert_refused(done, "results.sqlite")
     assert not (out / "export").exists()
 
@@ -71,10 +58,10 @@ def test_an_unreadable_store_is_refused_without_a_traceback(tmp_path: Path, good
 def test_resume_with_changed_settings_is_refused_naming_what_changed(tmp_path: Path) -> None:
     out = tmp_path / "out"
     exp = fake_experiment(tmp_path, epochs=2, batch_sizes=[4, 8])
-    first = bs(tmp_path, "run", str(exp), "--out", str(out), "--batch-sizes", "4")
+    first = cli(tmp_path, "run", str(exp), "--out", str(out), "--batch-sizes", "4")
     assert first.returncode == 0, first.stderr
     before = rows(out)
-    done = bs(tmp_path, "run", str(exp), "--out", str(out), "--resume", "--epochs", "0")
+    done = cli(tmp_path, "run", str(exp), "--out", str(out), "--resume", "--epochs", "0")
     assert_refused(done, "--resume", "epochs: 2 stored, 0 now")
     assert rows(out) == before  # nothing mixed in
 
@@ -83,12 +70,13 @@ def test_resume_with_the_same_settings_still_finishes_the_sweep(tmp_path: Path) 
     """The refusal above must not catch a plain resume: more batch sizes or repeats of the same settings."""
     out = tmp_path / "out"
     exp = fake_experiment(tmp_path, epochs=1, batch_sizes=[4, 8])
-    assert bs(tmp_path, "run", str(exp), "--out", str(out), "--batch-sizes", "4").returncode == 0
-    done = bs(tmp_path, "run", str(exp), "--out", str(out), "--resume", "--repeats", "2")
+    assert cli(tmp_path, "run", str(exp), "--out", str(out), "--batch-sizes", "4").returncode == 0
+    done = cli(tmp_path, "run", str(exp), "--out", str(out), "--resume", "--repeats", "2")
     assert done.returncode == 0, done.stderr
     assert sorted((r["batch_size"], r["repeat"]) for r in rows(out)) == [(4, 0), (4, 1), (8, 0), (8, 1)]
 
 
+@pytest.mark.process
 def test_a_second_run_into_the_same_directory_is_refused_while_the_first_runs(tmp_path: Path) -> None:
     out = tmp_path / "out"
     exp = fake_experiment(tmp_path, batch_sizes=[4, 64], timeout_s=600)
@@ -97,7 +85,7 @@ def test_a_second_run_into_the_same_directory_is_refused_while_the_first_runs(tm
         workers = wait_for(lambda: (len(rows(out)) >= 1 and workers_of(first.pid)) or first.poll() is not None,
                            120, "the first run's hanging trial")
         assert first.poll() is None, first.communicate()
-        second = bs(tmp_path, "run", str(exp), "--out", str(out), "--resume", "--batch-sizes", "4")
+        second = cli(tmp_path, "run", str(exp), "--out", str(out), "--resume", "--batch-sizes", "4")
         assert_refused(second, "in use by another batchscope command", f"pid {first.pid}")
         assert [r["batch_size"] for r in rows(out)] == [4]  # the second ran nothing
     finally:
@@ -106,6 +94,7 @@ def test_a_second_run_into_the_same_directory_is_refused_while_the_first_runs(tm
     assert gone_within(workers) == []
 
 
+@pytest.mark.process
 def test_the_lock_dies_with_its_holder(tmp_path: Path) -> None:
     """A run killed outright leaves no stale lock: the next run into the directory goes ahead."""
     out = tmp_path / "out"
@@ -116,7 +105,7 @@ def test_the_lock_dies_with_its_holder(tmp_path: Path) -> None:
     first.kill()
     first.communicate(timeout=60)
     assert gone_within(workers) == []
-    again = bs(tmp_path, "run", str(exp), "--out", str(out), "--resume", "--batch-sizes", "4")
+    again = cli(tmp_path, "run", str(exp), "--out", str(out), "--resume", "--batch-sizes", "4")
     assert again.returncode == 0, again.stderr
     conn = sqlite3.connect(out / "results.sqlite")
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.helpers import assert_refused, bs, fake_experiment
+from tests.faults.helpers import assert_refused, bs, cli, fake_experiment
 
 MODEL_TIMEOUT_ENV = "BATCHSCOPE_MODEL_TIMEOUT_S"
 GOOD = """
@@ -46,6 +46,7 @@ def _model(cwd: Path, name: str, body: str) -> str:
     return f"{name}:net"
 
 
+@pytest.mark.process
 @pytest.mark.alone  # a model that prints 160 MB must end inside the 3 s limit: seen over it beside other tests
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_misbehaving_model_function_is_refused_and_bounded(tmp_path: Path, case: str) -> None:
@@ -72,7 +73,7 @@ def test_the_model_function_runs_once_per_run_not_once_per_trial(tmp_path: Path)
     cwd.mkdir()
     model = _model(cwd, "counted", GOOD)
     exp = fake_experiment(cwd, model=model, batch_sizes=[4, 8], repeats=2)
-    done = bs(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"), cwd=cwd)
+    done = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"), cwd=cwd)
     assert done.returncode == 0, done.stderr
     assert (cwd / "counted.py.calls").read_text().count("call") == 1
 
@@ -81,7 +82,7 @@ def test_maxbatch_runs_the_model_function_once(tmp_path: Path) -> None:
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     model = _model(cwd, "counted_mb", GOOD)
-    done = bs(tmp_path, "maxbatch", "--framework", "fake", "--model", model, "--synthetic-shape", "1,8,8",
+    done = cli(tmp_path, "maxbatch", "--framework", "fake", "--model", model, "--synthetic-shape", "1,8,8",
               "--memory-limit-mib", "1024", "--max-batch-cap", "64", "--out", str(tmp_path / "mb"), cwd=cwd)
     assert done.returncode == 0, done.stderr
     assert (cwd / "counted_mb.py.calls").read_text().count("call") == 1

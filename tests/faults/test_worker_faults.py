@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.faults.helpers import (
     alive,
     fake_experiment,
@@ -32,6 +34,7 @@ def _logs(out: Path) -> list[Path]:
     return sorted((out / "logs").glob("worker-*.log"))
 
 
+@pytest.mark.process
 def test_a_worker_that_prints_a_flood_then_fails_keeps_a_bounded_log_with_its_traceback(tmp_path: Path) -> None:
     out = tmp_path / "out"
     exp = fake_experiment(tmp_path, timeout_s=120)
@@ -49,6 +52,7 @@ def test_a_worker_that_prints_a_flood_then_fails_keeps_a_bounded_log_with_its_tr
     assert "ValueError: fake: failed after a flood of output" in row["traceback"]
 
 
+@pytest.mark.process
 def test_a_worker_that_prints_without_end_is_bounded_by_its_timeout_and_its_log_by_the_cap(tmp_path: Path) -> None:
     out = tmp_path / "out"
     exp = fake_experiment(tmp_path, timeout_s=4)
@@ -70,6 +74,7 @@ def _stopped(pid: int) -> bool:
         return False
 
 
+@pytest.mark.process
 def test_a_stopped_worker_whose_parent_is_killed_dies_within_seconds(tmp_path: Path) -> None:
     """Its parent-watching thread cannot run while it is stopped: the kernel's orphaned-group rule must reach it."""
     out = tmp_path / "out"
@@ -88,6 +93,7 @@ def test_a_stopped_worker_whose_parent_is_killed_dies_within_seconds(tmp_path: P
     assert left == [], "a stopped worker outlived its parent"
 
 
+@pytest.mark.process
 def test_a_stopped_parent_killed_while_its_worker_runs_leaves_no_worker(tmp_path: Path) -> None:
     out = tmp_path / "out"
     exp = fake_experiment(tmp_path, timeout_s=600)
@@ -115,6 +121,7 @@ def test_request_sent_tells_a_child_still_waiting_on_its_stdin() -> None:
         child.wait()
 
 
+@pytest.mark.process
 def test_a_worker_that_finished_while_its_parent_was_stopped_is_not_a_timeout(tmp_path: Path) -> None:
     """The parent, stopped past the trial's deadline, wakes to a worker that finished long before it: ok."""
     out = tmp_path / "out"
@@ -137,6 +144,7 @@ def test_a_worker_that_finished_while_its_parent_was_stopped_is_not_a_timeout(tm
     assert row["status"] == "ok", row["reason"]
 
 
+@pytest.mark.process
 def test_a_stopped_worker_past_its_timeout_is_killed_and_recorded_as_a_timeout(tmp_path: Path) -> None:
     """The guard beside the one above: a worker that really ran (or sat stopped) past its deadline is a timeout."""
     out = tmp_path / "out"

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.memory_executor import LinearMemory, install
+from tests.helpers.shared import once
 from tests.scheduling import alone_section
 
 
@@ -81,7 +82,7 @@ def real_search(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Re
     out = tmp_path_factory.mktemp("real_search") / "out"
     printed = io.StringIO()
     # its tests are `alone`, so it is too
-    with alone_section(), fixed_threshold(), redirect_stdout(printed), redirect_stderr(printed):
+    with once("real_search"), alone_section(), fixed_threshold(), redirect_stdout(printed), redirect_stderr(printed):
         code = main([*REAL_SEARCH_ARGS, "--out", str(out)])
     with Store.open(out, create=False) as store:
         rows = store.maxbatch_results()

@@ -32,6 +32,7 @@ from harness.records import MaxBatchResult, MonitorResult, TrialOutcome, WorkerM
 from harness.run.executor import LocalExecutor
 from harness.store import MAXBATCH_COLUMN_NAMES, Store
 from tests.conftest import make_trial
+from tests.helpers.shared import RUNS
 from tests.maxbatch.conftest import FIXED_THRESHOLD, fixed_threshold
 
 GPU = [{"index": 0, "name": "Fake H100", "memory_total_mib": 81559.0}]
@@ -364,3 +365,11 @@ def test_sweep_with_max_batch_on_cpu_without_a_limit_is_refused_before_running(t
     assert main(["run", str(exp), "--out", str(tmp_path / "out")]) == 2
     assert "memory-limit-mib" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("real_search")
+def test_the_shared_real_search_ran_once_in_this_worker(real_search):
+    """Last of its group: the two tests above read the one real search (tests/helpers/shared.py counts its runs)."""
+    assert real_search.code == 0
+    assert RUNS["real_search"] == 1, dict(RUNS)

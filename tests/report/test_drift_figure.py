@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 
 from harness.cells import cells
 from report.document.drift import drift_figure, rolling_median
-from report.load import Experiment
+from report.load import StoredExperiment
 
 
 def _trial(fw: str, bs: int, h: str, drifted: bool) -> dict:
@@ -17,7 +17,7 @@ def _trial(fw: str, bs: int, h: str, drifted: bool) -> dict:
 
 def test_the_figure_draws_one_line_per_framework_and_its_caption_names_the_drift():
     trials = (_trial("mxnet", 4, "a", True), _trial("pytorch", 4, "b", False), _trial("pytorch", 64, "c", False))
-    exp = Experiment(name="t", runs=({"spec_json": '{"frameworks": ["pytorch", "mxnet"]}'},), trials=trials,
+    exp = StoredExperiment(name="t", runs=({"spec_json": '{"frameworks": ["pytorch", "mxnet"]}'},), trials=trials,
                      step_times={"a": (4.0,) * 60 + (38.0,) * 140, "b": (5.0,) * 200, "c": (9.0,) * 30})
     result = drift_figure(exp, cells(trials, exp.frameworks))
     assert result.figure is not None and result.absent_reason is None
@@ -32,7 +32,7 @@ def test_the_figure_draws_one_line_per_framework_and_its_caption_names_the_drift
 
 def test_too_few_steps_give_a_reason_instead_of_an_empty_axis():
     trials = (_trial("pytorch", 4, "b", False),)
-    exp = Experiment(name="t", runs=(), trials=trials, step_times={"b": (5.0,) * 3})
+    exp = StoredExperiment(name="t", runs=(), trials=trials, step_times={"b": (5.0,) * 3})
     result = drift_figure(exp, cells(trials))
     assert result.figure is None and "20 or more" in (result.absent_reason or "")
 

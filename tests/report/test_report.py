@@ -28,6 +28,7 @@ from report.document.build import build_report
 from report.load import load
 from tests import ROOT
 from tests.fakes.report_store import GPU_EXPERIMENT, GPU_OOM, MADE_UP, make_cpu_store, make_gpu_replay_store
+from tests.helpers.inprocess import cli
 from tests.helpers.recommend_rows import recompute
 
 SECTIONS = ("Runs and exact command lines", "Environment", "Method", "Findings", "Figures", "Tables",
@@ -54,9 +55,12 @@ def _flat(text: str) -> str:
     return " ".join(text.split())
 
 
+_ENV = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness", "report", *args], capture_output=True, text=True,
-                          cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
+    """``batchscope report ARGS`` called in the test process (tests/helpers/inprocess.py)."""
+    return cli(["report", *args], cwd=ROOT, env=_ENV)
 
 
 @pytest.fixture(scope="session")
@@ -285,9 +289,16 @@ def test_cli_all_trials_failed_gives_a_report_that_says_so(tmp_path: Path) -> No
             store.write_trial(TrialOutcome(trial=_gpu_trial("tensorflow", batch, 0), status=status, reason=reason),
                               run_id, {"gpu_note": MADE_UP})
     out = tmp_path / "failed.pdf"
-    done = _cli(str(tmp_path), "-o", str(out))
+    # a process of its own, to see what it imported: a report that draws no figure imports neither seaborn nor
+    # scipy (1.5 s of scipy.stats at every start-up otherwise: issue 42)
+    code = ("import json, sys\nfrom harness.cli import main\n"
+            f"code = main(['report', {str(tmp_path)!r}, '-o', {str(out)!r}])\n"
+            "print(json.dumps(sorted(m for m in ('seaborn', 'scipy') if m in sys.modules)))\nsys.exit(code)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=_ENV,
+                          timeout=120)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
+    assert done.stdout.splitlines()[-1] == "[]", done.stdout
     flat = _flat(_text(out))
     assert "No trial of this experiment finished" in flat
     assert "killed by SIGSEGV" in flat and "What happened to each trial" in flat

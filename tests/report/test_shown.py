@@ -16,7 +16,7 @@ from harness.cells import METRICS, cells
 from harness.monitor.fields import FIELDS, shown_in
 from report.document import figures
 from report.document.tables import MEMORY_COLUMNS, SPEED_COLUMNS, headline
-from report.load import Experiment
+from report.load import StoredExperiment
 
 SHOWN = [f for f in FIELDS if f.trial_column and f.shown]
 
@@ -57,7 +57,7 @@ def test_a_headline_table_holds_exactly_the_fields_shown_there(place: str, colum
 
 def test_each_figure_draws_a_panel_for_every_field_shown_in_it() -> None:
     trials = _trials()
-    exp = Experiment(name="shown", runs=(), trials=tuple(trials))
+    exp = StoredExperiment(name="shown", runs=(), trials=tuple(trials))
     drawn = {fig.key: fig for fig in figures.build_figures(exp, cells(trials))}
     try:
         for f in SHOWN:

@@ -13,7 +13,7 @@ from harness.config.experiment import parse_experiment
 from harness.records import WorkerMetrics
 from harness.run.worker.steps import StepRunner
 from harness.run.worker.trial import compile_cache_dir, compile_fields
-from harness.store.db import METRIC_COLUMNS
+from harness.store.schema import METRIC_COLUMNS
 from tests.conftest import make_trial
 from tests.fakes.adapter import FakeAdapter
 

@@ -2,34 +2,38 @@
 
 An evaluation point runs ``predict`` (inference mode), ``get_weights`` and the memory statistics between two
 training steps. If any of them touched the training (BatchNorm's running statistics, a model left in eval mode,
-the optimizer state), the final evaluation of the same seed would differ with and without the points.
+the optimizer state), the final evaluation of the same seed would differ with and without the points. The trials
+are the framework's shared sweep (tests/run/conftest.py), which test_prefetch_frameworks.py reads too.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from harness.config.experiment import parse_experiment
-from harness.run.sweep import SweepOptions, run_sweep
+from tests.helpers.shared import RUNS
+from tests.run.conftest import TRIALS
 
-pytestmark = pytest.mark.slow  # every test here starts a real framework
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("framework_sweep")]  # every test here starts a framework
+
+FRAMEWORKS = ["pytorch", "tensorflow", "mxnet", "jax"]
 
 
-@pytest.mark.parametrize("framework", ["pytorch", "tensorflow", "mxnet", "jax"])
-def test_evaluation_points_do_not_change_what_the_training_computes(framework: str, tmp_path: Path,
-                                                                     cache_dir: Path) -> None:
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_evaluation_points_do_not_change_what_the_training_computes(framework: str, framework_sweep) -> None:
+    trials = framework_sweep(framework)
     finals = {}
-    for points in (0, 3):
-        exp = parse_experiment({
-            "name": f"points{points}", "frameworks": [framework], "model": "deep_cnn", "dataset": "synthetic",
-            "synthetic_shape": [3, 8, 8], "synthetic_samples": 96, "batch_sizes": [8], "epochs": 2,
-            "warmup_steps": 2, "timed_steps": 3, "threads": 1, "device": "cpu", "eval_points": points,
-            "eval_batch_size": 16,
-        }, source="inline")
-        (outcome,) = run_sweep(exp, tmp_path / str(points), SweepOptions(cache_dir=cache_dir)).outcomes
+    for name in ("plain", "points"):
+        outcome, points = trials[name].outcome, TRIALS[name]["eval_points"]
         assert outcome.status == "ok", outcome.reason
         assert len(outcome.curve) == points + 1
         finals[points] = (outcome.metrics.accuracy, outcome.metrics.eval_loss)
+    assert sorted(finals) == [0, 3]
     assert finals[3] == finals[0]  # bit for bit: deep_cnn has BatchNorm, so a touched running statistic shows
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_the_shared_sweep_ran_once_in_this_worker(framework: str, framework_sweep) -> None:
+    """Read by the tests above and by test_prefetch_frameworks.py: one run of its trials per worker, however many
+    tests read it (tests/helpers/shared.py)."""
+    framework_sweep(framework)
+    assert RUNS[f"framework_sweep[{framework}]"] == 1, dict(RUNS)

@@ -15,10 +15,10 @@ from harness.records import TrialOutcome, TrialUnit, WorkerMetrics
 from harness.run.executor import LocalExecutor
 from harness.run.protocol import SetupFacts
 from harness.run.worker.trial import math_mode_env
-from harness.store.db import outcome_row
+from harness.store.schema import outcome_row
 from tests.conftest import make_trial
 from tests.fakes.adapter import FAKE_GPU_ENV, FAKE_MATH_ENV, FakeAdapter
-from tests.helpers.cli import bs, write
+from tests.helpers.cli import cli, write
 
 TARGET = "tests.fakes.adapter:FakeAdapter"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -124,11 +124,11 @@ def test_mfu_is_never_published_above_100_percent():
 def test_the_cli_refuses_tf32_on_the_cpu_with_exit_2_and_writes_nothing(tmp_path):
     exp = write(tmp_path, 'name = "x"\nframeworks = ["pytorch"]\nbatch_sizes = [4]\ndevice = "cpu"\n')
     out = tmp_path / "out"
-    r = bs("run", str(exp), "--out", str(out), "--math-mode", "tf32")
+    r = cli("run", str(exp), "--out", str(out), "--math-mode", "tf32")
     assert r.returncode == 2, r.stderr
     assert "--math-mode: math_mode = 'tf32'" in r.stderr and "Traceback" not in r.stderr and not out.exists()
-    r = bs("maxbatch", "--framework", "mxnet", "--model", "tiny_cnn", "--device", "gpu", "--math-mode", "tf32",
-           "--out", str(out))
+    r = cli("maxbatch", "--framework", "mxnet", "--model", "tiny_cnn", "--device", "gpu", "--math-mode", "tf32",
+            "--out", str(out))
     assert r.returncode == 2 and "--math-mode 'tf32'" in r.stderr and "MXNet has no switch" in r.stderr, r.stderr
     assert not out.exists()
 

@@ -8,13 +8,9 @@ import json
 import os
 import subprocess
 import textwrap
-from pathlib import Path
 
 import pytest
 
-from harness.config.experiment import parse_experiment
-from harness.run.sweep import SweepOptions, run_sweep
-from harness.store import Store
 from tests import ROOT
 from tests.helpers.envs import python_for
 
@@ -24,25 +20,21 @@ pytestmark = pytest.mark.slow  # every test here starts a real framework
 AHEAD = {"pytorch", "tensorflow", "mxnet", "jax"}
 
 
+@pytest.mark.xdist_group("framework_sweep")
 @pytest.mark.parametrize("framework", ["pytorch", "tensorflow", "mxnet", "jax"])
-def test_the_same_seed_gives_the_same_losses_with_prefetch_on_and_off(framework: str, tmp_path: Path,
-                                                                      cache_dir: Path) -> None:
+def test_the_same_seed_gives_the_same_losses_with_prefetch_on_and_off(framework: str, framework_sweep) -> None:
+    """The framework's shared sweep (tests/run/conftest.py): two trials alike but for ``prefetch``, augmented."""
+    trials = framework_sweep(framework)
     finals = {}
-    for prefetch in (False, True):
-        exp = parse_experiment({
-            "name": f"prefetch{prefetch}", "frameworks": [framework], "model": "tiny_cnn", "dataset": "synthetic",
-            "synthetic_shape": [3, 8, 8], "synthetic_samples": 40, "batch_sizes": [8], "epochs": 2,
-            "warmup_steps": 1, "timed_steps": 2, "threads": 1, "device": "cpu", "eval_points": 1,
-            "eval_batch_size": 16, "augment": "crop_flip", "augment_pad_px": 2, "prefetch": prefetch,
-        }, source="inline")
-        out = tmp_path / str(prefetch)
-        (outcome,) = run_sweep(exp, out, SweepOptions(cache_dir=cache_dir)).outcomes
+    for name in ("points", "prefetched"):
+        outcome, row = trials[name].outcome, trials[name].row
         assert outcome.status == "ok", outcome.reason
-        with Store.open(out, create=False) as store:
-            (row,) = store.trials()
-        assert row["prefetch"] == int(prefetch) and row["prefetch_device"] == int(prefetch and framework in AHEAD)
+        prefetch = bool(row["prefetch"])
+        assert row["prefetch_device"] == int(prefetch and framework in AHEAD)
+        assert row["augment"] == "crop_flip"
         finals[prefetch] = [(p.eval_loss, p.accuracy) for p in outcome.curve]
-    assert finals[True] == finals[False]  # bit for bit, at the middle point and the end
+    assert sorted(finals) == [False, True] and len(finals[True]) > 1
+    assert finals[True] == finals[False]  # bit for bit, at the middle points and the end
 
 
 def test_mxnet_converts_ahead_on_one_openmp_thread_and_the_same_batch() -> None:

@@ -140,7 +140,7 @@ def test_every_worker_metric_is_a_trials_column_typed_by_its_field(tmp_path):
     """Derived, not restated: a WorkerMetrics field is a column of the SQL type of its field's type."""
     import dataclasses
 
-    from harness.store.db import METRIC_COLUMNS, TRIAL_COLUMNS
+    from harness.store.schema import METRIC_COLUMNS, TRIAL_COLUMNS
 
     types = dict(TRIAL_COLUMNS)
     assert len(types) == len(TRIAL_COLUMNS), "a column is listed twice"
@@ -162,7 +162,7 @@ def test_every_worker_metric_is_a_trials_column_typed_by_its_field(tmp_path):
 def test_a_field_type_the_store_cannot_hold_is_refused():
     import dataclasses
 
-    from harness.store.db import record_columns
+    from harness.store.schema import record_columns
 
     @dataclasses.dataclass(frozen=True)
     class Odd:
@@ -193,7 +193,7 @@ def test_where_a_trial_ran_is_stored_and_a_lost_trial_is_not_finished(tmp_path):
     """Issue 23: the placement columns come from the Placement record; a ``lost`` row (its node died) is run again
     by --resume, and the re-run replaces it: never dropped, never doubled."""
     from harness.records import Placement
-    from harness.store.db import PLACEMENT_COLUMNS
+    from harness.store.schema import PLACEMENT_COLUMNS
 
     assert [n for n, _ in PLACEMENT_COLUMNS] == ["host", "node_id", "device_index", "concurrent_n", "attempt"]
     with Store.open(tmp_path) as store:

@@ -1,0 +1,65 @@
+"""Fixtures of the run tests: the real sweep several tests read, one per framework (issue 42)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.shared import once
+
+#: the shared sweep's trials, by name: the settings each changes from the base. ``plain`` against ``points`` shows
+#: evaluation points leave the training as it was; ``points`` against ``prefetched`` shows prefetching changes no
+#: batch (at every point of the curve)
+TRIALS: dict[str, dict[str, Any]] = {
+    "plain": {"eval_points": 0, "prefetch": False},
+    "points": {"eval_points": 3, "prefetch": False},
+    "prefetched": {"eval_points": 3, "prefetch": True},
+}
+#: deep_cnn has BatchNorm, so a running statistic an evaluation touched shows in the final figures; the augmentation
+#: (crop and flip, drawn per seed, epoch and sample) is done on the prefetch thread when it is on
+BASE: dict[str, Any] = {
+    "model": "deep_cnn", "dataset": "synthetic", "synthetic_shape": [3, 8, 8], "synthetic_samples": 96,
+    "batch_sizes": [8], "epochs": 2, "warmup_steps": 2, "timed_steps": 3, "threads": 1, "device": "cpu",
+    "eval_batch_size": 16, "augment": "crop_flip", "augment_pad_px": 2,
+}
+
+
+@dataclass(frozen=True)
+class SharedTrial:
+    """One trial of a framework's shared sweep: what ``run_sweep`` returned and the row it stored."""
+
+    outcome: Any  # harness.records.TrialOutcome
+    row: dict[str, Any]
+
+
+@pytest.fixture(scope="session")
+def framework_sweep(tmp_path_factory: pytest.TempPathFactory,
+                    cache_dir: Path) -> Callable[[str], dict[str, SharedTrial]]:
+    """``framework_sweep(name)``: the framework's shared trials (:data:`TRIALS`), run once per session, however many
+    tests read them (each of them carries ``xdist_group("framework_sweep")``: tests/scheduling.py)."""
+    from harness.config.experiment import parse_experiment
+    from harness.run.sweep import SweepOptions, run_sweep
+    from harness.store import Store
+
+    cache: dict[str, dict[str, SharedTrial]] = {}
+
+    def get(framework: str) -> dict[str, SharedTrial]:
+        if framework not in cache:
+            trials = {}
+            with once(f"framework_sweep[{framework}]"):
+                for name, settings in TRIALS.items():
+                    exp = parse_experiment({"name": name, "frameworks": [framework], **BASE, **settings},
+                                           source="inline")
+                    out = tmp_path_factory.mktemp(f"sweep-{framework}-{name}")
+                    (outcome,) = run_sweep(exp, out, SweepOptions(cache_dir=cache_dir)).outcomes
+                    with Store.open(out, create=False) as store:
+                        (row,) = store.trials()
+                    trials[name] = SharedTrial(outcome, row)
+            cache[framework] = trials
+        return cache[framework]
+
+    return get
