@@ -31,7 +31,7 @@ from harness.cli.maxbatch_output import (
 )
 from harness.cli.progress import make_progress
 from harness.cli.table import path_arg
-from harness.config.experiment import DEFAULT_SETTLE_STEPS
+from harness.config.limits import DEFAULT_SETTLE_STEPS
 from harness.errors import ConfigError
 
 if TYPE_CHECKING:  # the search's modules are imported when a command runs
@@ -51,7 +51,7 @@ def _shape(text: str) -> tuple[int, int, int]:
 def register(sub: Any) -> None:
     """Add the ``maxbatch`` subcommand. Long (about 75 lines) because it is one parser's option list, one
     declaration per option, read top to bottom as ``--help`` prints it; there is no logic to cut out."""
-    from harness.config.experiment import DATA_LAYOUTS, DEVICES, MATH_MODES, OPTIMIZERS, PRECISIONS
+    from harness.config.choices import DATA_LAYOUTS, DEVICES, MATH_MODES, OPTIMIZERS, PRECISIONS
     from harness.maxbatch.search import STRATEGIES
 
     p = sub.add_parser("maxbatch", help="find the largest batch that fits (train + eval step), probing in "

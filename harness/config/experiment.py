@@ -39,17 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-# the enumerated settings are Literal types (harness/config/choices.py); their value tuples are re-exported here,
-# where the command line and older code import them from
-from harness.config.choices import AUGMENTS as AUGMENTS
-from harness.config.choices import DATA_LAYOUTS as DATA_LAYOUTS
-from harness.config.choices import DENORMALS as DENORMALS
-from harness.config.choices import DEVICES as DEVICES
-from harness.config.choices import LR_POLICIES as LR_POLICIES
-from harness.config.choices import MATH_MODES as MATH_MODES
-from harness.config.choices import OPTIMIZERS as OPTIMIZERS
-from harness.config.choices import PRECISIONS as PRECISIONS
-from harness.config.choices import STUDIES as STUDIES
+# the enumerated settings are Literal types (harness/config/choices.py); the bounds are harness/config/limits.py's
 from harness.config.choices import (
     Augment,
     DataLayout,
@@ -61,18 +51,20 @@ from harness.config.choices import (
     Precision,
     Study,
 )
-from harness.config.limits import DEFAULT_SETTLE_STEPS as DEFAULT_SETTLE_STEPS
-from harness.config.limits import MAX_ACCUMULATE_STEPS as MAX_ACCUMULATE_STEPS
-from harness.config.limits import MAX_MEMORY_LIMIT_MIB as MAX_MEMORY_LIMIT_MIB
-from harness.config.limits import MAX_NAME_CHARS as MAX_NAME_CHARS
-from harness.config.limits import MAX_POINTS as MAX_POINTS
-from harness.config.limits import MAX_SAMPLE_INTERVAL_MS as MAX_SAMPLE_INTERVAL_MS
-from harness.config.limits import MAX_SIZE as MAX_SIZE
-from harness.config.limits import MAX_STEPS as MAX_STEPS
-from harness.config.limits import MAX_THREADS as MAX_THREADS
-from harness.config.limits import MAX_TIMEOUT_S as MAX_TIMEOUT_S
-from harness.config.limits import MAX_TRIALS as MAX_TRIALS
-from harness.config.limits import SQLITE_INT_MAX as SQLITE_INT_MAX
+from harness.config.limits import (
+    DEFAULT_SETTLE_STEPS,
+    MAX_ACCUMULATE_STEPS,
+    MAX_MEMORY_LIMIT_MIB,
+    MAX_NAME_CHARS,
+    MAX_POINTS,
+    MAX_SAMPLE_INTERVAL_MS,
+    MAX_SIZE,
+    MAX_STEPS,
+    MAX_THREADS,
+    MAX_TIMEOUT_S,
+    MAX_TRIALS,
+    SQLITE_INT_MAX,
+)
 from harness.config.resolution import Resolution
 from harness.errors import ConfigError
 

@@ -25,7 +25,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.config.experiment import MAX_TIMEOUT_S, has_hook
+from harness.config.experiment import has_hook
+from harness.config.limits import MAX_TIMEOUT_S
 from harness.config.trial import OptimizerSpec, TrialSpec
 from harness.data import DataRequest, PreparedData, default_cache_dir, prepare
 from harness.envs.resolve import chosen

@@ -15,9 +15,18 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.config.choices import MATH_MODES, Device, MathMode, OptimizerName, Precision
-from harness.config.experiment import DEFAULT_SETTLE_STEPS, DEVICES, OPTIMIZERS, PRECISIONS, Experiment
-from harness.config.limits import MAX_MEMORY_LIMIT_MIB, MAX_THREADS, MAX_TIMEOUT_S, SQLITE_INT_MAX
+from harness.config.choices import (
+    DEVICES,
+    MATH_MODES,
+    OPTIMIZERS,
+    PRECISIONS,
+    Device,
+    MathMode,
+    OptimizerName,
+    Precision,
+)
+from harness.config.experiment import Experiment
+from harness.config.limits import DEFAULT_SETTLE_STEPS, MAX_MEMORY_LIMIT_MIB, MAX_THREADS, MAX_TIMEOUT_S, SQLITE_INT_MAX
 from harness.errors import BatchscopeWarning, ConfigError
 from harness.maxbatch.search import CPU_RESOLUTION, GPU_RESOLUTION, STRATEGIES, Resolution
 from harness.run.devices import resolve

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from harness.cli import main
-from harness.config.experiment import DEFAULT_SETTLE_STEPS
+from harness.config.limits import DEFAULT_SETTLE_STEPS
 from harness.data import DataRequest, prepare
 from harness.maxbatch.advice import (
     CPU_HEAP_ALLOWANCE,
