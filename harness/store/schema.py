@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from harness.config.trial import TrialSpec
 from harness.flops import mfu
 from harness.monitor.fields import SAMPLE_COLUMNS
 from harness.monitor.fields import TRIAL_COLUMNS as SAMPLER_TRIAL_COLUMNS
@@ -62,34 +63,22 @@ PLACEMENT_COLUMNS: tuple[tuple[str, str], ...] = record_columns(Placement)
 
 @dataclass(frozen=True)
 class TrialHead:
-    """A trials row's own columns (the rest are a :class:`~harness.records.WorkerMetrics`'s, the sampler's field
-    table's and a :class:`~harness.records.Placement`'s): the trial's identity and settings (from its TrialSpec),
-    how it ended, what the parent derived from the measurements, and where the worker ran. One column per field,
-    named and typed by it; units are in the names; ``*_json`` fields hold JSON text. NULL in a store made before a
-    column existed (it gains the column, empty, when opened)."""
+    """A trials row's own columns: the trial's hash and run, how it ended, what the parent derived from the
+    measurements, and where the worker ran (the rest are the trial's settings, :data:`SPEC_FIELDS` of its TrialSpec,
+    and a :class:`~harness.records.WorkerMetrics`'s, the sampler's field table's and a
+    :class:`~harness.records.Placement`'s). One column per field, named and typed by it; units are in the names;
+    ``*_json`` fields hold JSON text. NULL in a store made before a column existed (it gains it, empty, when opened).
+    """
 
     trial_hash: str
     run_id: int
-    experiment: str
-    purpose: str  # sweep | probe | settle | verify
-    framework: str
-    model: str
-    dataset: str
-    batch_size: int
-    repeat: int
-    seed: int
     status: str
     reason: str
-    epochs: int
     lr: float
     optimizer: str
     elapsed_s: float
     param_count: int | None
     device: str | None  # the framework's own name for where it ran ("cuda:0", "cpu(0)"); run_device what it was told
-    precision: str
-    denormals: str  # asked for; what the CPU did is the worker's cpu_denormals (flush | keep | unknown)
-    #: issue 29: the math mode asked for (ieee | tf32 | framework-default; what ran is the worker's math_mode_seen)
-    math_mode: str
     #: MFU against the dense peak of the arithmetic that ran, that peak, or why no MFU is published (harness.flops)
     mfu_pct: float | None
     mfu_peak_tflops: float | None
@@ -112,9 +101,6 @@ class TrialHead:
     monitor_json: str
     started_at: str
     finished_at: str
-    variant: str  # study settings (issue 14): "" without variants
-    augment: str
-    accumulate_steps: int
     effective_batch_size: int
     #: issue 29: the device the trial was told to use (cpu | gpu: device = "auto" resolved per framework in the
     #: parent; auto: unresolved, the framework picked)
@@ -125,11 +111,19 @@ class TrialHead:
     environment: str | None
 
 
-#: trials columns: (name, SQL type): the row's own (:class:`TrialHead`), then the worker's measurements, the
-#: sampler's aggregates (from the field table, harness/monitor/fields.py: means over the timed phase, except where
-#: the name says peak), and where it ran (issue 23); every one derived from its record or table
+#: the TrialSpec fields a trials row carries as columns, named and typed by the field: the trial's identity and the
+#: settings a reader groups and filters by (``denormals`` and ``math_mode`` as asked for: what ran is the worker's
+#: ``cpu_denormals`` and ``math_mode_seen``; ``variant`` is "" without variants); the whole spec is ``spec_json``
+SPEC_FIELDS = ("experiment", "purpose", "framework", "model", "dataset", "batch_size", "repeat", "seed", "epochs",
+               "precision", "denormals", "math_mode", "variant", "augment", "accumulate_steps")
+_SPEC_HINTS = typing.get_type_hints(TrialSpec)
+SPEC_COLUMNS: tuple[tuple[str, str], ...] = tuple((name, sql_type(_SPEC_HINTS[name])) for name in SPEC_FIELDS)
+
+#: trials columns: (name, SQL type): the trial's settings (:data:`SPEC_COLUMNS`), the row's own (:class:`TrialHead`),
+#: then the worker's measurements, the sampler's aggregates (from the field table, harness/monitor/fields.py: means
+#: over the timed phase, except where the name says peak), and where it ran (issue 23); each derived from its record
 TRIAL_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("trial_hash", "TEXT PRIMARY KEY"), *record_columns(TrialHead)[1:],
+    ("trial_hash", "TEXT PRIMARY KEY"), *SPEC_COLUMNS, *record_columns(TrialHead)[1:],
     *METRIC_COLUMNS,
     *(c for c in SAMPLER_TRIAL_COLUMNS if c[0] != "rss_peak_mib"),  # rss_peak_mib is the head's (the higher)
     *PLACEMENT_COLUMNS,
@@ -179,12 +173,9 @@ def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> d
     mon = outcome.monitor.aggregates
     rss = [v for v in (m.get("maxrss_mib"), mon.get("rss_peak_mib")) if v is not None]
     head = TrialHead(
-        trial_hash=t.trial_hash, run_id=run_id, experiment=t.experiment, purpose=t.purpose, framework=t.framework,
-        model=t.model, dataset=t.dataset, batch_size=t.batch_size, repeat=t.repeat, seed=t.seed,
-        status=outcome.status, reason=outcome.reason, epochs=t.epochs, lr=t.optimizer.lr,
+        trial_hash=t.trial_hash, run_id=run_id, status=outcome.status, reason=outcome.reason, lr=t.optimizer.lr,
         optimizer=t.optimizer.name, elapsed_s=outcome.elapsed_s, param_count=outcome.param_count,
-        device=outcome.device.get("device"), precision=t.precision, denormals=t.denormals, math_mode=t.math_mode,
-        **_mfu_columns(outcome, m), rss_peak_mib=max(rss) if rss else None,
+        device=outcome.device.get("device"), **_mfu_columns(outcome, m), rss_peak_mib=max(rss) if rss else None,
         j_per_sample=_j_per_sample(mon.get("energy_j"), t.effective_batch_size, outcome.phase_steps.get("timed")),
         steady_j_per_sample=_j_per_sample(mon.get("steady_energy_j"), t.effective_batch_size,
                                           outcome.phase_steps.get("steady")),
@@ -195,10 +186,9 @@ def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> d
         device_json=json.dumps(outcome.device, default=str), spec_json=json.dumps(t.to_dict(), default=str),
         monitor_json=json.dumps(outcome.monitor.summary(), default=str),
         started_at=outcome.started_at, finished_at=outcome.finished_at,
-        variant=t.variant, augment=t.augment, accumulate_steps=t.accumulate_steps,
         effective_batch_size=t.effective_batch_size, run_device=t.run_device,
         python=outcome.python or None, environment=outcome.environment or None)
-    row: dict[str, Any] = dataclasses.asdict(head)
+    row: dict[str, Any] = {name: getattr(t, name) for name in SPEC_FIELDS} | dataclasses.asdict(head)
     row |= outcome.placement.to_dict()  # where it ran: its own columns
     for name in TRIAL_COLUMN_NAMES:  # the worker's measurements (METRIC_COLUMNS), then the sampler's
         if name not in row:
