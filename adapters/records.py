@@ -5,7 +5,7 @@ path plugins use."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 
@@ -73,10 +73,6 @@ class SetupFacts:
         """The flat mapping: the known facts that are set, and the extra ones."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
         return {**{k: v for k, v in out.items() if v is not None}, **self.extra}
-
-    def with_extra(self, **extra: Any) -> SetupFacts:
-        """These facts with more framework-specific ones."""
-        return replace(self, extra={**self.extra, **extra})
 
     @property
     def on_gpu(self) -> bool:
