@@ -36,9 +36,13 @@ from harness.errors import ConfigError
 from harness.maxbatch.listener import MaxBatchListener
 
 if TYPE_CHECKING:  # the search's modules are imported when a command runs
+    from harness.config.trial import TrialSpec
+    from harness.maxbatch.listener import Bracket
     from harness.maxbatch.request import MaxBatchRequest
     from harness.maxbatch.searching import MaxBatchSearch
     from harness.maxbatch.whathelps import Searched
+    from harness.records import TrialOutcome
+    from harness.run.protocol import Message
 
 
 def _shape(text: str) -> tuple[int, int, int]:
@@ -167,7 +171,7 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     return 1 if outcome.row.verify_failed else 0
 
 
-def _choose_interpreter(args: argparse.Namespace, req: Any, env: dict[str, Any]) -> None:
+def _choose_interpreter(args: argparse.Namespace, req: MaxBatchRequest, env: dict[str, Any]) -> None:
     """The framework's interpreter (harness.envs): ``--python FRAMEWORK=PATH`` (checked there, exit 2 where it cannot
     run it) or its managed environment, built on first use; one line says which. A failed build is exit 1."""
     from harness.envs.resolve import choose, parse_python_options
@@ -188,7 +192,7 @@ def _choose_interpreter(args: argparse.Namespace, req: Any, env: dict[str, Any])
     print(f"environment {interpreter.line()}", flush=True)
 
 
-def _request(args: argparse.Namespace) -> Any:
+def _request(args: argparse.Namespace) -> MaxBatchRequest:
     """The search the command line asks for, every argument checked (ConfigError: exit 2, nothing written)."""
     from harness.maxbatch import whathelps
     from harness.maxbatch.request import CONFIRM_STEPS, MaxBatchRequest
@@ -276,13 +280,13 @@ class _Printer(MaxBatchListener):
     def on_search_start(self, i: int, n: int, label: str) -> None:
         self.display.line(f"search {i + 1}/{n}: {label}")
 
-    def on_probe_message(self, trial: Any, msg: Any) -> None:  # a typed worker message (harness.run.protocol)
+    def on_probe_message(self, trial: TrialSpec, msg: Message) -> None:
         if not self.probes or self.probes[-1] != trial.trial_hash:  # a control run repeats a probe's hash: new
             self.probes.append(trial.trial_hash)
             self.display.start(len(self.probes), 0, trial)
         self.display.event(trial, msg)
 
-    def on_probe_complete(self, outcome: Any) -> None:
+    def on_probe_complete(self, outcome: TrialOutcome) -> None:
         from harness.cli.table import shorten
         from harness.maxbatch.probes import probe_peak_mib
 
@@ -293,7 +297,7 @@ class _Printer(MaxBatchListener):
                 else "confirm" if o.trial.timed_steps == self.req.confirm_steps else "probe")
         self.display.done(len(self.probes), 0, o, text=f"{kind:<7} {o.status:<8} {o.elapsed_s:5.1f} s  {extra}")
 
-    def on_bracket(self, bracket: Any) -> None:
+    def on_bracket(self, bracket: Bracket) -> None:
         self.display.line(bracket_line(bracket.probe, bracket.lo, bracket.hi))
 
 
