@@ -540,6 +540,10 @@ class _Search:
         accepts as the answer."""
         self.fit = prior
         self.predicted = prior.predict_batch(self.calibrated_budget(prior))
+        if self.capped:  # the first probe was at --max-batch-cap and fitted: no size is left to predict (probing the
+            # cap again was a worker started for nothing: issue 42 saw `--max-batch-cap 1` take 3 workers, not 2)
+            self.estimate_note = "not needed: the first size probed was the cap, and it fitted"
+            return
         target, _ = self._target(prior, 0)
         target = min(target, max(self.lo + 1, math.floor(self.predicted * (1.0 - ESTIMATE_HEDGE))))
         if self.run(self._inside(target), "predicted") == "ok":

@@ -286,3 +286,25 @@ def test_a_search_stopped_by_the_cap_recommends_the_cap_when_it_leaves_the_margi
     assert len(settle_units) == settle_runs
     assert ("not settled: at --max-batch-cap 4" in out) == (settle_runs == 0), out
     assert "unused under the budget" in out and f": {cap}  (power of two" in out, out
+
+
+def test_a_sweeps_search_settles_for_the_experiments_settle_steps(fake_executor, tmp_path, cache_dir):
+    """``max_batch_settle_steps`` in an experiment is the length of the settling runs its sweep's search makes (under
+    glibc's default malloc): the store's row says so and the runs trained that long. Moved here from the real sweep
+    test (test_maxbatch.py), which runs under a fixed mmap threshold, where no settling is needed (issue 42)."""
+    from harness.config.experiment import parse_experiment
+    from harness.pipeline import run_experiment
+    from harness.run.sweep import SweepOptions
+    from tests.fakes.memory_executor import LinearMemory
+
+    made = fake_executor()
+    exp = parse_experiment({"name": "mbsweep", "frameworks": ["pytorch"], "model": "tiny_cnn", "batch_sizes": [8],
+                            "device": "cpu", "threads": 1, "warmup_steps": 1, "timed_steps": 2,
+                            "synthetic_shape": [1, 8, 8], "synthetic_samples": 64, "max_batch": True,
+                            "memory_limit_mib": BUDGET_MIB, "max_batch_settle_steps": 20}, source="inline")
+    run_experiment(exp, tmp_path, SweepOptions(cache_dir=cache_dir, executor=LinearMemory()))
+    row = _row(tmp_path)
+    runs = json.loads(row["heap_settle_json"])
+    assert row["heap_settle_steps"] == 20 and runs and all(r["status"] == "ok" for r in runs), runs
+    settle_units = [u for u in made[0].units if u.trial.purpose == "settle"]
+    assert len(settle_units) == len(runs) and {u.trial.timed_steps for u in settle_units} == {20}

@@ -138,6 +138,22 @@ def test_the_search_takes_the_estimate_from_the_first_probe_that_brought_one():
     assert result.probes_n <= 5, calls
 
 
+@pytest.mark.parametrize("cap", [1, 16])
+def test_a_first_probe_at_the_cap_that_fits_ends_the_search_before_the_confirm_run(cap):
+    calls: list[tuple[int, bool]] = []
+
+    def probe(batch: int, confirm: bool) -> ProbeResult:
+        calls.append((batch, confirm))
+        est = ((16, 40.0), (256, 520.0)) if len(calls) == 1 else ()
+        return ProbeResult(batch, "ok", peak_mib=100.0 + 2.0 * batch, estimate_mib=est)
+
+    result = search(probe, SearchSettings(strategy="model", budget_mib=4000.0, expect_estimate=True,
+                                          max_batch_cap=cap))
+    # the cap fitted at once: nothing is left to predict, so no size runs twice but in the confirm run
+    assert calls == [(cap, False), (cap, True)] and result.capped and result.max_batch == cap, calls
+    assert result.predicted_batch is not None and result.estimate_note.startswith("not needed"), result
+
+
 def test_the_worker_reports_the_estimate_or_why_there_is_none():
     good = json.loads(step_estimate_json(EstimatingFakeAdapter(), (16, 256)))
     assert good["batches"] == [16, 256] and good["mib"] == pytest.approx([5.0, 65.0])

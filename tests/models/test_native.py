@@ -70,7 +70,7 @@ def test_sweep_and_maxbatch_run_a_native_pytorch_model(tmp_path: Path, cache_dir
     assert main(["run", str(toml), "--out", str(out)]) == 0
     assert main(["maxbatch", "--framework", "pytorch", "--model", f"native:{module}:small_net", "--device", "cpu",
                  "--synthetic-shape", "3,8,8", "--threads", "1", "--memory-limit-mib", "4000", "--settle-steps", "20",
-                 "--max-batch-cap", "2", "--out", str(out / "mb")]) == 0  # 3 workers: 1, 2, confirm 2
+                 "--max-batch-cap", "2", "--out", str(out / "mb")]) == 0  # 2 workers: 2, confirm 2
     text = capsys.readouterr().out
     assert "native model (the framework's own): no forecast" in text
     torch_count = 3 * 4 * 9 + 4 + 4 * 8 * 8 * 3 + 3  # Conv2d + Linear, as torch counts them
