@@ -23,7 +23,7 @@ from pathlib import Path
 from common import machine_facts
 
 from harness.data import DataRequest, prepare
-from harness.maxbatch.prober import WorkerProber
+from harness.maxbatch.probes import WorkerProber
 from harness.maxbatch.request import MaxBatchRequest, resolve_budget
 from harness.run.executor import LocalExecutor
 

@@ -42,7 +42,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from harness.maxbatch.prober import estimate_batches
+from harness.maxbatch.probes import estimate_batches
 from harness.maxbatch.search import (
     CPU_RESOLUTION,
     GPU_CENSOR_PCT,

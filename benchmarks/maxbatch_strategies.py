@@ -35,9 +35,10 @@ from harness.data import DataRequest, prepare
 from harness.envs.resolve import choose
 from harness.envs.spec import chosen_kind
 from harness.errors import BatchscopeError
-from harness.maxbatch.prober import run_maxbatch
 from harness.maxbatch.request import MaxBatchRequest
 from harness.maxbatch.search import CPU_RESOLUTION, Resolution
+from harness.maxbatch.searching import MaxBatchSearch
+from harness.monitor import environment
 from harness.store import Store
 
 SHAPE = (3, 32, 32)
@@ -74,21 +75,21 @@ def search_once(framework: str, model: str, strategy: str, budget: float, env: t
         t0 = time.monotonic()
         try:
             # on a GPU the machine's environment (its GPUs decide the budget's kind); on CPU none is needed
-            machine: dict[str, object] = {"gpus": None, "env": None} if device == "gpu" else {"gpus": [], "env": {}}
-            out = run_maxbatch(req, store, 0, data=data, log_dir=cache / "logs", **machine)  # type: ignore[arg-type]
+            machine = environment.capture() if device == "gpu" else {"gpus": []}
+            out = MaxBatchSearch.build(req, machine, data=data, log_dir=cache / "logs").run(store, 0)  # type: ignore[arg-type]
         except BatchscopeError as e:
             out_row.update(error=str(e)[:500], wall_s=round(time.monotonic() - t0, 1))
             return out_row
         wall = time.monotonic() - t0
     r, row = out.result, out.row
-    out_row.update(answer=r.max_batch, first_fail=row.first_fail_batch, probes=r.probes_n, wall_s=round(wall, 1),
+    out_row.update(answer=r.max_batch, first_fail=row.answer.fail_batch, probes=r.probes_n, wall_s=round(wall, 1),
                    probes_trail=[f"{p.stage}:{p.batch}:{p.status}" + (f"@{p.peak_mib:.1f}" if p.peak_mib else "")
                                  for p in r.probes],
-                   fit_a_mib=row.fit_a_mib, fit_b_mib_per_sample=row.fit_b_mib_per_sample,
-                   predicted=row.estimate_batch, predicted_error_pct=row.estimate_error_pct,
-                   estimate_mib_per_sample=row.estimate_mib_per_sample,
-                   estimate_fixed_cost_mib=row.estimate_fixed_cost_mib, estimate_note=row.estimate_note,
-                   formula=row.formula_batch, formula_error_pct=row.formula_error_pct,
+                   fit_a_mib=row.line.a_mib, fit_b_mib_per_sample=row.line.b_mib_per_sample,
+                   predicted=row.estimate.batch, predicted_error_pct=row.estimate.error_pct,
+                   estimate_mib_per_sample=row.estimate.mib_per_sample,
+                   estimate_fixed_cost_mib=row.estimate.fixed_cost_mib, estimate_note=row.estimate.note,
+                   formula=row.formula.batch, formula_error_pct=row.formula.error_pct,
                    load_1min_end=os.getloadavg()[0])
     return out_row
 

@@ -41,8 +41,8 @@ from common import machine_facts
 from harness.data import DataRequest, prepare
 from harness.errors import BatchscopeError
 from harness.maxbatch.advice import train_advice
-from harness.maxbatch.prober import run_maxbatch
 from harness.maxbatch.request import MaxBatchRequest
+from harness.maxbatch.searching import MaxBatchSearch
 from harness.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,20 +99,21 @@ def one_run(args: argparse.Namespace, run: int, data_dir: str, probe_data: Any, 
     t0 = time.monotonic()
     with Store.open(work / f"batchscope-{run}") as store:
         try:
-            found = run_maxbatch(req, store, 1, data=probe_data, gpus=[], env={}, log_dir=work / "logs")
+            found = MaxBatchSearch.build(req, {}, data=probe_data, log_dir=work / "logs").run(store, 1)
         except BatchscopeError as e:
             rows.append(f"| {run} | batchscope maxbatch | - | - | failed: {e} | - |")
             found = None
     if found is not None:
         row, wall = found.row, time.monotonic() - t0
-        env = json.loads(row["train_env_json"] or "{}")
+        env = dict(row.recommendation.train_env or {})
         words = " ".join(f"{k}={v}" for k, v in env.items())
-        print(f"search {run}: boundary {row['max_batch']}, slope {row['fit_b_mib_per_sample']} MiB/sample; "
-              f"{train_advice(row)}; settling runs {row.get('heap_settle_json')}", file=sys.stderr, flush=True)
-        for label, batch in (("exact boundary", row["max_batch"]), ("recommended", row["recommended_batch"])):
+        print(f"search {run}: boundary {row.answer.max_batch}, slope {row.line.b_mib_per_sample} MiB/sample; "
+              f"{train_advice(row)}; settling runs {row.settling.runs}", file=sys.stderr, flush=True)
+        for label, batch in (("exact boundary", row.answer.max_batch),
+                             ("recommended", row.recommendation.batch or 0)):
             default = verify(batch, {})  # the printed settings are glibc's defaults unless the user set some
             how = f"{trained(verify(batch, env))} (with {words}); " if env else ""
-            rows.append(f"| {run} | batchscope maxbatch, {label} | {batch} | {row['probes_n']} probes, {wall:.0f} s "
+            rows.append(f"| {run} | batchscope maxbatch, {label} | {batch} | {row.probes.n} probes, {wall:.0f} s "
                         f"| never | {how}{trained(default)} (glibc default) |")
     reason = None if args.no_lightning else lightning_available(args.lightning_python)
     if args.no_lightning or reason is not None:

@@ -23,7 +23,7 @@ from common import machine_facts
 
 from harness.data import DataRequest, prepare
 from harness.maxbatch.advice import CPU_PEAK_JITTER_MIB
-from harness.maxbatch.prober import WorkerProber
+from harness.maxbatch.probes import WorkerProber
 from harness.maxbatch.request import MaxBatchRequest, resolve_budget
 from harness.run.executor import LocalExecutor
 

@@ -14,8 +14,8 @@ from typing import Any, cast
 from harness.config.experiment import Experiment
 from harness.data import PreparedData
 from harness.errors import DoesNotFitError, SearchAborted
-from harness.maxbatch.prober import run_maxbatch
 from harness.maxbatch.request import MaxBatchRequest, resolve_budget
+from harness.maxbatch.searching import MaxBatchSearch
 from harness.records import MaxBatchResult, TrialOutcome
 from harness.run.listener import SweepListener
 from harness.run.sweep import SweepContext, SweepOptions, SweepResult, run_sweep
@@ -58,10 +58,9 @@ def max_batch_searches(exp: Experiment, ctx: SweepContext, result: SweepResult) 
         if framework in done:
             continue
         try:
-            found = run_maxbatch(MaxBatchRequest.from_experiment(exp, framework), ctx.store, ctx.run_id,
-                                 data=ctx.data, log_dir=ctx.out_dir / "logs", monitor_factory=ctx.monitor_factory,
-                                 gpus=list(ctx.env.get("gpus") or []), env=ctx.env)
-            result.maxbatch.append(found.row)
+            found = MaxBatchSearch.build(MaxBatchRequest.from_experiment(exp, framework), ctx.env, data=ctx.data,
+                                         log_dir=ctx.out_dir / "logs", monitor_factory=ctx.monitor_factory)
+            result.maxbatch.append(found.run(ctx.store, ctx.run_id).row)
         except (DoesNotFitError, SearchAborted) as e:
             result.maxbatch_notes.append(f"{framework}: {e}")
 
@@ -83,14 +82,13 @@ class _Collected:
 
 
 def _search_on_node(req: MaxBatchRequest, run_id: int, data: PreparedData, log_dir: Path,
-                    monitor_factory: Any, gpus: list[dict[str, Any]],
-                    env: dict[str, Any]) -> tuple[list[TrialOutcome], MaxBatchResult | None, str]:
+                    monitor_factory: Any, env: dict[str, Any]) -> tuple[list[TrialOutcome], MaxBatchResult | None, str]:
     """The body of one search's Ray task: (its probes, its maxbatch row, why it gave no answer or "")."""
     collected = _Collected()
     note = ""
     try:
-        run_maxbatch(req, cast(Store, collected), run_id, data=data, log_dir=log_dir, monitor_factory=monitor_factory,
-                     gpus=gpus, env=env)
+        found = MaxBatchSearch.build(req, env, data=data, log_dir=log_dir, monitor_factory=monitor_factory)
+        found.run(cast(Store, collected), run_id)
     except (DoesNotFitError, SearchAborted) as e:
         note = str(e)
     return collected.trials, collected.row, note
@@ -102,7 +100,7 @@ def _searches_on_ray(exp: Experiment, ctx: SweepContext, result: SweepResult, fr
     gpus = list(ctx.env.get("gpus") or [])
     reqs = [MaxBatchRequest.from_experiment(exp, f) for f in frameworks]
     on_gpu = any(r.device == "gpu" or (r.device == "auto" and gpus) for r in reqs)
-    calls = [(req, ctx.run_id, ctx.data, ctx.out_dir / "logs", ctx.monitor_factory, gpus, ctx.env) for req in reqs]
+    calls = [(req, ctx.run_id, ctx.data, ctx.out_dir / "logs", ctx.monitor_factory, ctx.env) for req in reqs]
     answers = ctx.executor.map_on_nodes(_search_on_node, calls, gpu=on_gpu)  # type: ignore[union-attr]
     for framework, answer in zip(frameworks, answers, strict=True):
         if isinstance(answer, str):

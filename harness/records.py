@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, Protocol
@@ -311,117 +312,325 @@ class TrialOutcome:
     environment: str = ""  # its environment (TrialUnit.environment)
 
 
+def _column(name: str, default: Any = None, *, json: bool = False) -> Any:
+    """A field of a max-batch record part, stored in the ``maxbatch`` column ``name`` (its flat name before issue 39,
+    and the name of the deprecated attribute of :class:`MaxBatchResult` that still reads it); ``json``: the column
+    holds the field as JSON text (the store alone writes and reads it: :mod:`harness.store.maxbatch_row`)."""
+    meta = {"column": name, "json": json}
+    if isinstance(default, (dict, list)):
+        return field(default_factory=type(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
 @dataclass(frozen=True)
-class MaxBatchResult:
-    """One max-batch search's answer and how it was found: a ``maxbatch`` row of the store, typed.
+class ProbeResult:
+    """One probe as the search sees it (and as a max-batch answer keeps it). ``peak_mib`` is in the units the budget is
+    counted in; ``growth_mib`` is what grows with the batch where the framework reports it apart (its allocated peak on
+    a GPU), else None."""
 
-    Made by the prober (:func:`harness.maxbatch.prober.result_row`, then the settling and verifying runs with
-    :func:`dataclasses.replace`), written by the store (one column per field, named and typed by it: a new field is
-    a new column, added to older stores on open), read back by :meth:`from_row` for the command line and the report.
-    A field that may be None is one a row stored before its column existed (or a search that did not measure it)
-    leaves NULL; the search's names (framework, strategy, budget kind) and its answer (max_batch) are always written,
-    and read back as "" and 0 from a row made by hand without them, never a number that was not measured.
-    """
-
-    run_id: int | None = None
-    experiment: str | None = None
-    framework: str = ""
-    model: str | None = None
-    dataset: str | None = None
-    device: str | None = None
-    precision: str | None = None
-    strategy: str = ""
-    budget_mib: float | None = None
-    budget_kind: str = ""
-    margin_mib: float | None = None
-    max_batch: int = 0
-    first_fail_batch: int | None = None
-    first_fail_status: str | None = None
-    first_fail_reason: str | None = None
-    recommended_batch: int | None = None
-    recommended_pow2: int | None = None
-    recommended_mult8: int | None = None
-    probes_n: int | None = None
-    wall_s: float | None = None
-    formula_batch: int | None = None
-    formula_error_pct: float | None = None
-    param_count: int | None = None
-    per_sample_activation_mib: float | None = None
-    fit_a_mib: float | None = None
-    fit_b_mib_per_sample: float | None = None
-    probes_json: str | None = None  # every probe: [{batch, status, peak_mib, stage, ...}]
-    env_json: str | None = None
-    finished_at: str | None = None
-    # the formula with the analytic activation size (None for a native model), and search facts
-    formula_analytic_batch: int | None = None
-    formula_analytic_error_pct: float | None = None
-    analytic_activation_mib_per_sample: float | None = None
-    model_state_mib: float | None = None
-    capped: int | None = None  # 1: the search stopped at max_batch_cap, not at a failure
-    versions_json: str | None = None
-    # issue 18: what the answer needs to hold in the user's own training, and the check that it does
-    confirm_steps: int | None = None
-    margin_jitter_mib: float | None = None
-    margin_growth_mib: float | None = None
-    margin_total_mib: float | None = None
-    train_env_json: str | None = None
-    verify_steps: int | None = None
-    verify_status: str | None = None  # pass | fail; None: not verified
-    verify_reason: str | None = None
-    verify_peak_mib: float | None = None
-    # issue 14, item 5 ("what helps"): the setting a search ran with ("plain": fp32, no accumulation, the adapter's
-    # defaults), max_batch being then the micro-batch and effective_batch = max_batch x accumulate_steps; the peak
-    # and step throughput measured at the answer
-    setting: str | None = None
-    accumulate_steps: int | None = None
-    effective_batch: int | None = None
-    adapter_options_json: str | None = None
-    answer_peak_mib: float | None = None
-    answer_samples_per_s: float | None = None
-    # issue 22: the probes run under glibc's default malloc; the part of margin_total_mib left for its heap variation
-    # (harness.maxbatch.advice.CPU_HEAP_ALLOWANCE)
-    margin_heap_mib: float | None = None
-    # issue 22: the runs that settled the recommendation under glibc's default malloc ([{batch, run, status}], the
-    # last candidate's last) and their length in timed steps (harness.maxbatch.prober.settle_heap)
-    heap_settle_json: str | None = None
-    heap_settle_steps: int | None = None
-    # issue 29: the math mode the probes ran under (ieee | tf32 | framework-default)
-    math_mode: str | None = None
-    # issue 31: the search's resolution ("exact", "1%", "8,1%": harness.config.resolution.Resolution.label): the
-    # answer is within it of the boundary (None in rows stored before: exact). The most a probe's worker held on the
-    # GPU outside its framework's allocator (the CUDA context; trials.cuda_context_mib), None where none measured it
-    resolution: str | None = None
-    cuda_context_mib: float | None = None
-    # issue 43: how far fresh processes' peaks moved (MiB) where the search saw it, and why it stopped where its
-    # resolution alone would not have (at that spread) or where the cap was moved onto the resolution's grid
-    spread_mib: float | None = None
-    resolution_note: str | None = None
-    # issue 41: the framework's own estimate of a training step's peak (PyTorch's MemTracker under FakeTensorMode,
-    # JAX's compiled memory_analysis), asked for in the first probe's worker: its MiB per sample and its
-    # batch-independent part (from two sizes), what the first probe measured beyond it at its size (the runtime, the
-    # libraries, the allocator's pools: what the estimate cannot know), the boundary predicted from both before any
-    # probe near it, and that prediction's error in % of the measured answer; ``estimate_note`` says where it came
-    # from and what became of it, or why there was none (TensorFlow and MXNet offer none: the line is fitted)
-    estimate_batch: int | None = None
-    estimate_error_pct: float | None = None
-    estimate_mib_per_sample: float | None = None
-    estimate_step_fixed_mib: float | None = None
-    estimate_fixed_cost_mib: float | None = None
-    estimate_note: str | None = None
-    #: "estimate" where fit_b_mib_per_sample is the estimate's slope (through the largest fitting size), not a slope
-    #: measured between probes; None: measured
-    fit_source: str | None = None
+    batch: int
+    status: str  # ok / oom / crashed / error / timeout
+    peak_mib: float | None = None
+    reason: str = ""
+    elapsed_s: float = 0.0
+    stage: str = ""  # fit / predict / up / model / close / bisect / double / confirm / retry
+    confirm: bool = False
+    growth_mib: float | None = None
+    #: the framework's own estimate of a training step's peak, (batch, MiB) per size it was asked at (issue 41), in the
+    #: probe that asked for it (the search's first); ``estimate_note``: why there is none where one was asked for
+    estimate_mib: tuple[tuple[int, float], ...] = ()
+    estimate_note: str = ""
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> MaxBatchResult:
-        """The record of a stored row (its ``result_id`` and any column this version does not know are left out)."""
-        return cls(**known_fields(cls, row, drop_null=True))
+    def from_dict(cls, data: Mapping[str, Any]) -> ProbeResult:
+        """From plain data (``asdict`` of one, as stored): the estimate's pairs as tuples, unknown keys dropped."""
+        known = known_fields(cls, data)
+        known["estimate_mib"] = tuple((int(b), float(m)) for b, m in known.get("estimate_mib") or ())
+        return cls(**known)
 
-    def to_row(self) -> dict[str, Any]:
-        """The row to store: one column per field."""
-        return asdict(self)
+
+@dataclass(frozen=True)
+class SearchAnswer:
+    """What the search found: the largest size that fits (with accumulation the micro-batch, ``effective_batch`` what
+    one update trains), the smallest that failed, and where and why the search stopped.
+
+    ``capped``: it stopped at ``--max-batch-cap``, not at a failure (None in a row stored before the column).
+    ``peak_mib`` and ``samples_per_s``: the largest peak and the step throughput measured at the answer.
+    ``resolution``: the search's resolution label ("exact", "1%", "8,1%"; None in rows stored before issue 31: exact),
+    ``spread_mib`` how far fresh processes' peaks moved where the search saw it, ``resolution_note`` why it stopped
+    where its resolution alone would not have, or that the cap was moved onto the resolution's grid (issue 43)."""
+
+    max_batch: int = _column("max_batch", 0)
+    effective_batch: int | None = _column("effective_batch")
+    capped: bool | None = _column("capped")
+    fail_batch: int | None = _column("first_fail_batch")
+    fail_status: str | None = _column("first_fail_status")
+    fail_reason: str | None = _column("first_fail_reason")
+    peak_mib: float | None = _column("answer_peak_mib")
+    samples_per_s: float | None = _column("answer_samples_per_s")
+    resolution: str | None = _column("resolution")
+    resolution_note: str | None = _column("resolution_note")
+    spread_mib: float | None = _column("spread_mib")
+
+
+@dataclass(frozen=True)
+class RecommendedBatch:
+    """The size to train with: the answer less the margin (:class:`StoredMargin`), at or below it a power of two and a
+    multiple of 8, and the allocator settings the probes ran with, which the user must train with for it to hold
+    (issue 18; None in a row stored before: not recorded, {} none)."""
+
+    batch: int | None = _column("recommended_batch")
+    pow2: int | None = _column("recommended_pow2")
+    mult8: int | None = _column("recommended_mult8")
+    train_env: dict[str, str] | None = _column("train_env_json", json=True)
+
+
+@dataclass(frozen=True)
+class StoredMargin:
+    """The memory the recommendation leaves unused at the boundary and what it is made of (issue 18; issue 22: the
+    heap allowance under glibc's default malloc): ``user_mib`` (``--margin-mib``) + jitter + growth + heap =
+    ``total_mib``. ``total_mib`` None: a row from before issue 18, where only the user's margin was left."""
+
+    user_mib: float | None = _column("margin_mib")
+    jitter_mib: float | None = _column("margin_jitter_mib")
+    growth_mib: float | None = _column("margin_growth_mib")
+    heap_mib: float | None = _column("margin_heap_mib")
+    total_mib: float | None = _column("margin_total_mib")
+
+
+@dataclass(frozen=True)
+class MemoryLine:
+    """The memory line ``a_mib + b_mib_per_sample x batch`` the search fitted to its probes, or where ``source`` is
+    "estimate" the framework's estimated slope through the largest size that fitted (None: measured)."""
+
+    a_mib: float | None = _column("fit_a_mib")
+    b_mib_per_sample: float | None = _column("fit_b_mib_per_sample")
+    source: str | None = _column("fit_source")
+
+
+@dataclass(frozen=True)
+class StoredFormula:
+    """The seed's rule of thumb beside the measured answer: (budget - model state) / per-sample size, a power of two,
+    with the measured per-sample size (``per_sample_mib``: the line's slope, else the analytic size) and with the
+    analytic one (every layer's output and its gradient, fp32; None for a native model, which has no description);
+    each one's error in % of the measured answer."""
+
+    batch: int | None = _column("formula_batch")
+    error_pct: float | None = _column("formula_error_pct")
+    param_count: int | None = _column("param_count")
+    model_state_mib: float | None = _column("model_state_mib")
+    per_sample_mib: float | None = _column("per_sample_activation_mib")
+    analytic_batch: int | None = _column("formula_analytic_batch")
+    analytic_error_pct: float | None = _column("formula_analytic_error_pct")
+    analytic_mib_per_sample: float | None = _column("analytic_activation_mib_per_sample")
+
+
+@dataclass(frozen=True)
+class StoredEstimate:
+    """Issue 41: the framework's own estimate of a training step's peak (PyTorch's MemTracker under FakeTensorMode,
+    JAX's compiled memory_analysis), asked for in the first probe's worker: its MiB per sample and its
+    batch-independent part, what the first probe measured beyond it (``fixed_cost_mib``: the runtime, the libraries,
+    the allocator's pools), the boundary predicted from both before any probe near it (``batch``) and that
+    prediction's error in % of the measured answer; ``note`` says where it came from and what became of it, or why
+    there was none (TensorFlow and MXNet offer none)."""
+
+    batch: int | None = _column("estimate_batch")
+    error_pct: float | None = _column("estimate_error_pct")
+    mib_per_sample: float | None = _column("estimate_mib_per_sample")
+    step_fixed_mib: float | None = _column("estimate_step_fixed_mib")
+    fixed_cost_mib: float | None = _column("estimate_fixed_cost_mib")
+    note: str | None = _column("estimate_note")
+
+
+@dataclass(frozen=True)
+class ProbeLog:
+    """How the answer was found: every probe (``items``, in the order they ran; () in a row without them), their
+    count and the search's wall time, the confirm run's length, and the most a probe's worker held on the GPU outside
+    its framework's allocator (the CUDA context; None where none measured it)."""
+
+    n: int | None = _column("probes_n")
+    wall_s: float | None = _column("wall_s")
+    confirm_steps: int | None = _column("confirm_steps")
+    cuda_context_mib: float | None = _column("cuda_context_mib")
+    items: tuple[ProbeResult, ...] = _column("probes_json", (), json=True)
+
+
+@dataclass(frozen=True)
+class SettleRun:
+    """One heap-settling run (harness.maxbatch.probes.settle_heap): its size, its number at that size, how it ended;
+    a last entry of batch 0 and run -1 says that nothing settled (its status: advice.NONE_SETTLED or NOT_SETTLED)."""
+
+    batch: int
+    run: int
+    status: str
+
+
+@dataclass(frozen=True)
+class HeapSettling:
+    """Issue 22: the runs that settled the recommendation under glibc's default malloc (the last candidate's last; ()
+    where none ran) and their length in timed steps."""
+
+    steps: int | None = _column("heap_settle_steps")
+    runs: tuple[SettleRun, ...] = _column("heap_settle_json", (), json=True)
+
+    @property
+    def settled_batch(self) -> int:
+        """The size the settling ended at (0: none settled or none ran)."""
+        return self.runs[-1].batch if self.runs else 0
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The ``--verify`` run of the recommendation (issue 18): its timed steps, ``pass`` or ``fail`` (None: not
+    verified), why it failed, and its peak where it passed."""
+
+    steps: int | None = _column("verify_steps")
+    status: str | None = _column("verify_status")
+    reason: str | None = _column("verify_reason")
+    peak_mib: float | None = _column("verify_peak_mib")
+
+    @property
+    def failed(self) -> bool:
+        """A ``--verify`` run of the recommendation that did not complete."""
+        return self.status == "fail"
+
+
+#: the parts of a max-batch answer, by the name of the :class:`MaxBatchResult` field that holds each
+MAXBATCH_PARTS: dict[str, type] = {}
+
+
+@dataclass(frozen=True)
+class MaxBatchResult:
+    """One max-batch search's answer and how it was found, in typed parts (issue 39).
+
+    The search's own names are fields (what was searched, where, under which budget and setting, when); the rest are
+    parts a reader looks for: the ``answer``, the ``recommendation``, the ``margin`` it leaves, the measured memory
+    ``line``, the seed's ``formula``, the framework's ``estimate``, the ``probes``, the heap ``settling`` and the
+    ``verification``. Made by the prober (:func:`harness.maxbatch.probes.result_row`, then the settling and verifying
+    runs with :func:`dataclasses.replace`), written and read back by the store alone, which flattens it to the
+    ``maxbatch`` table's columns (:mod:`harness.store.maxbatch_row`: one column per field of the record and of its
+    parts, named by its ``column`` metadata, the JSON ones (de)serialised there). A field that may be None is one a
+    row stored before its column existed (or a search that did not measure it) leaves NULL; the search's names
+    (framework, strategy, budget kind) and its answer (max_batch) are always written, and read back as "" and 0 from
+    a row made by hand without them, never a number that was not measured.
+
+    The flat names of the record before issue 39 (``row.max_batch``, ``row.probes_json``, ...) still read, with a
+    :class:`DeprecationWarning` naming the part that holds each (CHANGELOG, "For code that reads the store").
+    """
+
+    run_id: int | None = _column("run_id")
+    experiment: str | None = _column("experiment")
+    framework: str = _column("framework", "")
+    model: str | None = _column("model")
+    dataset: str | None = _column("dataset")
+    device: str | None = _column("device")
+    precision: str | None = _column("precision")
+    #: issue 29: the math mode the probes ran under (ieee | tf32 | framework-default)
+    math_mode: str | None = _column("math_mode")
+    strategy: str = _column("strategy", "")
+    budget_mib: float | None = _column("budget_mib")
+    budget_kind: str = _column("budget_kind", "")
+    #: issue 14, item 5 ("what helps"): the setting the search ran with ("plain": fp32, no accumulation, the adapter's
+    #: defaults), its micro-batches per update and adapter settings
+    setting: str | None = _column("setting")
+    accumulate_steps: int | None = _column("accumulate_steps")
+    adapter_options: dict[str, Any] | None = _column("adapter_options_json", json=True)
+    finished_at: str | None = _column("finished_at")
+    #: the machine the search ran on (harness.monitor.environment.capture) and the versions the probes' worker imported
+    env: dict[str, Any] | None = _column("env_json", json=True)
+    versions: dict[str, Any] | None = _column("versions_json", json=True)
+    answer: SearchAnswer = field(default_factory=SearchAnswer)
+    recommendation: RecommendedBatch = field(default_factory=RecommendedBatch)
+    margin: StoredMargin = field(default_factory=StoredMargin)
+    line: MemoryLine = field(default_factory=MemoryLine)
+    formula: StoredFormula = field(default_factory=StoredFormula)
+    estimate: StoredEstimate = field(default_factory=StoredEstimate)
+    probes: ProbeLog = field(default_factory=ProbeLog)
+    settling: HeapSettling = field(default_factory=HeapSettling)
+    verification: Verification = field(default_factory=Verification)
 
     @property
     def verify_failed(self) -> bool:
         """A ``--verify`` run of the recommendation that did not complete."""
-        return self.verify_status == "fail"
+        return self.verification.failed
+
+    def __getattr__(self, name: str) -> Any:
+        """The record's flat names before issue 39, deprecated: each reads the field of the part that holds it (a
+        ``*_json`` name the field as the JSON text the store writes)."""
+        where = _FLAT_NAMES.get(name)
+        if where is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        part, attr, is_json = where
+        new = f"{part}.{attr}" if part else attr
+        warnings.warn(f"MaxBatchResult.{name} is deprecated: read MaxBatchResult.{new}"
+                      + (" (typed; the store alone writes its JSON)" if is_json else ""),
+                      DeprecationWarning, stacklevel=2)
+        value = getattr(getattr(self, part), attr) if part else getattr(self, attr)
+        return _json_text(name, value) if is_json else value
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> MaxBatchResult:
+        """Deprecated (issue 39): the store reads its rows (:func:`harness.store.maxbatch_record`)."""
+        warnings.warn("MaxBatchResult.from_row is deprecated: use harness.store.maxbatch_record(row), or read records "
+                      "with Store.maxbatch_answers()", DeprecationWarning, stacklevel=2)
+        flat: dict[str, Any] = {}
+        for name, value in row.items():
+            where = _FLAT_NAMES.get(name)
+            if where is None or value is None:
+                continue
+            part, attr, is_json = where
+            flat.setdefault(part, {})[attr] = _from_json_text(part, attr, value) if is_json else value
+        top = {k: v for k, v in flat.pop("", {}).items()}
+        parts = {p: MAXBATCH_PARTS[p](**values) for p, values in flat.items()}
+        return cls(**top, **parts)
+
+    def to_row(self) -> dict[str, Any]:
+        """Deprecated (issue 39): the store flattens records (:func:`harness.store.maxbatch_row`)."""
+        warnings.warn("MaxBatchResult.to_row is deprecated: use harness.store.maxbatch_row(result)", DeprecationWarning,
+                      stacklevel=2)
+        out = {}
+        for name, (part, attr, is_json) in _FLAT_NAMES.items():
+            value = getattr(getattr(self, part), attr) if part else getattr(self, attr)
+            out[name] = _json_text(name, value) if is_json else value
+        return out
+
+
+def maxbatch_fields(cls: type) -> tuple[tuple[str, str, bool], ...]:
+    """(field, column, JSON?) of each stored field of a :class:`MaxBatchResult` part (or of the record's own)."""
+    return tuple((f.name, f.metadata["column"], bool(f.metadata["json"]))
+                 for f in fields(cls) if "column" in f.metadata)
+
+
+MAXBATCH_PARTS.update({f.name: f.type if isinstance(f.type, type) else globals()[str(f.type)]
+                       for f in fields(MaxBatchResult) if "column" not in f.metadata})
+#: each flat name (a ``maxbatch`` column) -> (the part holding it, "" for the record's own field; its field; JSON?)
+_FLAT_NAMES: dict[str, tuple[str, str, bool]] = {
+    column: (part, attr, is_json)
+    for part, cls in (("", MaxBatchResult), *MAXBATCH_PARTS.items())
+    for attr, column, is_json in maxbatch_fields(cls)}
+
+
+def _json_text(column: str, value: Any) -> str | None:
+    """Deprecated flat ``*_json`` names only: the field as JSON (the store's writer: harness.store.maxbatch_row)."""
+    import json
+
+    if value is None:
+        return None
+    if isinstance(value, tuple):
+        return json.dumps([asdict(v) for v in value]) if value or column == "probes_json" else None
+    return json.dumps(value, default=str, sort_keys=column == "adapter_options_json")
+
+
+def _from_json_text(part: str, attr: str, text: Any) -> Any:
+    """Deprecated :meth:`MaxBatchResult.from_row` only: a ``*_json`` column's text as the field's value."""
+    import json
+
+    try:
+        data = json.loads(text)
+    except (TypeError, ValueError):
+        return None if not part else ()
+    if part == "probes":
+        return tuple(ProbeResult.from_dict(p) for p in data if isinstance(p, dict))
+    if part == "settling":
+        return tuple(SettleRun(**known_fields(SettleRun, r)) for r in data if isinstance(r, dict))
+    return data if isinstance(data, dict) else None

@@ -303,7 +303,8 @@ def _frameworks_in(loaded: list[str]) -> list[str]:
 def test_importing_the_report_loads_no_executor_sampler_data_loader_or_framework() -> None:
     loaded = _loaded_after("report.document.build", "report.load", "report.answer.thesis")
     bad = [m for m in loaded if any(under(m, p) for p in (
-        "harness.run", "harness.monitor.sampler", "harness.monitor.nvml", "harness.maxbatch.prober",
+        "harness.run", "harness.monitor.sampler", "harness.monitor.nvml", "harness.maxbatch.probes",
+        "harness.maxbatch.searching",
         "harness.data.catalogue", "harness.data.cifar10", "adapters", *FRAMEWORKS))]
     assert not bad, f"importing the report loaded {bad}"
     # without the plotting stack (pandas and seaborn bring these themselves) reading a store loads no downloader
@@ -321,7 +322,7 @@ def test_the_parent_loads_no_framework_listing_adapters_included() -> None:
     """The command line, the sweep, the executor, the sampler, the max-batch search, and every registered adapter
     class (as listing and validating options does) together load no framework."""
     loaded = _loaded_after("harness.cli", "harness.pipeline", "harness.run.sweep", "harness.run.executor",
-                           "harness.monitor.sampler", "harness.maxbatch.prober", "harness.registry",
+                           "harness.monitor.sampler", "harness.maxbatch.searching", "harness.registry",
                            code="[harness.registry.adapter_class(n) for n in harness.registry.known_adapter_names()]\n")
     assert not _frameworks_in(loaded), f"the parent loaded {_frameworks_in(loaded)}"
 

@@ -33,9 +33,16 @@ from harness.cli.progress import make_progress
 from harness.cli.table import path_arg
 from harness.config.limits import DEFAULT_SETTLE_STEPS
 from harness.errors import ConfigError
+from harness.maxbatch.listener import MaxBatchListener
 
 if TYPE_CHECKING:  # the search's modules are imported when a command runs
+    from harness.config.trial import TrialSpec
+    from harness.maxbatch.listener import Bracket
+    from harness.maxbatch.request import MaxBatchRequest
+    from harness.maxbatch.searching import MaxBatchSearch
     from harness.maxbatch.whathelps import Searched
+    from harness.records import TrialOutcome
+    from harness.run.protocol import Message
 
 
 def _shape(text: str) -> tuple[int, int, int]:
@@ -138,14 +145,14 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     out = Path(args.out or Path("results") / "maxbatch")
     env = environment.capture()
     _choose_interpreter(args, req, env)
-    plan = _plan(args, req, env)
-    display = _ProbeDisplay(make_progress(quiet=args.quiet), req, plan.budget.kind)
+    plan = _plan(args, req, env, out)
+    listener = _Printer(make_progress(quiet=args.quiet), req, plan.searches[0].budget.kind)
     command = "batchscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     # the adapter, the data and the model's fit to it were checked above, before the store is created
     make_out_dir(out)
     started = time.monotonic()
     try:
-        done, outcome = _run_searches(args, plan, display, out, env, command)
+        done, outcome = _run_searches(args, plan, listener, out, command)
     except KeyboardInterrupt:
         # Here, not in the CLI's generic handler: that one suggests --resume, which maxbatch does not have (a
         # search's probes depend on each other, so there is nothing to resume from; issue 13, item 14).
@@ -158,13 +165,13 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
         print(f"wall time: {time.monotonic() - started:.1f} s for {len(done)} searches")
         return code
     print_result(outcome.row)
-    print(f"wall time: {time.monotonic() - started:.1f} s for {outcome.row.probes_n} probes (starting workers, "
+    print(f"wall time: {time.monotonic() - started:.1f} s for {outcome.row.probes.n} probes (starting workers, "
           "storing, and any settling or --verify runs included)")
     print(f"\nstored in {out / 'results.sqlite'} (table maxbatch, probes in trials with purpose 'probe')")
     return 1 if outcome.row.verify_failed else 0
 
 
-def _choose_interpreter(args: argparse.Namespace, req: Any, env: dict[str, Any]) -> None:
+def _choose_interpreter(args: argparse.Namespace, req: MaxBatchRequest, env: dict[str, Any]) -> None:
     """The framework's interpreter (harness.envs): ``--python FRAMEWORK=PATH`` (checked there, exit 2 where it cannot
     run it) or its managed environment, built on first use; one line says which. A failed build is exit 1."""
     from harness.envs.resolve import choose, parse_python_options
@@ -185,7 +192,7 @@ def _choose_interpreter(args: argparse.Namespace, req: Any, env: dict[str, Any])
     print(f"environment {interpreter.line()}", flush=True)
 
 
-def _request(args: argparse.Namespace) -> Any:
+def _request(args: argparse.Namespace) -> MaxBatchRequest:
     """The search the command line asks for, every argument checked (ConfigError: exit 2, nothing written)."""
     from harness.maxbatch import whathelps
     from harness.maxbatch.request import CONFIRM_STEPS, MaxBatchRequest
@@ -217,38 +224,34 @@ def _request(args: argparse.Namespace) -> Any:
 
 @dataclass(frozen=True)
 class _Plan:
-    """What the command will run, known before anything is written: the budget, the searches, the data."""
+    """What the command will run, known before anything is written: one search per setting (the budget, the data and
+    the model's description resolved once, shared by all), compared when there are several ("what helps")."""
 
-    req: Any
-    budget: Any
-    searches: list[Any]
-    compare: bool  # a "what helps" run: several searches, compared
-    data: Any
+    searches: list[MaxBatchSearch]
+    compare: bool
 
 
-def _plan(args: argparse.Namespace, req: Any, env: dict[str, Any]) -> _Plan:
-    """Resolve the budget, refuse what cannot apply, prepare the data, and print what will run (the forecast)."""
-    from harness.data import DataRequest, default_cache_dir, prepare
+def _plan(args: argparse.Namespace, req: MaxBatchRequest, env: dict[str, Any], out: Path) -> _Plan:
+    """Resolve the budget and refuse what cannot apply under it, build the search on it (the data, the model's
+    description: once, for every setting), and print what will run (the forecast)."""
     from harness.gpu_peaks import refuse_tf32_without_units
     from harness.maxbatch import whathelps
     from harness.maxbatch.request import resolve_budget
-    from harness.models import build_description, is_native_model
+    from harness.maxbatch.searching import DataSource, MaxBatchSearch
     from harness.registry import adapter_class
 
     budget = resolve_budget(req, list(env.get("gpus") or []))  # refuse bad options before writing anything
     refuse_tf32_without_units([req.math_mode], list(env.get("gpus") or []), "--math-mode")
     compare = whathelps.asks_what_helps(req.precision, req.accumulate_steps, req.adapter_options, req.env)
-    searches = _what_helps_searches(req, args.no_plain, budget) if compare else [req]
+    adapter = adapter_class(req.framework)  # a registered adapter that cannot be loaded is refused here
+    reqs = (whathelps.setting_requests(req, adapter, budget.device, budget.trial_limit_mib,
+                                       include_plain=not args.no_plain) if compare else [req])
     if args.no_plain and not compare:
         raise ConfigError("--no-plain applies only with a setting to try (--accumulate-steps K > 1, --precision "
                           "other than fp32, --adapter-option, --env); add one or leave --no-plain out")
-    adapter_class(req.framework)
     # data and model before the store: a bad file or a model that does not fit the input leaves nothing written
-    data = prepare(DataRequest(name=req.dataset, seed=req.seed, train_samples=req.train_samples,
-                               synthetic_shape=req.synthetic_shape, synthetic_classes=req.synthetic_classes,
-                               synthetic_samples=req.synthetic_samples, data_dir=args.data_dir,
-                               layout=args.data_layout), default_cache_dir())
-    desc = None if is_native_model(req.model) else build_description(req.model, data.input_shape, data.classes)
+    built = MaxBatchSearch.build(req, env, budget=budget, data=DataSource(args.data_dir, args.data_layout),
+                                 log_dir=out / "logs")
     print(f"maxbatch: {req.framework} {req.model} on {budget.device}, budget {budget.mib:.0f} MiB "
           f"({budget.kind}), strategy {req.strategy}, resolution {req.resolution(budget.device).label}; every probe "
           "is a fresh worker", flush=True)
@@ -256,107 +259,63 @@ def _plan(args: argparse.Namespace, req: Any, env: dict[str, Any]) -> _Plan:
     if cap_note:
         print(f"maxbatch: {cap_note}", flush=True)
     if compare:
-        print(f"what helps: {len(searches)} searches, each a normal one with its own stored row: "
-              + "; ".join(_label(r) for r in searches), flush=True)
-    if desc is not None:
-        print_forecast(desc, req, budget.mib)
+        print(f"what helps: {len(reqs)} searches, each a normal one with its own stored row: "
+              + "; ".join(whathelps.request_label(r) for r in reqs), flush=True)
+    if built.description is not None:
+        print_forecast(built.description, req, budget.mib)
     else:
         print("native model (the framework's own): no forecast, since there is no description to size; the "
               "parameter count is the framework's, and no comparison across frameworks is made", flush=True)
-    return _Plan(req=req, budget=budget, searches=searches, compare=compare, data=data)
+    return _Plan(searches=[built.with_request(r) for r in reqs], compare=compare)
 
 
-class _ProbeDisplay:
-    """Each probe live, as a sweep's trials are: its progress, its end, and the bracket as it narrows."""
+class _Printer(MaxBatchListener):
+    """The search's listener: each probe live, as a sweep's trials are (its progress, its end), the bracket as it
+    narrows, and in a "what helps" run which search is running."""
 
-    def __init__(self, display: Any, req: Any, budget_kind: str) -> None:
+    def __init__(self, display: Any, req: MaxBatchRequest, budget_kind: str) -> None:
         self.display, self.req, self.budget_kind = display, req, budget_kind
         self.probes: list[str] = []  # trial hashes in the order the probes started
 
-    def on_event(self, trial: Any, msg: Any) -> None:  # a typed worker message (harness.run.protocol)
+    def on_search_start(self, i: int, n: int, label: str) -> None:
+        self.display.line(f"search {i + 1}/{n}: {label}")
+
+    def on_probe_message(self, trial: TrialSpec, msg: Message) -> None:
         if not self.probes or self.probes[-1] != trial.trial_hash:  # a control run repeats a probe's hash: new
             self.probes.append(trial.trial_hash)
             self.display.start(len(self.probes), 0, trial)
         self.display.event(trial, msg)
 
-    def on_probe(self, o: Any) -> None:
+    def on_probe_complete(self, outcome: TrialOutcome) -> None:
         from harness.cli.table import shorten
-        from harness.maxbatch.prober import probe_peak_mib
+        from harness.maxbatch.probes import probe_peak_mib
 
+        o = outcome
         peak = probe_peak_mib(o, self.budget_kind) if o.status == "ok" else None
         extra = (f"peak {peak:.0f} MiB" if peak is not None else "") if o.status == "ok" else shorten(o.reason, 110)
         kind = (o.trial.purpose if o.trial.purpose in ("verify", "settle")
                 else "confirm" if o.trial.timed_steps == self.req.confirm_steps else "probe")
         self.display.done(len(self.probes), 0, o, text=f"{kind:<7} {o.status:<8} {o.elapsed_s:5.1f} s  {extra}")
 
-    def on_bracket(self, probe: Any, lo: int, hi: int | None) -> None:
-        self.display.line(bracket_line(probe, lo, hi))
+    def on_bracket(self, bracket: Bracket) -> None:
+        self.display.line(bracket_line(bracket.probe, bracket.lo, bracket.hi))
 
 
-def _run_searches(args: argparse.Namespace, plan: _Plan, shown: _ProbeDisplay, out: Path, env: dict[str, Any],
-                  command: str) -> tuple[list[Any], Any]:
+def _run_searches(args: argparse.Namespace, plan: _Plan, shown: _Printer, out: Path,
+                  command: str) -> tuple[list[Searched], Any]:
     """Every search of the plan, under the output directory's lock and one open store: (the compared searches,
     the plain search's outcome). A plain search's errors are the command's (exit 3: does not fit, 1: aborted)."""
-    from harness.maxbatch import whathelps
-    from harness.maxbatch.prober import run_maxbatch
+    from harness.maxbatch.searching import search_each
     from harness.store import Store
     from harness.store.lock import locked_out_dir
 
-    done: list[whathelps.Searched] = []
-    outcome = None
+    first = plan.searches[0]
     with shown.display, locked_out_dir(out), Store.open(out) as store:
-        run_id = store.begin_run(plan.req.experiment, {"maxbatch": vars(args) | {"func": None}}, command, env)
-
-        def search(r: Any) -> Any:
-            return run_maxbatch(r, store, run_id, data=plan.data, log_dir=out / "logs", on_probe=shown.on_probe,
-                                on_event=shown.on_event, env=env, on_bracket=shown.on_bracket)
-
-        for i, search_req in enumerate(plan.searches):
-            if plan.compare:
-                shown.display.line(f"search {i + 1}/{len(plan.searches)}: {_label(search_req)}")
-                done.append(_search_compared(search_req, store, run_id, search))
-            else:
-                outcome = search(search_req)
-    return done, outcome
-
-
-def _label(req: Any) -> str:
-    from harness.maxbatch.whathelps import setting_label
-
-    return setting_label(req.precision, req.accumulate_steps, req.adapter_options, env=req.env)
-
-
-def _what_helps_searches(req: Any, no_plain: bool, budget: Any) -> list[Any]:
-    """The searches of a "what helps" run: the plain search, each setting alone and all together
-    (harness/maxbatch/whathelps.py). A setting that would not apply on the budget's device is refused here, before
-    anything is written."""
-    from dataclasses import replace
-
-    from harness.maxbatch import whathelps
-    from harness.registry import adapter_class
-
-    cls = adapter_class(req.framework)
-    whathelps.check_precision(cls, req.precision, budget.device)
-    whathelps.check_options_apply(cls, req.adapter_options, budget.device, budget.trial_limit_mib)
-    settings = whathelps.plan_settings(req.precision, req.accumulate_steps, req.adapter_options,
-                                       include_plain=not no_plain, env=req.env)
-    return [replace(req, precision=s.precision, accumulate_steps=s.accumulate_steps,
-                    adapter_options=dict(s.adapter_options), env=dict(s.env)) for s in settings]
-
-
-def _search_compared(req: Any, store: Any, run_id: int, run: Any) -> Any:
-    """One search of a "what helps" run: its row, or why it has none. A setting under which not even a micro-batch
-    of 1 fits is an answer there (its row is stored, max_batch 0), and an aborted search does not stop the others."""
-    from harness.errors import DoesNotFitError, SearchAborted
-    from harness.maxbatch.whathelps import Searched
-
-    try:
-        return Searched(_label(req), req.accumulate_steps, run(req).row)
-    except DoesNotFitError as e:  # the search stored its row (max_batch 0) before saying so: the last of this run
-        return Searched(_label(req), req.accumulate_steps, store.maxbatch_answers("run_id = ?", (run_id,))[-1],
-                        problem=str(e))
-    except SearchAborted as e:
-        return Searched(_label(req), req.accumulate_steps, None, problem=str(e))
+        run_id = store.begin_run(first.request.experiment, {"maxbatch": vars(args) | {"func": None}}, command,
+                                 dict(first.env))
+        if plan.compare:
+            return search_each(plan.searches, store, run_id, shown), None
+        return [], first.run(store, run_id, shown)
 
 
 def _print_what_helps(done: list[Searched], out: Path) -> int:
@@ -365,7 +324,7 @@ def _print_what_helps(done: list[Searched], out: Path) -> int:
     from harness.maxbatch.whathelps import PLAIN, TABLE_NOTE, cost_notes, render_table, table_rows
 
     first = done[0]  # the plain search (or, with --no-plain, the first setting): its answer in full
-    if first.row is not None and first.row.max_batch:
+    if first.row is not None and first.row.answer.max_batch:
         print(f"\n{'plain search' if first.setting == PLAIN else first.setting}:", end="")
         print_result(first.row)
     for s in done:
@@ -380,4 +339,4 @@ def _print_what_helps(done: list[Searched], out: Path) -> int:
           "probes in trials with purpose 'probe')")
     if any(s.row is None or s.row.verify_failed for s in done):
         return 1
-    return 0 if any(s.row is not None and s.row.max_batch for s in done) else 3
+    return 0 if any(s.row is not None and s.row.answer.max_batch for s in done) else 3

@@ -26,58 +26,57 @@ def bracket_line(probe: Any, lo: int, hi: int | None) -> str:
 
 def print_recommendation(row: MaxBatchResult, file: Any) -> None:
     """The recommended size, the margin it leaves and what that is made of, and how to train to keep it."""
-    import json
-
     from harness.maxbatch.advice import cap_skips_settling, env_words, settle_stopped
 
-    total = row.margin_total_mib
+    rec, margin = row.recommendation, row.margin
+    total = margin.total_mib
     if total is None:  # a row from before issue 18: the user's margin only
-        total = row.margin_mib or 0.0
-        parts = f"--margin-mib {row.margin_mib:g}" if row.margin_mib else ""
+        total = margin.user_mib or 0.0
+        parts = f"--margin-mib {margin.user_mib:g}" if margin.user_mib else ""
     else:
         parts = ", ".join(f"{what} {mib:.1f}" for what, mib in (
-            ("run-to-run jitter", row.margin_jitter_mib or 0.0),
-            ("growth over the confirm run", row.margin_growth_mib or 0.0),
-            ("glibc heap allowance", row.margin_heap_mib or 0.0),
-            ("--margin-mib", row.margin_mib or 0.0)) if mib)
-    where = "under the budget" if row.capped else "at the boundary"  # no size failed below the cap: no boundary
-    margin = f" leaving {total:.1f} MiB unused {where} ({parts})" if total else ""
-    runs = json.loads(row.heap_settle_json) if row.heap_settle_json else []
+            ("run-to-run jitter", margin.jitter_mib or 0.0),
+            ("growth over the confirm run", margin.growth_mib or 0.0),
+            ("glibc heap allowance", margin.heap_mib or 0.0),
+            ("--margin-mib", margin.user_mib or 0.0)) if mib)
+    where = "under the budget" if row.answer.capped else "at the boundary"  # no size failed below the cap: no boundary
+    unused = f" leaving {total:.1f} MiB unused {where} ({parts})" if total else ""
+    runs = row.settling.runs
     stopped = settle_stopped(row)
-    if not row.recommended_batch and stopped:
-        print(f"recommended{margin}: none: {stopped}", file=file)
-    elif not row.recommended_batch:
-        print(f"recommended{margin}: none: no batch size leaves that margin under this budget; give a larger "
+    if not rec.batch and stopped:
+        print(f"recommended{unused}: none: {stopped}", file=file)
+    elif not rec.batch:
+        print(f"recommended{unused}: none: no batch size leaves that margin under this budget; give a larger "
               f"--memory-limit-mib (at least {total:.0f} MiB more)", file=file)
     else:
-        print(f"recommended{margin}: {row.recommended_batch}  (power of two: "
-              f"{_fmt_int(row.recommended_pow2 or None)}, multiple of 8: {_fmt_int(row.recommended_mult8)})",
+        print(f"recommended{unused}: {rec.batch}  (power of two: "
+              f"{_fmt_int(rec.pow2 or None)}, multiple of 8: {_fmt_int(rec.mult8)})",
               file=file)
-    if row.train_env_json is not None:
-        train_env = json.loads(row.train_env_json or "{}")
-        if train_env:
-            print(f"the probes ran with: {env_words(train_env)}; the answer holds only under the same settings, "
-                  f"so train with them too (e.g. `{env_words(train_env)} python train.py`)", file=file)
+    if rec.train_env is not None:
+        if rec.train_env:
+            print(f"the probes ran with: {env_words(rec.train_env)}; the answer holds only under the same settings, "
+                  f"so train with them too (e.g. `{env_words(rec.train_env)} python train.py`)", file=file)
         else:
             print("the probes ran with no allocator settings (none set by batchscope or in your environment: glibc's "
                   "and the framework's defaults, as a plain `python train.py` runs); setting one in training (e.g. "
                   "PYTORCH_CUDA_ALLOC_CONF, MALLOC_MMAP_THRESHOLD_) changes the answer", file=file)
-    if row.confirm_steps:
-        print(f"confirm run: {row.confirm_steps} steps + eval at {row.max_batch}", file=file)
+    if row.probes.confirm_steps:
+        print(f"confirm run: {row.probes.confirm_steps} steps + eval at {row.answer.max_batch}", file=file)
     if runs:
-        tried = sorted({r["batch"] for r in runs if r["batch"]}, reverse=True)
-        failed = [f"{r['batch']} ({r['status']})" for r in runs if r["status"] != "ok" and r["batch"]]
-        print(f"settled under glibc's default malloc: {len(runs)} fresh run(s) of {row.heap_settle_steps} "
+        tried = sorted({r.batch for r in runs if r.batch}, reverse=True)
+        failed = [f"{r.batch} ({r.status})" for r in runs if r.status != "ok" and r.batch]
+        print(f"settled under glibc's default malloc: {len(runs)} fresh run(s) of {row.settling.steps} "
               f"steps + eval at {', '.join(map(str, tried))}"
               + (f"; failed: {', '.join(failed)}" if failed else "; all trained"), file=file)
     elif cap_skips_settling(row):
-        print(f"not settled: at --max-batch-cap {row.max_batch} the probes left more of the budget unused than the "
-              f"cap's whole peak ({row.answer_peak_mib:.0f} MiB): glibc's heap, which moves by tens of MiB, cannot "
+        print(f"not settled: at --max-batch-cap {row.answer.max_batch} the probes left more of the budget unused than "
+              f"the cap's whole peak ({row.answer.peak_mib:.0f} MiB): glibc's heap, which moves by tens of MiB, cannot "
               "use that up", file=file)
-    if row.verify_status:
-        how = f": {row.verify_reason}" if row.verify_reason else ""
-        print(f"verify: {row.recommended_batch} trained {row.verify_steps} steps + eval in a fresh worker "
-              f"under the same budget and settings: {row.verify_status.upper()}{how}", file=file)
+    verified = row.verification
+    if verified.status:
+        how = f": {verified.reason}" if verified.reason else ""
+        print(f"verify: {rec.batch} trained {verified.steps} steps + eval in a fresh worker "
+              f"under the same budget and settings: {verified.status.upper()}{how}", file=file)
 
 
 def print_forecast(desc: Any, req: Any, budget_mib: float, file: Any = None) -> None:
@@ -108,49 +107,50 @@ def print_result(row: MaxBatchResult, file: Any = None) -> None:
     from harness.maxbatch.advice import answer_headroom_mib, jitter_advice
 
     file = file or sys.stdout
-    fail = row.first_fail_batch
+    answer, formula, line = row.answer, row.formula, row.line
+    fail = answer.fail_batch
     print("", file=file)
-    print(f"largest batch that fits (train + eval step): {row.max_batch}"
-          + ("  (every size up to --max-batch-cap fits)" if row.capped else ""), file=file)
-    if row.resolution_note:  # the cap moved onto the grid, or a search stopped at the process-to-process spread
-        print(f"  {row.resolution_note}", file=file)
-    if fail is not None and fail - row.max_batch > 1:  # stopped within the resolution (issue 31)
-        print(f"smallest size tried that fails: {fail}: {row.first_fail_status}: {row.first_fail_reason}",
+    print(f"largest batch that fits (train + eval step): {answer.max_batch}"
+          + ("  (every size up to --max-batch-cap fits)" if answer.capped else ""), file=file)
+    if answer.resolution_note:  # the cap moved onto the grid, or a search stopped at the process-to-process spread
+        print(f"  {answer.resolution_note}", file=file)
+    if fail is not None and fail - answer.max_batch > 1:  # stopped within the resolution (issue 31)
+        print(f"smallest size tried that fails: {fail}: {answer.fail_status}: {answer.fail_reason}",
               file=file)
-        gap = f"{row.max_batch + 1}" + (f"-{fail - 1}" if fail - 1 > row.max_batch + 1 else "")
-        if "spread" not in (row.resolution_note or ""):  # else the note says why: a finer resolution cannot help
+        gap = f"{answer.max_batch + 1}" + (f"-{fail - 1}" if fail - 1 > answer.max_batch + 1 else "")
+        if "spread" not in (answer.resolution_note or ""):  # else the note says why: a finer resolution cannot help
             print(f"  {gap} not tried: the search stops within its resolution "
-                  f"({row.resolution or '?'}; --granularity exact to try them)", file=file)
+                  f"({answer.resolution or '?'}; --granularity exact to try them)", file=file)
     elif fail is not None:
-        print(f"first size that fails: {fail}: {row.first_fail_status}: {row.first_fail_reason}",
+        print(f"first size that fails: {fail}: {answer.fail_status}: {answer.fail_reason}",
               file=file)
     print_recommendation(row, file)
     spare = answer_headroom_mib(row)
     if spare is not None:
-        print(f"memory left unused at {row.max_batch}: {spare:.1f} MiB of {row.budget_mib:.0f} MiB "
+        print(f"memory left unused at {answer.max_batch}: {spare:.1f} MiB of {row.budget_mib:.0f} MiB "
               f"({row.budget_kind})", file=file)
     advice = jitter_advice(row)
     if advice is not None:
         print(f"note: {advice}", file=file)
-    res = f", resolution {row.resolution}" if row.resolution else ""
-    print(f"probes: {row.probes_n} fresh workers, {row.wall_s:.1f} s ({row.strategy}{res})", file=file)
-    if row.fit_b_mib_per_sample is not None:
-        if row.fit_source == "estimate":  # no two probes near the boundary far enough apart for a measured slope
-            print(f"memory line: {row.fit_a_mib:.0f} MiB + {row.fit_b_mib_per_sample:.3f} MiB per sample (the "
+    res = f", resolution {answer.resolution}" if answer.resolution else ""
+    print(f"probes: {row.probes.n} fresh workers, {row.probes.wall_s:.1f} s ({row.strategy}{res})", file=file)
+    if line.b_mib_per_sample is not None:
+        if line.source == "estimate":  # no two probes near the boundary far enough apart for a measured slope
+            print(f"memory line: {line.a_mib:.0f} MiB + {line.b_mib_per_sample:.3f} MiB per sample (the "
                   "framework's estimated slope through the largest size that fitted)", file=file)
         else:
-            print(f"measured memory: {row.fit_a_mib:.0f} MiB + {row.fit_b_mib_per_sample:.3f} MiB "
+            print(f"measured memory: {line.a_mib:.0f} MiB + {line.b_mib_per_sample:.3f} MiB "
                   "per sample", file=file)
-    err = row.formula_error_pct
+    err = formula.error_pct
     print(f"seed's formula, (budget {row.budget_mib:.0f} - model state "
-          f"{row.model_state_mib:.1f} MiB) / "
-          f"{row.per_sample_activation_mib:.3f} MiB per sample, power of two: {row.formula_batch}"
+          f"{formula.model_state_mib:.1f} MiB) / "
+          f"{formula.per_sample_mib:.3f} MiB per sample, power of two: {formula.batch}"
           + (f"  ({err:+.0f}% vs measured)" if err is not None else ""), file=file)
-    aerr = row.formula_analytic_error_pct
-    if row.analytic_activation_mib_per_sample is not None:  # a native model has no description to size
+    aerr = formula.analytic_error_pct
+    if formula.analytic_mib_per_sample is not None:  # a native model has no description to size
         print(f"  with the analytic activation size "
-              f"({row.analytic_activation_mib_per_sample:.3f} MiB per sample): "
-              f"{row.formula_analytic_batch}" + (f"  ({aerr:+.0f}% vs measured)" if aerr is not None else ""),
+              f"({formula.analytic_mib_per_sample:.3f} MiB per sample): "
+              f"{formula.analytic_batch}" + (f"  ({aerr:+.0f}% vs measured)" if aerr is not None else ""),
               file=file)
     print_predicted(row, file)
 
@@ -159,19 +159,21 @@ def print_predicted(row: MaxBatchResult, file: Any = None) -> None:
     """Issue 41: the boundary predicted from the framework's own estimate, the seed's formula and the measured answer,
     side by side, each prediction's error in % of the measured one."""
     file = file or sys.stdout
+    est = row.estimate
 
     def err(pct: float | None) -> str:
         return f"  ({pct:+.1f}% vs measured)" if pct is not None else ""
 
     print("predicted / formula / measured:", file=file)
-    if row.estimate_batch is not None and row.estimate_mib_per_sample is not None:
-        fixed = row.estimate_fixed_cost_mib
-        print(f"  predicted from the framework's estimate ({row.estimate_mib_per_sample:.3f} MiB per sample"
+    if est.batch is not None and est.mib_per_sample is not None:
+        fixed = est.fixed_cost_mib
+        print(f"  predicted from the framework's estimate ({est.mib_per_sample:.3f} MiB per sample"
               + (f", fixed cost {fixed:.0f} MiB beyond it measured by the first probe" if fixed is not None else "")
-              + f"): {row.estimate_batch}{err(row.estimate_error_pct)}", file=file)
+              + f"): {est.batch}{err(est.error_pct)}", file=file)
     else:
-        print(f"  predicted: none ({row.estimate_note or 'not stored'})", file=file)
-    print(f"  seed's formula: {row.formula_batch}{err(row.formula_error_pct)}", file=file)
-    print(f"  measured: {row.max_batch}" + (f" (resolution {row.resolution})" if row.resolution else ""), file=file)
-    if row.estimate_batch is not None and row.estimate_note:
-        print(f"  estimate: {row.estimate_note}", file=file)
+        print(f"  predicted: none ({est.note or 'not stored'})", file=file)
+    print(f"  seed's formula: {row.formula.batch}{err(row.formula.error_pct)}", file=file)
+    print(f"  measured: {row.answer.max_batch}" + (f" (resolution {row.answer.resolution})" if row.answer.resolution
+                                                   else ""), file=file)
+    if est.batch is not None and est.note:
+        print(f"  estimate: {est.note}", file=file)

@@ -85,9 +85,9 @@ def _say_result(result: SweepResult, experiment: str, out: Path) -> None:
     if result.already_done:
         print(f"{result.already_done} trial(s) already stored: skipped (--resume)")
     for row in result.maxbatch:  # max_batch = true: one search per framework after the sweep
-        print(f"max batch {row.framework}: {row.max_batch} fits, {row.first_fail_batch} fails "
-              f"({row.budget_mib:.0f} MiB {row.budget_kind}; {row.probes_n} probes, "
-              f"{row.wall_s:.0f} s; formula {row.formula_batch})")
+        print(f"max batch {row.framework}: {row.answer.max_batch} fits, {row.answer.fail_batch} fails "
+              f"({row.budget_mib:.0f} MiB {row.budget_kind}; {row.probes.n} probes, "
+              f"{row.probes.wall_s:.0f} s; formula {row.formula.batch})")
         for advice in (jitter_advice(row), train_advice(row)):
             if advice is not None:
                 print(f"max batch {row.framework}: note: {advice}")

@@ -6,14 +6,13 @@ executor, the store or a framework.
 
 from __future__ import annotations
 
-import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from harness.maxbatch.search import LinearFit
 from harness.records import ALLOCATOR_VARS as ALLOCATOR_VARS  # re-exported: docs/maxbatch.md names it here
-from harness.records import MaxBatchResult, allocator_env
+from harness.records import MaxBatchResult, ProbeResult, allocator_env
 
 MIB = 1024.0 * 1024.0
 
@@ -35,7 +34,7 @@ GPU_MARGIN_FLOOR_MIB = 64.0
 #: that fragments, and how much that costs differs from one fresh process to the next and grows over steps. The
 #: recommendation first leaves this fraction of the batch's own memory (measured slope x the answer) on top of the
 #: jitter and the confirm run's growth; then fresh settling runs lower it by this fraction of itself per failure
-#: (harness.maxbatch.prober.settle_heap), since the fitted slope itself cannot be trusted under the default
+#: (harness.maxbatch.probes.settle_heap), since the fitted slope itself cannot be trusted under the default
 #: (measured: docs/maxbatch.md, "Under glibc's defaults"). Not applied where the probes ran with a fixed mmap
 #: threshold (the "what helps" setting ``--env MALLOC_MMAP_THRESHOLD_=131072``), whose peaks repeat to the MiB.
 CPU_HEAP_ALLOWANCE = 0.15
@@ -104,14 +103,11 @@ def cap_skips_settling(row: MaxBatchResult) -> bool:
     """Whether a search under glibc's adaptive threshold needs no settling runs because it stopped at
     ``--max-batch-cap`` (no size failed) leaving at least the cap's own peak unused: the process at the cap would have
     to double to run out, which a heap that moves by tens of MiB between processes and over steps cannot do."""
-    if not row.capped or row.answer_peak_mib is None or row.budget_mib is None:
+    peak = row.answer.peak_mib
+    if not row.answer.capped or peak is None or row.budget_mib is None:
         return False
-    try:
-        train_env = json.loads(row.train_env_json or "{}")
-    except (TypeError, ValueError):
-        return False
-    return (glibc_heap_varies(row.budget_kind, train_env)
-            and float(row.budget_mib) - float(row.answer_peak_mib) >= float(row.answer_peak_mib))
+    return (glibc_heap_varies(row.budget_kind, row.recommendation.train_env or {})
+            and float(row.budget_mib) - float(peak) >= float(peak))
 
 
 @dataclass(frozen=True)
@@ -137,14 +133,14 @@ class Margin:
         return self.user_mib + self.jitter_mib + self.growth_mib + self.heap_mib
 
     @classmethod
-    def measure(cls, probes: list[dict[str, Any]], answer: int, budget_kind: str, user_mib: float,
+    def measure(cls, probes: Sequence[ProbeResult], answer: int, budget_kind: str, user_mib: float,
                 train_env: dict[str, str] | None = None, per_sample_mib: float = 0.0) -> Margin:
-        """From the search's probes (``asdict(ProbeResult)``): the spread at one size and the growth at ``answer``;
-        with ``per_sample_mib`` (the fit's slope), the heap allowance when glibc's threshold was left adaptive."""
+        """From the search's probes: the spread at one size and the growth at ``answer``; with ``per_sample_mib`` (the
+        fit's slope), the heap allowance when glibc's threshold was left adaptive."""
         by_size: dict[tuple[int, bool], list[float]] = {}
         for p in probes:
-            if p.get("status") == "ok" and p.get("peak_mib") is not None:
-                by_size.setdefault((int(p["batch"]), bool(p.get("confirm"))), []).append(float(p["peak_mib"]))
+            if p.status == "ok" and p.peak_mib is not None:
+                by_size.setdefault((p.batch, p.confirm), []).append(float(p.peak_mib))
         spread = max((max(v) - min(v) for v in by_size.values()), default=0.0)
         floor = (CPU_PEAK_JITTER_MIB if budget_kind == "cpu-rlimit-data" else
                  GPU_MARGIN_FLOOR_MIB if budget_kind.startswith("gpu") else 0.0)
@@ -158,12 +154,8 @@ class Margin:
 
 def answer_headroom_mib(row: MaxBatchResult) -> float | None:
     """The budget minus the largest peak measured at the answer (its probes and confirm run); None if unknown."""
-    try:
-        probes = json.loads(row.probes_json or "[]")
-    except (TypeError, ValueError):
-        return None
-    peaks = [float(p["peak_mib"]) for p in probes
-             if p.get("batch") == row.max_batch and p.get("status") == "ok" and p.get("peak_mib") is not None]
+    peaks = [float(p.peak_mib) for p in row.probes.items
+             if p.batch == row.answer.max_batch and p.status == "ok" and p.peak_mib is not None]
     if not peaks or row.budget_mib is None:
         return None
     return float(row.budget_mib) - max(peaks)
@@ -175,19 +167,19 @@ def jitter_advice(row: MaxBatchResult) -> str | None:
     None when the answer has room enough, when the user already gave a margin that covers the jitter, or
     where the jitter was not measured (GPU budgets).
     """
-    if row.budget_kind != "cpu-rlimit-data" or not row.max_batch:
+    max_batch = row.answer.max_batch
+    if row.budget_kind != "cpu-rlimit-data" or not max_batch:
         return None
-    if float(row.margin_mib or 0.0) + float(row.margin_jitter_mib or 0.0) >= CPU_PEAK_JITTER_MIB:
+    if float(row.margin.user_mib or 0.0) + float(row.margin.jitter_mib or 0.0) >= CPU_PEAK_JITTER_MIB:
         return None  # the recommendation already leaves the jitter (rows since issue 18) or the user asked for it
     spare = answer_headroom_mib(row)
     if spare is None or spare >= CPU_PEAK_JITTER_MIB:
         return None
-    b = row.fit_b_mib_per_sample
-    fit = LinearFit(float(row.fit_a_mib or 0.0), float(b)) if b else None
-    safe, _, _ = recommend(int(row.max_batch), CPU_PEAK_JITTER_MIB, fit,
-                           float(row.analytic_activation_mib_per_sample or 0.0))
+    b = row.line.b_mib_per_sample
+    fit = LinearFit(float(row.line.a_mib or 0.0), float(b)) if b else None
+    safe, _, _ = recommend(int(max_batch), CPU_PEAK_JITTER_MIB, fit, float(row.formula.analytic_mib_per_sample or 0.0))
     risk = (f"the answer leaves {spare:.1f} MiB of the budget unused, and a fresh worker's peak at one size "
-            f"moves by 1-{CPU_PEAK_JITTER_MIB:g} MiB from run to run on CPU, so {row.max_batch} may fail on a "
+            f"moves by 1-{CPU_PEAK_JITTER_MIB:g} MiB from run to run on CPU, so {max_batch} may fail on a "
             "later run; ")
     if safe < 1:  # the jitter is worth more samples than the answer has: no size keeps the margin
         return risk + (f"no batch size leaves a {CPU_PEAK_JITTER_MIB:g} MiB margin under this budget: give a "
@@ -195,7 +187,7 @@ def jitter_advice(row: MaxBatchResult) -> str | None:
     return risk + f"{safe} leaves a {CPU_PEAK_JITTER_MIB:g} MiB margin (--margin-mib {CPU_PEAK_JITTER_MIB:g})"
 
 
-#: the last entry of a settling (harness.maxbatch.prober.settle_heap) that ran out of rounds (every size ran out of
+#: the last entry of a settling (harness.maxbatch.probes.settle_heap) that ran out of rounds (every size ran out of
 #: memory), or that a run ending otherwise (timeout, crash, error) stopped: nothing settled, nothing is recommended
 NONE_SETTLED = "none settled"
 NOT_SETTLED = "not settled"
@@ -203,15 +195,12 @@ NOT_SETTLED = "not settled"
 
 def settle_stopped(row: MaxBatchResult) -> str | None:
     """Why a search has no recommendation when its settling stopped on a run that did not run out of memory (a
-    timeout, a crash: nothing learnt about memory, harness.maxbatch.prober.settle_heap); None otherwise."""
-    try:
-        runs = json.loads(row.heap_settle_json or "[]")
-    except (TypeError, ValueError):
+    timeout, a crash: nothing learnt about memory, harness.maxbatch.probes.settle_heap); None otherwise."""
+    runs = row.settling.runs
+    stopped = [r for r in runs if r.batch and r.status not in ("ok", "oom")]
+    if not runs or runs[-1].status != NOT_SETTLED or not stopped:
         return None
-    stopped = [r for r in runs if r.get("batch") and r.get("status") not in ("ok", "oom")]
-    if not runs or runs[-1].get("status") != NOT_SETTLED or not stopped:
-        return None
-    return (f"the settling run at {stopped[-1]['batch']} ended in {stopped[-1]['status']}, not out of memory, so "
+    return (f"the settling run at {stopped[-1].batch} ended in {stopped[-1].status}, not out of memory, so "
             "whether it fits is unknown (settling runs train --settle-steps steps, their timeout scaled to match: "
             "raise --timeout-s, or give fewer --settle-steps; each run's log is in the output directory's logs)")
 
@@ -221,24 +210,23 @@ def train_advice(row: MaxBatchResult) -> str | None:
 
     None for rows stored before these were recorded (no ``margin_total_mib``).
     """
-    if row.margin_total_mib is None:
+    margin, total = row.margin, row.margin.total_mib
+    if total is None:
         return None
-    try:
-        env = json.loads(row.train_env_json or "{}")
-    except (TypeError, ValueError):
-        env = {}
-    rec = row.recommended_batch
-    where = "under the budget" if row.capped else "at the boundary"  # capped: no size failed, so no boundary
-    head = (f"recommended {rec} leaves {float(row.margin_total_mib):.1f} MiB {where} "
-            f"(run-to-run jitter {float(row.margin_jitter_mib or 0):.1f}, growth over the "
-            f"{row.confirm_steps or '?'}-step confirm run {float(row.margin_growth_mib or 0):.1f}, "
-            + (f"glibc heap allowance {float(row.margin_heap_mib):.1f}, " if row.margin_heap_mib else "")
-            + f"--margin-mib {float(row.margin_mib or 0):g})" if rec else
+    env = row.recommendation.train_env or {}
+    rec = row.recommendation.batch
+    where = "under the budget" if row.answer.capped else "at the boundary"  # capped: no size failed, so no boundary
+    head = (f"recommended {rec} leaves {float(total):.1f} MiB {where} "
+            f"(run-to-run jitter {float(margin.jitter_mib or 0):.1f}, growth over the "
+            f"{row.probes.confirm_steps or '?'}-step confirm run {float(margin.growth_mib or 0):.1f}, "
+            + (f"glibc heap allowance {float(margin.heap_mib):.1f}, " if margin.heap_mib else "")
+            + f"--margin-mib {float(margin.user_mib or 0):g})" if rec else
             f"no recommendation: {stopped}" if (stopped := settle_stopped(row)) else
-            f"no size leaves the {float(row.margin_total_mib):.1f} MiB margin: give a larger budget")
+            f"no size leaves the {float(total):.1f} MiB margin: give a larger budget")
     how = f"; train with {env_words(env)}, as the probes ran" if env else ""
     check = ""
-    if row.verify_status:
-        check = (f"; --verify trained it {row.verify_steps} steps + eval in a fresh worker: "
-                 f"{row.verify_status}" + (f" ({row.verify_reason})" if row.verify_reason else ""))
+    verified = row.verification
+    if verified.status:
+        check = (f"; --verify trained it {verified.steps} steps + eval in a fresh worker: "
+                 f"{verified.status}" + (f" ({verified.reason})" if verified.reason else ""))
     return head + how + check

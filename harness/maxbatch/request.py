@@ -92,14 +92,16 @@ class MaxBatchRequest:
     #: environment variables every probe gets on top of the parent's (issue 22: a "what helps" setting such as
     #: ``MALLOC_MMAP_THRESHOLD_=131072``; none by default, so the probes run under the allocator users train with)
     env: dict[str, str] = field(default_factory=dict)
-    #: when the search stops (issue 31): "" the default for the device (1 %; on a GPU multiples of 8 too), "exact",
-    #: "N%", "K" (multiples of K) or "K,N%" (harness.maxbatch.search.Resolution.parse)
-    granularity: str = ""
+    #: when the search stops (issue 31): None (or "") the default for the device (1 %; on a GPU multiples of 8 too), or
+    #: the resolution asked for; given as text ("exact", "N%", "K" for multiples of K, "K,N%": the command line's
+    #: --granularity, an experiment's max_batch_granularity) it is parsed once, when the request is made
+    #: (harness.config.resolution.Resolution.parse), and held as the value from then on
+    granularity: Resolution | str | None = None
 
     def resolution(self, device: str) -> Resolution:
         """The search's resolution on ``device`` ("cpu" or "gpu"): the one asked for, else the device's default."""
-        if self.granularity:
-            return Resolution.parse(self.granularity)
+        if isinstance(self.granularity, Resolution):
+            return self.granularity
         return GPU_RESOLUTION if device == "gpu" else CPU_RESOLUTION
 
     def search_cap(self, device: str) -> tuple[int, str]:
@@ -209,8 +211,8 @@ class MaxBatchRequest:
             if not ok:
                 raise ConfigError(message)
         self._check_dataset()
-        if self.granularity:
-            Resolution.parse(self.granularity)  # refused here, before anything runs
+        if isinstance(self.granularity, str):  # parsed here, once: refused before anything runs
+            object.__setattr__(self, "granularity", Resolution.parse(self.granularity) if self.granularity else None)
         self._check_precision_runs()
         self._check_accumulation_runs()
         if self.memory_limit_mib and self.margin_mib >= self.memory_limit_mib:

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field, replace
 from harness.config.resolution import Resolution  # its home; imported from here too
 from harness.errors import ConfigError, SearchAborted
 from harness.numbers import linear_fit
+from harness.records import ProbeResult as ProbeResult  # its home: a max-batch answer keeps its probes
 
 STRATEGIES = ("model", "fitted", "double-bisect")
 #: after the size an estimate predicted ran out of memory, the next probe takes the estimate to have been up to this
@@ -76,25 +77,6 @@ GPU_CENSOR_PCT = 3.0
 #: at a time for 20+ workers), and the search settles within that spread; at twice as many the bracket the last one
 #: left is settled as it is, so no search walks down further than that
 MOVED_CONFIRMS = 2
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    """One probe as the search sees it. ``peak_mib`` is in the units the budget is counted in; ``growth_mib`` is what
-    grows with the batch where the framework reports it apart (its allocated peak on a GPU), else None."""
-
-    batch: int
-    status: str  # ok / oom / crashed / error / timeout
-    peak_mib: float | None = None
-    reason: str = ""
-    elapsed_s: float = 0.0
-    stage: str = ""  # fit / predict / up / model / close / bisect / double / confirm / retry
-    confirm: bool = False
-    growth_mib: float | None = None
-    #: the framework's own estimate of a training step's peak, (batch, MiB) per size it was asked at (issue 41), in the
-    #: probe that asked for it (the search's first); ``estimate_note``: why there is none where one was asked for
-    estimate_mib: tuple[tuple[int, float], ...] = ()
-    estimate_note: str = ""
 
 
 #: ``probe(batch, confirm)``: run one probe (``confirm``: the longer run) and say what happened.

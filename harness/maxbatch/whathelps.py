@@ -7,8 +7,9 @@ kind was given, all of them together. Then one table: the largest micro-batch, t
 effective batch (micro-batch x steps), the peak memory and the throughput at the answer, and the change
 against the plain search.
 
-Everything here is pure (no executor, no store, no framework): the command line runs the searches, and the
-report may build the same table from stored rows. An adapter class is passed in where one is needed.
+Everything here is pure (no executor, no store, no framework): :func:`harness.maxbatch.searching.search_each` runs
+the searches, and the report may build the same table from stored rows. An adapter class is passed in where one is
+needed.
 """
 
 from __future__ import annotations
@@ -16,11 +17,15 @@ from __future__ import annotations
 import inspect
 import textwrap
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, cast
 
 from harness.errors import ConfigError
 from harness.records import MaxBatchResult
+
+if TYPE_CHECKING:  # annotations only: the request's module loads the search
+    from harness.config.choices import Precision
+    from harness.maxbatch.request import MaxBatchRequest
 
 #: the ``setting`` of a search with no setting: fp32, one micro-batch per update, the adapter's defaults
 PLAIN = "plain"
@@ -89,6 +94,24 @@ def plan_settings(precision: str, accumulate_steps: int, adapter_options: Mappin
     kinds += [Setting(env={key: value}) for key, value in (env or {}).items()]
     combined = [Setting(precision, accumulate_steps, dict(adapter_options), dict(env or {}))] if len(kinds) > 1 else []
     return ([Setting()] if include_plain else []) + kinds + combined
+
+
+def request_label(req: MaxBatchRequest) -> str:
+    """The setting of a search as the command line names it (no adapter defaults: the stored row's may say less)."""
+    return setting_label(req.precision, req.accumulate_steps, req.adapter_options, env=req.env)
+
+
+def setting_requests(req: MaxBatchRequest, adapter_cls: Any, device: str, trial_limit_mib: float,
+                     include_plain: bool = True) -> list[MaxBatchRequest]:
+    """The requests of a "what helps" run (:func:`plan_settings`: the plain search, each setting alone and all
+    together), each ``req`` with one setting. A setting that would not apply on ``device`` (the budget's, with its
+    ``trial_limit_mib``) is refused here, before anything is written."""
+    check_precision(adapter_cls, req.precision, device)
+    check_options_apply(adapter_cls, req.adapter_options, device, trial_limit_mib)
+    settings = plan_settings(req.precision, req.accumulate_steps, req.adapter_options, include_plain=include_plain,
+                             env=req.env)
+    return [replace(req, precision=cast("Precision", s.precision), accumulate_steps=s.accumulate_steps,
+                    adapter_options=dict(s.adapter_options), env=dict(s.env)) for s in settings]
 
 
 # ---------------------------------------------------------------- checks in the parent, before anything runs
@@ -227,18 +250,18 @@ def _change(row: MaxBatchResult, plain: MaxBatchResult | None) -> str:
     if plain is None or row is plain:
         return "-" if plain is None else "(reference)"
     parts = []
-    micro, base_micro = row.max_batch, plain.max_batch
+    micro, base_micro = row.answer.max_batch, plain.answer.max_batch
     if (row.accumulate_steps or 1) > 1 and micro and base_micro:  # without accumulation micro = effective
         parts.append(f"micro-batch {_pct(micro, base_micro)}")
-    eff, base = row.effective_batch, plain.effective_batch
+    eff, base = row.answer.effective_batch, plain.answer.effective_batch
     if eff is not None and base:
         parts.append(f"effective batch x{eff / base:.2f}")
     elif eff and not base:
         parts.append("fits where plain does not")
-    speed, base_speed = row.answer_samples_per_s, plain.answer_samples_per_s
+    speed, base_speed = row.answer.samples_per_s, plain.answer.samples_per_s
     if speed and base_speed:
         parts.append(f"samples/s {_pct(speed, base_speed)}")
-    peak, base_peak = row.answer_peak_mib, plain.answer_peak_mib
+    peak, base_peak = row.answer.peak_mib, plain.answer.peak_mib
     if peak is not None and base_peak:
         parts.append(f"peak {_pct(peak, base_peak)}")
     return ", ".join(parts) or "-"
@@ -256,10 +279,10 @@ def table_rows(searched: Sequence[Searched]) -> list[dict[str, str]]:
             out.append(cells | {"micro": f"aborted: {why}", "effective": "-", "peak": "-", "speed": "-",
                                 "per_sample": "-", "change": "-"})
             continue
-        micro = int(row.max_batch or 0)
-        speed = row.answer_samples_per_s
-        peak = row.answer_peak_mib
-        capped = "+" if row.capped else ""
+        micro = int(row.answer.max_batch or 0)
+        speed = row.answer.samples_per_s
+        peak = row.answer.peak_mib
+        capped = "+" if row.answer.capped else ""
         out.append(cells | {
             "micro": f"{micro}{capped}" if micro else "0 (not even 1)",
             "effective": f"{micro * s.accumulate_steps}{capped}" if micro else "-",

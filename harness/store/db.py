@@ -24,6 +24,7 @@ import json
 import os
 import sqlite3
 import tempfile
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +34,7 @@ from harness.diskfull import KEPT_RESUME, disk_full, is_disk_full
 from harness.errors import BatchscopeError, OutputError, StoreError
 from harness.monitor.fields import SAMPLE_COLUMNS
 from harness.records import UNFINISHED_STATUSES, MaxBatchResult, TrialOutcome
+from harness.store.maxbatch_row import maxbatch_record, maxbatch_row
 from harness.store.schema import (
     _SCHEMA,
     BUSY_TIMEOUT_S,
@@ -396,9 +398,16 @@ class Store:
         return [dict(r) for r in self.conn.execute("SELECT * FROM runs ORDER BY run_id")]
 
     def write_maxbatch(self, result: MaxBatchResult | Mapping[str, Any]) -> int:
-        """Store one max-batch result (a record, or a row with keys of :data:`MAXBATCH_COLUMN_NAMES`); returns its
-        ``result_id``."""
-        row = result.to_row() if isinstance(result, MaxBatchResult) else result
+        """Store one max-batch answer (flattened to its columns here: :func:`harness.store.maxbatch_row.maxbatch_row`);
+        returns its ``result_id``. A mapping of column values is still taken, deprecated (issue 39): build the record,
+        e.g. with :func:`harness.store.maxbatch_record`."""
+        if isinstance(result, MaxBatchResult):
+            row = maxbatch_row(result)
+        else:
+            warnings.warn("Store.write_maxbatch(mapping) is deprecated: pass a harness.records.MaxBatchResult (from a "
+                          "mapping of column values: harness.store.maxbatch_record(mapping))", DeprecationWarning,
+                          stacklevel=2)
+            row = dict(result)
         unknown = sorted(set(row) - set(MAXBATCH_COLUMN_NAMES))
         if unknown:
             raise StoreError(f"maxbatch row has unknown column(s) {unknown}; known: {MAXBATCH_COLUMN_NAMES}")
@@ -410,8 +419,8 @@ class Store:
         return int(cur.lastrowid or 0)
 
     def maxbatch_answers(self, where: str = "", params: Iterable[Any] = ()) -> list[MaxBatchResult]:
-        """Max-batch results as records, oldest first (``where`` is an SQL condition on their columns)."""
-        return [MaxBatchResult.from_row(row) for row in self.maxbatch_results(where, params)]
+        """Max-batch answers as records, oldest first (``where`` is an SQL condition on their columns)."""
+        return [maxbatch_record(row) for row in self.maxbatch_results(where, params)]
 
     def maxbatch_results(self, where: str = "", params: Iterable[Any] = ()) -> list[dict[str, Any]]:
         """Max-batch rows as dicts, oldest first (``where`` is an SQL condition on its columns)."""

@@ -19,7 +19,8 @@ from harness.flops import mfu
 from harness.monitor.fields import SAMPLE_COLUMNS
 from harness.monitor.fields import TRIAL_COLUMNS as SAMPLER_TRIAL_COLUMNS
 from harness.noise import NoiseRecord
-from harness.records import CurvePoint, MaxBatchResult, Placement, TrialOutcome, WorkerMetrics
+from harness.records import CurvePoint, Placement, TrialOutcome, WorkerMetrics
+from harness.store.maxbatch_row import maxbatch_columns
 
 STORE_NAME = "results.sqlite"
 #: how long an open waits for another process's transaction (a sweep commits one trial at a time, in milliseconds)
@@ -134,10 +135,10 @@ RERUN_ON_RESUME: tuple[str, ...] = ("error",)
 
 
 #: maxbatch columns: one row per max-batch search (``batchscope maxbatch`` or ``max_batch = true`` in a sweep), one
-#: column per :class:`~harness.records.MaxBatchResult` field after the row's id. The report codes against these
-#: names; add fields, never rename.
+#: column per stored field of a :class:`~harness.records.MaxBatchResult` and of its parts after the row's id
+#: (harness/store/maxbatch_row.py flattens the record). The report codes against these names; add fields, never rename.
 MAXBATCH_COLUMNS: tuple[tuple[str, str], ...] = (("result_id", "INTEGER PRIMARY KEY AUTOINCREMENT"),
-                                                 *record_columns(MaxBatchResult))
+                                                 *maxbatch_columns(sql_type))
 MAXBATCH_COLUMN_NAMES = tuple(name for name, _ in MAXBATCH_COLUMNS)
 
 #: curve columns: one row per evaluation of a trial on the held-out split, in training order (the last point is

@@ -146,8 +146,8 @@ def _max_fit(rows: Sequence[MaxBatchResult], framework: str) -> MaxFit | None:
     # options), whose max_batch is a micro-batch under that setting, not the size this experiment's trials ran
     plain = [r for r in found if r.setting in (None, "", "plain")]
     r = (plain or found)[-1]
-    return MaxFit(max_batch=r.max_batch, recommended_batch=r.recommended_batch,
-                  margin_mib=float(r.margin_mib or 0.0), budget_mib=finite_or_none(r.budget_mib),
+    return MaxFit(max_batch=r.answer.max_batch, recommended_batch=r.recommendation.batch,
+                  margin_mib=float(r.margin.user_mib or 0.0), budget_mib=finite_or_none(r.budget_mib),
                   budget_kind=str(r.budget_kind or ""))
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from harness.cells import METRICS, Cell, has_metric
 from harness.monitor.fields import shown_in
 from harness.records import MaxBatchResult
+from harness.store.maxbatch_row import maxbatch_row
 from report.answer.recommend import Recommendation
 from report.answer.recommend_table import TABLE_COLUMNS as RECOMMEND_COLUMNS
 from report.answer.recommend_table import show_variants, table_rows
@@ -124,27 +125,29 @@ def maxbatch(rows: Sequence[MaxBatchResult]) -> Table | None:
             advice.append(f"{r.framework or '-'}: {line}.")
         if (line := train_advice(r)) is not None:
             advice.append(f"{r.framework or '-'}: {line}.")
-        fail = (f"{_g(r.first_fail_batch)} ({r.first_fail_status or '-'})" if r.first_fail_batch is not None
-                else "none up to the cap" if r.capped else "-")  # capped: max batch is the cap, not a boundary
-        rec = (f"{_g(r.recommended_batch)} (pow2 {_g(r.recommended_pow2)}, "
-               f"×8 {_g(r.recommended_mult8)})")
-        formula = _g(r.formula_batch)
-        if r.formula_error_pct is not None:
-            formula += f" ({float(r.formula_error_pct):+.0f}%)"
-        predicted = _g(r.estimate_batch)  # issue 41: "-" where the framework offers no estimate (TF, MXNet)
-        if r.estimate_error_pct is not None:
-            predicted += f" ({float(r.estimate_error_pct):+.1f}%)"
+        answer, recommended = r.answer, r.recommendation
+        fail = (f"{_g(answer.fail_batch)} ({answer.fail_status or '-'})" if answer.fail_batch is not None
+                else "none up to the cap" if answer.capped else "-")  # capped: max batch is the cap, not a boundary
+        rec = (f"{_g(recommended.batch)} (pow2 {_g(recommended.pow2)}, "
+               f"×8 {_g(recommended.mult8)})")
+        formula = _g(r.formula.batch)
+        if r.formula.error_pct is not None:
+            formula += f" ({float(r.formula.error_pct):+.0f}%)"
+        predicted = _g(r.estimate.batch)  # issue 41: "-" where the framework offers no estimate (TF, MXNet)
+        if r.estimate.error_pct is not None:
+            predicted += f" ({float(r.estimate.error_pct):+.1f}%)"
         setting = r.setting  # a "what helps" run's searches: the setting beside the framework
         who = str(r.framework or "-") + (f" · {setting}" if setting and setting != "plain" else "")
         text_rows.append((who, str(r.model or "-"),
                           f"{_g(r.budget_mib, '.0f')} MiB {r.budget_kind or ''}".strip(),
-                          _g(r.max_batch) + (f" (×{k} = {_g(r.effective_batch)})"
-                                             if (k := r.accumulate_steps or 1) > 1 else ""),
+                          _g(answer.max_batch) + (f" (×{k} = {_g(answer.effective_batch)})"
+                                                  if (k := r.accumulate_steps or 1) > 1 else ""),
                           "-" if spare is None else f"{spare:.1f} MiB", fail, rec,
                           predicted, formula,
-                          f"{_g(r.probes_n)} / {_g(r.wall_s, '.0f')} s",
-                          str(r.strategy or "-") + (f", {r.resolution}" if r.resolution else "")))
-    csv_rows = tuple(tuple(r.to_row()[c] for c in MAXBATCH_CSV_COLUMNS) for r in rows)
+                          f"{_g(r.probes.n)} / {_g(r.probes.wall_s, '.0f')} s",
+                          str(r.strategy or "-") + (f", {answer.resolution}" if answer.resolution else "")))
+    # the CSV keeps the store's column names: the store flattens the record to them
+    csv_rows = tuple(tuple(maxbatch_row(r)[c] for c in MAXBATCH_CSV_COLUMNS) for r in rows)
     return Table(key="maxbatch", title="Largest batch that fits",
                  headers=("framework", "model", "budget", "max batch", "unused at max", "first failing",
                           "recommended", "predicted (error)",

@@ -79,9 +79,8 @@ def stubs(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """``run`` and ``maxbatch`` up to their first worker: there the sweep is planned, or each search's settings made,
     and :class:`Planned` raised; no environment is built and no data set prepared on disk (a made-up one)."""
     import harness.cli.maxbatch as maxbatch_cli
-    import harness.data
     import harness.pipeline
-    from harness.maxbatch.prober import search_settings
+    from harness.maxbatch import searching
     from harness.monitor import environment
     from harness.run.planner import plan
 
@@ -91,8 +90,8 @@ def stubs(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         plans.append(plan(exp, prepared(n_train=exp.train_samples or exp.synthetic_samples)))
         raise Planned
 
-    def searches_only(args: Any, planned: Any, shown: Any, out: Path, env: Any, command: str) -> None:
-        plans.append([search_settings(r, planned.budget) for r in planned.searches])
+    def searches_only(args: Any, planned: Any, shown: Any, out: Path, command: str) -> None:
+        plans.append([search.settings for search in planned.searches])
         raise Planned
 
     monkeypatch.setattr(harness.pipeline, "run_experiment", plan_only)
@@ -100,7 +99,7 @@ def stubs(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     monkeypatch.setattr(maxbatch_cli, "_run_searches", searches_only)
     monkeypatch.setattr(maxbatch_cli, "_choose_interpreter", lambda args, req, env: None)
     monkeypatch.setattr(environment, "capture", lambda: {"gpus": [], "python": "3"})
-    monkeypatch.setattr(harness.data, "prepare", lambda request, cache: prepared(shape=request.synthetic_shape))
+    monkeypatch.setattr(searching, "prepare", lambda request, cache: prepared(shape=request.synthetic_shape))
     return plans
 
 

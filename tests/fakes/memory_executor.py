@@ -71,7 +71,7 @@ class LinearMemory:
 
 def install(monkeypatch: pytest.MonkeyPatch, make: Callable[[], Any]) -> list[Any]:
     """Make every max-batch search build its executor with ``make()``; return the executors made, in order."""
-    from harness.maxbatch import prober
+    from harness.maxbatch import searching
 
     made: list[Any] = []
 
@@ -79,5 +79,5 @@ def install(monkeypatch: pytest.MonkeyPatch, make: Callable[[], Any]) -> list[An
         made.append(make())
         return made[-1]
 
-    monkeypatch.setattr(prober, "LocalExecutor", build)
+    monkeypatch.setattr(searching, "LocalExecutor", build)
     return made

@@ -18,7 +18,7 @@ from typing import Any
 from adapters.base import OptimizerSpec
 from harness.config.experiment import parse_experiment
 from harness.config.trial import TrialSpec
-from harness.maxbatch.prober import result_row
+from harness.maxbatch.answer import ModelSize, Provenance, answer_record
 from harness.maxbatch.request import Budget, MaxBatchRequest
 from harness.maxbatch.search import ProbeResult, SearchSettings, search
 from harness.models import build_description
@@ -152,5 +152,6 @@ def _write_maxbatch(store: Store, run_id: int, env: dict[str, Any]) -> None:
 
     result = search(simulated, SearchSettings(budget_mib=budget.mib))
     desc = build_description("tiny_cnn", (3, 32, 32), 10)
-    store.write_maxbatch(result_row(req, budget, result, desc.param_count(), desc.activation_floats_per_sample(),
-                                    run_id, env, []))
+    store.write_maxbatch(answer_record(req, budget, result, [],
+                                       ModelSize(desc.param_count(), desc.activation_floats_per_sample()),
+                                       Provenance(run_id, env)))

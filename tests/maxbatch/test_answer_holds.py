@@ -7,6 +7,7 @@ chosen growth per step), so every number is exact; the real-framework check is t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -26,8 +27,9 @@ from harness.maxbatch.advice import (
     train_advice,
 )
 from harness.maxbatch.request import CONFIRM_STEPS, MaxBatchRequest
-from harness.records import MaxBatchResult
+from harness.records import ProbeResult
 from harness.store import Store
+from harness.store.maxbatch_row import maxbatch_record
 from tests.fakes.memory_executor import BUDGET_MIB
 
 
@@ -44,11 +46,11 @@ def _row(out: Path) -> dict[str, Any]:
 
 def test_margin_is_made_of_what_varied():
     probes = [
-        {"batch": 16, "status": "ok", "peak_mib": 260.0, "confirm": False},
-        {"batch": 16, "status": "ok", "peak_mib": 264.5, "confirm": False},  # the same size, 4.5 MiB apart
-        {"batch": 28, "status": "ok", "peak_mib": 380.0, "confirm": False},
-        {"batch": 28, "status": "ok", "peak_mib": 383.0, "confirm": True},  # the longer run needed 3 MiB more
-        {"batch": 29, "status": "oom", "peak_mib": None, "confirm": False},
+        ProbeResult(16, "ok", peak_mib=260.0),
+        ProbeResult(16, "ok", peak_mib=264.5),  # the same size, 4.5 MiB apart
+        ProbeResult(28, "ok", peak_mib=380.0),
+        ProbeResult(28, "ok", peak_mib=383.0, confirm=True),  # the longer run needed 3 MiB more
+        ProbeResult(29, "oom"),
     ]
     cpu = Margin.measure(probes, 28, "cpu-rlimit-data", user_mib=10.0)
     assert (cpu.jitter_mib, cpu.growth_mib, cpu.total_mib) == (4.5, 3.0, 17.5)
@@ -59,12 +61,13 @@ def test_margin_is_made_of_what_varied():
     gpu = Margin.measure(probes[2:], 28, "gpu-card", user_mib=0.0)
     assert (gpu.jitter_mib, gpu.growth_mib) == (GPU_MARGIN_FLOOR_MIB, 3.0)
     assert Margin.measure([], 28, "gpu-emulated", 0.0).total_mib == GPU_MARGIN_FLOOR_MIB
-    wide = [{**p, "peak_mib": p["peak_mib"] + 100.0 * i} for i, p in enumerate(probes[:2])]  # 104.5 MiB apart at 16
+    wide = [dataclasses.replace(p, peak_mib=(p.peak_mib or 0.0) + 100.0 * i)
+            for i, p in enumerate(probes[:2])]  # 104.5 MiB apart at 16
     assert Margin.measure(wide, 28, "gpu-card", 0.0).jitter_mib == pytest.approx(104.5)
 
 
 def test_under_glibcs_default_malloc_the_margin_leaves_a_share_of_the_batchs_memory_for_the_heap():
-    probes = [{"batch": 28, "status": "ok", "peak_mib": 380.0, "confirm": False}]
+    probes = [ProbeResult(28, "ok", peak_mib=380.0)]
     plain = Margin.measure(probes, 28, "cpu-rlimit-data", 0.0, train_env={}, per_sample_mib=10.0)
     assert plain.heap_mib == pytest.approx(CPU_HEAP_ALLOWANCE * 10.0 * 28)
     assert plain.total_mib == pytest.approx(CPU_PEAK_JITTER_MIB + plain.heap_mib)
@@ -110,7 +113,7 @@ def test_the_recommendation_leaves_the_measured_margin_and_says_how_to_train(fak
     assert f"recommended leaving {total:.1f} MiB unused at the boundary" in out
     assert f"glibc heap allowance {heap:.1f}" in out and f": {rec}  (power of two: 16" in out
     assert f"confirm run: {CONFIRM_STEPS} steps + eval at 28" in out
-    advice = train_advice(MaxBatchResult.from_row(row))
+    advice = train_advice(maxbatch_record(row))
     assert advice is not None and f"recommended {rec} leaves {total:.1f} MiB" in advice
     assert "glibc heap allowance" in advice
 
@@ -207,7 +210,7 @@ def test_no_settings_are_said_as_such(capsys):
 
     row = {"margin_total_mib": 0.0, "margin_mib": 0.0, "recommended_batch": 300, "recommended_pow2": 256,
            "recommended_mult8": 296, "train_env_json": "{}", "max_batch": 300}
-    print_recommendation(MaxBatchResult.from_row(row), None)
+    print_recommendation(maxbatch_record(row), None)
     out = capsys.readouterr().out
     assert "the probes ran with no allocator settings" in out and "train with them" not in out
 
@@ -248,7 +251,7 @@ def test_a_settling_run_that_times_out_stops_the_settling_and_says_why(fake_exec
     (settle,) = [u for u in made[0].units if u.trial.purpose == "settle"]
     confirm = max(u.trial.timed_steps for u in made[0].units if u.trial.purpose == "probe")
     assert settle.trial.timeout_s == pytest.approx(300.0 * (DEFAULT_SETTLE_STEPS + 1) / (confirm + 1))
-    assert "no recommendation: the settling run at" in (train_advice(MaxBatchResult.from_row(row)) or "")
+    assert "no recommendation: the settling run at" in (train_advice(maxbatch_record(row)) or "")
 
 
 def test_nothing_settles_means_no_recommendation_and_a_fixed_threshold_needs_no_settling(

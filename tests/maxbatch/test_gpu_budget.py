@@ -14,7 +14,7 @@ import pytest
 
 from adapters import gpumem
 from adapters.pytorch import PyTorchAdapter
-from harness.maxbatch.prober import cuda_context_mib, probe_growth_mib, probe_peak_mib
+from harness.maxbatch.probes import cuda_context_mib, probe_growth_mib, probe_peak_mib
 from harness.records import MonitorResult, TrialOutcome, TrialUnit, WorkerMetrics
 from harness.run.executor import LocalExecutor
 from tests.conftest import make_trial
@@ -142,7 +142,7 @@ class _RecordingCard:
                                                           ("cpu-rlimit-data", "cpu", [0.0, 0.0, 0.0])])
 def test_each_probe_on_an_emulated_card_carries_the_context_earlier_probes_measured(
         tiny_data: Any, monkeypatch: pytest.MonkeyPatch, kind: str, device: str, expected: list[float]) -> None:
-    from harness.maxbatch.prober import WorkerProber
+    from harness.maxbatch.probes import WorkerProber
     from harness.maxbatch.request import Budget, MaxBatchRequest
     from tests.fakes.registry import register_fake
 

@@ -25,12 +25,24 @@ from harness.maxbatch.advice import (
     pow2_at_or_below,
     recommend,
 )
-from harness.maxbatch.prober import WorkerProber, control_limit_mib, probe_peak_mib
+from harness.maxbatch.probes import WorkerProber, control_limit_mib, probe_peak_mib
 from harness.maxbatch.request import MaxBatchRequest, resolve_budget
 from harness.maxbatch.search import CPU_RESOLUTION, LinearFit, Resolution
-from harness.records import MaxBatchResult, MonitorResult, TrialOutcome, WorkerMetrics
+from harness.records import (
+    MaxBatchResult,
+    MemoryLine,
+    MonitorResult,
+    ProbeLog,
+    ProbeResult,
+    SearchAnswer,
+    StoredFormula,
+    StoredMargin,
+    TrialOutcome,
+    WorkerMetrics,
+)
 from harness.run.executor import LocalExecutor
 from harness.store import MAXBATCH_COLUMN_NAMES, Store
+from harness.store.maxbatch_row import maxbatch_record
 from tests.conftest import make_trial
 from tests.helpers.shared import RUNS
 from tests.maxbatch.conftest import FIXED_THRESHOLD, fixed_threshold
@@ -107,18 +119,18 @@ def test_formula_and_recommendation():
 
 
 def _row(kind: str = "cpu-rlimit-data", margin: float = 0.0, peaks: tuple[float, ...] = (479.5,)) -> MaxBatchResult:
-    probes = [{"batch": 300, "status": "ok", "peak_mib": 430.0}, {"batch": 401, "status": "oom", "peak_mib": None}]
-    probes += [{"batch": 400, "status": "ok", "peak_mib": p} for p in peaks]
-    return MaxBatchResult(budget_kind=kind, budget_mib=480.0, margin_mib=margin, max_batch=400, fit_a_mib=280.0,
-                          fit_b_mib_per_sample=0.5, analytic_activation_mib_per_sample=1.0,
-                          probes_json=json.dumps(probes))
+    probes = [ProbeResult(300, "ok", peak_mib=430.0), ProbeResult(401, "oom")]
+    probes += [ProbeResult(400, "ok", peak_mib=p) for p in peaks]
+    return MaxBatchResult(budget_kind=kind, budget_mib=480.0, margin=StoredMargin(user_mib=margin),
+                          answer=SearchAnswer(max_batch=400), line=MemoryLine(a_mib=280.0, b_mib_per_sample=0.5),
+                          formula=StoredFormula(analytic_mib_per_sample=1.0), probes=ProbeLog(items=tuple(probes)))
 
 
 def test_headroom_and_the_jitter_warning():
     # the largest peak measured at the answer counts (the confirm run needed more than the short probe)
     assert answer_headroom_mib(_row(peaks=(478.0, 479.5))) == pytest.approx(0.5)
     assert answer_headroom_mib(_row(peaks=())) is None
-    assert answer_headroom_mib(MaxBatchResult(probes_json="not json")) is None
+    assert answer_headroom_mib(maxbatch_record({"probes_json": "not json"})) is None
     advice = jitter_advice(_row())
     # 3 MiB at 0.5 MiB per sample: 6 samples below the answer, and the option that gives it
     assert advice is not None and "0.5 MiB" in advice
@@ -254,7 +266,7 @@ def test_real_boundary_on_cpu_holds_in_fresh_workers_either_side_of_it(real_sear
     fit = LinearFit(a_mib=rows[0]["fit_a_mib"], b_mib_per_sample=rows[0]["fit_b_mib_per_sample"])
     # a probe that passed under the OS limit cannot have mapped more than the limit (the peak is VmData, what
     # RLIMIT_DATA counts); and since `fail` failed, less than (fail - best) samples plus the jitter was left unused
-    spare = answer_headroom_mib(MaxBatchResult.from_row(rows[0]))
+    spare = answer_headroom_mib(maxbatch_record(rows[0]))
     assert spare is not None and 0.0 <= spare < (fail - best) * fit.b_mib_per_sample + CPU_PEAK_JITTER_MIB, spare
     # fresh workers either side of the answer, the longer (confirm) run, under the request `batchscope maxbatch`
     # built from the same options (its defaults: 2048 samples, momentum 0.9)

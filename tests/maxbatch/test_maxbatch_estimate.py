@@ -15,12 +15,14 @@ from typing import Any
 import pytest
 
 from harness.cli import main
-from harness.maxbatch.prober import estimate_fields, search_settings
+from harness.maxbatch.answer import estimate_part
+from harness.maxbatch.probes import search_settings
 from harness.maxbatch.request import Budget, MaxBatchRequest
 from harness.maxbatch.search import ProbeResult, SearchSettings, search
-from harness.records import MaxBatchResult
+from harness.records import MaxBatchResult, StoredEstimate
 from harness.run.worker.estimate import step_estimate_json
 from harness.store import Store
+from harness.store.maxbatch_row import maxbatch_record
 from tests import ROOT
 from tests.fakes.adapter import EstimatingFakeAdapter, FakeAdapter
 from tests.fakes.memory_executor import BUDGET_MIB
@@ -48,25 +50,25 @@ def test_a_right_estimate_predicts_the_boundary_and_saves_probes(fake_executor, 
     first = made[0].units[0].trial
     assert first.batch_size == 16 and first.estimate_batches == (16, 256)  # the first probe asks; only it does
     assert all(not u.trial.estimate_batches for u in made[0].units[1:])
-    assert row.max_batch <= 200 < (row.first_fail_batch or 0) <= row.max_batch + 2  # within 1 %
-    assert row.estimate_batch == 200 and abs(row.estimate_error_pct or 0.0) <= 1.0
-    assert row.estimate_mib_per_sample == pytest.approx(10.0) and row.estimate_fixed_cost_mib == pytest.approx(92.0)
-    assert "used: the first size probed near the boundary" in (row.estimate_note or "")
-    if row.fit_source == "estimate":  # the line's slope is the estimate's, and the output does not call it measured
+    assert row.answer.max_batch <= 200 < (row.answer.fail_batch or 0) <= row.answer.max_batch + 2  # within 1 %
+    assert row.estimate.batch == 200 and abs(row.estimate.error_pct or 0.0) <= 1.0
+    assert row.estimate.mib_per_sample == pytest.approx(10.0) and row.estimate.fixed_cost_mib == pytest.approx(92.0)
+    assert "used: the first size probed near the boundary" in (row.estimate.note or "")
+    if row.line.source == "estimate":  # the line's slope is the estimate's, and the output does not call it measured
         assert "memory line: " in printed and "the framework's estimated slope" in printed
         assert "measured memory:" not in printed
     else:
-        assert row.fit_source is None and "measured memory:" in printed
+        assert row.line.source is None and "measured memory:" in printed
     fake_executor()
     assert _maxbatch(tmp_path / "fitted", "--memory-limit-mib", "2100", "--strategy", "fitted") == 0
     fitted = _row(tmp_path / "fitted")
-    assert abs(fitted.max_batch - row.max_batch) <= 2 and fitted.estimate_batch is None
-    assert row.probes_n is not None and fitted.probes_n is not None and row.probes_n < fitted.probes_n
+    assert abs(fitted.answer.max_batch - row.answer.max_batch) <= 2 and fitted.estimate.batch is None
+    assert row.probes.n is not None and fitted.probes.n is not None and row.probes.n < fitted.probes.n
     # predicted, formula and measured side by side, each with its error
     assert "predicted / formula / measured:" in printed
     assert "predicted from the framework's estimate (10.000 MiB per sample, fixed cost 92 MiB" in printed
-    assert f": 200  ({row.estimate_error_pct:+.1f}% vs measured)" in printed
-    assert f"  measured: {row.max_batch} (resolution 1%)" in printed
+    assert f": 200  ({row.estimate.error_pct:+.1f}% vs measured)" in printed
+    assert f"  measured: {row.answer.max_batch} (resolution 1%)" in printed
 
 
 @pytest.mark.parametrize("kw", [{"estimate_factor": 0.05}, {"estimate_factor": 20.0}, {"estimate_factor": None},
@@ -76,12 +78,12 @@ def test_a_wrong_or_failing_estimate_never_changes_the_answer(fake_executor, tmp
     fake_executor(**kw)
     assert _maxbatch(tmp_path / "out") == 0, capsys.readouterr().err
     row = _row(tmp_path / "out")
-    assert (row.max_batch, row.first_fail_batch, row.first_fail_status) == (28, 29, "oom")
-    note = row.estimate_note or ""
+    assert (row.answer.max_batch, row.answer.fail_batch, row.answer.fail_status) == (28, 29, "oom")
+    note = row.estimate.note or ""
     if kw.get("estimate_factor"):  # used, and far off: its error is stored as it was
-        assert row.estimate_batch is not None and abs(row.estimate_error_pct or 0.0) > 40, row
+        assert row.estimate.batch is not None and abs(row.estimate.error_pct or 0.0) > 40, row
     else:  # none: the line was fitted from probes, and the note says why
-        assert row.estimate_batch is None and note.startswith("none: "), note
+        assert row.estimate.batch is None and note.startswith("none: "), note
         expected = {"estimate_error": "cannot trace", "estimate_kills": "the estimate ended its worker: crashed"}
         assert next((v for k, v in expected.items() if k in kw), "no estimate") in note, note
 
@@ -95,9 +97,9 @@ def test_a_strategy_without_the_estimate_and_an_adapter_without_one_say_so():
     law = maxbatch_sim.linear(300.0, 0.5, 500.0)
     result = maxbatch_sim.simulate_search(law, "model", 0)  # no estimate asked: what TensorFlow's search does
     assert [p.batch for p in result.probes[:2]] == [1, 16]
-    assert "offers no step-memory estimate" in (estimate_fields(req, result)["estimate_note"])
+    assert "offers no step-memory estimate" in (estimate_part(req, result)[0].note or "")
     fitted = maxbatch_sim.simulate_search(law, "fitted", 0)
-    assert estimate_fields(req, fitted) == {"estimate_note": "not asked for: strategy fitted"}
+    assert estimate_part(req, fitted) == (StoredEstimate(note="not asked for: strategy fitted"), None)
 
 
 @pytest.mark.parametrize("name", ["linear", "h100", "pool", "cpu-noise", "alloc-frag"])
@@ -204,9 +206,9 @@ def test_the_report_table_shows_predicted_formula_and_measured_side_by_side():
     base = {"framework": "pytorch", "model": "deep_cnn", "budget_mib": 600.0, "budget_kind": "cpu-rlimit-data",
             "max_batch": 96, "first_fail_batch": 97, "first_fail_status": "oom", "formula_batch": 128,
             "formula_error_pct": 33.3, "probes_n": 5, "wall_s": 200.0, "strategy": "model", "resolution": "1%"}
-    with_estimate = MaxBatchResult.from_row(base | {"estimate_batch": 98, "estimate_error_pct": 2.083,
+    with_estimate = maxbatch_record(base | {"estimate_batch": 98, "estimate_error_pct": 2.083,
                                                     "estimate_note": "pytorch's estimate ...: used"})
-    without = MaxBatchResult.from_row(base | {"framework": "tensorflow", "estimate_note": "the tensorflow adapter "
+    without = maxbatch_record(base | {"framework": "tensorflow", "estimate_note": "the tensorflow adapter "
                                               "offers no step-memory estimate"})
     table = maxbatch([with_estimate, without])
     assert table is not None

@@ -11,11 +11,12 @@ from typing import Any
 
 from harness.cli import main
 from harness.cli.maxbatch import print_result
-from harness.maxbatch import prober as prober_module
 from harness.maxbatch.advice import CPU_PEAK_JITTER_MIB, jitter_advice
+from harness.maxbatch.searching import MaxBatchSearch
 from harness.records import MaxBatchResult
 from harness.run.sweep import SweepOptions
 from harness.store import Store
+from harness.store.maxbatch_row import maxbatch_record
 from tests.fakes.memory_executor import BUDGET_MIB
 
 
@@ -63,7 +64,7 @@ def _tiny_row(max_batch: int, recommended: int | None = None, **kw: Any) -> MaxB
            "recommended_mult8": None, "probes_n": 6, "wall_s": 10.0, "strategy": "model", "formula_batch": 8,
            "formula_error_pct": 100.0, "model_state_mib": 1.0, "per_sample_activation_mib": 0.5,
            "formula_analytic_batch": 4, "formula_analytic_error_pct": 0.0, "capped": 0}
-    return MaxBatchResult.from_row(row | kw)
+    return maxbatch_record(row | kw)
 
 
 def test_the_jitter_note_never_recommends_batch_0():
@@ -89,7 +90,7 @@ def test_ctrl_c_in_maxbatch_does_not_suggest_resume(monkeypatch, tmp_path, capsy
     def interrupted(*args: Any, **kw: Any) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(prober_module, "run_maxbatch", interrupted)
+    monkeypatch.setattr(MaxBatchSearch, "run", interrupted)
     assert _maxbatch(tmp_path / "out") == 130
     err = capsys.readouterr().err
     assert "--resume" not in err.replace("has no --resume", ""), err  # before the fix: "... with --resume to finish"

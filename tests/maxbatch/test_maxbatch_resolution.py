@@ -13,7 +13,7 @@ import pytest
 
 from harness.cli import main
 from harness.errors import ConfigError
-from harness.maxbatch.prober import probe_growth_mib, probe_peak_mib, search_settings
+from harness.maxbatch.probes import probe_growth_mib, probe_peak_mib, search_settings
 from harness.maxbatch.request import Budget, MaxBatchRequest
 from harness.maxbatch.search import CPU_RESOLUTION, GPU_CENSOR_PCT, GPU_RESOLUTION, Resolution
 from harness.records import TrialOutcome, WorkerMetrics
@@ -97,6 +97,23 @@ def test_search_settings_per_device():
                           Budget(520.0, "cpu-rlimit-data", "cpu", 520.0, 0.0))
     assert cpu.resolution == Resolution(1, 0.0) and cpu.censor_pct == 0.0
     assert MaxBatchRequest(framework="pytorch", model="tiny_cnn").resolution("cpu") == CPU_RESOLUTION
+
+
+def test_a_granularity_is_parsed_once_into_a_value(monkeypatch):
+    """Issue 39: the text is parsed when the request is made, and the request holds the value from then on."""
+    from harness.maxbatch import request as request_module
+
+    req = MaxBatchRequest(framework="pytorch", model="tiny_cnn", memory_limit_mib=600, max_batch_cap=20,
+                          granularity="8,2%")
+    assert req.granularity == Resolution(8, 2.0)
+    assert MaxBatchRequest(framework="pytorch", model="tiny_cnn", granularity="").granularity is None
+    with pytest.raises(ConfigError, match="--granularity"):  # refused when the request is made
+        MaxBatchRequest(framework="pytorch", model="tiny_cnn", granularity="8,16")
+    parsed: list[str] = []
+    monkeypatch.setattr(request_module.Resolution, "parse", classmethod(lambda cls, text, name="": parsed.append(text)))
+    assert req.resolution("cpu") == req.resolution("gpu") == Resolution(8, 2.0) and req.search_cap("cpu")[0] == 16
+    assert search_settings(req, Budget(600.0, "cpu-rlimit-data", "cpu", 600.0, 0.0)).resolution == Resolution(8, 2.0)
+    assert parsed == []  # nothing read the text again
 
 
 def test_a_what_helps_run_prints_each_searchs_bracket_and_the_wall_time(tmp_path, fake_executor, capsys):

@@ -16,11 +16,12 @@ import pytest
 
 from harness.cli import main
 from harness.errors import ConfigError
-from harness.maxbatch import prober, whathelps
+from harness.maxbatch import probes as prober
+from harness.maxbatch import whathelps
 from harness.maxbatch.advice import CPU_PEAK_JITTER_MIB
-from harness.records import MaxBatchResult
 from harness.registry import adapter_class
 from harness.store import Store
+from harness.store.maxbatch_row import maxbatch_record
 from tests.fakes.memory_executor import BUDGET_MIB
 
 
@@ -265,7 +266,7 @@ def test_the_report_tells_the_searches_apart_and_takes_the_plain_one_as_what_fit
     accumulated = plain | {"setting": "accumulate_steps=4", "accumulate_steps": 4, "effective_batch": 112,
                            "max_batch": 27}
     old = {k: v for k, v in plain.items() if k not in ("setting", "accumulate_steps", "effective_batch")}
-    plain, accumulated, old = (MaxBatchResult.from_row(r) for r in (plain, accumulated, old))
+    plain, accumulated, old = (maxbatch_record(r) for r in (plain, accumulated, old))
     fit = _max_fit([plain, accumulated], "pytorch")
     assert fit is not None and fit.max_batch == 28  # not the later accumulated search's micro-batch
     fit = _max_fit([old], "pytorch")  # a row from before the setting column
@@ -282,7 +283,7 @@ def test_the_reports_max_batch_table_says_when_the_cap_stopped_the_search():
 
     row = {"framework": "pytorch", "model": "m", "max_batch": 4, "recommended_batch": 4, "budget_mib": 8000.0,
            "budget_kind": "cpu-rlimit-data"}
-    capped, found = MaxBatchResult.from_row(row | {"capped": 1}), MaxBatchResult.from_row(row)
+    capped, found = maxbatch_record(row | {"capped": 1}), maxbatch_record(row)
     table = maxbatch([capped, found])
     assert table is not None and table.headers[5] == "first failing"
     assert [r[5] for r in table.rows] == ["none up to the cap", "-"]
@@ -298,7 +299,7 @@ def test_accumulation_keeps_the_peak_at_the_micro_batch_on_a_real_pytorch_worker
     ~18 MiB for deep_cnn, measured in docs/maxbatch.md; 906 parameters here), while each update trains 4 times
     the samples (which, as one batch, would need about 3 x 64 x 0.5 MiB more)."""
     from harness.data import DataRequest, prepare
-    from harness.maxbatch.prober import WorkerProber, probe_peak_mib
+    from harness.maxbatch.probes import WorkerProber, probe_peak_mib
     from harness.maxbatch.request import MaxBatchRequest, resolve_budget
     from harness.run.executor import LocalExecutor
 

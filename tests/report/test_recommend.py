@@ -18,6 +18,7 @@ from harness.cli import main
 from harness.noise import NoiseRecord
 from harness.records import CurvePoint, TrialOutcome, WorkerMetrics
 from harness.store import Store
+from harness.store.maxbatch_row import maxbatch_record
 from report.answer.knee import THROUGHPUT_COLUMN, SizeStats, knee, throughput_of
 from report.answer.recommend import recommend
 from report.load import load
@@ -89,8 +90,9 @@ def rule_store(tmp_path: Path) -> Path:
             for repeat, (tput, status, times, accs) in enumerate(reps):
                 _write(store, run_id, fw, bs, repeat, tput, status, times, accs)
         store.write_trial(TrialOutcome(trial=sweep_trial("gamma", 1024, 0), status="oom", reason="made up"), run_id, {})
-        store.write_maxbatch({"experiment": EXP, "framework": "alpha", "max_batch": 700, "recommended_batch": 512,
-                              "margin_mib": 256.0, "budget_mib": 4096.0, "budget_kind": "os-rlimit"})
+        store.write_maxbatch(maxbatch_record({"experiment": EXP, "framework": "alpha", "max_batch": 700,
+                                              "recommended_batch": 512, "margin_mib": 256.0, "budget_mib": 4096.0,
+                                              "budget_kind": "os-rlimit"}))
     return tmp_path
 
 

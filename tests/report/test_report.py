@@ -20,9 +20,9 @@ import pytest
 from pypdf import PdfReader
 
 from harness.cells import cells
-from harness.records import MaxBatchResult
 from harness.registry import framework_modules
 from harness.store import Store
+from harness.store.maxbatch_row import maxbatch_record
 from report.document import figures as report_figures
 from report.document.build import build_report
 from report.load import load
@@ -193,7 +193,7 @@ def test_maxbatch_table_shows_the_stored_row(gpu_dir: Path, gpu_report: tuple[Pa
     assert str(row["max_batch"]) in flat and f"pow2 {row['recommended_pow2']}" in flat
     from harness.maxbatch.advice import answer_headroom_mib
 
-    spare = answer_headroom_mib(MaxBatchResult.from_row(row))
+    spare = answer_headroom_mib(maxbatch_record(row))
     assert spare is not None and f"{spare:.1f} MiB" in flat  # the memory the answer leaves unused
     (csv_path,) = (gpu_report[0].parent / "tables").glob("*-maxbatch.csv")
     with open(csv_path, newline="", encoding="utf-8") as f:

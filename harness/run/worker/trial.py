@@ -239,7 +239,7 @@ def _train_and_evaluate(request: WorkerRequest, adapter: Adapter, setup: SetUp, 
     trial's result (a diverged training stops at the point that found it, and says so in the result)."""
     trial, data = request.trial, request.data
     # the footprint before the first step, in RLIMIT_DATA's units (VmData) and in RSS: the max-batch
-    # search turns the RSS peak into the units the OS limit counts (harness/maxbatch/prober.py, probe_peak_mib)
+    # search turns the RSS peak into the units the OS limit counts (harness/maxbatch/probes.py, probe_peak_mib)
     ready_mem = proc_status_mib("VmData", "VmRSS", "RssFile", "RssAnon")
     chan.send(Ready(device=setup.facts, param_count=adapter.param_count(), model=setup.model_info))
     watcher = VmDataWatcher().start() if request.os_memory_limit_mib else None
