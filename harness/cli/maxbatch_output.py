@@ -13,6 +13,12 @@ def _fmt_int(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
+def mib_text(mib: float) -> str:
+    """MiB to one decimal, or to three significant digits below 0.05 MiB, where one decimal would print a size that
+    exists (a tiny model's weights and optimizer state, 0.01 MiB) as 0.0."""
+    return f"{mib:.3g}" if 0 < abs(mib) < 0.05 else f"{mib:.1f}"
+
+
 def bracket_line(probe: Any, lo: int, hi: int | None) -> str:
     """One probe's line as the search narrows: what it found and the bracket it left (``lo`` fits, ``hi`` fails)."""
     what = "fits" if probe.status == "ok" else "out of memory" if probe.status == "oom" else probe.status
@@ -38,7 +44,7 @@ def print_recommendation(row: MaxBatchResult, file: Any) -> None:
             ("run-to-run jitter", margin.jitter_mib or 0.0),
             ("growth over the confirm run", margin.growth_mib or 0.0),
             ("glibc heap allowance", margin.heap_mib or 0.0),
-            ("--margin-mib", margin.user_mib or 0.0)) if mib)
+            ("--margin-mib", margin.user_mib or 0.0)) if round(mib, 1))  # a part that shows as 0.0 is left out
     where = "under the budget" if row.answer.capped else "at the boundary"  # no size failed below the cap: no boundary
     unused = f" leaving {total:.1f} MiB unused {where} ({parts})" if total else ""
     runs = row.settling.runs
@@ -92,7 +98,7 @@ def print_forecast(desc: Any, req: Any, budget_mib: float, file: Any = None) -> 
     f = Formula.compute(desc.param_count(), req.optimizer, req.momentum, budget_mib, per_sample_mib)
     raw = (budget_mib - f.model_state_mib) / per_sample_mib if per_sample_mib > 0 else 0.0
     print(f"forecast from the description alone (before any probe): {desc.param_count():,} parameters, "
-          f"model state {f.model_state_mib:.1f} MiB (weights, gradients, {req.optimizer} state), activations "
+          f"model state {mib_text(f.model_state_mib)} MiB (weights, gradients, {req.optimizer} state), activations "
           f"{per_sample_mib:.3f} MiB per sample", file=file)
     if f.batch:
         print(f"  -> about {int(raw):,} samples fit in {budget_mib:.0f} MiB (power of two: {f.batch}); the "
@@ -143,7 +149,7 @@ def print_result(row: MaxBatchResult, file: Any = None) -> None:
                   "per sample", file=file)
     err = formula.error_pct
     print(f"seed's formula, (budget {row.budget_mib:.0f} - model state "
-          f"{formula.model_state_mib:.1f} MiB) / "
+          f"{mib_text(formula.model_state_mib)} MiB) / "
           f"{formula.per_sample_mib:.3f} MiB per sample, power of two: {formula.batch}"
           + (f"  ({err:+.0f}% vs measured)" if err is not None else ""), file=file)
     aerr = formula.analytic_error_pct

@@ -219,7 +219,7 @@ def train_advice(row: MaxBatchResult) -> str | None:
     head = (f"recommended {rec} leaves {float(total):.1f} MiB {where} "
             f"(run-to-run jitter {float(margin.jitter_mib or 0):.1f}, growth over the "
             f"{row.probes.confirm_steps or '?'}-step confirm run {float(margin.growth_mib or 0):.1f}, "
-            + (f"glibc heap allowance {float(margin.heap_mib):.1f}, " if margin.heap_mib else "")
+            + (f"glibc heap allowance {float(margin.heap_mib):.1f}, " if round(margin.heap_mib or 0.0, 1) else "")
             + f"--margin-mib {float(margin.user_mib or 0):g})" if rec else
             f"no recommendation: {stopped}" if (stopped := settle_stopped(row)) else
             f"no size leaves the {float(total):.1f} MiB margin: give a larger budget")

@@ -215,6 +215,21 @@ def test_no_settings_are_said_as_such(capsys):
     assert "the probes ran with no allocator settings" in out and "train with them" not in out
 
 
+def test_a_margin_part_that_rounds_to_zero_is_not_listed(capsys):
+    from harness.cli.maxbatch import print_recommendation
+
+    row = {"margin_total_mib": 3.02, "margin_jitter_mib": 3.0, "margin_growth_mib": 0.0, "margin_heap_mib": 0.02,
+           "margin_mib": 0.0, "recommended_batch": 300, "recommended_pow2": 256, "recommended_mult8": 296,
+           "train_env_json": "{}", "max_batch": 306, "confirm_steps": 8}
+    record = maxbatch_record(row)
+    print_recommendation(record, None)
+    out = capsys.readouterr().out
+    assert "leaving 3.0 MiB unused at the boundary (run-to-run jitter 3.0)" in out, out
+    assert "heap allowance" not in out  # 0.02 MiB would read "glibc heap allowance 0.0"
+    advice = train_advice(record)
+    assert advice is not None and "heap allowance" not in advice and "jitter 3.0" in advice
+
+
 def test_under_glibcs_default_the_recommendation_is_walked_down_until_it_trains_in_fresh_runs(
         fake_executor, tmp_path, capsys):
     # issue 22: a heap that grows 1 MiB per step fails the longer settling runs (--settle-steps 200: the training

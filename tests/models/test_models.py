@@ -75,6 +75,20 @@ def test_residual_paths_must_agree_and_strides_shrink_like_pytorch():
     assert conv_output_side(224, 7, 2, "same") == 112 and conv_output_side(32, 1, 2, "valid") == 16
 
 
+def test_a_tiny_models_state_is_printed_as_the_size_it_is_not_as_zero(capsys):
+    from harness.cli.maxbatch import print_forecast
+    from harness.cli.maxbatch_output import mib_text
+    from harness.maxbatch.request import MaxBatchRequest
+
+    desc = build_description("tiny_cnn", (3, 64, 64), 10)
+    print_forecast(desc, MaxBatchRequest(framework="pytorch", model="tiny_cnn", optimizer="sgd", momentum=0.9), 400.0)
+    state_mib = desc.param_count() * 4 * 3 / 2**20  # weights, gradients, momentum: a few KiB
+    assert 0 < state_mib < 0.05
+    text = capsys.readouterr().out
+    assert f"model state {state_mib:.3g} MiB" in text and "model state 0.0 MiB" not in text
+    assert [mib_text(x) for x in (0.0, 0.0114, 0.05, 337.24)] == ["0.0", "0.0114", "0.1", "337.2"]
+
+
 def test_the_forecast_is_the_seeds_formula_from_the_description_alone(capsys):
     from harness.cli.maxbatch import print_forecast
     from harness.maxbatch.request import MaxBatchRequest
