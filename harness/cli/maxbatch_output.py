@@ -13,9 +13,11 @@ def _fmt_int(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
-def mib_text(mib: float) -> str:
+def mib_text(mib: float | None) -> str:
     """MiB to one decimal, or to three significant digits below 0.05 MiB, where one decimal would print a size that
-    exists (a tiny model's weights and optimizer state, 0.01 MiB) as 0.0."""
+    exists (a tiny model's weights and optimizer state, 0.01 MiB) as 0.0; "?" for a figure a row does not have."""
+    if mib is None:
+        return "?"
     return f"{mib:.3g}" if 0 < abs(mib) < 0.05 else f"{mib:.1f}"
 
 

@@ -216,10 +216,11 @@ def train_advice(row: MaxBatchResult) -> str | None:
     env = row.recommendation.train_env or {}
     rec = row.recommendation.batch
     where = "under the budget" if row.answer.capped else "at the boundary"  # capped: no size failed, so no boundary
+    heap = float(margin.heap_mib or 0.0)
     head = (f"recommended {rec} leaves {float(total):.1f} MiB {where} "
             f"(run-to-run jitter {float(margin.jitter_mib or 0):.1f}, growth over the "
             f"{row.probes.confirm_steps or '?'}-step confirm run {float(margin.growth_mib or 0):.1f}, "
-            + (f"glibc heap allowance {float(margin.heap_mib):.1f}, " if round(margin.heap_mib or 0.0, 1) else "")
+            + (f"glibc heap allowance {heap:.1f}, " if round(heap, 1) else "")  # a part that shows as 0.0: left out
             + f"--margin-mib {float(margin.user_mib or 0):g})" if rec else
             f"no recommendation: {stopped}" if (stopped := settle_stopped(row)) else
             f"no size leaves the {float(total):.1f} MiB margin: give a larger budget")
