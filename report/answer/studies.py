@@ -21,6 +21,7 @@ judge (a variant missing, no repeats to tell noise) says so. Cells are keyed by 
 from __future__ import annotations
 
 import statistics
+import warnings
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -67,17 +68,9 @@ def series_label(framework: str, variant: str | None) -> str:
     return f"{framework} · {variant}" if variant else framework
 
 
-def by_series(trials: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Trials with ``framework`` replaced by its series label, so per-framework views draw one line per variant
-    (:func:`series_lines` says which series each label is)."""
-    return [{**t, "framework": series_label(t["framework"], t.get("variant"))} for t in trials]
-
-
-def series_lines(trials: Iterable[dict[str, Any]]) -> dict[str, Series]:
-    """Each label :func:`by_series` gives, and the series (framework and variant) it stands for."""
-    return {series_label(t["framework"], t.get("variant")): Series(framework=str(t["framework"]),
-                                                                   variant=str(t.get("variant") or ""))
-            for t in trials}
+def line_label(line: Series) -> str:
+    """How a legend, a table cell or a sentence names one line (:attr:`harness.cells.Series.line`)."""
+    return series_label(line.framework, line.variant)
 
 
 def variant_names(trials: Iterable[dict[str, Any]], spec: dict[str, Any] | None = None) -> list[str]:
@@ -332,3 +325,24 @@ def study_findings(spec: dict[str, Any], trials: Sequence[dict[str, Any]]) -> li
     if study == "oom_mitigations":
         return oom_mitigations(trials, variant_names(trials, spec))
     return []
+
+
+def _by_series(trials: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**t, "framework": series_label(t["framework"], t.get("variant"))} for t in trials]
+
+
+def _series_lines(trials: Iterable[dict[str, Any]]) -> dict[str, Series]:
+    return {series_label(t["framework"], t.get("variant")): Series.of(t).line for t in trials}
+
+
+def __getattr__(name: str) -> Any:
+    """``by_series`` and ``series_lines`` (before issue 39: a trial's ``framework`` overwritten by its line's label,
+    and a map back from the labels) still found, with a warning: the report now keys its lines by
+    :attr:`harness.cells.Series.line` and names them with :func:`line_label` where it draws text."""
+    old = {"by_series": _by_series, "series_lines": _series_lines}
+    if name in old:
+        warnings.warn(f"report.answer.studies.{name} is deprecated: group by harness.cells.Series.line (a trial's "
+                      "line is Series.of(trial).line) and name a line with line_label", DeprecationWarning,
+                      stacklevel=2)
+        return old[name]
+    raise AttributeError(f"module 'report.answer.studies' has no attribute {name!r}")

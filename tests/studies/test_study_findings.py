@@ -10,7 +10,8 @@ import io
 
 import pytest
 
-from report.answer.studies import by_series, holds_to, study_findings, variant_names
+from harness.cells import Series
+from report.answer.studies import holds_to, line_label, study_findings, variant_names
 
 
 def row(variant: str, batch: int, acc: float | None = None, speed: float = 100.0, rss: float = 500.0,
@@ -93,9 +94,22 @@ def test_oom_mitigation_compares_at_the_same_effective_batch():
 
 def test_series_labels_and_variant_order():
     trials = [row("b", 16), row("a", 16)]
-    assert [t["framework"] for t in by_series(trials)] == ["pytorch · b", "pytorch · a"]
+    assert [line_label(Series.of(t).line) for t in trials] == ["pytorch · b", "pytorch · a"]
+    assert [t["framework"] for t in trials] == ["pytorch", "pytorch"]  # a line's label never replaces the framework
     assert variant_names(trials, spec("x", b={}, a={})) == ["b", "a"]
-    assert by_series([row("", 16)])[0]["framework"] == "pytorch"
+    assert line_label(Series.of(row("", 16)).line) == "pytorch"
+
+
+def test_the_old_relabelling_is_still_found_with_a_warning():
+    import report.answer.studies as studies
+
+    with pytest.warns(DeprecationWarning, match="by_series is deprecated"):
+        relabelled = studies.by_series([row("b", 16)])
+    assert relabelled[0]["framework"] == "pytorch · b"
+    with pytest.warns(DeprecationWarning, match="series_lines is deprecated"):
+        assert studies.series_lines([row("b", 16)]) == {"pytorch · b": Series("pytorch", "b")}
+    with pytest.raises(AttributeError):
+        studies.no_such_name  # noqa: B018
 
 
 def test_compare_prints_the_study_table_and_verdicts():
