@@ -44,13 +44,22 @@ STUDY_CLAIMS = {
 
 @dataclass(frozen=True)
 class StudyFinding:
-    """One verdict: the claim, for which framework, whether it holds (None: cannot be judged), the numbers."""
+    """One verdict: the claim, for which framework (and variant, where the verdict is one variant's), whether it holds
+    (None: cannot be judged), the numbers."""
 
     study: str
     framework: str
     claim: str
     holds: bool | None
     evidence: str
+    #: the variant whose verdict it is ("" for a framework's); where other settings split it too, the words that
+    #: tell its series apart (harness.cells.SeriesGroup.label)
+    variant: str = ""
+
+    @property
+    def name(self) -> str:
+        """Whose verdict, as a sentence names it: the framework, or ``framework · variant``."""
+        return series_label(self.framework, self.variant)
 
     @property
     def verdict(self) -> str:
@@ -60,7 +69,7 @@ class StudyFinding:
     @property
     def text(self) -> str:
         """The finding as one sentence."""
-        return f"{self.framework}: “{self.claim}” {self.verdict}: {self.evidence}"
+        return f"{self.name}: “{self.claim}” {self.verdict}: {self.evidence}"
 
 
 def series_label(framework: str, variant: str | None) -> str:
@@ -242,11 +251,10 @@ def batch_shapes(trials: Sequence[dict[str, Any]]) -> list[StudyFinding]:
     claim = STUDY_CLAIMS["batch_shapes"]
     for fw, variants in _per_framework(trials).items():
         for variant, by_batch in variants.items():
-            label = series_label(fw, variant)
             speed = {b: s for b, rows in by_batch.items() if (s := _stat(rows, "step_samples_per_s")) is not None}
             if 512 not in speed or 500 not in speed:
-                out.append(StudyFinding("batch_shapes", label, claim, None,
-                                        f"needs finished trials at 500 and 512; measured at {sorted(speed)}"))
+                out.append(StudyFinding("batch_shapes", fw, claim, None,
+                                        f"needs finished trials at 500 and 512; measured at {sorted(speed)}", variant))
                 continue
             diff, noise = _difference(speed[512], speed[500])
             text = (f"512: {speed[512].text('.1f')} samples/s, 500: {speed[500].text('.1f')} "
@@ -257,8 +265,8 @@ def batch_shapes(trials: Sequence[dict[str, Any]]) -> list[StudyFinding]:
             if eights and others:
                 text += (f"; multiples of 8 average {statistics.fmean(eights):.1f} samples/s, the other sizes "
                          f"{statistics.fmean(others):.1f}")
-            out.append(StudyFinding("batch_shapes", label, claim,
-                                    None if noise is None else diff > noise, text + "."))
+            out.append(StudyFinding("batch_shapes", fw, claim, None if noise is None else diff > noise, text + ".",
+                                    variant))
     return out
 
 
@@ -282,15 +290,15 @@ def oom_mitigations(trials: Sequence[dict[str, Any]], variants_in_order: Sequenc
             mine = variants[name]
             common = sorted(set(base) & set(mine))
             if not common:
-                out.append(StudyFinding("oom_mitigations", series_label(fw, name), claim, None,
-                                        f"no effective batch finished in both {base_name} and {name}"))
+                out.append(StudyFinding("oom_mitigations", fw, claim, None,
+                                        f"no effective batch finished in both {base_name} and {name}", name))
                 continue
             b = common[-1]
             m_base, m_mine = _memory(base[b]), _memory(mine[b])
             s_base, s_mine = _stat(base[b], "step_samples_per_s"), _stat(mine[b], "step_samples_per_s")
             if m_base is None or m_mine is None or m_base[0] != m_mine[0] or s_base is None or s_mine is None:
-                out.append(StudyFinding("oom_mitigations", series_label(fw, name), claim, None,
-                                        f"memory or throughput not measured at batch {b}"))
+                out.append(StudyFinding("oom_mitigations", fw, claim, None,
+                                        f"memory or throughput not measured at batch {b}", name))
                 continue
             saved = m_base[1].mean - m_mine[1].mean
             change = s_mine.mean / s_base.mean - 1.0
@@ -307,7 +315,7 @@ def oom_mitigations(trials: Sequence[dict[str, Any]], variants_in_order: Sequenc
             # the repeats' spread where there is one; at least MEMORY_FLOOR of the baseline, so that one repeat's
             # allocator jitter is not read as a saving
             noise = max((m_base[1].sd or 0.0) + (m_mine[1].sd or 0.0), MEMORY_FLOOR * m_base[1].mean)
-            out.append(StudyFinding("oom_mitigations", series_label(fw, name), claim, saved > noise, text + "."))
+            out.append(StudyFinding("oom_mitigations", fw, claim, saved > noise, text + ".", name))
     return out
 
 

@@ -86,7 +86,8 @@ def test_oom_mitigation_compares_at_the_same_effective_batch():
               row("acc4", 64, rss=600.0, speed=300.0, accumulate=4),
               row("acc4", 256, rss=900.0, speed=350.0, accumulate=4)]
     [f] = study_findings(s, trials)
-    assert f.framework == "pytorch · acc4" and f.holds is True
+    assert f.framework == "pytorch" and f.variant == "acc4" and f.name == "pytorch · acc4" and f.holds is True
+    assert f.text.startswith("pytorch · acc4: “the mitigation lowers peak memory at the same effective batch” holds: ")
     assert "at effective batch 1024" in f.evidence and "1100 MiB saved" in f.evidence and "-30.0%: a cost" in f.evidence
     trials[3]["rss_peak_mib"] = 1990.0  # 10 MiB less: within 2 % of the plain run's peak, not a saving
     assert study_findings(s, trials)[0].holds is False
