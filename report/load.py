@@ -51,6 +51,7 @@ class StoredExperiment:
     curves: Mapping[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
     #: each trial's gradient-noise measurements by trial hash: its ``gradient_noise`` rows, in point order
     gradient_noise: Mapping[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
+
     @property
     def spec(self) -> dict[str, Any]:
         """The resolved experiment of the latest run (runs of one experiment share it unless overridden)."""
