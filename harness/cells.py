@@ -59,6 +59,12 @@ class Series:
                    accumulate_steps=int(trial.get("accumulate_steps") or 1),
                    device=device_of(trial))
 
+    @property
+    def line(self) -> Series:
+        """The line a report draws this series on: its framework and named variant (a study's variants are a line
+        each; the other settings are told apart by a cell's label)."""
+        return Series(framework=self.framework, variant=self.variant)
+
     def settings(self) -> tuple[str, ...]:
         """The settings part, as words (``("sgd", "fp32", "flush", "accumulate x4")``)."""
         return (self.variant, self.precision, self.math_mode, self.denormals,
@@ -230,6 +236,13 @@ class Cell:
     #: the precision asked for and the math mode the framework read back (``fp32 ieee``, ``bf16 n/a``), over the
     #: cell's ok trials; "?" for a trial stored before math modes were read back
     arithmetic: tuple[Arithmetic, ...] = ()
+    #: the series the cell's trials belong to (None for a cell made by hand)
+    series: Series | None = None
+
+    @property
+    def line(self) -> Series:
+        """The line the cell is drawn on (:attr:`Series.line`): its framework and named variant."""
+        return self.series.line if self.series is not None else Series(framework=self.framework)
 
     @property
     def n(self) -> int:
@@ -298,11 +311,11 @@ def cells(trials: Iterable[dict[str, Any]], frameworks: Sequence[str] = (), *,
     out = []
     for g in group(trials, frameworks, batch=batch):
         for bs, rows in g.by_batch.items():
-            out.append(_cell(g.framework, bs, g.label, rows))
+            out.append(_cell(g.series, bs, g.label, rows))
     return out
 
 
-def _cell(fw: str, bs: int, variant: str, group_rows: Sequence[dict[str, Any]]) -> Cell:
+def _cell(series: Series, bs: int, variant: str, group_rows: Sequence[dict[str, Any]]) -> Cell:
     ok = [t for t in group_rows if t.get("status") == "ok"]
     stats = {}
     for key, metric in METRICS.items():
@@ -310,7 +323,8 @@ def _cell(fw: str, bs: int, variant: str, group_rows: Sequence[dict[str, Any]]) 
         if stat is not None:
             stats[key] = stat
     reasons = tuple(dict.fromkeys(str(t.get("reason") or "") for t in group_rows if t.get("status") != "ok"))
-    return Cell(framework=fw, batch_size=bs, statuses=dict(Counter(t.get("status") or "?" for t in group_rows)),
+    return Cell(framework=series.framework, series=series, batch_size=bs,
+                statuses=dict(Counter(t.get("status") or "?" for t in group_rows)),
                 stats=stats, reasons=tuple(r for r in reasons if r), variant=variant,
                 drift_flagged_n=sum(1 for t in ok if t.get("drift_flagged")),
                 drift_changes=tuple(float(t["drift_change_pct"])

@@ -51,10 +51,6 @@ class StoredExperiment:
     curves: Mapping[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
     #: each trial's gradient-noise measurements by trial hash: its ``gradient_noise`` rows, in point order
     gradient_noise: Mapping[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
-    #: where the rows' ``framework`` names a line rather than a framework (a study's variants, drawn one line each:
-    #: :func:`report.answer.studies.by_series`), the series each such name stands for; the palette reads the
-    #: framework from here, never from the name
-    lines: Mapping[str, Series] = field(default_factory=dict)
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -75,6 +71,14 @@ class StoredExperiment:
         listed = [f for f in self.spec.get("frameworks", []) if any(t["framework"] == f for t in self.trials)]
         extra = sorted({t["framework"] for t in self.trials} - set(listed))
         return tuple(listed + extra)
+
+    @property
+    def line_series(self) -> tuple[Series, ...]:
+        """The lines the report draws (:attr:`harness.cells.Series.line`: a framework, or a framework under one named
+        variant), by framework in :attr:`frameworks`' order, then by variant."""
+        order = {fw: i for i, fw in enumerate(self.frameworks)}
+        found = {Series.of(t).line for t in self.trials}
+        return tuple(sorted(found, key=lambda s: (order.get(s.framework, len(order)), s)))
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:

@@ -145,7 +145,7 @@ def render_study(trials: list[dict[str, Any]], spec: dict[str, Any], file: Any =
     if verdicts:
         print("\nThe study's findings, computed from these trials:", file=file)
         for f in verdicts:
-            print(f"  [{f.verdict}] {f.framework}: {f.claim}\n      {f.evidence}", file=file)
+            print(f"  [{f.verdict}] {f.name}: {f.claim}\n      {f.evidence}", file=file)
 
 
 def _spec(runs: list[dict[str, Any]], name: str) -> dict[str, Any]:

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.cells import ACCURACY, DRIFT_READINGS, METRICS, Cell, Stat
+from harness.cells import ACCURACY, DRIFT_READINGS, METRICS, Cell, Series, Stat
 from harness.numbers import linear_fit
+from report.answer.studies import line_label
 from report.load import StoredExperiment
 
 MEMORY_VIEWS = ("framework_peak_mib", "proc_gpu_mem_peak_mib", "gpu_mem_used_peak_mib", "rss_peak_mib")
@@ -29,11 +30,14 @@ class Finding:
     text: str
 
 
-def _by_framework(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> dict[str, list[Cell]]:
-    out: dict[str, list[Cell]] = {fw: [] for fw in frameworks}
+def _by_line(cell_list: Sequence[Cell], lines: Sequence[Series | str]) -> dict[str, list[Cell]]:
+    """The cells by line (:attr:`harness.cells.Cell.line`: a framework, or a framework under one named variant), in
+    the order of ``lines`` (a plain name stands for a framework's line without variant), then as found; each keyed
+    by the words that name its line in a sentence."""
+    grouped: dict[Series, list[Cell]] = {Series(framework=x) if isinstance(x, str) else x: [] for x in lines}
     for c in cell_list:
-        out.setdefault(c.framework, []).append(c)
-    return out
+        grouped.setdefault(c.line, []).append(c)
+    return {line_label(line): group for line, group in grouped.items()}
 
 
 def _num(value: float, fmt: str) -> str:
@@ -47,10 +51,10 @@ def _distinct(a: Stat, b: Stat) -> bool | None:
     return abs(a.mean - b.mean) > (a.sd + b.sd)
 
 
-def best_throughput(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Finding]:
+def best_throughput(cell_list: Sequence[Cell], lines: Sequence[Series | str]) -> list[Finding]:
     """Per framework: the batch size with the highest mean throughput, and how clear its lead is."""
     out = []
-    for fw, group in _by_framework(cell_list, frameworks).items():
+    for fw, group in _by_line(cell_list, lines).items():
         ranked = sorted(((c, st) for c in group if (st := c.get("step_samples_per_s"))), key=lambda cs: -cs[1].mean)
         if not ranked:
             continue
@@ -80,11 +84,11 @@ def best_throughput(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> lis
     return out
 
 
-def drift(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Finding]:
+def drift(cell_list: Sequence[Cell], lines: Sequence[Series | str]) -> list[Finding]:
     """Per framework: the cells whose step time drifted beyond its noise, with the size of the change, and
     whether the repeats agree (the workload's change) or not (most likely the machine's)."""
     out = []
-    for fw, group in _by_framework(cell_list, frameworks).items():
+    for fw, group in _by_line(cell_list, lines).items():
         flagged = [c for c in group if c.drift_flagged_n]
         if not flagged:
             continue
@@ -97,10 +101,10 @@ def drift(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Finding]
     return out
 
 
-def denormals(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Finding]:
+def denormals(cell_list: Sequence[Cell], lines: Sequence[Series | str]) -> list[Finding]:
     """Whether the frameworks ran under different denormal behaviour (which makes their speeds incomparable)."""
     by_fw = {fw: sorted({d for c in group for d in c.cpu_denormals})
-             for fw, group in _by_framework(cell_list, frameworks).items()}
+             for fw, group in _by_line(cell_list, lines).items()}
     by_fw = {fw: ds for fw, ds in by_fw.items() if ds}
     if len({tuple(ds) for ds in by_fw.values()}) < 2:
         return []
@@ -111,11 +115,11 @@ def denormals(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Find
                                  "comparison (docs/denormals.md).")]
 
 
-def math_modes(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Finding]:
+def math_modes(cell_list: Sequence[Cell], lines: Sequence[Series | str]) -> list[Finding]:
     """Whether the frameworks computed float32 in different arithmetics on the GPU (TF32 in one, true float32 in
     another), as each read its math mode back: then their speeds measure partly which one turned TF32 on."""
     by_fw = {fw: sorted({str(a) for c in group for a in c.arithmetic if a.read_back})
-             for fw, group in _by_framework(cell_list, frameworks).items()}
+             for fw, group in _by_line(cell_list, lines).items()}
     by_fw = {fw: arith for fw, arith in by_fw.items() if arith}
     if len({tuple(arith) for arith in by_fw.values()}) < 2:
         return []
@@ -126,10 +130,10 @@ def math_modes(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Fin
                                  "run with math_mode = 'ieee' (or 'tf32') for a fair comparison (docs/precision.md).")]
 
 
-def accuracy_peak(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Finding]:
+def accuracy_peak(cell_list: Sequence[Cell], lines: Sequence[Series | str]) -> list[Finding]:
     """Per framework: where accuracy peaks, and whether the peak is inside the sweep."""
     out = []
-    for fw, group in _by_framework(cell_list, frameworks).items():
+    for fw, group in _by_line(cell_list, lines).items():
         scored = [(c, st) for c in group if (st := c.get(ACCURACY)) is not None]
         if len(scored) < 2:
             continue
@@ -146,10 +150,10 @@ def accuracy_peak(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[
     return out
 
 
-def memory_growth(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Finding]:
+def memory_growth(cell_list: Sequence[Cell], lines: Sequence[Series | str]) -> list[Finding]:
     """Per framework and memory view: the least-squares MiB per extra sample and the fixed part."""
     out = []
-    for fw, group in _by_framework(cell_list, frameworks).items():
+    for fw, group in _by_line(cell_list, lines).items():
         parts = []
         for view in MEMORY_VIEWS:
             points = [(c.batch_size, st.mean) for c in group if (st := c.get(view)) is not None]
@@ -165,10 +169,10 @@ def memory_growth(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[
     return out
 
 
-def energy_best(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Finding]:
+def energy_best(cell_list: Sequence[Cell], lines: Sequence[Series | str]) -> list[Finding]:
     """Per framework: the batch size with the least energy per sample."""
     out = []
-    for fw, group in _by_framework(cell_list, frameworks).items():
+    for fw, group in _by_line(cell_list, lines).items():
         unread = [c for c in group if c.get("j_per_sample") is None and c.readings_notes]
         if unread:  # the least energy among the cells that could be read is no answer: say why there is none
             out.append(Finding("energy", f"{fw}'s energy per sample is not measurable at batch "
@@ -196,10 +200,10 @@ def _steady_words(group: Sequence[Cell]) -> str:
             ", ".join(f"{s.mean:.3g} J at batch {bs}" for bs, s in steady if s is not None))
 
 
-def failures(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Finding]:
+def failures(cell_list: Sequence[Cell], lines: Sequence[Series | str]) -> list[Finding]:
     """What did not finish: the first failing size per framework and the reason."""
     out = []
-    for fw, group in _by_framework(cell_list, frameworks).items():
+    for fw, group in _by_line(cell_list, lines).items():
         bad = [c for c in group if c.n_ok < c.n]
         if not bad:
             continue
@@ -216,10 +220,10 @@ def failures(cell_list: Sequence[Cell], frameworks: Sequence[str]) -> list[Findi
 
 def compute(exp: StoredExperiment, cell_list: Sequence[Cell]) -> list[Finding]:
     """Every finding computed from one experiment's cells, in reading order."""
-    fws = exp.frameworks
-    return [*denormals(cell_list, fws), *math_modes(cell_list, fws), *drift(cell_list, fws),
-            *best_throughput(cell_list, fws), *accuracy_peak(cell_list, fws), *memory_growth(cell_list, fws),
-            *energy_best(cell_list, fws), *failures(cell_list, fws)]
+    lines = exp.line_series
+    return [*denormals(cell_list, lines), *math_modes(cell_list, lines), *drift(cell_list, lines),
+            *best_throughput(cell_list, lines), *accuracy_peak(cell_list, lines), *memory_growth(cell_list, lines),
+            *energy_best(cell_list, lines), *failures(cell_list, lines)]
 
 
 def thesis_verdicts(rows: Sequence[dict[str, Any]]) -> list[Finding]:

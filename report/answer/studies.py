@@ -21,6 +21,7 @@ judge (a variant missing, no repeats to tell noise) says so. Cells are keyed by 
 from __future__ import annotations
 
 import statistics
+import warnings
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -43,13 +44,22 @@ STUDY_CLAIMS = {
 
 @dataclass(frozen=True)
 class StudyFinding:
-    """One verdict: the claim, for which framework, whether it holds (None: cannot be judged), the numbers."""
+    """One verdict: the claim, for which framework (and variant, where the verdict is one variant's), whether it holds
+    (None: cannot be judged), the numbers."""
 
     study: str
     framework: str
     claim: str
     holds: bool | None
     evidence: str
+    #: the variant whose verdict it is ("" for a framework's); where other settings split it too, the words that
+    #: tell its series apart (harness.cells.SeriesGroup.label)
+    variant: str = ""
+
+    @property
+    def name(self) -> str:
+        """Whose verdict, as a sentence names it: the framework, or ``framework · variant``."""
+        return series_label(self.framework, self.variant)
 
     @property
     def verdict(self) -> str:
@@ -59,7 +69,7 @@ class StudyFinding:
     @property
     def text(self) -> str:
         """The finding as one sentence."""
-        return f"{self.framework}: “{self.claim}” {self.verdict}: {self.evidence}"
+        return f"{self.name}: “{self.claim}” {self.verdict}: {self.evidence}"
 
 
 def series_label(framework: str, variant: str | None) -> str:
@@ -67,17 +77,9 @@ def series_label(framework: str, variant: str | None) -> str:
     return f"{framework} · {variant}" if variant else framework
 
 
-def by_series(trials: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Trials with ``framework`` replaced by its series label, so per-framework views draw one line per variant
-    (:func:`series_lines` says which series each label is)."""
-    return [{**t, "framework": series_label(t["framework"], t.get("variant"))} for t in trials]
-
-
-def series_lines(trials: Iterable[dict[str, Any]]) -> dict[str, Series]:
-    """Each label :func:`by_series` gives, and the series (framework and variant) it stands for."""
-    return {series_label(t["framework"], t.get("variant")): Series(framework=str(t["framework"]),
-                                                                   variant=str(t.get("variant") or ""))
-            for t in trials}
+def line_label(line: Series) -> str:
+    """How a legend, a table cell or a sentence names one line (:attr:`harness.cells.Series.line`)."""
+    return series_label(line.framework, line.variant)
 
 
 def variant_names(trials: Iterable[dict[str, Any]], spec: dict[str, Any] | None = None) -> list[str]:
@@ -249,11 +251,10 @@ def batch_shapes(trials: Sequence[dict[str, Any]]) -> list[StudyFinding]:
     claim = STUDY_CLAIMS["batch_shapes"]
     for fw, variants in _per_framework(trials).items():
         for variant, by_batch in variants.items():
-            label = series_label(fw, variant)
             speed = {b: s for b, rows in by_batch.items() if (s := _stat(rows, "step_samples_per_s")) is not None}
             if 512 not in speed or 500 not in speed:
-                out.append(StudyFinding("batch_shapes", label, claim, None,
-                                        f"needs finished trials at 500 and 512; measured at {sorted(speed)}"))
+                out.append(StudyFinding("batch_shapes", fw, claim, None,
+                                        f"needs finished trials at 500 and 512; measured at {sorted(speed)}", variant))
                 continue
             diff, noise = _difference(speed[512], speed[500])
             text = (f"512: {speed[512].text('.1f')} samples/s, 500: {speed[500].text('.1f')} "
@@ -264,8 +265,8 @@ def batch_shapes(trials: Sequence[dict[str, Any]]) -> list[StudyFinding]:
             if eights and others:
                 text += (f"; multiples of 8 average {statistics.fmean(eights):.1f} samples/s, the other sizes "
                          f"{statistics.fmean(others):.1f}")
-            out.append(StudyFinding("batch_shapes", label, claim,
-                                    None if noise is None else diff > noise, text + "."))
+            out.append(StudyFinding("batch_shapes", fw, claim, None if noise is None else diff > noise, text + ".",
+                                    variant))
     return out
 
 
@@ -289,15 +290,15 @@ def oom_mitigations(trials: Sequence[dict[str, Any]], variants_in_order: Sequenc
             mine = variants[name]
             common = sorted(set(base) & set(mine))
             if not common:
-                out.append(StudyFinding("oom_mitigations", series_label(fw, name), claim, None,
-                                        f"no effective batch finished in both {base_name} and {name}"))
+                out.append(StudyFinding("oom_mitigations", fw, claim, None,
+                                        f"no effective batch finished in both {base_name} and {name}", name))
                 continue
             b = common[-1]
             m_base, m_mine = _memory(base[b]), _memory(mine[b])
             s_base, s_mine = _stat(base[b], "step_samples_per_s"), _stat(mine[b], "step_samples_per_s")
             if m_base is None or m_mine is None or m_base[0] != m_mine[0] or s_base is None or s_mine is None:
-                out.append(StudyFinding("oom_mitigations", series_label(fw, name), claim, None,
-                                        f"memory or throughput not measured at batch {b}"))
+                out.append(StudyFinding("oom_mitigations", fw, claim, None,
+                                        f"memory or throughput not measured at batch {b}", name))
                 continue
             saved = m_base[1].mean - m_mine[1].mean
             change = s_mine.mean / s_base.mean - 1.0
@@ -314,7 +315,7 @@ def oom_mitigations(trials: Sequence[dict[str, Any]], variants_in_order: Sequenc
             # the repeats' spread where there is one; at least MEMORY_FLOOR of the baseline, so that one repeat's
             # allocator jitter is not read as a saving
             noise = max((m_base[1].sd or 0.0) + (m_mine[1].sd or 0.0), MEMORY_FLOOR * m_base[1].mean)
-            out.append(StudyFinding("oom_mitigations", series_label(fw, name), claim, saved > noise, text + "."))
+            out.append(StudyFinding("oom_mitigations", fw, claim, saved > noise, text + ".", name))
     return out
 
 
@@ -332,3 +333,24 @@ def study_findings(spec: dict[str, Any], trials: Sequence[dict[str, Any]]) -> li
     if study == "oom_mitigations":
         return oom_mitigations(trials, variant_names(trials, spec))
     return []
+
+
+def _by_series(trials: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**t, "framework": series_label(t["framework"], t.get("variant"))} for t in trials]
+
+
+def _series_lines(trials: Iterable[dict[str, Any]]) -> dict[str, Series]:
+    return {series_label(t["framework"], t.get("variant")): Series.of(t).line for t in trials}
+
+
+def __getattr__(name: str) -> Any:
+    """``by_series`` and ``series_lines`` (before issue 39: a trial's ``framework`` overwritten by its line's label,
+    and a map back from the labels) still found, with a warning: the report now keys its lines by
+    :attr:`harness.cells.Series.line` and names them with :func:`line_label` where it draws text."""
+    old = {"by_series": _by_series, "series_lines": _series_lines}
+    if name in old:
+        warnings.warn(f"report.answer.studies.{name} is deprecated: group by harness.cells.Series.line (a trial's "
+                      "line is Series.of(trial).line) and name a line with line_label", DeprecationWarning,
+                      stacklevel=2)
+        return old[name]
+    raise AttributeError(f"module 'report.answer.studies' has no attribute {name!r}")

@@ -23,6 +23,7 @@ from harness.noise import format_estimate
 from harness.tmpnames import remove_stale, temporary_directory
 from report.answer import critical_batch, findings, recommend, studies
 from report.answer import thesis as compare
+from report.answer.studies import line_label
 from report.document import context, curves, figures, tables
 from report.document.drift import drift_figure
 from report.document.pdf import PdfWriter, esc
@@ -107,10 +108,8 @@ def _experiment_section(pdf: PdfWriter, exp: StoredExperiment, tmp: Path, result
     slug = _slug(exp.name or "unnamed")
     spec = exp.spec
     variants = studies.variant_names(exp.trials, spec)
-    original = exp
-    if variants:  # one line, row and finding per framework x variant: the views below group by "framework"
-        exp = dataclasses.replace(exp, trials=tuple(studies.by_series(exp.trials)),
-                                  lines=studies.series_lines(exp.trials))
+    # one line, row and finding per framework x variant: the views below group by each cell's and trial's line
+    # (harness.cells.Series.line) and name it (studies.line_label) only where they write text
     cell_list = cells(exp.trials, exp.frameworks)
     acc_why = _accuracy_unusable(spec)
     if acc_why:  # e.g. synthetic labels: an accuracy column or finding would invite a wrong reading
@@ -128,9 +127,9 @@ def _experiment_section(pdf: PdfWriter, exp: StoredExperiment, tmp: Path, result
     for para in context.method_paragraphs(exp, cell_list):
         pdf.para(para)
     # the thesis compared one setting per framework: with variants its side-by-side would mix them
-    sweep = [] if variants else [t for t in original.trials if t.get("purpose") in (None, "sweep")]
-    _findings(pdf, exp, original, cell_list, variants, sweep)
-    _figures(pdf, exp, original, recs, cell_list, reference, tmp / "figures", slug, result)
+    sweep = [] if variants else [t for t in exp.trials if t.get("purpose") in (None, "sweep")]
+    _findings(pdf, exp, cell_list, variants, sweep)
+    _figures(pdf, exp, recs, cell_list, reference, tmp / "figures", slug, result)
     _tables(pdf, exp, cell_list, None if variants else sweep, acc_why, tmp / "tables", slug, result)
     path = tmp / "tables" / f"{slug}-runs.csv"
     run_table.write_csv(path)
@@ -160,10 +159,10 @@ def _what_ran(pdf: PdfWriter, exp: StoredExperiment) -> None:
     pdf.heading("Runs and exact command lines", 1)
 
 
-def _findings(pdf: PdfWriter, exp: StoredExperiment, original: StoredExperiment, cell_list: list[Any],
-              variants: list[str], sweep: list[dict[str, Any]]) -> None:
+def _findings(pdf: PdfWriter, exp: StoredExperiment, cell_list: list[Any], variants: list[str],
+              sweep: list[dict[str, Any]]) -> None:
     """The study's question and verdicts (with variants or a study), the findings, and the thesis's on this run."""
-    study = studies.study_findings(original.spec, original.trials)
+    study = studies.study_findings(exp.spec, exp.trials)
     if variants or study:
         pdf.heading("The study's question", 1)
         if variants:
@@ -172,7 +171,7 @@ def _findings(pdf: PdfWriter, exp: StoredExperiment, original: StoredExperiment,
                      "micro-batch x accumulate_steps samples, and the study's verdicts compare effective batches.")
         if study:
             pdf.bullets([f.text for f in study])
-        elif original.spec.get("study"):
+        elif exp.spec.get("study"):
             pdf.para("No verdict can be computed: no trial of this study finished.")
     pdf.heading("Findings", 1)
     computed = findings.compute(exp, cell_list)
@@ -187,19 +186,19 @@ def _findings(pdf: PdfWriter, exp: StoredExperiment, original: StoredExperiment,
         pdf.bullets([f.text for f in verdicts])
 
 
-def _figures(pdf: PdfWriter, exp: StoredExperiment, original: StoredExperiment, recs: list[recommend.Recommendation],
-             cell_list: list[Any], reference: list[dict[str, Any]], directory: Path, slug: str,
+def _figures(pdf: PdfWriter, exp: StoredExperiment, recs: list[recommend.Recommendation], cell_list: list[Any],
+             reference: list[dict[str, Any]], directory: Path, slug: str,
              result: BuildResult) -> None:
     """Every figure of the section, saved under ``directory``; one that cannot be drawn is said, with why."""
     pdf.heading("Figures", 1)
     # the gradient noise scale (measured where the experiment set gradient_noise) drawn beside the fit's B_crit
     # a critical-batch study (issue 33): one more panel per framework, each size at its best learning rate
-    best = [st.best_rate_recommendation(like) for st in critical_batch.studies(original)
+    best = [st.best_rate_recommendation(like) for st in critical_batch.studies(exp)
             for like in [r for r in recs if r.framework == st.framework][:1] if any(s.chosen for s in st.sizes)]
     drawn = [*recs, *best]
     predicted = {r.name: r.noise.b_simple for r in drawn if r.noise is not None and r.noise.b_simple is not None}
-    answer_figures = [curves.learning_curve_figure(original, recs),
-                      curves.critical_figure(original, drawn, predicted=predicted or None)]
+    answer_figures = [curves.learning_curve_figure(exp, recs),
+                      curves.critical_figure(exp, drawn, predicted=predicted or None)]
     for i, fig in enumerate([*figures.build_figures(exp, cell_list, reference), *answer_figures,
                              drift_figure(exp, cell_list)], 1):
         stem = f"{slug}-{i:02d}-{fig.key}"
@@ -243,7 +242,7 @@ def _tables(pdf: PdfWriter, exp: StoredExperiment, cell_list: list[Any], sweep: 
         table.write_csv(path)
         result.tables.append(path)
     if not exp.ok_trials:
-        status_rows = [(c.framework, str(c.batch_size), c.status_text(), "; ".join(c.reasons)[:300] or "-")
+        status_rows = [(line_label(c.line), str(c.batch_size), c.status_text(), "; ".join(c.reasons)[:300] or "-")
                        for c in cell_list]
         status = tables.Table(key="status", title="What happened to each trial",
                               headers=("framework", "batch", "status", "reason"), rows=tuple(status_rows),

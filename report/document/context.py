@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from harness.cells import Cell
+from harness.cells import Cell, Series
 from harness.monitor.fields import NO_GPU_NOTICE
 from report.answer.environments import environment_notes
+from report.answer.studies import line_label
 from report.load import StoredExperiment
 
 
@@ -148,12 +149,12 @@ def _distinct(exp: StoredExperiment, column: str) -> list[Any]:
 
 
 def _seen_per_framework(exp: StoredExperiment, column: str) -> list[str]:
-    """``framework: a/b`` per framework: the distinct values its ok trials stored in ``column`` ("not recorded"
-    where none did)."""
+    """``framework: a/b`` per line (a framework, or a framework under one of a study's variants): the distinct values
+    its ok trials stored in ``column`` ("not recorded" where none did)."""
     out = []
-    for fw in exp.frameworks:
-        seen = sorted({str(t.get(column)) for t in exp.ok_trials if t.get("framework") == fw and t.get(column)})
-        out.append(f"{fw}: {'/'.join(seen) or 'not recorded'}")
+    for line in exp.line_series:
+        seen = sorted({str(t.get(column)) for t in exp.ok_trials if Series.of(t).line == line and t.get(column)})
+        out.append(f"{line_label(line)}: {'/'.join(seen) or 'not recorded'}")
     return out
 
 

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from harness.cells import Cell
-from report.document.figures import PANEL_H_IN, PANEL_W_IN, FigureResult, palette, themed
+from harness.cells import Cell, Series
+from report.answer.studies import line_label
+from report.document.figures import PANEL_H_IN, PANEL_W_IN, FigureResult, line_palette, themed
 from report.load import StoredExperiment
 
 #: panels at most (a portrait page fits three)
@@ -40,8 +41,8 @@ def _batches(exp: StoredExperiment) -> list[int]:
 def drift_figure(exp: StoredExperiment, cell_list: Sequence[Cell]) -> FigureResult:
     """Rolling median step time over the training per framework, for up to three batch sizes."""
     title = "Step time over the training"
-    flagged = [f"{c.framework} at batch {c.batch_size} ({c.drift_text()}, {c.drift_flagged_n} of {c.n_ok} trials: "
-               f"{c.drift_reading})" for c in cell_list if c.drift_flagged_n]
+    flagged = [f"{line_label(c.line)} at batch {c.batch_size} ({c.drift_text()}, {c.drift_flagged_n} of {c.n_ok} "
+               f"trials: {c.drift_reading})" for c in cell_list if c.drift_flagged_n]
     caption = ("Rolling median of the post-warm-up step times (first repeat of each cell), log scale. "
                + ("Drift flagged: " + "; ".join(flagged) + "." if flagged else "No trial was flagged for drift."))
     batches = _batches(exp)
@@ -49,17 +50,17 @@ def drift_figure(exp: StoredExperiment, cell_list: Sequence[Cell]) -> FigureResu
         return FigureResult(key="drift", title=title, caption=caption,
                             absent_reason=f"No step-time figure: no finished trial has {MIN_STEPS} or more "
                                           "post-warm-up steps.")
-    colours = palette(exp.frameworks, exp.lines)
+    colours = line_palette(exp.line_series)
     themed()
     fig, axes = plt.subplots(1, len(batches), figsize=(PANEL_W_IN * max(len(batches), 2), PANEL_H_IN + 0.6),
                              squeeze=False)
     for ax, bs in zip(axes[0], batches, strict=True):
-        for fw in exp.frameworks:
-            trials = sorted((t for t in exp.ok_trials if t["framework"] == fw and int(t["batch_size"]) == bs
+        for line, colour in colours.items():
+            trials = sorted((t for t in exp.ok_trials if Series.of(t).line == line and int(t["batch_size"]) == bs
                              and t["trial_hash"] in exp.step_times), key=lambda t: int(t.get("repeat") or 0))
             if trials:
                 ys = rolling_median(exp.step_times[trials[0]["trial_hash"]])
-                ax.plot(range(len(ys)), ys, color=colours[fw], label=fw, linewidth=1.2)
+                ax.plot(range(len(ys)), ys, color=colour, label=line_label(line), linewidth=1.2)
         ax.set_yscale("log")
         ax.set_title(f"batch {bs}", fontsize=9)
         ax.set_xlabel("post-warm-up step")

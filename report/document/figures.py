@@ -37,6 +37,7 @@ from harness.cells import (
 )
 from harness.monitor.fields import FIELDS, Shown, shown_in
 from report.answer.recommend import Recommendation
+from report.answer.studies import line_label
 from report.document.context import had_gpu
 from report.load import StoredExperiment
 
@@ -80,24 +81,36 @@ def _shade(colour: str, i: int, n: int) -> str:
     return to_hex((r, g, b))
 
 
+def _colours(entries: Sequence[tuple[Series | None, str | None]]) -> list[str]:
+    """One colour per entry (its series, and the name whose fixed colour it takes when it is not shaded): a series of
+    a known framework with settings (a study's variant, a precision...) takes its framework's hue, one shade per
+    distinct setting; any other entry its name's fixed colour, else the next of a colour-blind-safe list."""
+    extra = iter(_EXTRA_COLOURS)
+    shaded = [s is not None and s.framework in FRAMEWORK_COLOURS and any(s.settings()) for s, _ in entries]
+    settings = list(dict.fromkeys(s.settings() for (s, _), sh in zip(entries, shaded, strict=True) if sh and s))
+    out = []
+    for (series, own), sh in zip(entries, shaded, strict=True):
+        if sh and series is not None:
+            colour = FRAMEWORK_COLOURS[series.framework]
+            out.append(_shade(colour, settings.index(series.settings()), len(settings)) if len(settings) > 1
+                       else colour)
+        else:
+            out.append(FRAMEWORK_COLOURS.get(own or "") or next(extra, "#777777"))
+    return out
+
+
+def line_palette(lines: Sequence[Series]) -> dict[Series, str]:
+    """Colour per line (:attr:`harness.cells.Series.line`): a framework's own line its fixed colour (others from a
+    colour-blind-safe list); a known framework's variants its hue, one shade each."""
+    return dict(zip(lines, _colours([(line, None if any(line.settings()) else line.framework) for line in lines]),
+                    strict=True))
+
+
 def palette(names: Sequence[str], lines: Mapping[str, Series] | None = None) -> dict[str, str]:
     """Colour per line name: a framework's fixed colour (others from a colour-blind-safe list); a name ``lines``
     maps to a series of a known framework with settings (a study's variant, a precision...) takes its framework's
     hue, one shade per distinct setting."""
-    extra = iter(_EXTRA_COLOURS)
-    lines = lines or {}
-    shaded = {name: lines[name] for name in names if name in lines and lines[name].framework in FRAMEWORK_COLOURS
-              and any(lines[name].settings())}
-    settings = list(dict.fromkeys(s.settings() for s in shaded.values()))
-    out = {}
-    for name in names:
-        if name in shaded:
-            colour = FRAMEWORK_COLOURS[shaded[name].framework]
-            out[name] = _shade(colour, settings.index(shaded[name].settings()), len(settings)) if len(
-                settings) > 1 else colour
-        else:
-            out[name] = FRAMEWORK_COLOURS.get(name) or next(extra, "#777777")
-    return out
+    return dict(zip(names, _colours([((lines or {}).get(name), name) for name in names]), strict=True))
 
 
 def recommendation_lines(recs: Sequence[Recommendation]) -> dict[str, Series]:
@@ -106,15 +119,15 @@ def recommendation_lines(recs: Sequence[Recommendation]) -> dict[str, Series]:
 
 
 def trial_frame(exp: StoredExperiment) -> pd.DataFrame:
-    """One row per finished trial with every metric (accuracy in %)."""
+    """One row per finished trial with every metric (accuracy in %); ``line`` names its line in the legend."""
     rows = []
     for t in exp.ok_trials:
-        row: dict[str, Any] = {"framework": t["framework"], "batch_size": int(t["batch_size"]),
-                               "repeat": t.get("repeat")}
+        row: dict[str, Any] = {"framework": t["framework"], "line": line_label(Series.of(t).line),
+                               "batch_size": int(t["batch_size"]), "repeat": t.get("repeat")}
         for key, metric in METRICS.items():
             row[key] = metric.value(t)
         rows.append(row)
-    return pd.DataFrame(rows, columns=["framework", "batch_size", "repeat", *METRICS])
+    return pd.DataFrame(rows, columns=["framework", "line", "batch_size", "repeat", *METRICS])
 
 
 def _log2_axis(ax: Any, batch_sizes: Sequence[int]) -> None:
@@ -126,44 +139,48 @@ def _log2_axis(ax: Any, batch_sizes: Sequence[int]) -> None:
     ax.grid(True, which="major", alpha=0.3)
 
 
-def _draw_metric(ax: Any, frame: pd.DataFrame, metric: str, colours: dict[str, str], hue_order: list[str],
-                 cell_list: Sequence[Cell], batch_sizes: Sequence[int]) -> None:
+def _draw_metric(ax: Any, frame: pd.DataFrame, metric: str, colours: dict[Series, str], cell_list: Sequence[Cell],
+                 batch_sizes: Sequence[int]) -> None:
+    named = {line_label(line): colour for line, colour in colours.items()}  # the frame's ``line`` words
+    hue_order = list(named)
     data = frame.dropna(subset=[metric])
-    repeats = data.groupby(["framework", "batch_size"]).size().max() if len(data) else 0
+    repeats = data.groupby(["line", "batch_size"]).size().max() if len(data) else 0
     import seaborn as sns  # imported by metric_figure's themed() already
 
-    sns.lineplot(data=data, x="batch_size", y=metric, hue="framework", hue_order=hue_order, palette=colours,
+    sns.lineplot(data=data, x="batch_size", y=metric, hue="line", hue_order=hue_order, palette=named,
                  marker="o", errorbar="sd" if repeats > 1 else None, err_style="band", ax=ax, legend=False)
     if repeats > 1:
-        sns.scatterplot(data=data, x="batch_size", y=metric, hue="framework", hue_order=hue_order,
-                        palette=colours, s=12, alpha=0.55, ax=ax, legend=False, linewidth=0)
+        sns.scatterplot(data=data, x="batch_size", y=metric, hue="line", hue_order=hue_order,
+                        palette=named, s=12, alpha=0.55, ax=ax, legend=False, linewidth=0)
     # sizes with no finished trial: a cross at the foot of the axis, labelled with the status
     transform = ax.get_xaxis_transform()
     for c in cell_list:
         status = c.failed_status
-        if status and c.framework in colours:
-            ax.plot([c.batch_size], [0.04], marker="X", markersize=9, color=colours[c.framework],
+        if status and c.line in colours:
+            ax.plot([c.batch_size], [0.04], marker="X", markersize=9, color=colours[c.line],
                     transform=transform, linestyle="none", clip_on=False, zorder=5)
             ax.annotate(status, (c.batch_size, 0.04), xycoords=transform, xytext=(0, 7),
-                        textcoords="offset points", ha="center", fontsize=7, color=colours[c.framework])
+                        textcoords="offset points", ha="center", fontsize=7, color=colours[c.line])
     m = METRICS[metric]
     ax.set_ylabel(f"{m.label} ({m.unit})")
     ax.set_title(m.label, fontsize=10)
     _log2_axis(ax, batch_sizes)
 
 
-def _draw_reference(ax: Any, reference: Sequence[dict[str, Any]], colours: dict[str, str]) -> int:
+def _draw_reference(ax: Any, reference: Sequence[dict[str, Any]], colours: dict[Series, str]) -> int:
+    """The published points, each beside its framework's own line (never beside a study's variant: the thesis
+    measured one setting)."""
     drawn = 0
     for r in reference:
-        if r["framework"] in colours:
+        if (line := Series(framework=r["framework"])) in colours:
             ax.plot([r["batch_size"]], [r["value"]], marker="D", markersize=6, markerfacecolor="none",
-                    markeredgecolor=colours[r["framework"]], markeredgewidth=1.4, linestyle="none", zorder=4)
+                    markeredgecolor=colours[line], markeredgewidth=1.4, linestyle="none", zorder=4)
             drawn += 1
     return drawn
 
 
-def _legend(fig: Figure, colours: dict[str, str], failed: bool, reference: bool, spread: bool) -> None:
-    handles = [Line2D([], [], color=c, marker="o", label=fw) for fw, c in colours.items()]
+def _legend(fig: Figure, colours: dict[Series, str], failed: bool, reference: bool, spread: bool) -> None:
+    handles = [Line2D([], [], color=c, marker="o", label=line_label(line)) for line, c in colours.items()]
     if spread:
         handles.append(Line2D([], [], color="grey", lw=6, alpha=0.3, label="± 1 sd over repeats"))
     if failed:
@@ -195,15 +212,14 @@ def metric_figure(exp: StoredExperiment, frame: pd.DataFrame, cell_list: Sequenc
     missing = [absent[m] for m in metrics if m not in present]
     if not present:
         return FigureResult(key=key, title=title, caption=caption, absent_reason=" ".join(dict.fromkeys(missing)))
-    colours = palette(exp.frameworks, exp.lines)
-    hue_order = list(colours)
+    colours = line_palette(exp.line_series)
     batch_sizes = exp.batch_sizes
     themed()
     fig, axes = plt.subplots(1, len(present), figsize=(PANEL_W_IN * max(len(present), 2) if len(present) > 1
                                                          else 7.0, PANEL_H_IN + 0.9), squeeze=False)
     any_ref = any_spread = False
     for ax, metric in zip(axes[0], present, strict=True):
-        _draw_metric(ax, frame, metric, colours, hue_order, cell_list, batch_sizes)
+        _draw_metric(ax, frame, metric, colours, cell_list, batch_sizes)
         # only at sizes this run measured: points elsewhere would stretch the axis past our data
         refs = [r for r in _reference_for(reference, metric) if r["batch_size"] in batch_sizes]
         any_ref |= _draw_reference(ax, refs, colours) > 0

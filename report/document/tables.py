@@ -19,6 +19,7 @@ from harness.store.maxbatch_row import maxbatch_row
 from report.answer.recommend import Recommendation
 from report.answer.recommend_table import TABLE_COLUMNS as RECOMMEND_COLUMNS
 from report.answer.recommend_table import show_variants, table_rows
+from report.answer.studies import line_label
 from report.load import StoredExperiment
 
 #: the headline table is printed in two parts so it fits a portrait page
@@ -61,7 +62,7 @@ def headline_csv(cell_list: Sequence[Cell]) -> tuple[tuple[str, ...], tuple[tupl
         headers += [f"{key}_mean", f"{key}_sd", f"{key}_n"]
     rows = []
     for c in cell_list:
-        row: list[Any] = [c.framework, c.variant, c.batch_size, c.status_text(), c.n, c.n_ok, c.drift_flagged_n,
+        row: list[Any] = [line_label(c.line), c.variant, c.batch_size, c.status_text(), c.n, c.n_ok, c.drift_flagged_n,
                           "/".join(c.cpu_denormals), "/".join(map(str, c.arithmetic))]
         for key in METRICS:
             s = c.get(key)
@@ -78,7 +79,7 @@ def headline(cell_list: Sequence[Cell], columns: Sequence[str], key: str, title:
     rows = []
     for c in cell_list:
         values = [c.get(k).text(METRICS[k].fmt) if c.get(k) else "-" for k in present]  # type: ignore[union-attr]
-        name = c.framework + (f" [{c.variant}]" if c.variant else "")
+        name = line_label(c.line) + (f" [{c.variant}]" if c.variant else "")
         rows.append((name, str(c.batch_size), c.status_text(), *values))
     csv_headers, csv_rows = headline_csv(cell_list)
     return Table(key=key, title=title, headers=("framework", "batch", "status", *map(_header, present)),

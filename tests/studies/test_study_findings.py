@@ -10,7 +10,8 @@ import io
 
 import pytest
 
-from report.answer.studies import by_series, holds_to, study_findings, variant_names
+from harness.cells import Series
+from report.answer.studies import holds_to, line_label, study_findings, variant_names
 
 
 def row(variant: str, batch: int, acc: float | None = None, speed: float = 100.0, rss: float = 500.0,
@@ -85,7 +86,8 @@ def test_oom_mitigation_compares_at_the_same_effective_batch():
               row("acc4", 64, rss=600.0, speed=300.0, accumulate=4),
               row("acc4", 256, rss=900.0, speed=350.0, accumulate=4)]
     [f] = study_findings(s, trials)
-    assert f.framework == "pytorch · acc4" and f.holds is True
+    assert f.framework == "pytorch" and f.variant == "acc4" and f.name == "pytorch · acc4" and f.holds is True
+    assert f.text.startswith("pytorch · acc4: “the mitigation lowers peak memory at the same effective batch” holds: ")
     assert "at effective batch 1024" in f.evidence and "1100 MiB saved" in f.evidence and "-30.0%: a cost" in f.evidence
     trials[3]["rss_peak_mib"] = 1990.0  # 10 MiB less: within 2 % of the plain run's peak, not a saving
     assert study_findings(s, trials)[0].holds is False
@@ -93,9 +95,22 @@ def test_oom_mitigation_compares_at_the_same_effective_batch():
 
 def test_series_labels_and_variant_order():
     trials = [row("b", 16), row("a", 16)]
-    assert [t["framework"] for t in by_series(trials)] == ["pytorch · b", "pytorch · a"]
+    assert [line_label(Series.of(t).line) for t in trials] == ["pytorch · b", "pytorch · a"]
+    assert [t["framework"] for t in trials] == ["pytorch", "pytorch"]  # a line's label never replaces the framework
     assert variant_names(trials, spec("x", b={}, a={})) == ["b", "a"]
-    assert by_series([row("", 16)])[0]["framework"] == "pytorch"
+    assert line_label(Series.of(row("", 16)).line) == "pytorch"
+
+
+def test_the_old_relabelling_is_still_found_with_a_warning():
+    import report.answer.studies as studies
+
+    with pytest.warns(DeprecationWarning, match="by_series is deprecated"):
+        relabelled = studies.by_series([row("b", 16)])
+    assert relabelled[0]["framework"] == "pytorch · b"
+    with pytest.warns(DeprecationWarning, match="series_lines is deprecated"):
+        assert studies.series_lines([row("b", 16)]) == {"pytorch · b": Series("pytorch", "b")}
+    with pytest.raises(AttributeError):
+        studies.no_such_name  # noqa: B018
 
 
 def test_compare_prints_the_study_table_and_verdicts():
