@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import os
+import threading
 import time
 from typing import Any
 
@@ -48,7 +49,7 @@ from adapters.builds import GpuBuild
 from adapters.jax import build, mathmode
 from adapters.jax import gpu as jax_gpu
 from adapters.jax.parts import LayerFn, chain
-from adapters.jax.threads import limit_threads
+from adapters.jax.threads import limit_threads, release_this_thread
 from harness.errors import ConfigError
 from harness.models import (
     BatchNorm,
@@ -125,6 +126,7 @@ class JAXAdapter(Adapter):
         self._step: Any = None
         self._infer: Any = None
         self.trace_count = 0  # compilations of the train step: one per batch size seen
+        self._ahead_thread = threading.local()  # per thread: released from the CPUs XLA's pools were narrowed to
         self._evaluating = False  # prepare_batch for evaluate() needs no train step compiled
         self._seen_dtype: str | None = None  # the logits' dtype in the traced train step
         self._compile_s = 0.0  # tracing and compiling the train step in prepare_batch
@@ -429,7 +431,14 @@ class JAXAdapter(Adapter):
         """The batch put on the device from the worker's background thread while the previous step runs (JAX's
         transfers are thread-safe) and waited for here. Nothing is compiled: every batch size the training uses was
         compiled on the training thread before (the first batch, and :meth:`prepare_batch` in the worker's
-        ``warm_shapes``); one that was not would be compiled by :meth:`train_step`."""
+        ``warm_shapes``); one that was not would be compiled by :meth:`train_step`.
+
+        The first call on a thread releases that thread from the CPUs ``threads`` narrowed the process to
+        (:func:`adapters.jax.threads.release_this_thread`): XLA's pools stay as wide as asked, and the gathering on
+        this thread no longer shares the step's one CPU."""
+        if not getattr(self._ahead_thread, "released", False):
+            release_this_thread()
+            self._ahead_thread.released = True
         xb, yb = self._put_batch(x, y)
         self.jax.block_until_ready((xb, yb))
         return xb, yb

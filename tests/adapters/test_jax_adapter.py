@@ -126,6 +126,45 @@ def test_aligned_copy_starts_at_64_bytes_keeps_the_values_and_copies_only_when_i
     assert aligned_copy(np.zeros((0, 1, 2, 2), np.float32), np.float32).shape == (0, 1, 2, 2)
 
 
+def test_a_thread_made_after_the_narrowing_inherits_it_and_the_prefetch_thread_is_released(monkeypatch):
+    """``threads`` narrows XLA's pools by narrowing the CPUs (Linux: of the calling thread, and every thread it makes
+    after); the prefetch thread is given them back, so the batch gathering does not share the step's one CPU. Run in
+    threads of this process: the test process's own thread keeps its CPUs."""
+    import os
+    import threading
+
+    from adapters.jax import threads
+
+    cpus = sorted(os.sched_getaffinity(0))
+    assert len(cpus) >= 2, "this check needs two CPUs to tell narrowed from released (the project's machines have 2)"
+    monkeypatch.setattr(threads, "_BEFORE", [])
+    monkeypatch.setenv("XLA_FLAGS", "")  # limit_threads(1) adds XLA's single-thread flags to the environment
+    seen: dict[str, list[int]] = {}
+
+    def worker_main_thread() -> None:  # as the worker's training thread: narrowed, then makes the prefetch thread
+        seen["chosen"] = threads.limit_threads(1)
+
+        def prefetch_thread() -> None:
+            seen["inherited"] = sorted(os.sched_getaffinity(0))
+            seen["released"] = threads.release_this_thread()
+            seen["after"] = sorted(os.sched_getaffinity(0))
+
+        t = threading.Thread(target=prefetch_thread)
+        t.start()
+        t.join()
+        seen["training_after"] = sorted(os.sched_getaffinity(0))
+
+    t = threading.Thread(target=worker_main_thread)
+    t.start()
+    t.join()
+    assert seen["chosen"] == cpus[:1] and seen["inherited"] == cpus[:1]  # what the prefetch thread had before
+    assert seen["released"] == cpus and seen["after"] == cpus
+    assert seen["training_after"] == cpus[:1]  # XLA's side stays as narrow as asked
+    assert sorted(os.sched_getaffinity(0)) == cpus  # this thread never was narrowed
+    monkeypatch.setattr(threads, "_BEFORE", [])
+    assert threads.release_this_thread() == []  # nothing narrowed: nothing to release
+
+
 @pytest.mark.slow
 def test_on_a_cpu_xla_takes_the_batch_without_a_copy_on_either_thread():
     """A CPU batch reaches XLA as the host buffer itself (no copy task queued behind a running step, issue 40): the
