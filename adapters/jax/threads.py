@@ -16,7 +16,8 @@ def limit_threads(threads: int) -> list[int]:
     and has no flag for "N threads" besides 1. Restricting the affinity is the knob that always works.
     """
     allowed = sorted(os.sched_getaffinity(0))
-    _BEFORE[:] = allowed
+    if not _BEFORE:  # the first narrowing's: a second setup in the process would record its own narrowing
+        _BEFORE[:] = allowed
     chosen = allowed[:threads]
     os.sched_setaffinity(0, chosen)
     if threads == 1:

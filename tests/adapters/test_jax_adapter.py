@@ -143,6 +143,7 @@ def test_a_thread_made_after_the_narrowing_inherits_it_and_the_prefetch_thread_i
 
     def worker_main_thread() -> None:  # as the worker's training thread: narrowed, then makes the prefetch thread
         seen["chosen"] = threads.limit_threads(1)
+        threads.limit_threads(1)  # a second setup in the same process (the contract probe builds several)
 
         def prefetch_thread() -> None:
             seen["inherited"] = sorted(os.sched_getaffinity(0))
