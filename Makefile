@@ -45,10 +45,11 @@ test: envs
 test-durations: envs
 	$(BIN)/python -m pytest $(XDIST) --update-durations
 
-# the tests that start no framework and no process of batchscope's, for the edit-test loop (CI runs `make test`):
+# the tests that start no framework and no process at all, for the edit-test loop (CI runs `make test`):
 # commands are called in the test process (tests/helpers/inprocess.py). The frameworks are blocked
 # (tests/fakes/no_frameworks), so a test that starts one without the `slow` marker fails here, saying so; one that
-# starts batchscope in a process of its own without the `process` marker fails too (tests/helpers/processes.py).
+# starts any process (a worker, an interpreter, pip, a mount) without the `process` marker fails too: every start goes
+# through tests/helpers/processes.py's guard (a shared fixture's run excepted: `shared_run`).
 test-fast: $(STAMP)
 	BATCHSCOPE_TEST_FAST=1 PYTHONPATH=tests/fakes/no_frameworks $(BIN)/python -m pytest $(XDIST) -m 'not slow and not process'
 

@@ -90,14 +90,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-@pytest.fixture(autouse=True)
-def _the_running_test(request: pytest.FixtureRequest) -> Iterator[None]:
-    """The test running now, for :func:`tests.helpers.processes.check_may_start`."""
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """The test running now, its fixtures' set-up and teardown included, for
+    :func:`tests.helpers.processes.check_may_start`."""
     from tests.helpers.processes import RUNNING
 
-    RUNNING.append(request.node)
+    RUNNING.append(item)
     yield
-    RUNNING.remove(request.node)
+    RUNNING.remove(item)
+
+
+@pytest.fixture(autouse=True)
+def _no_refused_process_start(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Under ``make test-fast``: a process start refused while this test ran fails it, even where the code under
+    test caught the refusal (tests/helpers/processes.py)."""
+    yield
+    from tests.helpers.processes import violations_of
+
+    refused = violations_of(request.node.nodeid)
+    if refused:
+        pytest.fail(refused[0], pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -124,9 +137,14 @@ def make_trial(framework: str = "fake", batch_size: int = 4, **kw: object) -> Tr
 
 def pytest_configure(config: pytest.Config) -> None:
     # here, not in pyproject.toml: a change there rebuilds every checkout's .venv (the Makefile's stamp)
-    config.addinivalue_line("markers", "process: its subject is a process of batchscope's own (a signal, a kill, a "
-                                       "broken pipe, an OS limit, two commands racing); `make test-fast` leaves these "
+    config.addinivalue_line("markers", "process: starts a process (a worker, even the fake adapter's; batchscope in "
+                                       "an interpreter of its own; pip; a lock holder), or its subject is one (a "
+                                       "signal, a kill, a broken pipe, an OS limit); `make test-fast` leaves these "
                                        "out (tests/helpers/processes.py)")
+    from tests.helpers.processes import FAST_ENV, guard_process_starts
+
+    if os.environ.get(FAST_ENV):
+        guard_process_starts()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -19,6 +19,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from harness.registry import framework_modules
 from tests import ROOT
 
@@ -300,6 +302,7 @@ def _frameworks_in(loaded: list[str]) -> list[str]:
     return [m for m in loaded if any(under(m, f) for f in FRAMEWORKS)]
 
 
+@pytest.mark.process
 def test_importing_the_report_loads_no_executor_sampler_data_loader_or_framework() -> None:
     loaded = _loaded_after("report.document.build", "report.load", "report.answer.thesis")
     bad = [m for m in loaded if any(under(m, p) for p in (
@@ -312,12 +315,14 @@ def test_importing_the_report_loads_no_executor_sampler_data_loader_or_framework
     assert not [m for m in light if m in ("tarfile", "urllib.request")], "reading a store loaded a downloader"
 
 
+@pytest.mark.process
 def test_importing_the_store_loads_no_executor() -> None:
     loaded = _loaded_after("harness.store", "harness.store.export")
     bad = [m for m in loaded if under(m, "harness.run") or under(m, "harness.monitor.sampler")]
     assert not bad, f"importing the store loaded {bad}"
 
 
+@pytest.mark.process
 def test_the_parent_loads_no_framework_listing_adapters_included() -> None:
     """The command line, the sweep, the executor, the sampler, the max-batch search, and every registered adapter
     class (as listing and validating options does) together load no framework."""
@@ -327,6 +332,7 @@ def test_the_parent_loads_no_framework_listing_adapters_included() -> None:
     assert not _frameworks_in(loaded), f"the parent loaded {_frameworks_in(loaded)}"
 
 
+@pytest.mark.process
 def test_package_inits_stay_light() -> None:
     """Importing the data-set names loads no loader and no downloader (harness/data/__init__.py loads them on
     first use)."""

@@ -23,16 +23,19 @@ def _modules_after(code: str) -> list[str]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.process
 def test_listing_adapters_imports_no_framework():
     assert _modules_after("from harness.registry import list_adapters; a = list_adapters(); assert len(a) >= 3") == []
 
 
+@pytest.mark.process
 def test_cli_adapters_and_doctor_import_no_framework():
     code = ("import contextlib, io\nfrom harness.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n    main(['adapters']); main(['doctor'])")
     assert _modules_after(code) == []
 
 
+@pytest.mark.process
 def test_parsing_and_planning_import_no_framework():
     code = ("from harness.config.experiment import load_experiment\nfrom harness.run.planner import plan\n"
             "exp = load_experiment('experiments/quick.toml')")

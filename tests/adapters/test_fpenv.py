@@ -20,6 +20,7 @@ X86_LINUX = sys.platform == "linux" and platform.machine() == "x86_64"
 TARGET = "tests.fakes.adapter:FakeAdapter"
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not X86_LINUX, reason="FTZ/DAZ through MXCSR exists only on x86-64 (this is not one)")
 def test_flush_makes_a_denormal_result_zero_and_clearing_restores_it():
     # in a child interpreter: MXCSR is per thread and must not leak into this test process
@@ -50,6 +51,7 @@ def _run(tiny_data, tmp_path, **kw):
     return LocalExecutor(log_dir=tmp_path).run(unit)
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not X86_LINUX, reason="FTZ/DAZ through MXCSR exists only on x86-64 (this is not one)")
 def test_the_worker_records_what_the_cpu_did_and_refuses_a_flush_that_did_not_happen(tiny_data, tmp_path):
     flushed = _run(tiny_data, tmp_path, denormals="flush")

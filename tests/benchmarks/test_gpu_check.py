@@ -14,6 +14,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import gpu_check
 
 
+@pytest.mark.process
 @pytest.mark.skipif(_gpu_reason() is None, reason="this machine has a GPU: the no-GPU path cannot be seen")
 def test_without_a_gpu_it_says_so_exits_0_and_writes_no_summary(tmp_path):
     out = tmp_path / "summary.md"
@@ -24,6 +25,7 @@ def test_without_a_gpu_it_says_so_exits_0_and_writes_no_summary(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.process
 def test_gpu_names_reads_nvidia_smi_and_is_empty_when_it_fails(tmp_path):
     fake = tmp_path / "nvidia-smi"
     fake.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1234)'\n")

@@ -7,11 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmarks.suite_cpu import summarise
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.process
 def test_the_plugin_records_each_test_and_the_summary_sums_them(tmp_path: Path) -> None:
     tests = tmp_path / "t"
     tests.mkdir()

@@ -40,6 +40,7 @@ def test_adapters_lists_every_builtin():
         assert name in r.stdout
 
 
+@pytest.mark.process
 def test_doctor_reports_cpu_and_gpu_state():
     r = cli("doctor")
     assert r.returncode in (0, 1), r.stderr  # 1 only when a pin problem is found, which it then names

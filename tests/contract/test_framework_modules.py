@@ -40,6 +40,7 @@ def test_every_builtin_framework_comes_from_the_registry():
         assert cls.import_name in modules and set(cls.framework_modules) <= modules, (name, sorted(modules))
 
 
+@pytest.mark.process
 def test_a_registered_fifth_adapter_importing_its_framework_at_module_level_is_named(monkeypatch, fifth_on_path):
     assert "fifthfw" not in registry.framework_modules()
     _register_fifth(monkeypatch)
@@ -48,12 +49,14 @@ def test_a_registered_fifth_adapter_importing_its_framework_at_module_level_is_n
     assert message is not None and "loaded fifthfw" in message, message
 
 
+@pytest.mark.process
 def test_an_unregistered_adapter_given_as_module_class_is_judged_by_its_own_import_name(fifth_on_path):
     assert "fifthfw" not in registry.framework_modules()
     message = verdicts.imports_no_framework(FIFTH_MODULE, import_loads(FIFTH_MODULE, "FifthTopLevel"))
     assert message is not None and "loaded fifthfw" in message, message
 
 
+@pytest.mark.process
 def test_a_clean_module_loads_no_framework(fifth_on_path):
     assert import_loads("tests.fakes.adapter", "FakeAdapter") == ["numpy"]  # the fake's "framework" is NumPy
     assert import_loads("adapters.base") == []

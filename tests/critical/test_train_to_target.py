@@ -12,6 +12,7 @@ from tests.fakes.adapter import LEARNS_PER_STEP
 from tests.helpers.fake_trial import run_fake
 
 
+@pytest.mark.process
 def test_a_trial_stops_at_the_first_evaluation_at_or_above_the_target(tiny_data, tmp_path):
     # accuracy after s steps is s/16 (behaviour "learns"); evaluations every 3 steps: 3/16, 6/16, 9/16 >= 50 %
     outcome, _ = run_fake(tiny_data, tmp_path, "learns", epochs=50, batch_size=4, stop_at_accuracy=50.0,
@@ -25,6 +26,7 @@ def test_a_trial_stops_at_the_first_evaluation_at_or_above_the_target(tiny_data,
     assert outcome.metrics.accuracy == outcome.curve[-1].accuracy
 
 
+@pytest.mark.process
 def test_a_trial_that_never_reaches_it_stops_at_its_budget_and_says_so(tiny_data, tmp_path):
     outcome, _ = run_fake(tiny_data, tmp_path, "ok", epochs=2, batch_size=8, stop_at_accuracy=99.0,
                           eval_every_steps=2)
@@ -35,6 +37,7 @@ def test_a_trial_that_never_reaches_it_stops_at_its_budget_and_says_so(tiny_data
     assert outcome.metrics.target_outcome == "not reached within 2 epochs"
 
 
+@pytest.mark.process
 def test_a_trial_not_in_the_mode_records_no_outcome_and_trains_its_epochs(tiny_data, tmp_path):
     outcome, _ = run_fake(tiny_data, tmp_path, "learns", epochs=2, batch_size=8, eval_points=2)
     assert outcome.metrics.target_outcome is None and outcome.curve[-1].epoch == 2.0

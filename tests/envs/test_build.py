@@ -28,6 +28,7 @@ def _code() -> tuple[str, ...]:
     return (str(_code_dir([*WORKER_PACKAGES, "tests"])),)
 
 
+@pytest.mark.process
 def test_an_environment_is_built_once_and_reused(envs_dir: Path) -> None:
     spec = _spec()
     lines: list[str] = []
@@ -43,6 +44,7 @@ def test_an_environment_is_built_once_and_reused(envs_dir: Path) -> None:
     assert not list(envs_dir.glob(".*.building-*"))  # no temporary folder left beside it
 
 
+@pytest.mark.process
 def test_two_builds_at_once_build_it_once(envs_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Path] = []
     real = build_mod._build_into
@@ -98,6 +100,7 @@ def test_a_code_folder_whose_links_no_longer_hold_is_made_again(envs_dir: Path, 
     assert (folder / "harness").resolve() == Path(__file__).resolve().parents[2] / "harness"
 
 
+@pytest.mark.process
 def test_a_lock_that_cannot_install_fails_with_the_installers_lines_and_leaves_nothing(envs_dir: Path) -> None:
     spec = _spec(BrokenEnvAdapter)
     with pytest.raises(EnvironmentBuildError) as e:
@@ -128,6 +131,7 @@ def test_a_build_stopped_half_way_leaves_nothing_that_looks_built(envs_dir: Path
     assert not spec.path(envs_dir).exists() and not list(envs_dir.glob(".*.building-*"))
 
 
+@pytest.mark.process
 def test_what_a_killed_build_left_is_cleared_and_never_used(envs_dir: Path) -> None:
     spec = _spec()
     leftover = envs_dir / f".{spec.name}.building-999999"  # a build killed with SIGKILL: its folder stays
@@ -140,6 +144,7 @@ def test_what_a_killed_build_left_is_cleared_and_never_used(envs_dir: Path) -> N
     assert is_built(path) and not leftover.exists()
 
 
+@pytest.mark.process
 def test_a_plugin_with_requirements_runs_in_an_environment_of_its_own(env_fakes: None, envs_dir: Path) -> None:
     interp = managed_interpreter("npenv", "cpu")
     assert interp.source == "managed" and interp.problem is None

@@ -16,6 +16,9 @@ from harness.run.executor import LocalExecutor
 from harness.store import Store
 from tests.conftest import make_trial
 
+#: every test here starts a process (a worker, an interpreter, pip, a mount): `make test` only, not test-fast
+pytestmark = pytest.mark.process
+
 
 def _toml(path: Path, frameworks: list[str]) -> Path:
     path.write_text("\n".join([

@@ -54,6 +54,7 @@ def test_an_unknown_name_is_still_an_attribute_error() -> None:
         adapters.mathmode.no_such_name  # noqa: B018 - the lookup is the test
 
 
+@pytest.mark.process
 def test_the_parent_environment_holds_no_framework_and_runs_current_releases() -> None:
     """The done-when of issue 38: in .venv, torch, tensorflow, mxnet and jax are absent; numpy >= 2, pandas >= 3."""
     code = ("import importlib.util, json, numpy, pandas\n"

@@ -31,6 +31,7 @@ def _refused(capsys: pytest.CaptureFixture[str], argv: list[str], *words: str) -
         assert word in err, (word, err)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("case", ["missing", "not_python", "without_the_framework"])
 def test_an_interpreter_that_cannot_run_the_framework_is_refused_and_nothing_written(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
@@ -46,6 +47,7 @@ def test_an_interpreter_that_cannot_run_the_framework_is_refused_and_nothing_wri
     assert not out.exists()
 
 
+@pytest.mark.process
 def test_the_environments_table_is_checked_like_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     toml = _toml(tmp_path / "e.toml", ["pytorch"])
     toml.write_text(toml.read_text() + f'\n[environments]\npytorch = "{sys.executable}"\n')

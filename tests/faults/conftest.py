@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults.helpers import cli, fake_experiment, stop_started
+from tests.helpers.processes import shared_run
 
 
 @pytest.fixture(autouse=True)
@@ -23,6 +24,7 @@ def finished_fake_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     worker for the modules that copy it and damage the copy (test_readonly_stores.py, test_store_faults.py)."""
     tmp = tmp_path_factory.mktemp("good")
     exp = fake_experiment(tmp, batch_sizes=[4, 8], repeats=2)
-    done = cli(tmp, "run", str(exp), "--out", str(tmp / "out"))
+    with shared_run("finished_fake_store"):
+        done = cli(tmp, "run", str(exp), "--out", str(tmp / "out"))
     assert done.returncode == 0, done.stderr
     return tmp / "out" / "results.sqlite"

@@ -33,6 +33,7 @@ def test_a_budget_above_physical_memory_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "mb").exists()
 
 
+@pytest.mark.process
 def test_a_budget_above_the_memory_available_now_runs_with_a_note(tmp_path: Path) -> None:
     """Not refused (what is available moves: other processes come and go), but said."""
     total, available = _meminfo_mib("MemTotal"), _meminfo_mib("MemAvailable")
@@ -53,6 +54,7 @@ def test_a_sweeps_max_batch_budget_above_the_machine_is_refused_before_the_sweep
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.process
 def test_a_budget_the_machine_has_still_runs(tmp_path: Path) -> None:
     done = cli(tmp_path, "maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",
               "--memory-limit-mib", "1024", *SHORT, "--out", str(tmp_path / "mb"))

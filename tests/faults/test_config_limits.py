@@ -90,6 +90,7 @@ def test_a_count_beyond_its_bound_is_refused_with_the_limit(tmp_path: Path, keys
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.process
 def test_gradient_samples_and_eval_points_beyond_the_steps_are_capped_with_a_notice_and_stored(
         tmp_path: Path) -> None:
     """... and one within the bound but beyond what the training can use is capped, said, and stored as run:

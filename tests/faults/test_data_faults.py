@@ -262,6 +262,7 @@ CACHE_DAMAGE: dict[str, Callable[[Path], None]] = {
 }
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("damage", sorted(CACHE_DAMAGE))
 def test_a_damaged_prepared_copy_is_prepared_again(tmp_path: Path, damage: str) -> None:
     src = tmp_path / "src"
@@ -310,6 +311,7 @@ def test_a_preparation_killed_outright_leaves_nothing_the_next_run_keeps(tmp_pat
     assert not stale.exists() and not stale_order.exists()
 
 
+@pytest.mark.process
 def test_stale_files_of_a_live_preparation_are_left_alone(tmp_path: Path) -> None:
     """The clean-up must not remove what another batchscope (alive) is preparing right now."""
     exp = fake_experiment(tmp_path)

@@ -22,6 +22,7 @@ import pytest
 from tests import ROOT
 from tests.fakes.adapter import FILL_DISK_ENV, fill_disk
 from tests.faults.helpers import assert_refused, cli, command, env_for, fake_experiment, rows
+from tests.helpers.processes import shared_run
 
 DISK_MIB = 1
 FULL = "the disk is full"
@@ -79,6 +80,7 @@ def _armed(tmp_path: Path, disk: Path, at_batch: int, then_print: int = 0) -> di
     return {FILL_DISK_ENV: spec}
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("leave_kib", [0, 12], ids=["full", "12-KiB-free"])
 def test_a_store_that_cannot_be_created_says_the_disk_is_full_and_leaves_no_empty_store(
         tmp_path: Path, disk: Path, leave_kib: int) -> None:
@@ -97,6 +99,7 @@ def test_a_store_that_cannot_be_created_says_the_disk_is_full_and_leaves_no_empt
     assert _cells(out) == [(4, 0), (8, 0)]
 
 
+@pytest.mark.process
 def test_a_trial_row_that_does_not_fit_keeps_the_rows_before_and_resume_finishes(tmp_path: Path, disk: Path) -> None:
     out = disk / "out"
     exp = fake_experiment(tmp_path, batch_sizes=[4, 8, 16])
@@ -109,6 +112,7 @@ def test_a_trial_row_that_does_not_fit_keeps_the_rows_before_and_resume_finishes
     assert _cells(out) == [(4, 0), (8, 0), (16, 0)] and _integrity(out) == "ok"  # each stored once
 
 
+@pytest.mark.process
 def test_a_worker_log_that_does_not_fit_stops_the_sweep_saying_so_and_resume_finishes(
         tmp_path: Path, disk: Path) -> None:
     out = disk / "out"
@@ -148,6 +152,7 @@ def test_a_prepared_data_copy_that_does_not_fit_is_removed_and_nothing_is_writte
     assert _cells(out) == [(4, 0)]
 
 
+@pytest.mark.process
 def test_a_resolved_experiment_that_does_not_fit_keeps_the_one_before(tmp_path: Path, disk: Path) -> None:
     out = disk / "out"
     exp = fake_experiment(tmp_path, batch_sizes=[4, 8])
@@ -171,11 +176,13 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished fake sweep on an ordinary disk, to report and export onto a full one."""
     tmp = tmp_path_factory.mktemp("finished")
     exp = fake_experiment(tmp, batch_sizes=[4, 8], repeats=2, eval=True, eval_points=1)
-    done = cli(tmp, "run", str(exp), "--out", str(tmp / "out"))
+    with shared_run("finished"):
+        done = cli(tmp, "run", str(exp), "--out", str(tmp / "out"))
     assert done.returncode == 0, done.stderr
     return tmp / "out"
 
 
+@pytest.mark.process
 def test_figures_and_the_pdf_that_do_not_fit_leave_the_report_before_as_it_was(
         tmp_path: Path, disk: Path, finished: Path) -> None:
     target = disk / "report" / "report.pdf"
@@ -192,6 +199,7 @@ def test_figures_and_the_pdf_that_do_not_fit_leave_the_report_before_as_it_was(
     assert target.read_bytes().startswith(b"%PDF-1") and list((target.parent / "figures").iterdir())
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_an_export_that_does_not_fit_leaves_no_half_written_table(tmp_path: Path, disk: Path, finished: Path,
                                                                    fmt: str) -> None:
@@ -208,6 +216,7 @@ def test_an_export_that_does_not_fit_leaves_no_half_written_table(tmp_path: Path
     assert (target / f"trials.{fmt}").stat().st_size > 0
 
 
+@pytest.mark.process
 def test_a_max_batch_result_that_does_not_fit_says_so_and_keeps_the_store_whole(tmp_path: Path, disk: Path) -> None:
     out = disk / "mb"
     args = ("maxbatch", "--framework", "fake", "--model", "tiny_cnn", "--synthetic-shape", "1,8,8",

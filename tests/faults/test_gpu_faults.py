@@ -34,6 +34,7 @@ OOM_FAULTS = ("cublas_alloc", "cudnn_alloc", "xla_exhausted")
 OTHER_FAULTS = ("illegal_address", "launch_failure")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("fault", OOM_FAULTS + OTHER_FAULTS)
 def test_a_cuda_fault_in_a_sweep_is_stored_with_its_reason_as_oom_only_when_it_is_memory(tmp_path: Path,
                                                                                          fault: str) -> None:
@@ -94,6 +95,7 @@ class _Monitor(NullMonitor):
         return MonitorResult(samples=self.samples)
 
 
+@pytest.mark.process
 def test_a_trial_whose_gpu_fell_off_the_bus_is_stored_as_an_error_not_ok(tiny_data: Any, tmp_path: Path) -> None:
     """The worker finishes (the fake trains on the CPU) while NVML said the GPU was lost: not a silent success."""
     trial = make_trial(timeout_s=60.0)

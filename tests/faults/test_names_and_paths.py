@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults.helpers import assert_refused, cli, fake_experiment
+from tests.helpers.processes import shared_run
 
 
 def _written(cwd: Path) -> list[str]:
@@ -39,6 +40,7 @@ def test_a_long_name_with_an_explicit_out_writes_nothing(tmp_path: Path) -> None
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.process
 def test_a_name_of_100_characters_still_runs(tmp_path: Path) -> None:
     """The guard: the limit leaves ordinary long names alone."""
     exp = fake_experiment(tmp_path, name="e")
@@ -64,7 +66,8 @@ EMPTY_PATHS = {
 @pytest.fixture(scope="module")
 def a_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("store")
-    done = cli(tmp, "run", str(fake_experiment(tmp)), "--out", str(tmp / "out"))
+    with shared_run("a_store"):
+        done = cli(tmp, "run", str(fake_experiment(tmp)), "--out", str(tmp / "out"))
     assert done.returncode == 0, done.stderr
     return tmp / "out"
 

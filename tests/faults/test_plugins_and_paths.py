@@ -13,6 +13,7 @@ BROKEN = (FAKE_ADAPTERS + ",raising=tests.faults.raising_plugin:Adapter"
           + ",notadapter=tests.faults.broken_plugin:not_an_adapter")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("command", ["adapters", "doctor"])
 def test_broken_plugins_are_listed_with_their_problem(tmp_path: Path, command: str) -> None:
     done = cli(tmp_path, command, adapters=BROKEN)
@@ -45,6 +46,7 @@ def test_maxbatch_out_that_is_an_existing_file_is_refused(tmp_path: Path) -> Non
     assert_refused(done, str(out), "not a directory")
 
 
+@pytest.mark.process
 def test_report_onto_a_directory_named_pdf_is_refused_before_drawing(tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert cli(tmp_path, "run", str(fake_experiment(tmp_path)), "--out", str(out)).returncode == 0

@@ -11,6 +11,7 @@ import pytest
 from tests.faults.helpers import FAKE_ADAPTERS, assert_refused, cli, fake_experiment
 
 
+@pytest.mark.process
 def test_an_interpreter_that_cannot_start_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     """Issue 38: a named interpreter is checked before the first trial (it runs batchscope's facts script there)."""
     bad_python = tmp_path / "python"
@@ -23,6 +24,7 @@ def test_an_interpreter_that_cannot_start_is_refused_before_anything_is_written(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.process
 def test_a_worker_whose_interpreter_cannot_start_is_a_crashed_row(tiny_data: Any, tmp_path: Path) -> None:
     """Past the check (an interpreter replaced during the sweep), the executor stores a crashed row, no traceback."""
     from harness.records import TrialUnit

@@ -55,6 +55,7 @@ def test_an_unreadable_store_is_refused_without_a_traceback(tmp_path: Path, good
     assert not (out / "export").exists()
 
 
+@pytest.mark.process
 def test_resume_with_changed_settings_is_refused_naming_what_changed(tmp_path: Path) -> None:
     out = tmp_path / "out"
     exp = fake_experiment(tmp_path, epochs=2, batch_sizes=[4, 8])
@@ -66,6 +67,7 @@ def test_resume_with_changed_settings_is_refused_naming_what_changed(tmp_path: P
     assert rows(out) == before  # nothing mixed in
 
 
+@pytest.mark.process
 def test_resume_with_the_same_settings_still_finishes_the_sweep(tmp_path: Path) -> None:
     """The refusal above must not catch a plain resume: more batch sizes or repeats of the same settings."""
     out = tmp_path / "out"

@@ -68,6 +68,7 @@ def test_a_misbehaving_model_function_is_refused_and_bounded(tmp_path: Path, cas
     assert len(done.stderr) < 20_000  # what the model printed is not all repeated
 
 
+@pytest.mark.process
 def test_the_model_function_runs_once_per_run_not_once_per_trial(tmp_path: Path) -> None:
     cwd = tmp_path / "cwd"
     cwd.mkdir()
@@ -78,6 +79,7 @@ def test_the_model_function_runs_once_per_run_not_once_per_trial(tmp_path: Path)
     assert (cwd / "counted.py.calls").read_text().count("call") == 1
 
 
+@pytest.mark.process
 def test_maxbatch_runs_the_model_function_once(tmp_path: Path) -> None:
     cwd = tmp_path / "cwd"
     cwd.mkdir()

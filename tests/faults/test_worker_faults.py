@@ -107,6 +107,7 @@ def test_a_stopped_parent_killed_while_its_worker_runs_leaves_no_worker(tmp_path
     assert gone_within(workers, 5.0) == []
 
 
+@pytest.mark.process
 def test_request_sent_tells_a_child_still_waiting_on_its_stdin() -> None:
     """The check the test below waits on can say "not yet": a child whose stdin we hold open is still waiting."""
     child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)

@@ -112,6 +112,7 @@ def test_the_search_counts_the_context_in_a_gpu_peak():
     assert cuda_context_mib(outcomes) == 530.0 and cuda_context_mib([_ok(WorkerMetrics())]) is None
 
 
+@pytest.mark.process
 def test_the_worker_reports_the_context_its_adapter_measured(tiny_data, tmp_path):
     trial = make_trial(adapter_options={"behaviour": "gpu_stats"})
     unit = TrialUnit(trial=trial, data=tiny_data, order_path=str(tiny_data.write_order(0, 0)),

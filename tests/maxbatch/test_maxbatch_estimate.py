@@ -187,6 +187,7 @@ def _estimating_fake(tiny_data, tmp_path, behaviour: str = "ok") -> Any:
     return LocalExecutor(log_dir=tmp_path).run(unit)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("behaviour", ["ok", "estimate_raises"])
 def test_a_real_worker_estimates_after_its_own_figures_and_a_failure_there_leaves_the_probe_ok(
         tiny_data, tmp_path, behaviour):

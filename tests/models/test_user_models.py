@@ -20,6 +20,7 @@ def user_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@pytest.mark.process
 def test_a_user_function_from_outside_the_repository_describes_a_model(user_dir: Path) -> None:
     module = user_package(user_dir, GOOD)
     desc = build_description(f"{module}:small_resnet", (3, 16, 16), 4)
@@ -31,12 +32,14 @@ def test_a_user_function_from_outside_the_repository_describes_a_model(user_dir:
     assert exp.model == f"{module}:small_resnet"
 
 
+@pytest.mark.process
 def test_the_current_directory_is_searched_like_python_m(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     module = user_package(tmp_path, GOOD)
     assert build_description(f"{module}:small_resnet", (1, 8, 8), 3).classes == 3
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(("body", "message"), [
     ("import torch\n\ndef net(input_shape, classes):\n    pass\n", "imports the framework module 'torch'"),
     ("import tensorflow as tf\n\ndef net(s, c):\n    pass\n", "imports the framework module 'tensorflow'"),
@@ -58,6 +61,7 @@ def test_bad_user_models_are_refused_naming_the_problem(user_dir: Path, body: st
     assert f"{module}:net" in str(info.value)
 
 
+@pytest.mark.process
 def test_a_framework_imported_earlier_is_still_seen(user_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A framework the parent already holds does not let the model's import through: the model is described in
     a fresh child (harness/models/sandbox.py), where the import hook sees it."""
@@ -70,6 +74,7 @@ def test_a_framework_imported_earlier_is_still_seen(user_dir: Path, monkeypatch:
         build_description(f"{module}:net", (3, 8, 8), 5)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(("name", "message"), [
     ("nosuchmodule_xyz:net", "cannot be imported"),
     ("json:no_such_function", "has no 'no_such_function'"),
@@ -81,6 +86,7 @@ def test_unresolvable_names_are_refused(name: str, message: str) -> None:
         build_description(name, (3, 8, 8), 5)
 
 
+@pytest.mark.process
 def test_run_with_a_bad_user_model_exits_2_and_writes_nothing(user_dir: Path, capsys: pytest.CaptureFixture[str],
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BATCHSCOPE_CACHE", str(user_dir / "cache"))

@@ -172,6 +172,7 @@ def test_a_probe_stuck_in_a_call_cannot_hang_stop():
     assert any("still busy" in n for n in out.notes)
 
 
+@pytest.mark.process
 def test_host_probe_reads_a_real_process_tree():
     """RSS and CPU time of a child are counted for the tree. Polled with deadlines, never fixed sleeps: on a
     loaded machine the child can start, allocate and spin seconds late."""
@@ -207,6 +208,7 @@ def test_host_probe_reads_a_real_process_tree():
         tree.refresh()
 
 
+@pytest.mark.process
 def test_process_tree_relists_children_on_its_own_schedule():
     clock = FakeClock(0.0)
     parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\ntime.sleep(0.5)\n"
@@ -222,6 +224,7 @@ def test_process_tree_relists_children_on_its_own_schedule():
         parent.wait(timeout=20)
 
 
+@pytest.mark.process
 def test_proc_children_listing_agrees_with_psutil_and_falls_back_without_it(monkeypatch):
     from harness.monitor import probes
 
@@ -273,6 +276,7 @@ def test_an_interval_too_fine_to_be_free_is_refused_with_what_to_do():
         monitor_factory_for(exp)
 
 
+@pytest.mark.process
 def test_worker_killed_mid_trial_ends_sampling_cleanly(tiny_data, tmp_path):
     exp = parse_experiment({"name": "n", "frameworks": ["pytorch"], "batch_sizes": [2],
                             "sample_interval_ms": 20})

@@ -55,6 +55,7 @@ def test_the_measurement_recovers_the_noise_scale_of_its_data():
     assert again.x_small_mean == measure_noise(ctx, groups=3).x_small_mean  # drawn from (seed, step): repeatable
 
 
+@pytest.mark.process
 def test_a_trial_measures_at_every_point_and_the_rows_are_stored_and_exported(tiny_data, tmp_path):
     outcome, _ = run_fake(tiny_data, tmp_path, eval_points=2, gradient_noise=3)
     assert outcome.status == "ok", outcome.reason
@@ -77,6 +78,7 @@ def test_a_trial_measures_at_every_point_and_the_rows_are_stored_and_exported(ti
     assert len(exported) == 3 and set(exported["b_big"]) == {32}
 
 
+@pytest.mark.process
 def test_a_trial_without_the_key_measures_nothing(tiny_data, tmp_path):
     outcome, _ = run_fake(tiny_data, tmp_path, eval_points=2)
     assert outcome.status == "ok" and outcome.gradient_noise == []

@@ -218,6 +218,7 @@ def test_thesis_verdicts_end_with_one_full_stop(cpu_report: tuple[Path, str], gp
         assert ".)." not in flat and ".." not in flat.replace("...", "")
 
 
+@pytest.mark.process
 def test_a_rebuild_in_a_fresh_process_imports_no_framework_and_removes_stale_files(
         gpu_dir: Path, gpu_report: tuple[Path, str], tmp_path: Path) -> None:
     # rebuild over a copy of the first build, with files an older build would have left behind
@@ -277,6 +278,7 @@ def test_cli_refuses_a_file_that_is_not_a_store(tmp_path: Path) -> None:
     _assert_clear_refusal(_cli(str(tmp_path)), "results.sqlite")
 
 
+@pytest.mark.process
 def test_cli_all_trials_failed_gives_a_report_that_says_so(tmp_path: Path) -> None:
     from harness.records import TrialOutcome
     from tests.fakes.report_store import _gpu_trial

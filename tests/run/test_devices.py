@@ -105,6 +105,7 @@ def test_jax_tensorflow_builds(monkeypatch: pytest.MonkeyPatch) -> None:
     assert bare is not None and bare.gpu is not True  # no [and-cuda] libraries: not known to reach the GPU
 
 
+@pytest.mark.process
 def test_this_machines_builds_are_read_without_importing_a_framework() -> None:
     import subprocess
     import sys
@@ -163,6 +164,7 @@ def test_a_mixed_device_run_is_refused_with_the_fix_and_nothing_written(fakes: N
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.process
 def test_an_allowed_mixed_run_groups_by_device_and_never_compares_across(fakes: None, a_gpu: None,
                                                                            tmp_path: Path, cache_dir: Path) -> None:
     exp = load_experiment(_toml(tmp_path / "mixed.toml", ["fakegpu", "fakecpu"], allow_mixed_devices=True))
@@ -177,6 +179,7 @@ def test_an_allowed_mixed_run_groups_by_device_and_never_compares_across(fakes: 
     assert {f["finding"][:5] for f in findings} == {"[cpu]", "[gpu]"}
 
 
+@pytest.mark.process
 def test_one_device_for_all_is_not_mixed(fakes: None, a_gpu: None, tmp_path: Path, cache_dir: Path) -> None:
     exp = load_experiment(_toml(tmp_path / "cpu.toml", ["fakegpu", "fakecpu"], device="cpu"))
     run_sweep(exp, tmp_path / "out", SweepOptions(cache_dir=cache_dir))
@@ -187,6 +190,7 @@ def test_one_device_for_all_is_not_mixed(fakes: None, a_gpu: None, tmp_path: Pat
 
 
 # ---------------------------------------------------------------- --resume
+@pytest.mark.process
 def test_resume_reruns_errors_and_trials_resolved_to_another_device(fakes: None, tmp_path: Path, cache_dir: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     exp = load_experiment(_toml(tmp_path / "one.toml", ["fakegpu"], batch_sizes=[16, 32]))
@@ -217,6 +221,7 @@ def test_superseded_names_only_the_other_devices_hash() -> None:
 
 
 # ---------------------------------------------------------------- doctor (issue 29, item 4)
+@pytest.mark.process
 def test_doctor_names_each_build_and_the_frameworks_that_cannot_use_a_present_gpu(
         fakes: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from harness.cli import doctor

@@ -82,6 +82,7 @@ def test_a_point_that_finds_the_training_diverged_stops_it(monkeypatch):
     assert trained.train_s == 5.0
 
 
+@pytest.mark.process
 def test_a_trial_evaluates_at_its_points_and_at_the_end(tiny_data, tmp_path):
     outcome, events = run_fake(tiny_data, tmp_path, eval_points=3)
     assert outcome.status == "ok", outcome.reason
@@ -100,6 +101,7 @@ def test_a_trial_evaluates_at_its_points_and_at_the_end(tiny_data, tmp_path):
     assert [p for p, _ in outcome.phases] == phases
 
 
+@pytest.mark.process
 def test_the_curve_is_stored_with_the_trial_and_read_back_by_the_report(tiny_data, tmp_path):
     from report.load import load
 
@@ -125,6 +127,7 @@ def test_a_rewritten_trial_replaces_its_curve(tmp_path):
         assert [r["point"] for r in store.curves()] == [0, 1]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(("behaviour", "words"), [("diverges", "eval loss is nan at eval point"),
                                                   ("nan_weights", "weights not finite at eval point")])
 def test_a_diverged_training_is_a_result_that_says_where(tiny_data, tmp_path, behaviour, words):
@@ -139,12 +142,14 @@ def test_a_diverged_training_is_a_result_that_says_where(tiny_data, tmp_path, be
     assert outcome.curve[-1].accuracy == m.accuracy
 
 
+@pytest.mark.process
 def test_without_evaluation_the_weights_are_checked_at_the_end(tiny_data, tmp_path):
     outcome, _ = run_fake(tiny_data, tmp_path, "nan_weights", eval=False)
     assert outcome.status == "diverged" and "weights not finite at the end" in outcome.reason, outcome.reason
     assert outcome.curve == []
 
 
+@pytest.mark.process
 def test_a_max_batch_probe_is_not_checked_for_divergence(tiny_data, tmp_path):
     """A probe measures memory: a bad learning rate there says nothing about whether the size fits."""
     outcome, _ = run_fake(tiny_data, tmp_path, "nan_weights", purpose="probe")

@@ -40,6 +40,7 @@ def run_fake(tiny_data, behaviour: str, timeout_s: float = 60.0, tmp_path=None):
     return outcome, events
 
 
+@pytest.mark.process
 def test_ok_trial_reports_phases_and_metrics(tiny_data, tmp_path):
     outcome, events = run_fake(tiny_data, "ok", tmp_path=tmp_path)
     assert outcome.status == "ok", outcome.reason
@@ -54,6 +55,7 @@ def test_ok_trial_reports_phases_and_metrics(tiny_data, tmp_path):
     assert outcome.versions["numpy"]
 
 
+@pytest.mark.process
 def test_a_trial_under_an_os_limit_reports_the_vmdata_it_mapped_only_while_a_step_ran(tiny_data, tmp_path):
     def run(limit_mib):
         trial = make_trial(adapter_options={"behaviour": "transient"})
@@ -71,17 +73,20 @@ def test_a_trial_under_an_os_limit_reports_the_vmdata_it_mapped_only_while_a_ste
     assert free.status == "ok" and free.metrics.vmdata_peak_mib is None
 
 
+@pytest.mark.process
 def test_noisy_stdout_does_not_break_the_protocol(tiny_data, tmp_path):
     outcome, _ = run_fake(tiny_data, "noisy", tmp_path=tmp_path)
     assert outcome.status == "ok", outcome.reason
 
 
+@pytest.mark.process
 def test_python_oom_is_oom(tiny_data, tmp_path):
     outcome, _ = run_fake(tiny_data, "oom", tmp_path=tmp_path)
     assert outcome.status == "oom"
     assert "MemoryError" in outcome.reason and "phase timed" in outcome.reason
 
 
+@pytest.mark.process
 def test_exception_is_error_with_traceback(tiny_data, tmp_path):
     outcome, _ = run_fake(tiny_data, "error", tmp_path=tmp_path)
     assert outcome.status == "error"
@@ -89,6 +94,7 @@ def test_exception_is_error_with_traceback(tiny_data, tmp_path):
     assert "Traceback" in outcome.traceback and "train_step" in outcome.traceback
 
 
+@pytest.mark.process
 def test_sigkilled_worker_is_crashed(tiny_data, tmp_path):
     outcome, _ = run_fake(tiny_data, "sigkill", tmp_path=tmp_path)
     assert outcome.status == "crashed"
@@ -96,18 +102,21 @@ def test_sigkilled_worker_is_crashed(tiny_data, tmp_path):
     assert "SIGKILL" in outcome.reason and "phase timed" in outcome.reason
 
 
+@pytest.mark.process
 def test_segfault_is_crashed(tiny_data, tmp_path):
     outcome, _ = run_fake(tiny_data, "segfault", tmp_path=tmp_path)
     assert outcome.status == "crashed"
     assert "SIGSEGV" in outcome.reason
 
 
+@pytest.mark.process
 def test_exit_without_result_is_crashed(tiny_data, tmp_path):
     outcome, _ = run_fake(tiny_data, "exit0", tmp_path=tmp_path)
     assert outcome.status == "crashed"
     assert "without a result" in outcome.reason
 
 
+@pytest.mark.process
 def test_abort_with_oom_on_stderr_is_oom(tiny_data, tmp_path):
     outcome, _ = run_fake(tiny_data, "oom_stderr", tmp_path=tmp_path)
     assert outcome.status == "oom"
@@ -115,6 +124,7 @@ def test_abort_with_oom_on_stderr_is_oom(tiny_data, tmp_path):
     assert "FAKE ALLOCATOR ABORT" in outcome.stderr_tail
 
 
+@pytest.mark.process
 def test_hang_is_killed_at_timeout(tiny_data, tmp_path):
     outcome, _ = run_fake(tiny_data, "hang", timeout_s=4.0, tmp_path=tmp_path)
     assert outcome.status == "timeout"
@@ -122,12 +132,14 @@ def test_hang_is_killed_at_timeout(tiny_data, tmp_path):
     assert outcome.elapsed_s < 15
 
 
+@pytest.mark.process
 def test_hang_in_setup_is_killed_at_timeout(tiny_data, tmp_path):
     outcome, _ = run_fake(tiny_data, "hang_setup", timeout_s=3.0, tmp_path=tmp_path)
     assert outcome.status == "timeout"
     assert "phase setup" in outcome.reason
 
 
+@pytest.mark.process
 def test_missing_interpreter_module_is_reported(tiny_data, tmp_path):
     trial = make_trial()
     unit = TrialUnit(trial=trial, data=tiny_data, order_path=str(tiny_data.write_order(0, 0)),
@@ -177,6 +189,7 @@ def test_a_line_of_another_protocol_version_is_a_mismatch_not_a_bad_line():
         decode(b'{"event": "phase", "phase": "timed", "t": 1}')
 
 
+@pytest.mark.process
 def test_a_worker_speaking_another_protocol_version_ends_the_trial_as_an_error_naming_both(tiny_data, tmp_path):
     """A "python" that speaks version 1 and would then run for a minute: the trial ends at once, killed."""
     fake_python = tmp_path / "old-python"

@@ -31,6 +31,7 @@ def _run(tiny_data: Any, tmp_path: Any, env: dict[str, str], **trial: Any) -> Tr
     return LocalExecutor(log_dir=tmp_path).run(unit)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("mode, override", [("ieee", "0"), ("tf32", None), ("framework-default", "1")])
 def test_the_worker_applies_the_mode_records_what_was_read_back_and_mfu_uses_its_peak(tiny_data, tmp_path, mode,
                                                                                       override):
@@ -53,6 +54,7 @@ def test_the_worker_applies_the_mode_records_what_was_read_back_and_mfu_uses_its
         assert row["mfu_pct"] is None and "impossible" in row["mfu_note"]
 
 
+@pytest.mark.process
 def test_a_mode_the_framework_did_not_apply_fails_the_trial(tiny_data, tmp_path):
     # a framework that ignores the switch (TF32 stays on): the trial is not stored as an ieee run
     outcome = _run(tiny_data, tmp_path, {FAKE_GPU_ENV: H100, FAKE_MATH_ENV: "tf32"}, device="gpu", math_mode="ieee")

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.faults.helpers import assert_refused, cli, fake_experiment, rows
 
 
+@pytest.mark.process
 def test_the_observed_compute_dtype_is_stored_with_each_trial(tmp_path: Path) -> None:
     exp = fake_experiment(tmp_path, variants="RAW:{plain = {precision = \"fp32\"}, half = {precision = \"bf16\"}}")
     done = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"))
@@ -16,6 +19,7 @@ def test_the_observed_compute_dtype_is_stored_with_each_trial(tmp_path: Path) ->
     assert seen == {"plain": ("ok", "fp32", "float32"), "half": ("ok", "bf16", "bfloat16")}
 
 
+@pytest.mark.process
 def test_a_precision_the_adapter_did_not_apply_fails_the_trial_instead_of_being_stored_as_run(tmp_path: Path) -> None:
     exp = fake_experiment(tmp_path, precision="bf16")
     done = cli(tmp_path, "run", str(exp), "--out", str(tmp_path / "out"), behaviour="ignores_precision")

@@ -192,6 +192,7 @@ def fake_registered(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(registry, "_entry_points", lambda: eps)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("prefetch", [True, False])
 def test_what_ran_is_stored_per_trial(fake_registered: None, tmp_path: Path, cache_dir: Path,
                                       prefetch: bool) -> None:

@@ -42,6 +42,7 @@ def test_ticker_off_sends_nothing() -> None:
     assert chan.sent == [] and ticker.sent == 0
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(("interval_s", "steps"), [(None, []), (0.0, [1, 2, 3, 4]), (60.0, [1, 4])])
 def test_the_executor_hands_progress_from_a_real_worker_on(tiny_data, tmp_path, interval_s, steps) -> None:
     trial = make_trial(adapter_options={"behaviour": "ok"})  # 1 warm-up + 3 timed steps

@@ -114,6 +114,7 @@ class GpuFake(FakeAdapter):
         return dataclasses.replace(super().setup(runtime), device="cuda:0", gpu_name="Fake GPU", math_mode_seen="ieee")
 
 
+@pytest.mark.process
 def test_a_worker_on_a_gpu_runs_the_steady_phase_after_the_final_evaluation_off_the_headline(tiny_data, tmp_path):
     from harness.records import TrialUnit
     from harness.run.executor import LocalExecutor

@@ -48,6 +48,7 @@ def _by_batch(out: Path) -> dict[int, dict]:
         return {r["batch_size"]: r for r in store.trials()}
 
 
+@pytest.mark.process
 def test_sizes_above_an_oom_are_skipped(fake_registered: None, tmp_path: Path, cache_dir: Path) -> None:
     exp = load_experiment(_fake_toml(tmp_path / "doomed.toml", "oom_large"))
     result = run_sweep(exp, tmp_path / "out", SweepOptions(cache_dir=cache_dir))
@@ -60,6 +61,7 @@ def test_sizes_above_an_oom_are_skipped(fake_registered: None, tmp_path: Path, c
     assert rows[128]["elapsed_s"] == 0.0 and len(result.outcomes) == 5  # recorded, never run
 
 
+@pytest.mark.process
 def test_no_skip_larger_runs_them_from_the_cli(fake_registered: None, tmp_path: Path, cache_dir: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     toml = _fake_toml(tmp_path / "doomed.toml", "oom_large")
@@ -74,6 +76,7 @@ def test_no_skip_larger_runs_them_from_the_cli(fake_registered: None, tmp_path: 
     assert "skipped" in capsys.readouterr().out
 
 
+@pytest.mark.process
 def test_oom_found_before_a_resume_still_dooms_larger_sizes(fake_registered: None, tmp_path: Path,
                                                             cache_dir: Path) -> None:
     exp = load_experiment(_fake_toml(tmp_path / "doomed.toml", "oom_large"))
@@ -107,6 +110,7 @@ def test_the_max_batch_budget_does_not_cap_sweep_trials(tiny_data: object) -> No
     assert trial.memory_limit_mib == 0 and trial.purpose == "sweep"
 
 
+@pytest.mark.process
 def test_lr_and_epochs_are_stored_per_trial(fake_registered: None, tmp_path: Path, cache_dir: Path) -> None:
     toml = _fake_toml(tmp_path / "e.toml", "ok", epochs=2, lr_policy="linear", lr_base_batch=16,
                       learning_rate=0.01)
@@ -163,6 +167,7 @@ def test_ctrl_c_then_resume_finishes_without_loss_or_repeat(tmp_path: Path) -> N
     assert sum(r["run_id"] not in first_run for r in after) == 4 - len(before)  # the rest ran once, later
 
 
+@pytest.mark.process
 def test_a_trial_lost_twice_is_stored_lost_and_resume_completes_it(fake_registered: None, tmp_path: Path,
                                                                    cache_dir: Path) -> None:
     """Issue 23: a trial whose node died is written ``lost`` (never dropped), run again once, and left for --resume

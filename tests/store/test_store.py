@@ -98,6 +98,7 @@ def _fake_experiment(**kw):
     return parse_experiment(data, source="fake.toml")
 
 
+@pytest.mark.process
 def test_resume_skips_finished_trials_and_runs_the_rest(tmp_path, monkeypatch, cache_dir):
     register_fake(monkeypatch)
     exp = _fake_experiment()
@@ -117,6 +118,7 @@ def test_resume_skips_finished_trials_and_runs_the_rest(tmp_path, monkeypatch, c
         assert len(store.runs()) == 2
 
 
+@pytest.mark.process
 def test_a_failing_trial_does_not_stop_the_sweep_and_larger_sizes_are_skipped(tmp_path, monkeypatch, cache_dir):
     register_fake(monkeypatch)
     exp = _fake_experiment(adapters={"fake": {"behaviour": "oom"}}, batch_sizes=[2, 4, 8])
@@ -128,6 +130,7 @@ def test_a_failing_trial_does_not_stop_the_sweep_and_larger_sizes_are_skipped(tm
     assert [o.status for o in result.outcomes] == ["crashed", "crashed"]  # a crash is not an oom: no skipping
 
 
+@pytest.mark.process
 def test_no_skip_larger_runs_every_size(tmp_path, monkeypatch, cache_dir):
     register_fake(monkeypatch)
     exp = _fake_experiment(adapters={"fake": {"behaviour": "oom"}}, skip_larger_after_oom=False,
