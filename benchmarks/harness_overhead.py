@@ -24,6 +24,10 @@ own overhead, bare+sync / bare the price of per-step timing (large only for asyn
 batch gathered and converted on a background thread while the step runs, issue 31), one without, and the bare loop;
 printed: end-to-end and step ratios to bare for both, and the data milliseconds per step left on the training thread.
 
+``--worker-compare`` switches the worker's parts off in turn (JAX's persistent compilation cache, the progress
+messages, prefetch), each side a harness trial against bare, order rotated (issue 40: JAX's step in the worker below
+bare while the same step in one process equals it).
+
 ``--progress-compare`` measures what live progress costs (issue 17): each repeat runs, in an order that
 rotates every repeat, a harness trial with progress as ``batchscope run`` shows it in a terminal (the
 worker's progress messages every 0.5 s, or ``--progress-interval-s``, drawn by the rich display into a
@@ -74,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefetch-compare", action="store_true",
                         help="harness with the next batch prepared during the step (prefetch, the default) vs "
                              "without, each against bare (issue 31)")
+    parser.add_argument("--worker-compare", action="store_true",
+                        help="the worker's parts switched off in turn (JAX's compilation cache, progress messages, "
+                             "prefetch), each a harness trial against bare: where the step's gap to bare comes from")
     parser.add_argument("--allocator-compare", action="store_true",
                         help="the sweep's worker environment vs the same with a fixed glibc mmap threshold (the "
                              "max-batch 'what helps' setting), each against bare")
@@ -83,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         return progress_compare(args, frameworks)
     if args.allocator_compare:
         return allocator_compare(args, frameworks)
+    if args.worker_compare:
+        return worker_compare(args, frameworks)
     if args.prefetch_compare:
         return prefetch_compare(args, frameworks)
 
@@ -262,6 +271,48 @@ def prefetch_compare(args: argparse.Namespace, frameworks: list[str]) -> int:
               f"e2e/step prefetch {median([x['prefetch'] / x['prefetch step'] for x in rows]):.3f}; "
               f"prefetch/no-prefetch e2e {median([x['prefetch'] / x['no-prefetch'] for x in rows]):.3f}\n",
               flush=True)
+    return 0
+
+
+#: the worker's parts ``--worker-compare`` switches off, one per side: harness_trial's keywords
+WORKER_SIDES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "no cache": {"extra_env": {"JAX_ENABLE_COMPILATION_CACHE": "false"}},  # JAX's own switch; others ignore it
+    "no progress": {"progress_interval_s": None},
+    "no prefetch": {"prefetch": False},
+}
+
+
+def worker_compare(args: argparse.Namespace, frameworks: list[str]) -> int:
+    """Issue 40: the worker's step below bare while the same step in one process equals it. Each side is a harness
+    trial with one of the worker's parts off (:data:`WORKER_SIDES`), against bare; order rotated every repeat; step
+    and end-to-end ratios to bare, medians."""
+    print(machine_facts())
+    print(f"model osu_cnn {SHAPE_TEXT}, CPU, {args.threads} thread(s), {args.warmup} warm-up + {args.steps} "
+          f"timed steps per run, batch {args.batch}\n")
+    data = synthetic_data()
+    sides = (*WORKER_SIDES, "bare")
+    for fw in frameworks:
+        rows: list[dict[str, float]] = []
+        print(f"{fw}, batch {args.batch}:")
+        for r in range(args.repeats):
+            order = sides[r % len(sides):] + sides[: r % len(sides)]
+            res: dict[str, float] = {}
+            for side in order:
+                if side == "bare":
+                    res[side] = bare_loop(fw, args.batch, args.threads, args.warmup, args.steps)["samples_per_s"]
+                    continue
+                m = harness_trial(fw, data, args.batch, args.threads, args.warmup, args.steps,
+                                  **WORKER_SIDES[side]).metrics
+                assert m is not None and m.e2e_samples_per_s is not None
+                res[side], res[f"{side} e2e"] = m.step_samples_per_s or 0.0, m.e2e_samples_per_s
+            rows.append(res)
+            print(f"  repeat {r + 1}: step/bare " + "  ".join(f"{s} {res[s] / res['bare']:.3f}" for s in WORKER_SIDES)
+                  + f"   (bare {res['bare']:.1f} samples/s)", flush=True)
+        print("  medians, step/bare: " + ", ".join(
+            f"{s} {median([x[s] / x['bare'] for x in rows]):.3f}" for s in WORKER_SIDES)
+            + "; e2e/bare: " + ", ".join(
+            f"{s} {median([x[f'{s} e2e'] / x['bare'] for x in rows]):.3f}" for s in WORKER_SIDES) + "\n", flush=True)
     return 0
 
 
