@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,17 +23,37 @@ def test_the_cuda_locks_are_where_the_gpu_set_needs_them() -> None:
     assert [p.parent.parent.name for p in CUDA_LOCKS] == ["jax", "pytorch", "tensorflow"]  # MXNet has none
 
 
+@pytest.fixture(scope="module")
+def resolutions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[Path, tuple[subprocess.Popen[str], Path]]]:
+    """pip's dry-run resolution of every CUDA lock, all started at once: each waits ~30 s on the package index, not on
+    this machine (issue 42: three in a row held one xdist worker ~100 s), and each test reads its own."""
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    started: dict[Path, tuple[subprocess.Popen[str], Path]] = {}
+    try:
+        for lock in CUDA_LOCKS:
+            tmp = tmp_path_factory.mktemp(lock.parent.parent.name)
+            report = tmp / "report.json"
+            started[lock] = (subprocess.Popen(
+                [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+                 *platform_flags(version), "--target", str(tmp / "t"), "--report", str(report), "-r", str(lock)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), report)
+        yield started
+    finally:
+        for proc, _ in started.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("lock", CUDA_LOCKS, ids=lambda p: p.parent.parent.name)
-def test_a_cuda_lock_resolves_for_linux_x86_64(lock: Path, tmp_path: Path) -> None:
+def test_a_cuda_lock_resolves_for_linux_x86_64(
+        lock: Path, resolutions: dict[Path, tuple[subprocess.Popen[str], Path]]) -> None:
     pins = requirement_lines(lock.read_text())
     assert pins and all("==" in p for p in pins), "a lock pins every distribution exactly"
-    report = tmp_path / "report.json"
-    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-                           *platform_flags(version), "--target", str(tmp_path / "t"), "--report", str(report),
-                           "-r", str(lock)], capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
+    proc, report = resolutions[lock]
+    _, stderr = proc.communicate(timeout=900)
+    assert proc.returncode == 0, stderr[-3000:]
     resolved = {i["metadata"]["name"].lower().replace("_", "-"): i["metadata"]["version"]
                 for i in json.loads(report.read_text())["install"]}
     wanted = dict(p.split("==", 1) for p in pins)
