@@ -212,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         "framework is imported, so both sides stand on the same side of the denormal cliff",
     )
     args = parser.parse_args(argv)
+    if args.sync_lag and (args.framework != "mxnet" or args.sync_each_step):
+        parser.error("--sync-lag is MXNet's (its step returns the array its update writes), without --sync-each-step")
     if args.denormals == "flush":
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         from adapters.fpenv import set_cpu_flush
