@@ -38,12 +38,17 @@ quick: $(STAMP)
 # time limit counts a build.
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
+# Bytecode cached even where the environment says not to (PYTHONDONTWRITEBYTECODE=1, common in Python images, and
+# set on this project's CI machine): without it each xdist worker rewrites every test module's asserts again
+# (~8 s of collection per worker) and each of the suite's worker processes compiles batchscope's modules again
+# (~0.07 s a start). The caches are __pycache__ folders in the checkout, which git ignores (docs/benchmarks.md).
+TEST_ENV := PYTHONDONTWRITEBYTECODE=
 
 test: envs
-	$(BIN)/python -m pytest $(XDIST)
+	$(TEST_ENV) $(BIN)/python -m pytest $(XDIST)
 
 test-durations: envs
-	$(BIN)/python -m pytest $(XDIST) --update-durations
+	$(TEST_ENV) $(BIN)/python -m pytest $(XDIST) --update-durations
 
 # the tests that start no framework and no process at all, for the edit-test loop (CI runs `make test`):
 # commands are called in the test process (tests/helpers/inprocess.py). The frameworks are blocked
@@ -51,7 +56,7 @@ test-durations: envs
 # starts any process (a worker, an interpreter, pip, a mount) without the `process` marker fails too: every start goes
 # through tests/helpers/processes.py's guard (a shared fixture's run excepted: `shared_run`).
 test-fast: $(STAMP)
-	BATCHSCOPE_TEST_FAST=1 PYTHONPATH=tests/fakes/no_frameworks $(BIN)/python -m pytest $(XDIST) -m 'not slow and not process'
+	$(TEST_ENV) BATCHSCOPE_TEST_FAST=1 PYTHONPATH=tests/fakes/no_frameworks $(BIN)/python -m pytest $(XDIST) -m 'not slow and not process'
 
 lint: $(STAMP)
 	$(BIN)/ruff check harness adapters report tests benchmarks
