@@ -20,7 +20,7 @@ from typing import Any
 from harness.cells import Series
 from harness.errors import StoreError
 from harness.records import MaxBatchResult
-from harness.store import STORE_NAME, Store
+from harness.store import STORE_NAME, Store, TrialRecord
 
 #: the max-batch finder's table (written by ``batchscope maxbatch`` and by sweeps with max_batch = true)
 MAXBATCH_TABLE = "maxbatch"
@@ -43,7 +43,7 @@ class StoredExperiment:
 
     name: str
     runs: tuple[dict[str, Any], ...]
-    trials: tuple[dict[str, Any], ...]
+    trials: tuple[TrialRecord, ...]
     maxbatch: tuple[MaxBatchResult, ...] = ()
     #: post-warm-up step times (ms, in order) of each ok sweep trial, by trial hash: the drift figure's data
     step_times: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
@@ -86,7 +86,7 @@ class StoredExperiment:
         return tuple(sorted({int(t["batch_size"]) for t in self.trials if t.get("batch_size") is not None}))
 
     @property
-    def ok_trials(self) -> tuple[dict[str, Any], ...]:
+    def ok_trials(self) -> tuple[TrialRecord, ...]:
         """Trials that finished (status ok)."""
         return tuple(t for t in self.trials if t.get("status") == "ok")
 
@@ -131,7 +131,7 @@ class ReportInput:
     has_maxbatch_table: bool = False
 
     @property
-    def trials(self) -> tuple[dict[str, Any], ...]:
+    def trials(self) -> tuple[TrialRecord, ...]:
         """Every trial of every experiment."""
         return tuple(t for e in self.experiments for t in e.trials)
 

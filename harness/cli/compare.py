@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.cli.table import path_arg
@@ -41,7 +42,7 @@ def _versions(trials: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     return out
 
 
-def render(trials: list[dict[str, Any]], file: Any = None) -> None:
+def render(trials: Sequence[Mapping[str, Any]], file: Any = None) -> None:
     """Print the side-by-side table and the findings for ``trials`` (one experiment's rows).
 
     One function (about 65 lines) because it prints one page in reading order (the header's notes, the side-by-side
@@ -115,7 +116,7 @@ def render(trials: list[dict[str, Any]], file: Any = None) -> None:
         print(f"  [{verdict}] {f['finding']}\n      {f['evidence']}", file=file)
 
 
-def render_study(trials: list[dict[str, Any]], spec: dict[str, Any], file: Any = None) -> None:
+def render_study(trials: Sequence[Mapping[str, Any]], spec: dict[str, Any], file: Any = None) -> None:
     """A study (variants and/or ``study = ...``): per framework x variant x batch, then the study's verdicts."""
     from harness.cli.table import print_table
     from harness.run.sweep import summarise
