@@ -8,6 +8,7 @@ from typing import Any
 
 from harness.cli.table import path_arg
 from harness.errors import ConfigError
+from harness.store import RunRecord, TrialRecord
 from report.answer.thesis import (
     REFERENCE_DATASET,
     REFERENCE_EPOCHS,
@@ -27,18 +28,13 @@ def _signed(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1f}"
 
 
-def _versions(trials: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+def _versions(trials: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
     """Per framework, each package version its workers reported (the first seen)."""
-    import json
-
     out: dict[str, dict[str, str]] = {}
-    for t in trials:
-        try:
-            reported = json.loads(t.get("versions_json") or "{}")
-        except ValueError:
-            continue
+    for t in map(TrialRecord.of, trials):
+        reported = t.versions
         for pkg, ver in (reported if isinstance(reported, dict) else {}).items():
-            out.setdefault(str(t["framework"]), {}).setdefault(str(pkg), str(ver))
+            out.setdefault(str(t.settings.framework), {}).setdefault(str(pkg), str(ver))
     return out
 
 
@@ -149,16 +145,11 @@ def render_study(trials: Sequence[Mapping[str, Any]], spec: dict[str, Any], file
             print(f"  [{f.verdict}] {f.name}: {f.claim}\n      {f.evidence}", file=file)
 
 
-def _spec(runs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+def _spec(runs: Sequence[RunRecord], name: str) -> dict[str, Any]:
     """The resolved experiment of the latest run of ``name`` ({} when none was recorded)."""
-    import json
-
     for run in reversed(runs):
-        if run.get("experiment") == name and run.get("spec_json"):
-            try:
-                return dict(json.loads(run["spec_json"]))
-            except ValueError:
-                continue
+        if run.experiment == name and isinstance(run.spec, dict):
+            return dict(run.spec)
     return {}
 
 

@@ -51,7 +51,7 @@ from harness.store.schema import (
     TRIAL_COLUMNS,
     outcome_row,
 )
-from harness.store.trial_record import TrialRecord
+from harness.store.trial_record import RunRecord, TrialRecord
 
 
 def _now() -> str:
@@ -405,9 +405,9 @@ class Store:
         return [dict(r) for r in self.conn.execute(
             f"SELECT * FROM gradient_noise {where} ORDER BY trial_hash, point", params)]
 
-    def runs(self) -> list[dict[str, Any]]:
-        """Run rows as dicts."""
-        return [dict(r) for r in self.conn.execute("SELECT * FROM runs ORDER BY run_id")]
+    def runs(self) -> list[RunRecord]:
+        """The runs as records (their JSON parsed; each still reads as its row, ``run["command"]``)."""
+        return [RunRecord.from_row(dict(r)) for r in self.conn.execute("SELECT * FROM runs ORDER BY run_id")]
 
     def write_maxbatch(self, result: MaxBatchResult | Mapping[str, Any]) -> int:
         """Store one max-batch answer (flattened to its columns here: :func:`harness.store.maxbatch_row.maxbatch_row`);

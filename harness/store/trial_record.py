@@ -133,6 +133,12 @@ class TrialRecord(Mapping[str, Any]):
             extra={k: v for k, v in row.items() if k not in known},
         )
 
+    @classmethod
+    def of(cls, trial: Mapping[str, Any]) -> TrialRecord:
+        """``trial`` itself where it is a record, else the record of a dict row (a caller's own rows, as tests
+        build)."""
+        return trial if isinstance(trial, TrialRecord) else cls.from_row(trial)
+
     @property
     def series(self) -> Series:
         """The series the trial belongs to (the report's grouping key)."""
@@ -186,6 +192,49 @@ class TrialRecord(Mapping[str, Any]):
         """The trials row as a dict of column values (JSON columns as text)."""
         return {k: self[k] for k in self}
 
+
+@dataclass(frozen=True)
+class RunRecord(Mapping[str, Any]):
+    """One stored run (an invocation): its ``spec_json`` and ``env_json`` parsed (None where NULL or not JSON); it
+    reads as its row too (``run["spec_json"]`` as JSON text), as :class:`TrialRecord` does."""
+
+    run_id: int | None
+    experiment: str | None = None
+    command: str | None = None
+    started_at: str | None = None
+    spec: Any = None  # the resolved experiment
+    env: Any = None  # the parent's capture of the machine
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> RunRecord:
+        """The record of one runs row."""
+        return cls(run_id=row.get("run_id"), experiment=row.get("experiment"), command=row.get("command"),
+                   started_at=row.get("started_at"), spec=_parsed(row.get("spec_json")),
+                   env=_parsed(row.get("env_json")), extra={k: v for k, v in row.items() if k not in _RUN_COLUMNS})
+
+    @classmethod
+    def of(cls, run: Mapping[str, Any]) -> RunRecord:
+        """``run`` itself where it is a record, else the record of a dict row."""
+        return run if isinstance(run, RunRecord) else cls.from_row(run)
+
+    def __getitem__(self, name: str) -> Any:
+        if name in ("spec_json", "env_json"):
+            return _text(getattr(self, name[:-5]))
+        if name in _RUN_COLUMNS:
+            return getattr(self, name)
+        return self.extra[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from _RUN_COLUMNS
+        yield from self.extra
+
+    def __len__(self) -> int:
+        return len(_RUN_COLUMNS) + len(self.extra)
+
+
+#: the runs table's columns, in its order
+_RUN_COLUMNS = ("run_id", "experiment", "spec_json", "command", "env_json", "started_at")
 
 _HEAD = tuple(f.name for f in fields(TrialRecord)
               if f.name not in {"settings", "metrics", "sampler", "placement", "extra", "step_estimate",

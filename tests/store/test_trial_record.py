@@ -67,3 +67,11 @@ def test_a_column_the_store_lacks_reads_as_none_and_an_unknown_one_is_kept(tmp_p
         (rec,) = store.trials()
     assert rec.extra == {"newer_writer_col": 1.5} and rec["newer_writer_col"] == 1.5
     assert rec.placement.host is None and rec.versions is None and rec["versions_json"] is None
+
+
+def test_a_run_comes_back_parsed_and_still_reads_as_its_row(tmp_path: Path) -> None:
+    with Store.open(_store(tmp_path), create=False, readonly=True) as store:
+        (run,) = store.runs()
+    assert run.spec == {"name": "test"} and run.env == {"cpu_model": "x"} and run.command == "batchscope run x"
+    assert json.loads(run["spec_json"]) == {"name": "test"} and run.get("experiment") == "test"
+    assert list(run) == ["run_id", "experiment", "spec_json", "command", "env_json", "started_at"]
