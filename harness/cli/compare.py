@@ -160,7 +160,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     with Store.open(args.dir, create=False, readonly=True) as store:
         trials = store.trials()
         runs = store.runs()
-    experiments = sorted({t["experiment"] for t in trials})
+    experiments = sorted({str(t.settings.experiment) for t in trials})
     if args.experiment:
         if args.experiment not in experiments:
             raise ConfigError(f"{args.dir}: no trials of experiment {args.experiment!r}; "
@@ -171,9 +171,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
                           "choose one with --experiment NAME")
     if not experiments:
         raise ConfigError(f"{args.dir}: the store holds no trials yet; run `batchscope run` into it first")
-    chosen = [t for t in trials if t["experiment"] == experiments[0]]
+    chosen = [t for t in trials if str(t.settings.experiment) == experiments[0]]
     spec = _spec(runs, experiments[0])
-    if spec.get("study") or any(t.get("variant") for t in chosen):
+    if spec.get("study") or any(t.settings.variant for t in chosen):
         render_study(chosen, spec)  # the thesis compared one setting per framework: variants would be mixed
     else:
         render(chosen)
