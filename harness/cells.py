@@ -139,7 +139,7 @@ class Metric:
     fmt: str = ".1f"
     scale: float = 1.0  # e.g. accuracy is stored as a fraction and shown in %
 
-    def value(self, trial: dict[str, Any]) -> float | None:
+    def value(self, trial: Mapping[str, Any]) -> float | None:
         """This metric of one trial (scaled), or None where it was not measured."""
         v = trial.get(self.column)
         if v is None or isinstance(v, str) or (isinstance(v, float) and math.isnan(v)):
@@ -305,7 +305,7 @@ DRIFT_READINGS = {
 }
 
 
-def cells(trials: Iterable[dict[str, Any]], frameworks: Sequence[str] = (), *,
+def cells(trials: Iterable[Mapping[str, Any]], frameworks: Sequence[str] = (), *,
           batch: BatchKind = "micro") -> list[Cell]:
     """One :class:`Cell` per series and batch size (:func:`group`), ordered by framework (as given), series, batch."""
     out = []
@@ -359,7 +359,7 @@ SUMMARY_NOTE = ("mean ± sd over ok repeats. step: batch / median time of forwar
                 "mean').")
 
 
-def summary_rows(trials: Iterable[dict[str, Any]], frameworks: Sequence[str] = ()) -> list[dict[str, Any]]:
+def summary_rows(trials: Iterable[Mapping[str, Any]], frameworks: Sequence[str] = ()) -> list[dict[str, Any]]:
     """One printable row per cell: each figure as its statistic's text (``mean ± sd``, or the single value).
 
     ``drift`` is the mean change of a cell's flagged trials (empty otherwise), with how many of its

@@ -9,7 +9,6 @@ measurement in it would only look like one.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import warnings
 from collections.abc import Mapping
@@ -20,20 +19,16 @@ from typing import Any
 from harness.cells import Series
 from harness.errors import StoreError
 from harness.records import MaxBatchResult
-from harness.store import STORE_NAME, Store
+from harness.store import STORE_NAME, RunRecord, Store, TrialRecord
 
 #: the max-batch finder's table (written by ``batchscope maxbatch`` and by sweeps with max_batch = true)
 MAXBATCH_TABLE = "maxbatch"
 
 
-def parse_json(text: Any) -> Any:
-    """A ``*_json`` column's value, or an empty dict when it is NULL or not JSON (old or hand-made rows)."""
-    if not text:
-        return {}
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError):
-        return {}
+def _dict(value: Any) -> dict[str, Any]:
+    """A parsed JSON column's value where it is an object; {} where it was NULL, not JSON or not an object (old or
+    hand-made rows: the store reads them, :mod:`harness.store.trial_record`)."""
+    return value if isinstance(value, dict) else {}
 
 
 @dataclass(frozen=True)
@@ -42,8 +37,8 @@ class StoredExperiment:
     experiment's definition, read from its file, is :class:`harness.config.experiment.Experiment`)."""
 
     name: str
-    runs: tuple[dict[str, Any], ...]
-    trials: tuple[dict[str, Any], ...]
+    runs: tuple[RunRecord, ...]
+    trials: tuple[TrialRecord, ...]
     maxbatch: tuple[MaxBatchResult, ...] = ()
     #: post-warm-up step times (ms, in order) of each ok sweep trial, by trial hash: the drift figure's data
     step_times: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
@@ -52,24 +47,30 @@ class StoredExperiment:
     #: each trial's gradient-noise measurements by trial hash: its ``gradient_noise`` rows, in point order
     gradient_noise: Mapping[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # rows given as dicts (a caller's own, as tests and notebooks build) become records: one type inside
+        object.__setattr__(self, "runs", tuple(map(RunRecord.of, self.runs)))
+        object.__setattr__(self, "trials", tuple(map(TrialRecord.of, self.trials)))
+
+    def _records_latest_run_first(self) -> tuple[RunRecord | TrialRecord, ...]:
+        """The runs, latest first, then the trials (each carries a copy of the spec and the machine)."""
+        return (*reversed(self.runs), *self.trials)
+
     @property
     def spec(self) -> dict[str, Any]:
         """The resolved experiment of the latest run (runs of one experiment share it unless overridden)."""
-        for run in reversed(self.runs):
-            spec = parse_json(run.get("spec_json"))
+        for record in self._records_latest_run_first():
+            spec = _dict(record.spec)
             if spec:
-                return spec  # type: ignore[no-any-return]
-        for trial in self.trials:
-            spec = parse_json(trial.get("spec_json"))
-            if spec:
-                return spec  # type: ignore[no-any-return]
+                return spec
         return {}
 
     @property
     def frameworks(self) -> tuple[str, ...]:
         """Frameworks in the order the experiment lists them (then any other found in the rows)."""
-        listed = [f for f in self.spec.get("frameworks", []) if any(t["framework"] == f for t in self.trials)]
-        extra = sorted({t["framework"] for t in self.trials} - set(listed))
+        found = {t.settings.framework for t in self.trials}
+        listed = [f for f in self.spec.get("frameworks", []) if f in found]
+        extra = sorted(found - set(listed))  # type: ignore[type-var]  # a trial's framework is never NULL
         return tuple(listed + extra)
 
     @property
@@ -83,31 +84,27 @@ class StoredExperiment:
     @property
     def batch_sizes(self) -> tuple[int, ...]:
         """Every batch size with a trial row, ascending."""
-        return tuple(sorted({int(t["batch_size"]) for t in self.trials if t.get("batch_size") is not None}))
+        return tuple(sorted({int(t.settings.batch_size) for t in self.trials if t.settings.batch_size is not None}))
 
     @property
-    def ok_trials(self) -> tuple[dict[str, Any], ...]:
+    def ok_trials(self) -> tuple[TrialRecord, ...]:
         """Trials that finished (status ok)."""
-        return tuple(t for t in self.trials if t.get("status") == "ok")
+        return tuple(t for t in self.trials if t.status == "ok")
 
     def env(self) -> dict[str, Any]:
         """The machine of the latest run (the parent's capture), falling back to a trial's copy."""
-        for run in reversed(self.runs):
-            env = parse_json(run.get("env_json"))
+        for record in self._records_latest_run_first():
+            env = _dict(record.env)
             if env:
-                return env  # type: ignore[no-any-return]
-        for trial in self.trials:
-            env = parse_json(trial.get("env_json"))
-            if env:
-                return env  # type: ignore[no-any-return]
+                return env
         return {}
 
     def versions(self) -> dict[str, dict[str, str]]:
         """Per framework: every library version its workers reported (package -> version(s))."""
         out: dict[str, dict[str, set[str]]] = {}
         for t in self.trials:
-            for pkg, ver in (parse_json(t.get("versions_json")) or {}).items():
-                out.setdefault(t["framework"], {}).setdefault(pkg, set()).add(str(ver))
+            for pkg, ver in _dict(t.versions).items():
+                out.setdefault(str(t.settings.framework), {}).setdefault(pkg, set()).add(str(ver))
         return {fw: {pkg: ", ".join(sorted(v)) for pkg, v in pkgs.items()} for fw, pkgs in out.items()}
 
     def environments(self) -> dict[str, dict[str, str]]:
@@ -115,9 +112,9 @@ class StoredExperiment:
         before those columns existed)."""
         out: dict[str, dict[str, set[str]]] = {}
         for t in self.trials:
-            for key in ("environment", "python"):
-                if t.get(key):
-                    out.setdefault(t["framework"], {}).setdefault(key, set()).add(str(t[key]))
+            for key, value in (("environment", t.environment), ("python", t.python)):
+                if value:
+                    out.setdefault(str(t.settings.framework), {}).setdefault(key, set()).add(str(value))
         return {fw: {k: ", ".join(sorted(v)) for k, v in found.items()} for fw, found in out.items()}
 
 
@@ -131,7 +128,7 @@ class ReportInput:
     has_maxbatch_table: bool = False
 
     @property
-    def trials(self) -> tuple[dict[str, Any], ...]:
+    def trials(self) -> tuple[TrialRecord, ...]:
         """Every trial of every experiment."""
         return tuple(t for e in self.experiments for t in e.trials)
 
@@ -173,22 +170,21 @@ def load(source_dir: str | Path) -> ReportInput:
         raise StoreError(f"{path}: the store holds no trial yet{started}; finish the sweep with "
                          "`batchscope run EXPERIMENT --out DIR --resume`, then build the report")
     names: list[str] = []
-    for name in [*(row.get("experiment") or "" for row in [*runs, *trials]), *(m.experiment or "" for m in maxbatch)]:
+    for name in [*(r.experiment or "" for r in runs), *(t.settings.experiment or "" for t in trials),
+                 *(m.experiment or "" for m in maxbatch)]:
         if name not in names:
             names.append(name)
     experiments = []
     for name in names:
+        mine = [t.trial_hash for t in trials if (t.settings.experiment or "") == name]
         exp = StoredExperiment(
             name=name,
-            runs=tuple(r for r in runs if (r.get("experiment") or "") == name),
-            trials=tuple(t for t in trials if (t.get("experiment") or "") == name),
+            runs=tuple(r for r in runs if (r.experiment or "") == name),
+            trials=tuple(t for t in trials if (t.settings.experiment or "") == name),
             maxbatch=tuple(m for m in maxbatch if (m.experiment or "") == name),
-            step_times={t["trial_hash"]: tuple(step_times[t["trial_hash"]]) for t in trials
-                        if (t.get("experiment") or "") == name and t["trial_hash"] in step_times},
-            curves={t["trial_hash"]: tuple(curves[t["trial_hash"]]) for t in trials
-                    if (t.get("experiment") or "") == name and t["trial_hash"] in curves},
-            gradient_noise={t["trial_hash"]: tuple(noise[t["trial_hash"]]) for t in trials
-                            if (t.get("experiment") or "") == name and t["trial_hash"] in noise},
+            step_times={h: tuple(step_times[h]) for h in mine if h in step_times},
+            curves={h: tuple(curves[h]) for h in mine if h in curves},
+            gradient_noise={h: tuple(noise[h]) for h in mine if h in noise},
         )
         if exp.trials or exp.maxbatch:
             experiments.append(exp)

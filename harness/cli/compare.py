@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.cli.table import path_arg
 from harness.errors import ConfigError
+from harness.store import RunRecord, TrialRecord
 from report.answer.thesis import (
     REFERENCE_DATASET,
     REFERENCE_EPOCHS,
@@ -26,22 +28,17 @@ def _signed(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1f}"
 
 
-def _versions(trials: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+def _versions(trials: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
     """Per framework, each package version its workers reported (the first seen)."""
-    import json
-
     out: dict[str, dict[str, str]] = {}
-    for t in trials:
-        try:
-            reported = json.loads(t.get("versions_json") or "{}")
-        except ValueError:
-            continue
+    for t in map(TrialRecord.of, trials):
+        reported = t.versions
         for pkg, ver in (reported if isinstance(reported, dict) else {}).items():
-            out.setdefault(str(t["framework"]), {}).setdefault(str(pkg), str(ver))
+            out.setdefault(str(t.settings.framework), {}).setdefault(str(pkg), str(ver))
     return out
 
 
-def render(trials: list[dict[str, Any]], file: Any = None) -> None:
+def render(trials: Sequence[Mapping[str, Any]], file: Any = None) -> None:
     """Print the side-by-side table and the findings for ``trials`` (one experiment's rows).
 
     One function (about 65 lines) because it prints one page in reading order (the header's notes, the side-by-side
@@ -115,7 +112,7 @@ def render(trials: list[dict[str, Any]], file: Any = None) -> None:
         print(f"  [{verdict}] {f['finding']}\n      {f['evidence']}", file=file)
 
 
-def render_study(trials: list[dict[str, Any]], spec: dict[str, Any], file: Any = None) -> None:
+def render_study(trials: Sequence[Mapping[str, Any]], spec: dict[str, Any], file: Any = None) -> None:
     """A study (variants and/or ``study = ...``): per framework x variant x batch, then the study's verdicts."""
     from harness.cli.table import print_table
     from harness.run.sweep import summarise
@@ -148,16 +145,11 @@ def render_study(trials: list[dict[str, Any]], spec: dict[str, Any], file: Any =
             print(f"  [{f.verdict}] {f.name}: {f.claim}\n      {f.evidence}", file=file)
 
 
-def _spec(runs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+def _spec(runs: Sequence[RunRecord], name: str) -> dict[str, Any]:
     """The resolved experiment of the latest run of ``name`` ({} when none was recorded)."""
-    import json
-
     for run in reversed(runs):
-        if run.get("experiment") == name and run.get("spec_json"):
-            try:
-                return dict(json.loads(run["spec_json"]))
-            except ValueError:
-                continue
+        if run.experiment == name and isinstance(run.spec, dict):
+            return dict(run.spec)
     return {}
 
 
@@ -168,7 +160,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     with Store.open(args.dir, create=False, readonly=True) as store:
         trials = store.trials()
         runs = store.runs()
-    experiments = sorted({t["experiment"] for t in trials})
+    experiments = sorted({str(t.settings.experiment) for t in trials})
     if args.experiment:
         if args.experiment not in experiments:
             raise ConfigError(f"{args.dir}: no trials of experiment {args.experiment!r}; "
@@ -179,9 +171,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
                           "choose one with --experiment NAME")
     if not experiments:
         raise ConfigError(f"{args.dir}: the store holds no trials yet; run `batchscope run` into it first")
-    chosen = [t for t in trials if t["experiment"] == experiments[0]]
+    chosen = [t for t in trials if str(t.settings.experiment) == experiments[0]]
     spec = _spec(runs, experiments[0])
-    if spec.get("study") or any(t.get("variant") for t in chosen):
+    if spec.get("study") or any(t.settings.variant for t in chosen):
         render_study(chosen, spec)  # the thesis compared one setting per framework: variants would be mixed
     else:
         render(chosen)

@@ -10,7 +10,7 @@ Pure: no executor, no store; the planner's order goes in, chains come out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from harness.config.trial import TrialSpec
@@ -47,7 +47,7 @@ def doomed_reason(limit: int) -> str:
             "anyway)")
 
 
-def oom_limits(rows: Iterable[dict[str, object]]) -> dict[ChainKey, int]:
+def oom_limits(rows: Iterable[Mapping[str, object]]) -> dict[ChainKey, int]:
     """The smallest out-of-memory batch size per chain among stored trial rows (``--resume``: what was learnt
     before still dooms the larger sizes of that chain)."""
     out: dict[ChainKey, int] = {}

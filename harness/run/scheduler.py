@@ -26,7 +26,7 @@ Rules:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -67,7 +67,7 @@ def cell_of(trial: TrialSpec) -> CellKey:
     return (trial.framework, trial.variant, trial.purpose, trial.batch_size)
 
 
-def known_durations(rows: Iterable[dict[str, object]]) -> list[tuple[CellKey, float]]:
+def known_durations(rows: Iterable[Mapping[str, object]]) -> list[tuple[CellKey, float]]:
     """(cell, elapsed seconds) of the stored sweep trial rows that finished (``--resume``: the store's earlier runs).
     A max-batch search's probes, settling and verify runs are left out: many short runs that are no sweep trial's
     repeat would pull down the estimate of every trial not measured yet."""

@@ -8,7 +8,7 @@ import json
 import os
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,7 +35,7 @@ from harness.run.executor import LocalExecutor, adapter_worker_env
 from harness.run.listener import SweepListener
 from harness.run.planner import data_request, plan
 from harness.run.scheduler import Backend, SerialBackend, known_durations, run_chains
-from harness.store import Store, store_path
+from harness.store import Store, TrialRecord, store_path
 from harness.store.db import make_out_dir
 from harness.store.lock import locked_out_dir
 
@@ -191,7 +191,7 @@ def run_sweep(exp: Experiment, out_dir: Path, options: SweepOptions | None = Non
 
 
 def _refuse_a_finished_store(exp: Experiment, out_dir: Path, resume: bool, readonly: bool = False,
-                             store: Store | None = None) -> list[dict[str, Any]]:
+                             store: Store | None = None) -> list[TrialRecord]:
     """The trials of ``exp`` already in ``out_dir``'s store; refused (StoreError) when there are some and no
     ``resume``. ``store``: the open one (under the lock), else the store is opened read-only if it exists."""
     if store is None:
@@ -342,6 +342,6 @@ def _series_name(trial: TrialSpec) -> str:
     return f"{trial.framework} [{trial.variant}]" if trial.variant else trial.framework
 
 
-def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def summarise(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The CLI table's rows: one per cell, from :func:`harness.cells.summary_rows` (the report's statistics)."""
     return summary_rows(rows)

@@ -13,8 +13,9 @@ from harness.store.schema import (
     TRIAL_COLUMNS,
     outcome_row,
 )
+from harness.store.trial_record import RunRecord, TrialRecord, TrialSettings
 
 __all__ = ["CURVE_COLUMNS", "CURVE_COLUMN_NAMES", "MAXBATCH_COLUMNS",
            "MAXBATCH_COLUMN_NAMES", "SAMPLE_COLUMNS", "SCHEMA_VERSION", "STORE_NAME",
-           "TRIAL_COLUMNS", "TRIAL_COLUMN_NAMES", "Store", "maxbatch_record", "maxbatch_row", "outcome_row",
-           "store_path"]
+           "RunRecord", "TRIAL_COLUMNS", "TRIAL_COLUMN_NAMES", "Store", "TrialRecord", "TrialSettings",
+           "maxbatch_record", "maxbatch_row", "outcome_row", "store_path"]

@@ -51,6 +51,7 @@ from harness.store.schema import (
     TRIAL_COLUMNS,
     outcome_row,
 )
+from harness.store.trial_record import RunRecord, TrialRecord
 
 
 def _now() -> str:
@@ -372,8 +373,19 @@ class Store:
                 f"VALUES ({', '.join('?' * len(NOISE_COLUMNS))})",
                 ((h, *(r.to_dict()[n] for n in NOISE_COLUMN_NAMES[1:])) for r in outcome.gradient_noise))
 
-    def trials(self, where: str = "", params: Iterable[Any] = ()) -> list[dict[str, Any]]:
-        """Trial rows as dicts (``where`` is an SQL condition on trials' columns)."""
+    def trials(self, where: str = "", params: Iterable[Any] = ()) -> list[TrialRecord]:
+        """The stored trials as records, in store order (``where`` is an SQL condition on trials' columns). A record
+        still reads as its row (``record["status"]``); :meth:`trial_rows` gives plain dicts."""
+        return [TrialRecord.from_row(row) for row in self._trial_rows(where, params)]
+
+    def trial_rows(self, where: str = "", params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        """Trial rows as dicts of column values, JSON columns as text: what :meth:`trials` returned before
+        records (issue 39), deprecated: read :meth:`trials`' records."""
+        warnings.warn("Store.trial_rows() is deprecated: Store.trials() returns typed records (harness.store."
+                      "TrialRecord), which also read as rows (record['column'])", DeprecationWarning, stacklevel=2)
+        return self._trial_rows(where, params)
+
+    def _trial_rows(self, where: str, params: Iterable[Any]) -> list[dict[str, Any]]:
         sql = "SELECT * FROM trials" + (f" WHERE {where}" if where else "") + " ORDER BY rowid"
         return self._complete("trials", TRIAL_COLUMN_NAMES, [dict(r) for r in self.conn.execute(sql, tuple(params))])
 
@@ -393,9 +405,9 @@ class Store:
         return [dict(r) for r in self.conn.execute(
             f"SELECT * FROM gradient_noise {where} ORDER BY trial_hash, point", params)]
 
-    def runs(self) -> list[dict[str, Any]]:
-        """Run rows as dicts."""
-        return [dict(r) for r in self.conn.execute("SELECT * FROM runs ORDER BY run_id")]
+    def runs(self) -> list[RunRecord]:
+        """The runs as records (their JSON parsed; each still reads as its row, ``run["command"]``)."""
+        return [RunRecord.from_row(dict(r)) for r in self.conn.execute("SELECT * FROM runs ORDER BY run_id")]
 
     def write_maxbatch(self, result: MaxBatchResult | Mapping[str, Any]) -> int:
         """Store one max-batch answer (flattened to its columns here: :func:`harness.store.maxbatch_row.maxbatch_row`);

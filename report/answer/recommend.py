@@ -426,7 +426,7 @@ def accuracy_unusable(spec: dict[str, Any]) -> str | None:
 
 def sweep_groups(exp: StoredExperiment) -> list[SeriesGroup]:
     """The experiment's sweep trials by series and batch size (max-batch probes time too few steps to rank by)."""
-    return group([t for t in exp.trials if t.get("purpose") in (None, "sweep")], exp.frameworks)
+    return group([t for t in exp.trials if t.settings.purpose in (None, "sweep")], exp.frameworks)
 
 
 def recommend(exp: StoredExperiment, share: float = SHARE_OF_BEST, target_accuracy: float | None = None,

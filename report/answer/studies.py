@@ -23,7 +23,7 @@ from __future__ import annotations
 import statistics
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,7 +82,7 @@ def line_label(line: Series) -> str:
     return series_label(line.framework, line.variant)
 
 
-def variant_names(trials: Iterable[dict[str, Any]], spec: dict[str, Any] | None = None) -> list[str]:
+def variant_names(trials: Iterable[Mapping[str, Any]], spec: dict[str, Any] | None = None) -> list[str]:
     """Variants in the experiment file's order (then any other found in the rows)."""
     rows = list(trials)
     listed = [v["name"] for v in (spec or {}).get("variants", []) if isinstance(v, dict) and "name" in v]
@@ -91,11 +91,11 @@ def variant_names(trials: Iterable[dict[str, Any]], spec: dict[str, Any] | None 
 
 
 # ---------------------------------------------------------------- cells
-def _stat(rows: Sequence[dict[str, Any]], column: str, scale: float = 1.0) -> Stat | None:
+def _stat(rows: Sequence[Mapping[str, Any]], column: str, scale: float = 1.0) -> Stat | None:
     return Stat.of([float(r[column]) * scale for r in rows if r.get(column) is not None])
 
 
-def series_cells(trials: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[int, list[dict[str, Any]]]]:
+def series_cells(trials: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], dict[int, list[dict[str, Any]]]]:
     """(framework, series label) -> effective batch -> the ok sweep trials there (:func:`harness.cells.group`).
 
     The label is the variant's name where only named variants differ (the usual study); where precision or
@@ -111,7 +111,7 @@ def series_cells(trials: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict
     return out
 
 
-def _acc(rows: Sequence[dict[str, Any]]) -> Stat | None:
+def _acc(rows: Sequence[Mapping[str, Any]]) -> Stat | None:
     return _stat(rows, "accuracy", 100.0)
 
 
@@ -144,14 +144,14 @@ def holds_to(by_batch: dict[int, list[dict[str, Any]]]) -> tuple[int, float, int
 
 
 # ---------------------------------------------------------------- the studies
-def _per_framework(trials: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[int, list[dict[str, Any]]]]]:
+def _per_framework(trials: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[int, list[dict[str, Any]]]]]:
     out: dict[str, dict[str, dict[int, list[dict[str, Any]]]]] = {}
     for (fw, variant), by_batch in series_cells(trials).items():
         out.setdefault(fw, {})[variant] = by_batch
     return out
 
 
-def optimizer_batch(trials: Sequence[dict[str, Any]], spec: dict[str, Any]) -> list[StudyFinding]:
+def optimizer_batch(trials: Sequence[Mapping[str, Any]], spec: dict[str, Any]) -> list[StudyFinding]:
     """Per framework: the largest batch each optimizer holds accuracy to; Adam's against SGD's."""
     out = []
     claim = STUDY_CLAIMS["optimizer_batch"]
@@ -173,7 +173,7 @@ def optimizer_batch(trials: Sequence[dict[str, Any]], spec: dict[str, Any]) -> l
     return out
 
 
-def augmentation(trials: Sequence[dict[str, Any]], spec: dict[str, Any]) -> list[StudyFinding]:
+def augmentation(trials: Sequence[Mapping[str, Any]], spec: dict[str, Any]) -> list[StudyFinding]:
     """Per framework: the most accurate batch with and without augmentation."""
     out = []
     claim = STUDY_CLAIMS["augmentation"]
@@ -195,7 +195,7 @@ def augmentation(trials: Sequence[dict[str, Any]], spec: dict[str, Any]) -> list
     return out
 
 
-def lr_scaling(trials: Sequence[dict[str, Any]], spec: dict[str, Any]) -> list[StudyFinding]:
+def lr_scaling(trials: Sequence[Mapping[str, Any]], spec: dict[str, Any]) -> list[StudyFinding]:
     """Per framework: the spread of accuracy across batch sizes under each learning-rate rule."""
     out = []
     claim = STUDY_CLAIMS["lr_scaling"]
@@ -245,7 +245,7 @@ def _difference(a: Stat, b: Stat) -> tuple[float, float | None]:
     return a.mean - b.mean, _t95(df) * se
 
 
-def batch_shapes(trials: Sequence[dict[str, Any]]) -> list[StudyFinding]:
+def batch_shapes(trials: Sequence[Mapping[str, Any]]) -> list[StudyFinding]:
     """Per framework: throughput at 512 against 500, and multiples of 8 against the other sizes."""
     out = []
     claim = STUDY_CLAIMS["batch_shapes"]
@@ -270,7 +270,7 @@ def batch_shapes(trials: Sequence[dict[str, Any]]) -> list[StudyFinding]:
     return out
 
 
-def _memory(rows: Sequence[dict[str, Any]]) -> tuple[str, Stat] | None:
+def _memory(rows: Sequence[Mapping[str, Any]]) -> tuple[str, Stat] | None:
     for column in ("framework_peak_mib", "proc_gpu_mem_mib", "rss_peak_mib"):  # the device's view first
         s = _stat(rows, column)
         if s is not None:
@@ -278,7 +278,7 @@ def _memory(rows: Sequence[dict[str, Any]]) -> tuple[str, Stat] | None:
     return None
 
 
-def oom_mitigations(trials: Sequence[dict[str, Any]], variants_in_order: Sequence[str]) -> list[StudyFinding]:
+def oom_mitigations(trials: Sequence[Mapping[str, Any]], variants_in_order: Sequence[str]) -> list[StudyFinding]:
     """Per framework and variant: memory saved and throughput lost against the first variant, at the
     largest effective batch both finished."""
     out = []
@@ -319,7 +319,7 @@ def oom_mitigations(trials: Sequence[dict[str, Any]], variants_in_order: Sequenc
     return out
 
 
-def study_findings(spec: dict[str, Any], trials: Sequence[dict[str, Any]]) -> list[StudyFinding]:
+def study_findings(spec: dict[str, Any], trials: Sequence[Mapping[str, Any]]) -> list[StudyFinding]:
     """The findings of the experiment's ``study`` (its resolved spec) on ``trials``; empty without a study."""
     study = spec.get("study") or ""
     if study == "optimizer_batch":
@@ -335,11 +335,11 @@ def study_findings(spec: dict[str, Any], trials: Sequence[dict[str, Any]]) -> li
     return []
 
 
-def _by_series(trials: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def _by_series(trials: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [{**t, "framework": series_label(t["framework"], t.get("variant"))} for t in trials]
 
 
-def _series_lines(trials: Iterable[dict[str, Any]]) -> dict[str, Series]:
+def _series_lines(trials: Iterable[Mapping[str, Any]]) -> dict[str, Series]:
     return {series_label(t["framework"], t.get("variant")): Series.of(t).line for t in trials}
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import csv
 import io
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
@@ -56,9 +56,9 @@ def load_reference() -> list[dict[str, Any]]:
     return out
 
 
-def _sweep_rows(trials: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def _sweep_rows(trials: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Trials of sweeps (max-batch probes measure something else and are left out)."""
-    return [t for t in trials if t.get("purpose") in (None, "sweep")]
+    return [dict(t) for t in trials if t.get("purpose") in (None, "sweep")]
 
 
 def _our_value(trial: dict[str, Any], metric: str) -> float | None:
@@ -96,7 +96,7 @@ def _mean_sd(values: Sequence[float]) -> tuple[float | None, float | None]:
     return (None, None) if stat is None else (stat.mean, stat.sd)
 
 
-def side_by_side(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def side_by_side(trials: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per series (:func:`harness.cells.group`), batch size and metric: ours (mean over ok repeats) beside the thesis's.
 
     A series is a framework under one setting; a plain sweep's series are named by the framework alone, so its
@@ -285,7 +285,7 @@ def _finding_pytorch_lowest(trials: list[dict[str, Any]]) -> dict[str, Any]:
                         + (f" ({', '.join(map(str, lowest))})." if lowest else ".")}
 
 
-def thesis_findings(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def thesis_findings(trials: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The thesis's qualitative findings, each checked against ``trials``.
 
     Returns:

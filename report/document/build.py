@@ -20,6 +20,7 @@ from harness.cells import ACCURACY, cells
 from harness.diskfull import KEPT_AGAIN, says_disk_full
 from harness.errors import StoreError
 from harness.noise import format_estimate
+from harness.store import TrialRecord
 from harness.tmpnames import remove_stale, temporary_directory
 from report.answer import critical_batch, findings, recommend, studies
 from report.answer import thesis as compare
@@ -160,7 +161,7 @@ def _what_ran(pdf: PdfWriter, exp: StoredExperiment) -> None:
 
 
 def _findings(pdf: PdfWriter, exp: StoredExperiment, cell_list: list[Any], variants: list[str],
-              sweep: list[dict[str, Any]]) -> None:
+              sweep: list[TrialRecord]) -> None:
     """The study's question and verdicts (with variants or a study), the findings, and the thesis's on this run."""
     study = studies.study_findings(exp.spec, exp.trials)
     if variants or study:
@@ -211,7 +212,7 @@ def _figures(pdf: PdfWriter, exp: StoredExperiment, recs: list[recommend.Recomme
         pdf.figure(paths[0], fig.title, fig.caption, fig.notes)
 
 
-def _tables(pdf: PdfWriter, exp: StoredExperiment, cell_list: list[Any], sweep: list[dict[str, Any]] | None,
+def _tables(pdf: PdfWriter, exp: StoredExperiment, cell_list: list[Any], sweep: list[TrialRecord] | None,
             acc_why: str | None, directory: Path, slug: str, result: BuildResult) -> None:
     """The section's tables, each also written as CSV under ``directory`` (``sweep`` None: no comparison with the
     published figures, as with variants)."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.cells import Cell, Series
 from harness.monitor.fields import NO_GPU_NOTICE
+from harness.store import TrialRecord
 from report.answer.environments import environment_notes
 from report.answer.studies import line_label
 from report.load import StoredExperiment
@@ -105,7 +106,7 @@ def node_rows(exp: StoredExperiment) -> list[tuple[str, str]]:
     """One row per Ray node the trials ran on (issue 23): its host, how many trials, which GPUs, and how many trials
     ran concurrently on it. None for a run on the local executor (no node ids), whose trials ran one at a time on
     the machine above; on a cluster the rows above describe the machine that ran the driver."""
-    nodes: dict[str, list[dict[str, Any]]] = {}
+    nodes: dict[str, list[TrialRecord]] = {}
     for t in exp.trials:
         if t.get("node_id"):
             nodes.setdefault(str(t["node_id"]), []).append(t)

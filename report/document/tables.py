@@ -55,15 +55,19 @@ def _header(key: str) -> str:
 
 
 def headline_csv(cell_list: Sequence[Cell]) -> tuple[tuple[str, ...], tuple[tuple[Any, ...], ...]]:
-    """Every metric of every cell: mean, sd and count, plus the status counts."""
-    headers = ["framework", "variant", "batch_size", "status", "trials_n", "ok_n", "drift_flagged_n", "cpu_denormals",
-               "precision_math"]
+    """Every metric of every cell: mean, sd and count, plus the status counts. The cell's series as data, one column
+    each (``framework``, the named ``variant``, the ``device`` it was told to use where resolved), and ``settings``:
+    the words that tell it from the other cells at its size (the printed table's ``[...]``), never one label to
+    split."""
+    headers = ["framework", "variant", "device", "settings", "batch_size", "status", "trials_n", "ok_n",
+               "drift_flagged_n", "cpu_denormals", "precision_math"]
     for key in METRICS:
         headers += [f"{key}_mean", f"{key}_sd", f"{key}_n"]
     rows = []
     for c in cell_list:
-        row: list[Any] = [line_label(c.line), c.variant, c.batch_size, c.status_text(), c.n, c.n_ok, c.drift_flagged_n,
-                          "/".join(c.cpu_denormals), "/".join(map(str, c.arithmetic))]
+        series = c.series if c.series is not None else c.line
+        row: list[Any] = [series.framework, series.variant, series.device, c.variant, c.batch_size, c.status_text(),
+                          c.n, c.n_ok, c.drift_flagged_n, "/".join(c.cpu_denormals), "/".join(map(str, c.arithmetic))]
         for key in METRICS:
             s = c.get(key)
             row += [s.mean, s.sd, s.n] if s else [None, None, 0]
