@@ -228,7 +228,10 @@ def simulate_search(law: Law, strategy: str, seed: int, resolution: Resolution |
                               resolution=resolution or (GPU_RESOLUTION if law.gpu else CPU_RESOLUTION),
                               censor_pct=GPU_CENSOR_PCT if law.gpu else 0.0,
                               spread_from_peaks=not law.gpu,  # a CPU law's peak is what its budget counts
-                              expect_estimate=asked[0])
+                              expect_estimate=asked[0],
+                              # a boundary that moves between processes (glibc's adaptive threshold) keeps a confirm
+                              # run in a second process, as WorkerProber's settings do (issue 41)
+                              probe_is_confirm=not law.moves_mib)
     return search(probe, settings)
 
 

@@ -11,7 +11,9 @@ printed). ``model`` (issue 41) predicts its first size near the boundary from th
 measured; ``fitted`` is the search before issue 41 (a line from probes at 1, 16 and 3/4 of its prediction);
 ``double-bisect`` doubles then bisects (Lightning's binsearch). Printed per search: the answer, the probes (confirm run
 included), their wall time, and for ``model`` the predicted size and its error against the measured answer. One JSON
-line per search goes to ``--out``.
+line per search goes to ``--out``; with ``--show-probes`` each probe as ``stage:batch:status@peak``, ``+long`` where a
+search probe trained the confirm run's length (``model`` near an estimate's prediction, where the answer's own probe is
+its confirm run).
 
 ``--env KEY=VALUE`` runs every probe with that variable (``MALLOC_MMAP_THRESHOLD_=131072``: glibc's fixed mmap
 threshold, under which a CPU peak repeats to ~1 MiB between processes: a fixed memory law); ``--no-plain`` is accepted
@@ -83,8 +85,10 @@ def search_once(framework: str, model: str, strategy: str, budget: float, env: t
         wall = time.monotonic() - t0
     r, row = out.result, out.row
     out_row.update(answer=r.max_batch, first_fail=row.answer.fail_batch, probes=r.probes_n, wall_s=round(wall, 1),
-                   probes_trail=[f"{p.stage}:{p.batch}:{p.status}" + (f"@{p.peak_mib:.1f}" if p.peak_mib else "")
-                                 for p in r.probes],
+                   # ``+long``: a search probe that trained the confirm run's length (issue 41)
+                   probes_trail=[f"{p.stage}:{p.batch}:{p.status}" + ("+long" if p.confirm and p.stage != "confirm"
+                                                                      else "")
+                                 + (f"@{p.peak_mib:.1f}" if p.peak_mib else "") for p in r.probes],
                    fit_a_mib=row.line.a_mib, fit_b_mib_per_sample=row.line.b_mib_per_sample,
                    predicted=row.estimate.batch, predicted_error_pct=row.estimate.error_pct,
                    estimate_mib_per_sample=row.estimate.mib_per_sample,

@@ -24,7 +24,9 @@ def mib_text(mib: float | None) -> str:
 def bracket_line(probe: Any, lo: int, hi: int | None) -> str:
     """One probe's line as the search narrows: what it found and the bracket it left (``lo`` fits, ``hi`` fails)."""
     what = "fits" if probe.status == "ok" else "out of memory" if probe.status == "oom" else probe.status
-    kind = "confirm" if probe.confirm else probe.stage or "probe"
+    kind = probe.stage or ("confirm" if probe.confirm else "probe")
+    if probe.confirm and kind != "confirm":  # a search probe that trained the confirm run's length (issue 41)
+        kind += " (confirm length)"
     if hi is None:
         where = f"fits up to {lo}, no failure yet" if lo else "nothing fits yet"
     else:
@@ -69,7 +71,11 @@ def print_recommendation(row: MaxBatchResult, file: Any) -> None:
                   "and the framework's defaults, as a plain `python train.py` runs); setting one in training (e.g. "
                   "PYTORCH_CUDA_ALLOC_CONF, MALLOC_MMAP_THRESHOLD_) changes the answer", file=file)
     if row.probes.confirm_steps:
-        print(f"confirm run: {row.probes.confirm_steps} steps + eval at {row.answer.max_batch}", file=file)
+        at = [p for p in row.probes.items or () if p.batch == row.answer.max_batch and p.status == "ok"]
+        own = at and not any(p.stage == "confirm" for p in at) and any(p.confirm for p in at)
+        print(f"confirm run: {row.probes.confirm_steps} steps + eval at {row.answer.max_batch}"
+              + (" (the answer's own probe trained that long; the probes' peaks showed no spread between processes, "
+                 "so no second process)" if own else ""), file=file)
     if runs:
         tried = sorted({r.batch for r in runs if r.batch}, reverse=True)
         failed = [f"{r.batch} ({r.status})" for r in runs if r.status != "ok" and r.batch]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -27,7 +28,7 @@ from harness.config.limits import MAX_TIMEOUT_S
 from harness.config.trial import OptimizerSpec, TrialSpec
 from harness.data import PreparedData
 from harness.envs.resolve import chosen
-from harness.maxbatch.advice import CPU_HEAP_ALLOWANCE, NONE_SETTLED, NOT_SETTLED
+from harness.maxbatch.advice import CPU_HEAP_ALLOWANCE, NONE_SETTLED, NOT_SETTLED, answer_env, glibc_heap_varies
 from harness.maxbatch.answer import cuda_context_mib as cuda_context_mib  # its home; the probes read it here too
 from harness.maxbatch.answer import estimate_capable as estimate_capable
 from harness.maxbatch.request import Budget, MaxBatchRequest
@@ -148,7 +149,11 @@ def search_settings(req: MaxBatchRequest, budget: Budget) -> SearchSettings:
                           resolution=req.resolution(budget.device),
                           censor_pct=GPU_CENSOR_PCT if budget.device == "gpu" else 0.0,
                           spread_from_peaks=budget.device == "cpu",
-                          expect_estimate=req.strategy == "model" and estimate_capable(req.framework))
+                          expect_estimate=req.strategy == "model" and estimate_capable(req.framework),
+                          # the answer's own confirm-length probe confirms it only where a fresh process's boundary
+                          # repeats: not under glibc's adaptive threshold on CPU, where it moves by tens of MiB
+                          probe_is_confirm=not glibc_heap_varies(budget.kind, answer_env(dict(req.env),
+                                                                                         dict(os.environ))))
 
 
 def control_limit_mib(budget_mib: float) -> float:

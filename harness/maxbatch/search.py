@@ -10,8 +10,10 @@ boundary.
   sizes: its slope through that probe's measured figure (which holds what the estimate cannot know: runtime,
   libraries, allocator pools) predicts the boundary before any probe near it (:meth:`_Search.estimated`). The size
   probed next is that prediction less ``ESTIMATE_HEDGE``; from there the guided search below finishes, with a line
-  from probes near the boundary. A prediction that runs out of memory costs a probe at ``ESTIMATE_FALLBACK`` of it,
-  and an estimate off by more is dropped: it changes the probes, never the answer. Without an estimate, ``fitted``.
+  from probes near the boundary. Those probes train as long as the confirm run (``probe_is_confirm``, where the
+  boundary repeats between processes), so the answer's own probe is its confirm run. A prediction that runs out of
+  memory costs a probe at ``ESTIMATE_FALLBACK`` of it, and an estimate off by more is dropped: it changes the probes,
+  never the answer. Without an estimate, ``fitted``.
 * ``fitted`` (the ``model`` of before issue 41): two small probes (1 and 16) give memory(batch) = a + b·batch from
   what grows with the batch: the framework's allocated peak where it reports one (on a GPU), else the peak in the
   budget's units, less any reserved or pool figure within ``censor_pct`` of the budget (censored: it says "at most
@@ -24,8 +26,11 @@ boundary.
   to the same resolution. The baseline ``model`` is measured against (benchmarks/maxbatch_sim.py against memory
   laws, benchmarks/maxbatch_strategies.py against real workers).
 
-Both end with a *confirm* probe: the answer runs again for longer (more steps, then eval). If that
-fails with an out-of-memory error, the size is not the answer and the search continues below it.
+All end with a *confirm* probe: the answer runs again for longer (more steps, then eval), in a second process. If
+that fails with an out-of-memory error, the size is not the answer and the search continues below it. The one
+exception (issue 41): ``model``'s probes near an estimate's prediction train the confirm length already, and where
+such a probe is the answer, the bracket is settled within the resolution and no probe showed the boundary moving
+between processes, that probe is the answer's confirm run (:meth:`_Search.own_run_confirms`).
 
 Where the peaks are what the budget counts (CPU: ``spread_from_peaks``), a boundary that moves between fresh
 processes is measured (peaks out of order, sizes that fitted and then failed their confirm run), and the search
@@ -53,7 +58,8 @@ STRATEGIES = ("model", "fitted", "double-bisect")
 #: far off, and 10 % more: at these fractions of that size, a second point for the line with a long lever, below the
 #: boundary for an estimate up to 50 % low; where they fail too the estimate is dropped and the search fits its line
 #: from small probes (issue 41). Chosen with benchmarks/maxbatch_sim.py: 0.5 put the probe at the boundary of a
-#: 50 %-low estimate (censored on a GPU: 11 probes on ``h100``); 0.75 first, then 0.45, cost 1-4 more at 50 % off
+#: 50 %-low estimate (censored on a GPU: 11 probes on ``h100`` before the search stepped up from a censored figure);
+#: 0.75 or 0.8 first, then 0.45, cost 1-4 more at 50 % off
 ESTIMATE_MAX_ERROR = 0.5
 ESTIMATE_FALLBACK = ((1.0 - ESTIMATE_MAX_ERROR) * 0.9,)
 #: with an estimate that held (its size fitted), the line is a secant between fitting sizes beyond the first probe
@@ -64,11 +70,13 @@ ESTIMATE_FALLBACK = ((1.0 - ESTIMATE_MAX_ERROR) * 0.9,)
 ESTIMATE_LEVER = 0.9
 #: the first size probed near the boundary is the estimate's prediction less this fraction of it (and at least half a
 #: resolution): a prediction a little too large then still fits, and the line through what it measured settles the
-#: bracket in one or two probes, where a failure there costs a probe far below (ESTIMATE_FALLBACK). Chosen with
-#: benchmarks/maxbatch_sim.py over estimates 0, 2, 5, 20 and 50 % off either way (0: 325 probes over the goal laws,
-#: 0.02: 323, 0.03: 319, 0.05: 311; any hedge costs a right estimate one probe, 5 where 4 did); PyTorch's tiny_cnn
-#: prediction on this CPU was 1.8 % too large
-ESTIMATE_HEDGE = 0.03
+#: bracket in one or two probes, where a failure there costs a probe far below (ESTIMATE_FALLBACK). Since the answer's
+#: own probe is its confirm run (``SearchSettings.probe_is_confirm``), a hedge costs a right estimate nothing: the line
+#: from the hedged size, with the estimate's slope, lands within half a resolution of the boundary. Chosen with
+#: benchmarks/maxbatch_sim.py over estimates 0, 2, 5, 8, 20 and 50 % off either way (worst probes summed over the
+#: goal laws and alloc-frag: 0.03: 304, 0.05: 297, 0.08: 294, 0.10: 299, 0.12: 306) and the predictions measured on
+#: this CPU: PyTorch's 0-2.1 % too large, JAX's 2.2-7.6 % (3 % made JAX's predicted size fail on three of four models)
+ESTIMATE_HEDGE = 0.08
 NON_MEMORY_FAILURES = ("crashed", "error", "timeout")
 #: a reserved or pool figure this close to a GPU budget (in % of it) is censored: the pool took what it could
 GPU_CENSOR_PCT = 3.0
@@ -117,6 +125,11 @@ class SearchSettings:
     #: ``model``: the first probe will bring the framework's step-memory estimate (the adapter offers one, issue 41):
     #: it runs at the larger fit size, whose figure anchors the estimate. False: ``model`` searches as ``fitted``
     expect_estimate: bool = False
+    #: ``model`` with an estimate: the probes near the predicted boundary train the confirm run's length, and the
+    #: answer's own probe is its confirm run where the probes showed no spread (issue 41). False where the boundary is
+    #: known to move between fresh processes (CPU under glibc's adaptive mmap threshold, issues 22 and 43): the probes
+    #: stay short and every answer is confirmed in a second process
+    probe_is_confirm: bool = True
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -259,15 +272,27 @@ class _Search:
         #: while the estimate holds: its slope, and the first probe's size (an anchor only, never a point of the line)
         self.prior_slope: float | None = None
         self.anchor: int | None = None
+        #: issue 41: while set, every search probe trains as long as the confirm run (the estimate's probes near the
+        #: boundary), so the size that becomes the answer has run its confirm length already (:meth:`confirm`)
+        self.long_probes = False
+        #: sizes that fitted a run of the confirm length (a confirm run, or a search probe made as long)
+        self.long_ok: set[int] = set()
+        #: the first guided probe after the estimate's predicted size ran out of memory (see :meth:`_target`)
+        self.below_estimate_fail = False
+        #: the size the estimate predicted, where it ran out of memory (None: it fitted, or no estimate)
+        self.estimate_fail: int | None = None
 
     # ---------------------------------------------------------------- probing
     def run(self, batch: int, stage: str, confirm: bool = False) -> str:
-        """Probe ``batch`` (retrying non-memory failures); update the bracket; return ``ok`` or ``oom``."""
-        result = self._record(self.probe_fn(batch, confirm), stage, confirm)
+        """Probe ``batch`` (retrying non-memory failures); update the bracket; return ``ok`` or ``oom``. ``confirm``:
+        the answer's confirm run; a search probe trains as long where :attr:`long_probes` is set (its result's
+        ``confirm`` says it ran the confirm length, its ``stage`` what it was for)."""
+        long = confirm or self.long_probes
+        result = self._record(self.probe_fn(batch, long), stage, long)
         for _ in range(self.s.retries):
             if result.status not in NON_MEMORY_FAILURES:
                 break
-            result = self._record(self.probe_fn(batch, confirm), "retry", confirm)
+            result = self._record(self.probe_fn(batch, long), "retry", long)
         if result.status in NON_MEMORY_FAILURES:
             raise SearchAborted(
                 f"the probe at batch {batch} failed {self.s.retries + 1} time(s) for a reason other than "
@@ -277,6 +302,8 @@ class _Search:
         if result.status == "ok":
             if not confirm:
                 self.ok[batch] = result
+            if long:
+                self.long_ok.add(batch)
             self.lo = max(self.lo, batch)
         elif result.status != "oom":
             raise ValueError(f"probe returned an unknown status {result.status!r}")
@@ -449,6 +476,9 @@ class _Search:
         if self.hi >= 8 * max(self.lo, 1):  # a bracket across orders of magnitude: halve it in ratio
             return math.isqrt(max(self.lo, 1) * self.hi), "model"
         if self.lo not in self.points():  # lo's figure was censored: the line says nothing about what is above it
+            if self.hi == self.estimate_fail and self.lo + step_up < (self.lo + self.hi) // 2:
+                # the failure above is the estimate's predicted size, far off: step up from lo as without a failure
+                return self.lo + step_up, "step"
             return (self.lo + self.hi) // 2, "bisect"
         if nominal >= self.hi:
             # the line's boundary failed: it missed by at least (nominal - hi + 1) samples; take it to miss by twice
@@ -457,6 +487,11 @@ class _Search:
             target = max(self.hi - 2 * max(nominal - self.hi + 1, a), (self.lo + self.hi) // 2)
         elif estimate < self.lo + step_up:
             return self.lo + min(step_up, width // 2), "step"
+        elif self.below_estimate_fail:
+            # the bracket's failure is the estimate's predicted size, not the line's: the line has not been tried
+            # inside it yet. Aim below its boundary as ``up`` does, so that the probe likely fits and one a resolution
+            # above settles the bracket
+            target = estimate - max(a // 2, math.ceil(self._scatter_mib(fit) / fit.b_mib_per_sample))
         else:
             target = estimate
         if width <= 4 * a_lo:  # one probe leaves a bracket one probe settles, whichever way it goes
@@ -491,6 +526,7 @@ class _Search:
             width = self.hi - self.lo if self.hi is not None else None
             batch = self._inside(target)
             outcome = self.run(batch, stage)
+            self.below_estimate_fail = False
             ups = (ups + 1 if stage in ("step", "close") else ups) if outcome == "ok" else 0
             if width is not None and self.hi is not None and (self.hi - self.lo) * 2 > width:
                 misses += 1
@@ -535,9 +571,12 @@ class _Search:
         """The size the estimate predicts, less ``ESTIMATE_HEDGE`` of it (a right or a little-high estimate fits
         there), then the guided search with a line from probes near the boundary (:meth:`_estimated_fit`). Where that
         size runs out of memory the estimate was low: one probe at ``ESTIMATE_FALLBACK`` of it gives the line a second
-        point with a long lever; where that fails too, the estimate is dropped and the search fits its line from small
-        probes (:meth:`fitted`: batch 1 then, beside 16). An estimate changes where the search probes, never what it
-        accepts as the answer."""
+        point with a long lever (and the first guided probe aims below the line's boundary, as ``up`` does; above a
+        censored figure it steps up from there rather than bisect up to the failed prediction); where that fails too,
+        the estimate is dropped and the search fits its line from small probes (:meth:`fitted`: batch 1 then, beside
+        16). From the predicted size on, every probe trains the confirm length where ``probe_is_confirm`` (so the one
+        that becomes the answer is its own confirm run: :meth:`confirm`). An estimate changes where the search probes
+        and how long, never what it accepts as the answer."""
         self.fit = prior
         self.predicted = prior.predict_batch(self.calibrated_budget(prior))
         if self.capped:  # the first probe was at --max-batch-cap and fitted: no size is left to predict (probing the
@@ -546,20 +585,25 @@ class _Search:
             return
         target, _ = self._target(prior, 0)
         target = min(target, max(self.lo + 1, math.floor(self.predicted * (1.0 - ESTIMATE_HEDGE))))
+        # from here any probe may become the answer: each trains the confirm length (where the boundary repeats)
+        self.long_probes = self.s.probe_is_confirm
         if self.run(self._inside(target), "predicted") == "ok":
             self.estimate_note = "used: the first size probed near the boundary"
             self.prior_slope, self.anchor = prior.b_mib_per_sample, min(self.ok)
             self.guided()
             return
+        self.estimate_fail = self.hi
         for fraction in ESTIMATE_FALLBACK:
             below = self.res.snap(int(min(target, self.hi or target) * fraction))
             if self.lo < below < (self.hi or below + 1) and self.run(below, "predicted") == "ok":
                 self.estimate_note = "used; its size ran out of memory, the line came from a probe below it"
+                self.below_estimate_fail = True
                 self.guided()
                 return
         self.estimate_note = (f"dropped: more than {ESTIMATE_MAX_ERROR:.0%} low (its size and one "
                               f"{ESTIMATE_MAX_ERROR:.0%} below ran out of memory)")
         self.fit = None
+        self.long_probes = False  # small probes from here, as ``fitted``'s: the answer gets a confirm run of its own
         self.fitted()
 
     def fitted(self) -> None:
@@ -579,11 +623,27 @@ class _Search:
         self.guided()
 
     def confirm(self, search_again: Callable[[], None]) -> None:
-        """Run the answer again for longer; if that runs out of memory, search below it and confirm again."""
+        """Run the answer again for longer; if that runs out of memory, search below it and confirm again.
+
+        Where the answer's own probe trained the confirm length already (:attr:`long_probes`, issue 41), that run is
+        its confirm run, unless the probes showed the boundary moving between processes (:meth:`own_run_confirms`):
+        then a second process confirms it, as for every other answer (issue 43)."""
         while self.lo > 0:
+            if self.own_run_confirms():
+                return
             if self.run(self.lo, "confirm", confirm=True) == "ok":
                 return
             search_again()
+
+    def own_run_confirms(self) -> bool:
+        """Whether the answer's own probe counts as its confirm run: it fitted a run of the confirm length, the bracket
+        is settled within the resolution, and no probe showed the boundary moving between fresh processes by more than
+        that (peaks out of order, a size that fitted and then failed): where it moves, the answer must fit in a second
+        process too (issue 43)."""
+        if self.lo not in self.long_ok or self.hi is None or self.moved:
+            return False
+        allowed = self.res.allowed(self.lo)
+        return self.hi - self.lo <= allowed and self.spread_samples() <= allowed
 
     def result(self) -> SearchResult:
         fail = self.first_fail.get(self.hi) if self.hi is not None else None

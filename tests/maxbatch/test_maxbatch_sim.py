@@ -34,22 +34,25 @@ def test_simulator_prints_one_line_per_law_and_strategy_and_meets_the_goal(capsy
     assert model["h100"]["truth"] == 2630 and model["h100"]["answer"] % 8 == 0
 
 
-def test_an_estimate_up_to_half_off_costs_no_more_than_the_fitted_line_where_the_law_is_what_it_assumes():
-    # issue 41, on the laws whose memory is the line the estimate assumes (a + b·batch, measured exactly or with a few
-    # MiB of noise), and on the pools whose allocated figure grows so: a right estimate saves a probe, one 20 % off
-    # stays within ESTIMATE_GOAL_PROBES on the exact line, and one 50 % off never costs more than no estimate. Where it
-    # does not hold (a curved law, noise over a long extrapolation) the simulator says so on stderr: docs/maxbatch.md
+def test_an_estimate_up_to_half_off_costs_no_more_than_the_fitted_line_and_one_a_fifth_off_at_most_six_probes():
+    # issue 41: a right estimate saves probes on every law; one 50 % off either way never costs more than no estimate
+    # (the fitted line), the stress laws included; one up to 20 % off stays within ESTIMATE_GOAL_PROBES on the exact
+    # line and on the H100's curved, censored one (8 probes there before: the predicted size failed, and the bracket
+    # it left was bisected above a censored figure). Where the goal is still missed (the fragmentation a pool's
+    # allocated figure does not show, +-3 MiB of noise over a 2x extrapolation) the simulator says so on stderr and
+    # docs/maxbatch.md why
     rows = maxbatch_sim.table()
     plain = {r["law"]: r for r in rows if r["strategy"] == "model"}
     est = {(r["law"], r["estimate_error_pct"]): r for r in rows if r["strategy"] == "model+estimate"}
-    for law in ("linear", "pool", "cpu-noise", "alloc-frag"):
+    for law in ("linear", "h100", "pool", "cpu-noise", "alloc-frag", "pool-figure"):
         assert est[(law, 0)]["probes"] < plain[law]["probes"], (est[(law, 0)], plain[law])
         for off in (-50, 50):
             assert est[(law, off)]["probes"] <= plain[law]["probes"], (est[(law, off)], plain[law])
-    for off in (-20, -5, 0, 5, 20):
-        assert est[("linear", off)]["probes"] <= maxbatch_sim.ESTIMATE_GOAL_PROBES, est[("linear", off)]
+    for law in ("linear", "h100"):
+        for off in (-20, -5, 0, 5, 20):
+            assert est[(law, off)]["probes"] <= maxbatch_sim.ESTIMATE_GOAL_PROBES, est[(law, off)]
     misses = maxbatch_sim.estimate_goal_misses(rows)
-    assert all(m["law"] != "linear" for m in misses), misses  # the exact line meets the whole goal
+    assert all(m["law"] not in ("linear", "h100") for m in misses), misses
 
 
 def test_the_goal_check_fails_when_a_law_needs_too_many_probes():
