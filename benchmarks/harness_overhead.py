@@ -51,6 +51,18 @@ SHAPE_TEXT = "1x28x28, 10 classes"
 
 
 
+def _rotated(sides: tuple[str, ...], repeat: int) -> tuple[str, ...]:
+    """``sides`` in the order of ``repeat``: rotated by one every repeat, so each side runs first, second and last
+    equally often and drift in the machine's load favours none."""
+    k = repeat % len(sides)
+    return sides[k:] + sides[:k]
+
+
+def _bare(fw: str, args: argparse.Namespace) -> float:
+    """Samples/s of one bare loop with the run's settings."""
+    return float(bare_loop(fw, args.batch, args.threads, args.warmup, args.steps)["samples_per_s"])
+
+
 def _step_rate(out: Any) -> float:
     """A harness trial's step throughput (batch / median post-warm-up step), what the bare loop's figure is."""
     assert out.metrics is not None and out.metrics.step_samples_per_s is not None
@@ -191,11 +203,11 @@ def progress_compare(args: argparse.Namespace, frameworks: list[str]) -> int:
         rows: list[dict[str, float]] = []
         print(f"{fw}, batch {args.batch}:")
         for r in range(args.repeats):
-            order = sides[r % 3:] + sides[: r % 3]  # rotate: each side runs first, second and last equally
+            order = _rotated(sides, r)
             res: dict[str, float] = {}
             for side in order:
                 if side == "bare":
-                    res[side] = bare_loop(fw, args.batch, args.threads, args.warmup, args.steps)["samples_per_s"]
+                    res[side] = _bare(fw, args)
                     continue
                 if side == "no-progress":
                     out = harness_trial(fw, data, args.batch, args.threads, args.warmup, args.steps,
@@ -247,11 +259,11 @@ def prefetch_compare(args: argparse.Namespace, frameworks: list[str]) -> int:
         rows: list[dict[str, float]] = []
         print(f"{fw}, batch {args.batch}:")
         for r in range(args.repeats):
-            order = sides[r % 3:] + sides[: r % 3]
+            order = _rotated(sides, r)
             res: dict[str, float] = {}
             for side in order:
                 if side == "bare":
-                    res[side] = bare_loop(fw, args.batch, args.threads, args.warmup, args.steps)["samples_per_s"]
+                    res[side] = _bare(fw, args)
                     continue
                 m = harness_trial(fw, data, args.batch, args.threads, args.warmup, args.steps,
                                   prefetch=side == "prefetch").metrics
@@ -296,11 +308,11 @@ def worker_compare(args: argparse.Namespace, frameworks: list[str]) -> int:
         rows: list[dict[str, float]] = []
         print(f"{fw}, batch {args.batch}:")
         for r in range(args.repeats):
-            order = sides[r % len(sides):] + sides[: r % len(sides)]
+            order = _rotated(sides, r)
             res: dict[str, float] = {}
             for side in order:
                 if side == "bare":
-                    res[side] = bare_loop(fw, args.batch, args.threads, args.warmup, args.steps)["samples_per_s"]
+                    res[side] = _bare(fw, args)
                     continue
                 m = harness_trial(fw, data, args.batch, args.threads, args.warmup, args.steps,
                                   **WORKER_SIDES[side]).metrics
@@ -341,11 +353,11 @@ def allocator_compare(args: argparse.Namespace, frameworks: list[str]) -> int:
         rows: list[dict[str, float]] = []
         print(f"{fw}, batch {args.batch}:")
         for r in range(args.repeats):
-            order = sides[r % 3:] + sides[: r % 3]
+            order = _rotated(sides, r)
             res: dict[str, float] = {}
             for side in order:
                 if side == "bare":
-                    res[side] = bare_loop(fw, args.batch, args.threads, args.warmup, args.steps)["samples_per_s"]
+                    res[side] = _bare(fw, args)
                 else:
                     extra = MMAP_THRESHOLD_ENV if side == "threshold" else None
                     res[side] = _step_rate(harness_trial(fw, data, args.batch, args.threads, args.warmup,
