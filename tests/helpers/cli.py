@@ -9,12 +9,10 @@ import sys
 from pathlib import Path
 
 from tests import ROOT
-from tests.helpers.processes import check_may_start
 
 
 def bs(*args: str, cwd: Path = ROOT, env_extra: dict | None = None) -> subprocess.CompletedProcess[str]:
     """``batchscope ARGS`` in its own interpreter (``python -m harness``), from ``cwd``; its output captured."""
-    check_may_start(f"batchscope {args[0] if args else ''}")
     env = dict(os.environ, **(env_extra or {}))
     return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=cwd,
                           env=env, timeout=600)
