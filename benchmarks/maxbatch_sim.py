@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     """Print the table as JSON lines; with --check, exit 1 when the goal is missed."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help=f"exit 1 unless the default strategy takes <= "
-                        f"{GOAL_PROBES} probes within {GOAL_ERROR_PCT:g} % on every law")
+                        f"{GOAL_PROBES} probes within {GOAL_ERROR_PCT:g} %% on every law")
     parser.add_argument("--granularity", type=Resolution.parse, default=None,
                         help="one resolution for every law (default: 1%% on CPU laws, 8,1%% on GPU laws)")
     parser.add_argument("--no-estimates", action="store_true", help="leave out the rows with an estimate (issue 41)")
