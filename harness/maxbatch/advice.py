@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.maxbatch.search import LinearFit
+from harness.maxbatch.search import SearchLine
 from harness.records import ALLOCATOR_VARS as ALLOCATOR_VARS  # re-exported: docs/maxbatch.md names it here
 from harness.records import MaxBatchResult, ProbeResult, allocator_env
 
@@ -67,7 +67,7 @@ def pow2_at_or_below(n: int) -> int:
     return 1 << (n.bit_length() - 1) if n >= 1 else 0
 
 
-def recommend(max_batch: int, margin_mib: float, fit: LinearFit | None, fallback_per_sample_mib: float
+def recommend(max_batch: int, margin_mib: float, fit: SearchLine | None, fallback_per_sample_mib: float
               ) -> tuple[int, int, int | None]:
     """(recommended batch, power of two at or below it, multiple of 8 at or below it or None).
 
@@ -176,7 +176,7 @@ def jitter_advice(row: MaxBatchResult) -> str | None:
     if spare is None or spare >= CPU_PEAK_JITTER_MIB:
         return None
     b = row.line.b_mib_per_sample
-    fit = LinearFit(float(row.line.a_mib or 0.0), float(b)) if b else None
+    fit = SearchLine(float(row.line.a_mib or 0.0), float(b)) if b else None
     safe, _, _ = recommend(int(max_batch), CPU_PEAK_JITTER_MIB, fit, float(row.formula.analytic_mib_per_sample or 0.0))
     risk = (f"the answer leaves {spare:.1f} MiB of the budget unused, and a fresh worker's peak at one size "
             f"moves by 1-{CPU_PEAK_JITTER_MIB:g} MiB from run to run on CPU, so {max_batch} may fail on a "

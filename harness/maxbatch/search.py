@@ -45,6 +45,7 @@ the boundary, because nothing says it ran out of memory.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -147,8 +148,10 @@ class SearchSettings:
 
 
 @dataclass(frozen=True)
-class LinearFit:
-    """memory(batch) = a + b·batch, in MiB."""
+class SearchLine:
+    """memory(batch) = a + b·batch, in MiB: the search's model of a step's memory, from two points or an estimate's
+    slope through one (not a least-squares line: that is :class:`harness.numbers.LinearFit`). Named ``LinearFit``
+    before issue 39; the old name still resolves here, with a warning."""
 
     a_mib: float
     b_mib_per_sample: float
@@ -170,7 +173,7 @@ class SearchResult:
     max_batch: int
     first_fail: ProbeResult | None  # the out-of-memory probe that bounds max_batch from above (None when capped)
     probes: tuple[ProbeResult, ...]
-    fit: LinearFit | None
+    fit: SearchLine | None
     capped: bool = False  # every size up to max_batch_cap fits
     resolution: Resolution = EXACT
     #: the process-to-process spread the search measured (MiB, and samples by the fitted slope); 0: none seen
@@ -181,7 +184,7 @@ class SearchResult:
     #: issue 41: the framework's estimate as a line (MiB = a + b·batch, its own batch-independent part and slope), the
     #: boundary predicted from it with the fixed cost the first probe measured (``predicted_batch``), and what
     #: became of it (``estimate_note``: why none was used, or how it was used)
-    estimate: LinearFit | None = None
+    estimate: SearchLine | None = None
     predicted_batch: int | None = None
     estimate_note: str = ""
     #: where ``fit``'s slope came from: "" (the probes' figures) or, where no two probes near the boundary were far
@@ -199,7 +202,7 @@ class SearchResult:
         return sum(p.elapsed_s for p in self.probes)
 
 
-def fit_line(points: dict[int, float]) -> LinearFit | None:
+def fit_line(points: dict[int, float]) -> SearchLine | None:
     """A line through the measured (batch, peak) points, local to the largest one.
 
     The slope is the secant between the largest batch and the largest one at most 3/4 of it (a lever
@@ -218,16 +221,16 @@ def fit_line(points: dict[int, float]) -> LinearFit | None:
         slope = line.slope if line is not None else 0.0
         if not slope > 0:
             return None
-    return LinearFit(a_mib=points[top] - slope * top, b_mib_per_sample=slope)
+    return SearchLine(a_mib=points[top] - slope * top, b_mib_per_sample=slope)
 
 
-def estimate_line(points: tuple[tuple[int, float], ...]) -> LinearFit | None:
+def estimate_line(points: tuple[tuple[int, float], ...]) -> SearchLine | None:
     """The framework's estimate as memory(batch) = a + b·batch through its sizes (least squares over more than two,
     :func:`harness.numbers.linear_fit`); None with fewer than two sizes or a slope that is not positive."""
     line = linear_fit(list(points))
     if line is None or not line.slope > 0:
         return None
-    return LinearFit(a_mib=line.intercept, b_mib_per_sample=line.slope)
+    return SearchLine(a_mib=line.intercept, b_mib_per_sample=line.slope)
 
 
 def _overall_slope(points: dict[int, float]) -> float | None:
@@ -260,13 +263,13 @@ class _Search:
         self.lo = 0
         self.hi: int | None = None
         self.first_fail: dict[int, ProbeResult] = {}
-        self.fit: LinearFit | None = None
+        self.fit: SearchLine | None = None
         #: with ``spread_from_peaks``: sizes that fitted in one process and failed in another (a confirm run), and the
         #: bracket each left, in samples: the boundary moves across them (issue 43)
         self.moved: list[int] = []
         self.moved_samples = 0
         #: issue 41: the framework's estimate (its own line), the boundary predicted from it, and what became of it
-        self.estimate: LinearFit | None = None
+        self.estimate: SearchLine | None = None
         self.predicted: int | None = None
         self.estimate_note = ""
         #: while the estimate holds: its slope, and the first probe's size (an anchor only, never a point of the line)
@@ -389,7 +392,7 @@ class _Search:
         return {p.batch: p.peak_mib for p in fitted
                 if p.peak_mib is not None and not (self.s.censor_pct and p.peak_mib >= ceiling)}
 
-    def refit(self) -> LinearFit | None:
+    def refit(self) -> SearchLine | None:
         line = self._estimated_fit() if self.prior_slope is not None else fit_line(self.points())
         self.fit = line or self.fit
         return self.fit
@@ -399,7 +402,7 @@ class _Search:
         (it anchored the prediction; a small batch's own costs would tilt a line through it)."""
         return {b: m for b, m in self.points().items() if b != self.anchor or self.prior_slope is None}
 
-    def _estimated_fit(self) -> LinearFit | None:
+    def _estimated_fit(self) -> SearchLine | None:
         """While the estimate holds: a secant between fitting sizes beyond the first probe, the smaller at most
         ``ESTIMATE_LEVER`` of the larger, else the estimate's slope through the largest (None: none fitted yet)."""
         pts = self.line_points()
@@ -411,8 +414,8 @@ class _Search:
             low = max(partners)
             slope = (pts[top] - pts[low]) / (top - low)
             if slope > 0:
-                return LinearFit(a_mib=pts[top] - slope * top, b_mib_per_sample=slope)
-        return LinearFit(a_mib=pts[top] - self.prior_slope * top, b_mib_per_sample=self.prior_slope)
+                return SearchLine(a_mib=pts[top] - slope * top, b_mib_per_sample=slope)
+        return SearchLine(a_mib=pts[top] - self.prior_slope * top, b_mib_per_sample=self.prior_slope)
 
     def fit_source(self) -> str:
         """"estimate" where the search's line has the estimate's slope (see :meth:`_estimated_fit`), else ""."""
@@ -420,7 +423,7 @@ class _Search:
             return ""
         return "estimate" if self.fit.b_mib_per_sample == self.estimate.b_mib_per_sample else ""
 
-    def calibrated_budget(self, fit: LinearFit) -> float:
+    def calibrated_budget(self, fit: SearchLine) -> float:
         """The budget in the fit's terms, made consistent with what the probes showed.
 
         A size that fitted needed at most the budget, so the budget is at least its measured figure; a size
@@ -436,11 +439,11 @@ class _Search:
             budget = min(budget, fit.memory_mib(self.hi) - 1e-6)
         return budget
 
-    def _scatter_mib(self, fit: LinearFit) -> float:
+    def _scatter_mib(self, fit: SearchLine) -> float:
         """How far the line misses the measured points it was not drawn through (noise in the peaks), in MiB."""
         return max((abs(m - fit.memory_mib(b)) for b, m in self.line_points().items()), default=0.0)
 
-    def _nominal(self, fit: LinearFit) -> int:
+    def _nominal(self, fit: SearchLine) -> int:
         """The line's boundary at the budget, raised to what fitted (not lowered by any failure)."""
         budget = self.s.budget_mib or 0.0
         lo_figure = self.points().get(self.lo)
@@ -455,7 +458,7 @@ class _Search:
             else:
                 self.run(self._inside((self.lo + self.hi) // 2), "bisect")
 
-    def _target(self, fit: LinearFit, ups: int) -> tuple[int, str]:
+    def _target(self, fit: SearchLine, ups: int) -> tuple[int, str]:
         """The next model probe and its stage: ``up`` (below the line's boundary, no failure yet), ``step`` (the line
         has nothing beyond ``lo``: a step from it), ``close`` (one probe settles the bracket), ``model`` (inside a
         bracket, from the line), ``bisect`` (the line says nothing there). See :meth:`guided`."""
@@ -548,7 +551,7 @@ class _Search:
             return
         self.estimated(prior)
 
-    def _prior(self, first: int) -> LinearFit | None:
+    def _prior(self, first: int) -> SearchLine | None:
         """The line to predict from: the estimate's slope through the first probe's measured figure (which holds
         what the estimate cannot know: the runtime, the libraries, the allocator's pools). None, with the reason in
         ``estimate_note``, where the probe brought no usable estimate."""
@@ -565,9 +568,9 @@ class _Search:
                 f"the probe at batch {first} measured no figure to anchor the estimate to")
             return None
         slope = self.estimate.b_mib_per_sample
-        return LinearFit(a_mib=anchor - slope * first, b_mib_per_sample=slope)
+        return SearchLine(a_mib=anchor - slope * first, b_mib_per_sample=slope)
 
-    def estimated(self, prior: LinearFit) -> None:
+    def estimated(self, prior: SearchLine) -> None:
         """The size the estimate predicts, less ``ESTIMATE_HEDGE`` of it (a right or a little-high estimate fits
         there), then the guided search with a line from probes near the boundary (:meth:`_estimated_fit`). Where that
         size runs out of memory the estimate was low: one probe at ``ESTIMATE_FALLBACK`` of it gives the line a second
@@ -643,7 +646,19 @@ class _Search:
         if self.lo not in self.long_ok or self.hi is None or self.moved:
             return False
         allowed = self.res.allowed(self.lo)
-        return self.hi - self.lo <= allowed and self.spread_samples() <= allowed
+        return (self.hi - self.lo <= allowed and self.spread_samples() <= allowed
+                and self.scatter_samples() <= allowed)
+
+    def scatter_samples(self) -> int:
+        """How far, in samples, the search's line misses the fitting sizes it was not drawn through (0: no line, or
+        it misses none). Peaks in order can still scatter about the line by more than the resolution: PyTorch's
+        tiny_cnn under a fixed mmap threshold (0.137 MiB per sample) peaked 338.7-339.8 MiB at one size over three
+        fresh processes, ~7 samples where 1 % is 2-3, and a size 1.8 % above another search's answer fitted two of
+        three. Where the line misses by more than the resolution, one process at the answer is not evidence enough:
+        a second one confirms it (measured 2026-11-28, docs/maxbatch.md)."""
+        if self.fit is None or not self.fit.b_mib_per_sample > 0:
+            return 0
+        return math.ceil(self._scatter_mib(self.fit) / self.fit.b_mib_per_sample - 1e-9)
 
     def result(self) -> SearchResult:
         fail = self.first_fail.get(self.hi) if self.hi is not None else None
@@ -661,6 +676,14 @@ class _Search:
                             fit=self.fit, capped=self.capped, resolution=self.res, spread_mib=spread,
                             spread_samples=samples, note=note, estimate=self.estimate, predicted_batch=self.predicted,
                             estimate_note=self.estimate_note, fit_source=self.fit_source())
+
+
+def __getattr__(name: str) -> object:
+    if name == "LinearFit":  # renamed (issue 39): one LinearFit in the project, the least-squares one
+        warnings.warn("harness.maxbatch.search.LinearFit is now SearchLine (harness.numbers.LinearFit is the "
+                      "least-squares line)", DeprecationWarning, stacklevel=2)
+        return SearchLine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def search(probe: ProbeFn, settings: SearchSettings, progress: Progress | None = None) -> SearchResult:

@@ -27,7 +27,7 @@ from harness.maxbatch.advice import (
 )
 from harness.maxbatch.probes import WorkerProber, control_limit_mib, probe_peak_mib
 from harness.maxbatch.request import MaxBatchRequest, resolve_budget
-from harness.maxbatch.search import CPU_RESOLUTION, LinearFit, Resolution
+from harness.maxbatch.search import CPU_RESOLUTION, Resolution, SearchLine
 from harness.records import (
     MaxBatchResult,
     MemoryLine,
@@ -57,7 +57,7 @@ SHAPE = (3, 64, 64)
 LIMIT_MIB = 480.0
 
 
-def jitter_samples(fit: LinearFit | None) -> int:
+def jitter_samples(fit: SearchLine | None) -> int:
     """CPU_PEAK_JITTER_MIB in samples, by the measured per-sample slope: how far boundaries found by separate
     fresh-process runs may differ, in either direction, and no more (docs/maxbatch.md)."""
     assert fit is not None and fit.b_mib_per_sample > 0, fit
@@ -113,8 +113,8 @@ def test_formula_and_recommendation():
     assert Formula.compute(1_000_000, "adam", 0.0, 1000.0, 2.0).model_state_mib == pytest.approx(16e6 / 2**20)
     assert Formula.compute(300_000_000, "sgd", 0.0, 1000.0, 2.0).batch == 0  # the model alone is too big
     assert [pow2_at_or_below(n) for n in (0, 1, 2, 3, 255, 256)] == [0, 1, 2, 2, 128, 256]
-    assert recommend(301, 0.0, LinearFit(100.0, 2.0), 9.0) == (301, 256, 296)
-    assert recommend(301, 21.0, LinearFit(100.0, 2.0), 9.0) == (290, 256, 288)  # 21 MiB = 11 samples
+    assert recommend(301, 0.0, SearchLine(100.0, 2.0), 9.0) == (301, 256, 296)
+    assert recommend(301, 21.0, SearchLine(100.0, 2.0), 9.0) == (290, 256, 288)  # 21 MiB = 11 samples
     assert recommend(5, 0.0, None, 9.0) == (5, 4, None)
 
 
@@ -263,7 +263,7 @@ def test_real_boundary_on_cpu_holds_in_fresh_workers_either_side_of_it(real_sear
                        for p in searched), trial["reason"]
     assert len(json.loads(rows[0]["probes_json"])) == rows[0]["probes_n"] <= len(probes)
     assert rows[0]["formula_batch"] > 0 and rows[0]["formula_error_pct"] is not None
-    fit = LinearFit(a_mib=rows[0]["fit_a_mib"], b_mib_per_sample=rows[0]["fit_b_mib_per_sample"])
+    fit = SearchLine(a_mib=rows[0]["fit_a_mib"], b_mib_per_sample=rows[0]["fit_b_mib_per_sample"])
     # a probe that passed under the OS limit cannot have mapped more than the limit (the peak is VmData, what
     # RLIMIT_DATA counts); and since `fail` failed, less than (fail - best) samples plus the jitter was left unused
     spare = answer_headroom_mib(maxbatch_record(rows[0]))
@@ -322,7 +322,7 @@ def test_model_and_double_bisect_agree_on_the_real_boundary(real_search, tmp_pat
     answers = {"model": (model["max_batch"], model["probes_n"]),
                "double-bisect": (bisect["max_batch"], bisect["probes_n"])}
     trail = [(p.get("stage"), p["batch"], p["status"], p.get("peak_mib")) for p in json.loads(model["probes_json"])]
-    fit = LinearFit(a_mib=model["fit_a_mib"], b_mib_per_sample=model["fit_b_mib_per_sample"])
+    fit = SearchLine(a_mib=model["fit_a_mib"], b_mib_per_sample=model["fit_b_mib_per_sample"])
     # Each strategy stops within the resolution (1 % by default: issue 31) of what its own probes saw, and two runs
     # see boundaries that differ by the documented jitter of a fresh process's peak (seen in CI: 252 vs 251), so
     # they must agree up to the resolution plus CPU_PEAK_JITTER_MIB worth of samples, by the measured slope.

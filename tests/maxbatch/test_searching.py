@@ -80,3 +80,15 @@ def test_the_old_prober_module_names_resolve_with_a_deprecation_warning() -> Non
         assert prober.run_maxbatch is searching.run_maxbatch
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         prober.nothing_here  # noqa: B018
+
+
+def test_the_searchs_memory_line_keeps_its_old_name_with_a_warning() -> None:
+    # issue 39: one LinearFit in the project (harness.numbers, least squares); the search's line is SearchLine
+    from harness.maxbatch import search
+    from harness.numbers import LinearFit
+
+    with pytest.warns(DeprecationWarning, match="LinearFit is now SearchLine"):
+        assert search.LinearFit is search.SearchLine
+    assert search.SearchLine is not LinearFit
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        search.nothing_here  # noqa: B018
