@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -28,7 +27,7 @@ from harness.config.limits import MAX_TIMEOUT_S
 from harness.config.trial import OptimizerSpec, TrialSpec
 from harness.data import PreparedData
 from harness.envs.resolve import chosen
-from harness.maxbatch.advice import CPU_HEAP_ALLOWANCE, NONE_SETTLED, NOT_SETTLED, answer_env, glibc_heap_varies
+from harness.maxbatch.advice import CPU_HEAP_ALLOWANCE, NONE_SETTLED, NOT_SETTLED
 from harness.maxbatch.answer import cuda_context_mib as cuda_context_mib  # its home; the probes read it here too
 from harness.maxbatch.answer import estimate_capable as estimate_capable
 from harness.maxbatch.request import Budget, MaxBatchRequest
@@ -151,9 +150,11 @@ def search_settings(req: MaxBatchRequest, budget: Budget) -> SearchSettings:
                           spread_from_peaks=budget.device == "cpu",
                           expect_estimate=req.strategy == "model" and estimate_capable(req.framework),
                           # the answer's own confirm-length probe confirms it only where a fresh process's boundary
-                          # repeats: not under glibc's adaptive threshold on CPU, where it moves by tens of MiB
-                          probe_is_confirm=not glibc_heap_varies(budget.kind, answer_env(dict(req.env),
-                                                                                         dict(os.environ))))
+                          # repeats: never on CPU, where it moves between fresh processes by more than the resolution
+                          # even under a fixed mmap threshold (measured 2026-11-28, docs/maxbatch.md: PyTorch tiny_cnn's
+                          # 277 and JAX deep_cnn's 68 and 69 each fitted one process and ran out of memory in the
+                          # next); under glibc's adaptive threshold it moves by tens of MiB
+                          probe_is_confirm=budget.device != "cpu")
 
 
 def control_limit_mib(budget_mib: float) -> float:

@@ -128,8 +128,9 @@ class SearchSettings:
     expect_estimate: bool = False
     #: ``model`` with an estimate: the probes near the predicted boundary train the confirm run's length, and the
     #: answer's own probe is its confirm run where the probes showed no spread (issue 41). False where the boundary is
-    #: known to move between fresh processes (CPU under glibc's adaptive mmap threshold, issues 22 and 43): the probes
-    #: stay short and every answer is confirmed in a second process
+    #: known to move between fresh processes (every CPU budget: by tens of MiB under glibc's adaptive mmap threshold,
+    #: issues 22 and 43, and by more than 1 % even under a fixed one, measured 2026-11-28): the probes stay short and
+    #: every answer is confirmed in a second process
     probe_is_confirm: bool = True
 
     def __post_init__(self) -> None:
