@@ -229,9 +229,10 @@ def simulate_search(law: Law, strategy: str, seed: int, resolution: Resolution |
                               censor_pct=GPU_CENSOR_PCT if law.gpu else 0.0,
                               spread_from_peaks=not law.gpu,  # a CPU law's peak is what its budget counts
                               expect_estimate=asked[0],
-                              # a boundary that moves between processes (glibc's adaptive threshold) keeps a confirm
-                              # run in a second process, as WorkerProber's settings do (issue 41)
-                              probe_is_confirm=not law.moves_mib)
+                              # as WorkerProber's settings do: the answer's own probe is its confirm run on a GPU budget
+                              # only; a CPU answer is confirmed in a second process (a real CPU boundary moves between
+                              # fresh processes by more than 1 %, even where a law here repeats: docs/maxbatch.md)
+                              probe_is_confirm=law.gpu)
     return search(probe, settings)
 
 

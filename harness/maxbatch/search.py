@@ -71,9 +71,10 @@ ESTIMATE_FALLBACK = ((1.0 - ESTIMATE_MAX_ERROR) * 0.9,)
 ESTIMATE_LEVER = 0.9
 #: the first size probed near the boundary is the estimate's prediction less this fraction of it (and at least half a
 #: resolution): a prediction a little too large then still fits, and the line through what it measured settles the
-#: bracket in one or two probes, where a failure there costs a probe far below (ESTIMATE_FALLBACK). Since the answer's
-#: own probe is its confirm run (``SearchSettings.probe_is_confirm``), a hedge costs a right estimate nothing: the line
-#: from the hedged size, with the estimate's slope, lands within half a resolution of the boundary. Chosen with
+#: bracket in one or two probes, where a failure there costs a probe far below (ESTIMATE_FALLBACK). Where the answer's
+#: own probe is its confirm run (``SearchSettings.probe_is_confirm``: GPU budgets), a hedge costs a right estimate
+#: nothing: the line from the hedged size, with the estimate's slope, lands within half a resolution of the boundary
+#: (on a CPU the confirm run is a process of its own, so the hedge costs one probe there). Chosen with
 #: benchmarks/maxbatch_sim.py over estimates 0, 2, 5, 8, 20 and 50 % off either way (worst probes summed over the
 #: goal laws and alloc-frag: 0.03: 304, 0.05: 297, 0.08: 294, 0.10: 299, 0.12: 306) and the predictions measured on
 #: this CPU: PyTorch's 0-2.1 % too large, JAX's 2.2-7.6 % (3 % made JAX's predicted size fail on three of four models)
