@@ -22,6 +22,18 @@ MIB = 1024.0 * 1024.0
 #: spare memory than this may fail on a later run: the CLI and the report say so and give a size with a margin.
 CPU_PEAK_JITTER_MIB = 3.0
 
+#: where a framework's fresh workers move further than :data:`CPU_PEAK_JITTER_MIB` (measured on PyTorch): JAX's CPU
+#: peak at one size moved by up to 6.9 MiB between fresh processes (2026-11-28, fixed mmap threshold, compilation
+#: cache off: resnet20 at 92 read 710.0 and 716.9 MiB, at 95 713.9-719.5; deep_cnn at 66 892.5-896.4 over six, and a
+#: process either fitted 68 and 69 or neither, 4.2 MiB per sample; docs/maxbatch.md), so a 3 MiB margin left its
+#: recommendation failing in three of seven processes. A framework not listed (a plugin's) gets the default
+CPU_PEAK_JITTER_MIB_OF = {"jax": 8.0}
+
+
+def cpu_peak_jitter_mib(framework: str) -> float:
+    """How far ``framework``'s fresh CPU worker's peak moves at one size: the margin's floor on CPU."""
+    return CPU_PEAK_JITTER_MIB_OF.get(framework, CPU_PEAK_JITTER_MIB)
+
 #: The least a GPU recommendation leaves for run-to-run variation (issue 31), as CPU_PEAK_JITTER_MIB does on CPU.
 #: Chosen, not yet measured run to run on a GPU: three of PyTorch's 20 MiB large-pool segments (its caching allocator
 #: serves blocks of 1-10 MiB from 20 MiB segments and rounds larger ones to 2 MiB, so one more segment at the
@@ -114,9 +126,10 @@ def cap_skips_settling(row: MaxBatchResult) -> bool:
 class Margin:
     """Memory the recommendation leaves unused at the measured boundary, from what varied, plus the user's.
 
-    ``jitter_mib``: how far a fresh process's peak at one size moves from run to run: on CPU the larger of
-    CPU_PEAK_JITTER_MIB (measured over 72 fresh workers, docs/maxbatch.md) and the spread this search saw at one
-    size; on a GPU the larger of GPU_MARGIN_FLOOR_MIB (chosen: no run-to-run measurement there yet) and that spread.
+    ``jitter_mib``: how far a fresh process's peak at one size moves from run to run: on CPU the larger of the
+    framework's :func:`cpu_peak_jitter_mib` (PyTorch's measured over 72 fresh workers, JAX's over today's searches:
+    docs/maxbatch.md) and the spread this search saw at one size; on a GPU the larger of GPU_MARGIN_FLOOR_MIB
+    (chosen: no run-to-run measurement there yet) and that spread.
     ``growth_mib``: how much more the longer confirm run needed than the short probe at the answer (the heap or a
     caching allocator growing over steps), a sign of more growth to come in a longer run. ``heap_mib``: on CPU under
     glibc's default malloc, CPU_HEAP_ALLOWANCE of the batch's own memory at the answer (0 elsewhere).
@@ -134,15 +147,16 @@ class Margin:
 
     @classmethod
     def measure(cls, probes: Sequence[ProbeResult], answer: int, budget_kind: str, user_mib: float,
-                train_env: dict[str, str] | None = None, per_sample_mib: float = 0.0) -> Margin:
+                train_env: dict[str, str] | None = None, per_sample_mib: float = 0.0, framework: str = "") -> Margin:
         """From the search's probes: the spread at one size and the growth at ``answer``; with ``per_sample_mib`` (the
-        fit's slope), the heap allowance when glibc's threshold was left adaptive."""
+        fit's slope), the heap allowance when glibc's threshold was left adaptive; on CPU at least ``framework``'s
+        :func:`cpu_peak_jitter_mib`."""
         by_size: dict[tuple[int, bool], list[float]] = {}
         for p in probes:
             if p.status == "ok" and p.peak_mib is not None:
                 by_size.setdefault((p.batch, p.confirm), []).append(float(p.peak_mib))
         spread = max((max(v) - min(v) for v in by_size.values()), default=0.0)
-        floor = (CPU_PEAK_JITTER_MIB if budget_kind == "cpu-rlimit-data" else
+        floor = (cpu_peak_jitter_mib(framework) if budget_kind == "cpu-rlimit-data" else
                  GPU_MARGIN_FLOOR_MIB if budget_kind.startswith("gpu") else 0.0)
         jitter = max(spread, floor)
         short, long = by_size.get((answer, False)), by_size.get((answer, True))
@@ -170,21 +184,22 @@ def jitter_advice(row: MaxBatchResult) -> str | None:
     max_batch = row.answer.max_batch
     if row.budget_kind != "cpu-rlimit-data" or not max_batch:
         return None
-    if float(row.margin.user_mib or 0.0) + float(row.margin.jitter_mib or 0.0) >= CPU_PEAK_JITTER_MIB:
+    jitter = cpu_peak_jitter_mib(str(row.framework or ""))
+    if float(row.margin.user_mib or 0.0) + float(row.margin.jitter_mib or 0.0) >= jitter:
         return None  # the recommendation already leaves the jitter (rows since issue 18) or the user asked for it
     spare = answer_headroom_mib(row)
-    if spare is None or spare >= CPU_PEAK_JITTER_MIB:
+    if spare is None or spare >= jitter:
         return None
     b = row.line.b_mib_per_sample
     fit = SearchLine(float(row.line.a_mib or 0.0), float(b)) if b else None
-    safe, _, _ = recommend(int(max_batch), CPU_PEAK_JITTER_MIB, fit, float(row.formula.analytic_mib_per_sample or 0.0))
+    safe, _, _ = recommend(int(max_batch), jitter, fit, float(row.formula.analytic_mib_per_sample or 0.0))
     risk = (f"the answer leaves {spare:.1f} MiB of the budget unused, and a fresh worker's peak at one size "
-            f"moves by 1-{CPU_PEAK_JITTER_MIB:g} MiB from run to run on CPU, so {max_batch} may fail on a "
+            f"moves by 1-{jitter:g} MiB from run to run on CPU, so {max_batch} may fail on a "
             "later run; ")
     if safe < 1:  # the jitter is worth more samples than the answer has: no size keeps the margin
-        return risk + (f"no batch size leaves a {CPU_PEAK_JITTER_MIB:g} MiB margin under this budget: give a "
-                       f"larger --memory-limit-mib (at least {CPU_PEAK_JITTER_MIB:g} MiB more)")
-    return risk + f"{safe} leaves a {CPU_PEAK_JITTER_MIB:g} MiB margin (--margin-mib {CPU_PEAK_JITTER_MIB:g})"
+        return risk + (f"no batch size leaves a margin of {jitter:g} MiB under this budget: give a "
+                       f"larger --memory-limit-mib (at least {jitter:g} MiB more)")
+    return risk + f"{safe} leaves a margin of {jitter:g} MiB (--margin-mib {jitter:g})"
 
 
 #: the last entry of a settling (harness.maxbatch.probes.settle_heap) that ran out of rounds (every size ran out of

@@ -66,7 +66,8 @@ def answer_record(req: MaxBatchRequest, budget: Budget, result: SearchResult, ou
     analytic_mib = model.activation_floats * 4 * 2 / MIB
     per_sample = fit.b_mib_per_sample if fit is not None else analytic_mib
     train_env = dict(where.train_env)
-    margin = Margin.measure(result.probes, result.max_batch, budget.kind, req.margin_mib, train_env, per_sample)
+    margin = Margin.measure(result.probes, result.max_batch, budget.kind, req.margin_mib, train_env, per_sample,
+                            framework=req.framework)
     at_answer = [p.peak_mib for p in result.probes
                  if p.batch == result.max_batch and p.status == "ok" and p.peak_mib is not None]
     still = margin.total_mib

@@ -57,6 +57,11 @@ def test_margin_is_made_of_what_varied():
     # the spread seen here is below the run-to-run jitter measured over 72 workers: that one counts on CPU
     quiet = Margin.measure(probes[2:], 28, "cpu-rlimit-data", user_mib=0.0)
     assert quiet.jitter_mib == CPU_PEAK_JITTER_MIB and quiet.growth_mib == 3.0
+    # JAX's fresh CPU workers move further (measured: up to 6.9 MiB at one size, docs/maxbatch.md); a plugin's
+    # framework, not listed, gets the default
+    assert Margin.measure(probes[2:], 28, "cpu-rlimit-data", 0.0, framework="jax").jitter_mib == 8.0
+    assert Margin.measure(probes[2:], 28, "cpu-rlimit-data", 0.0, framework="myframework").jitter_mib == 3.0
+    assert Margin.measure(probes[2:], 28, "gpu-card", 0.0, framework="jax").jitter_mib == GPU_MARGIN_FLOOR_MIB
     # on a GPU a chosen floor (issue 31: nothing was measured run to run there yet), or the spread seen when larger
     gpu = Margin.measure(probes[2:], 28, "gpu-card", user_mib=0.0)
     assert (gpu.jitter_mib, gpu.growth_mib) == (GPU_MARGIN_FLOOR_MIB, 3.0)

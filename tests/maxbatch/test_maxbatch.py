@@ -134,7 +134,7 @@ def test_headroom_and_the_jitter_warning():
     advice = jitter_advice(_row())
     # 3 MiB at 0.5 MiB per sample: 6 samples below the answer, and the option that gives it
     assert advice is not None and "0.5 MiB" in advice
-    assert "394 leaves a 3 MiB margin" in advice and "--margin-mib 3" in advice
+    assert "394 leaves a margin of 3 MiB" in advice and "--margin-mib 3" in advice
     assert CPU_PEAK_JITTER_MIB == 3.0
     assert jitter_advice(_row(peaks=(470.0,))) is None  # 10 MiB to spare: more than a run moves
     assert jitter_advice(_row(margin=3.0)) is None  # the user's margin already covers it
