@@ -29,52 +29,14 @@ from typing import Any, Literal, NamedTuple
 
 from harness.monitor.fields import FIELDS, SHOWN_COLUMNS
 
-#: trial columns whose combination makes a series within one framework: the experiment's named variant
-#: ([variants.<name>]), then settings as asked for, never as measured (the stored ``device`` is the framework's own
-#: name for it, "cpu" / "/CPU:0" / "cpu(0)", and would split every sweep), then the gradient accumulation
-VARIANT_COLUMNS = ("variant", "precision", "math_mode", "denormals", "accumulate_steps", "run_device")
+# Series, device_of and VARIANT_COLUMNS live in harness.series (below the stored record, which names its series);
+# they are imported from here as well, as they always were
+from harness.series import VARIANT_COLUMNS as VARIANT_COLUMNS
+from harness.series import Series as Series
+from harness.series import device_of as device_of
+from harness.store.trial_record import TrialRecord
+
 BatchKind = Literal["micro", "effective"]
-
-
-@dataclass(frozen=True, order=True)
-class Series:
-    """A framework under one set of settings: the unit of a recommendation and of a figure's line."""
-
-    framework: str
-    variant: str = ""  # the experiment's named variant ("" without variants)
-    precision: str = ""
-    math_mode: str = ""  # asked for (ieee | tf32 | framework-default); "" in rows stored before it existed
-    denormals: str = ""
-    accumulate_steps: int = 1
-    #: ``cpu`` / ``gpu``: the device the trial was told to use (``run_device``, issue 29); "" where unresolved.
-    #: Shown only where it varies: a run allowed on mixed devices (allow_mixed_devices) never pools them
-    device: str = ""
-
-    @classmethod
-    def of(cls, trial: Mapping[str, Any]) -> Series:
-        """The series of one trial row (any status: a failed row carries its settings too)."""
-        return cls(framework=str(trial["framework"]), variant=str(trial.get("variant") or ""),
-                   precision=str(trial.get("precision") or ""), math_mode=str(trial.get("math_mode") or ""),
-                   denormals=str(trial.get("denormals") or ""),
-                   accumulate_steps=int(trial.get("accumulate_steps") or 1),
-                   device=device_of(trial))
-
-    @property
-    def line(self) -> Series:
-        """The line a report draws this series on: its framework and named variant (a study's variants are a line
-        each; the other settings are told apart by a cell's label)."""
-        return Series(framework=self.framework, variant=self.variant)
-
-    def settings(self) -> tuple[str, ...]:
-        """The settings part, as words (``("sgd", "fp32", "flush", "accumulate x4")``)."""
-        return (self.variant, self.precision, self.math_mode, self.denormals,
-                f"accumulate x{self.accumulate_steps}" if self.accumulate_steps > 1 else "", self.device)
-
-
-def device_of(trial: Mapping[str, Any]) -> str:
-    """A trial row's device class, ``cpu`` or ``gpu`` (its ``run_device``), or "" where it was not resolved."""
-    device = str(trial.get("run_device") or "")
-    return device if device in ("cpu", "gpu") else ""
 
 
 @dataclass(frozen=True)
@@ -83,7 +45,7 @@ class SeriesGroup:
 
     series: Series
     label: str  # the settings that tell it from the other series given ("" when it is the only one of its kind)
-    by_batch: dict[int, list[dict[str, Any]]]
+    by_batch: dict[int, list[TrialRecord]]
 
     @property
     def framework(self) -> str:
@@ -96,16 +58,16 @@ class SeriesGroup:
         return f"{self.framework} [{self.label}]" if self.label else self.framework
 
     @property
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[TrialRecord]:
         """Every row of the series, by batch then as given."""
         return [r for _, rows in sorted(self.by_batch.items()) for r in rows]
 
 
-def batch_of(trial: Mapping[str, Any], batch: BatchKind = "micro") -> int:
+def batch_of(trial: TrialRecord, batch: BatchKind = "micro") -> int:
     """A trial's batch size: the micro-batch it stepped with, or the samples per optimizer update."""
-    if batch == "effective":
-        return int(trial.get("effective_batch_size") or trial["batch_size"])
-    return int(trial["batch_size"])
+    if batch == "effective" and trial.effective_batch_size:
+        return int(trial.effective_batch_size)
+    return int(trial.settings.batch_size)  # type: ignore[arg-type]  # a trial without a batch size is no cell's
 
 
 def group(trials: Iterable[Mapping[str, Any]], frameworks: Sequence[str] = (), *,
@@ -113,13 +75,15 @@ def group(trials: Iterable[Mapping[str, Any]], frameworks: Sequence[str] = (), *
     """The one grouping: rows by series (framework x variant x precision x math mode x denormals x accumulation),
     then batch.
 
-    Ordered by framework (as given in ``frameworks``, then by name), then series. A series' label names only the
-    settings that vary among the rows given, so a plain sweep's labels are empty.
+    Each row is a :class:`~harness.store.trial_record.TrialRecord`: a store's records are kept as they are, a plain
+    dict row (a test's, a script's) is read into one as the store reads a row (:meth:`TrialRecord.of`; a column it
+    lacks is None). Ordered by framework (as given in ``frameworks``, then by name), then series. A series' label
+    names only the settings that vary among the rows given, so a plain sweep's labels are empty.
     """
-    rows = [dict(t) for t in trials]
-    found: dict[Series, dict[int, list[dict[str, Any]]]] = {}
+    rows = [TrialRecord.of(t) for t in trials]
+    found: dict[Series, dict[int, list[TrialRecord]]] = {}
     for t in rows:
-        found.setdefault(Series.of(t), {}).setdefault(batch_of(t, batch), []).append(t)
+        found.setdefault(t.series, {}).setdefault(batch_of(t, batch), []).append(t)
     varying = [len({s.settings()[i] for s in found}) > 1 for i in range(len(VARIANT_COLUMNS))]
     order = {fw: i for i, fw in enumerate(frameworks)}
     out = []
@@ -315,25 +279,26 @@ def cells(trials: Iterable[Mapping[str, Any]], frameworks: Sequence[str] = (), *
     return out
 
 
-def _cell(series: Series, bs: int, variant: str, group_rows: Sequence[dict[str, Any]]) -> Cell:
-    ok = [t for t in group_rows if t.get("status") == "ok"]
+def _cell(series: Series, bs: int, variant: str, group_rows: Sequence[TrialRecord]) -> Cell:
+    ok = [t for t in group_rows if t.status == "ok"]
     stats = {}
     for key, metric in METRICS.items():
         stat = Stat.of([v for v in (metric.value(t) for t in ok) if v is not None])
         if stat is not None:
             stats[key] = stat
-    reasons = tuple(dict.fromkeys(str(t.get("reason") or "") for t in group_rows if t.get("status") != "ok"))
+    reasons = tuple(dict.fromkeys(str(t.reason or "") for t in group_rows if t.status != "ok"))
     return Cell(framework=series.framework, series=series, batch_size=bs,
-                statuses=dict(Counter(t.get("status") or "?" for t in group_rows)),
+                statuses=dict(Counter(t.status or "?" for t in group_rows)),
                 stats=stats, reasons=tuple(r for r in reasons if r), variant=variant,
-                drift_flagged_n=sum(1 for t in ok if t.get("drift_flagged")),
-                drift_changes=tuple(float(t["drift_change_pct"])
-                                    for t in sorted(ok, key=lambda t: t.get("repeat") or 0)
-                                    if t.get("drift_flagged") and t.get("drift_change_pct") is not None),
-                cpu_denormals=tuple(sorted({str(t.get("cpu_denormals")) for t in ok if t.get("cpu_denormals")})),
-                readings_notes=tuple(dict.fromkeys(str(t["readings_note"]) for t in ok if t.get("readings_note"))),
-                arithmetic=tuple(sorted({Arithmetic(str(t.get("precision") or "?"), str(t.get("math_mode_seen") or "?"))
-                                        for t in ok})))
+                drift_flagged_n=sum(1 for t in ok if t.metrics.drift_flagged),
+                drift_changes=tuple(float(t.metrics.drift_change_pct)
+                                    for t in sorted(ok, key=lambda t: t.settings.repeat or 0)
+                                    if t.metrics.drift_flagged and t.metrics.drift_change_pct is not None),
+                cpu_denormals=tuple(sorted({str(t.metrics.cpu_denormals) for t in ok if t.metrics.cpu_denormals})),
+                readings_notes=tuple(dict.fromkeys(str(t.sampler["readings_note"]) for t in ok
+                                                   if t.sampler.get("readings_note"))),
+                arithmetic=tuple(sorted({Arithmetic(str(t.settings.precision or "?"),
+                                                    str(t.metrics.math_mode_seen or "?")) for t in ok})))
 
 
 def has_metric(cell_list: Iterable[Cell], metric: str) -> bool:

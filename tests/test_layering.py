@@ -52,7 +52,7 @@ BELOW_DATA = (VOCABULARY, DESCRIPTION)
 
 LAYERS = (
     Layer(VOCABULARY, ("harness", "harness.errors", "harness.numbers", "harness.tmpnames", "harness.capture",
-                       "harness.gpu_peaks", "harness.monitor.fields", "harness.cells", "harness.registry"),
+                       "harness.gpu_peaks", "harness.monitor.fields", "harness.series", "harness.registry"),
           exceptions=(("harness.registry", "adapters.base", "for type annotations only"),),
           third_party=("numpy",)),
     Layer(DESCRIPTION, ("harness.models", "harness.config", "harness.records", "harness.data.known",
@@ -67,7 +67,7 @@ LAYERS = (
     Layer(DATA, ("harness.data",), BELOW_DATA),
     Layer(ENVS, ("harness.envs",), BELOW_DATA),
     Layer(MONITOR, ("harness.monitor",), (*BELOW_DATA, DATA)),
-    Layer(STORE, ("harness.store",), (*BELOW_DATA, DATA)),
+    Layer(STORE, ("harness.store", "harness.cells"), (*BELOW_DATA, DATA)),
     Layer(RUN, ("harness.run",), (*BELOW_DATA, DATA, ENVS, MONITOR, STORE),
           exceptions=(("harness.run.worker", "adapters.base", "the worker, in the child, drives the adapter"),
                       ("harness.run.protocol", "adapters.records",

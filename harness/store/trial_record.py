@@ -18,9 +18,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from harness.cells import Series, device_of
 from harness.monitor.fields import TRIAL_COLUMNS as SAMPLER_TRIAL_COLUMNS
 from harness.records import Placement, WorkerMetrics
+from harness.series import Series, device_of
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,13 @@ Pure: reads store rows (a :class:`report.load.StoredExperiment`) and the recomme
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from harness.cells import Series
 from harness.noise import NoiseEstimate
+from harness.store import TrialRecord
 from report.answer import critical
 from report.answer.recommend import Recommendation, noise_estimate, sweep_groups
 from report.answer.target import SizeTarget, seconds_fmt, series_target, size_targets
@@ -204,7 +205,7 @@ def studies(exp: StoredExperiment, target_accuracy: float | None = None) -> list
     classes = (exp.spec.get("data") or {}).get("classes")
     out = []
     for series, groups in families.items():
-        pooled: dict[int, list[Mapping[str, Any]]] = {}
+        pooled: dict[int, list[TrialRecord]] = {}
         for g in groups:
             for b, rows in g.by_batch.items():
                 pooled.setdefault(b, []).extend(rows)
@@ -212,7 +213,7 @@ def studies(exp: StoredExperiment, target_accuracy: float | None = None) -> list
         by_size: dict[int, list[RateTried]] = {}
         for g in groups:
             for t in size_targets(g.by_batch, exp.curves, target):
-                lr = next((float(r["lr"]) for r in g.by_batch[t.batch_size] if r.get("lr") is not None), None)
+                lr = next((float(r.lr) for r in g.by_batch[t.batch_size] if r.lr is not None), None)
                 by_size.setdefault(t.batch_size, []).append(RateTried(lr=lr, variant=g.series.variant, target=t))
         sizes = tuple(SizeChoice(b, choose(tried), tuple(sorted(tried, key=lambda r: r.lr or 0.0)))
                       for b, tried in sorted(by_size.items()))

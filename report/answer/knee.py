@@ -19,6 +19,7 @@ from typing import Any
 
 # a stored value as a finite float; report.answer.target and report.answer.recommend read it from here
 from harness.numbers import finite_or_none
+from harness.store import TrialRecord
 
 #: the share of the best mean throughput the knee (smallest) size must reach
 SHARE_OF_BEST = 0.90
@@ -63,20 +64,20 @@ class SizeStats:
         return self.samples_per_s_mean + (self.samples_per_s_sd or 0.0)
 
 
-def size_stats(by_batch: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[SizeStats]:
+def size_stats(by_batch: Mapping[int, Sequence[TrialRecord]]) -> list[SizeStats]:
     """Per batch size of one series (:func:`harness.cells.group`), ascending: throughput, accuracy and energy over
     the ok rows that have a throughput."""
     out = []
     for bs, rows in sorted(by_batch.items()):
-        ok = [r for r in rows if r.get("status") == "ok" and throughput_of(r) is not None]
+        ok = [r for r in rows if r.status == "ok" and throughput_of(r) is not None]
         if not ok:
             continue
         t_mean, t_sd = mean_sd([v for v in (throughput_of(r) for r in ok) if v is not None])
-        a_mean, a_sd = mean_sd([v for v in (finite_or_none(r.get("accuracy")) for r in ok) if v is not None])
+        a_mean, a_sd = mean_sd([v for v in (finite_or_none(r.metrics.accuracy) for r in ok) if v is not None])
         assert t_mean is not None
         out.append(SizeStats(batch_size=bs, repeats_n=len(ok), samples_per_s_mean=t_mean, samples_per_s_sd=t_sd,
                              accuracy_mean=a_mean, accuracy_sd=a_sd,
-                             j_per_sample_mean=mean_sd([v for v in (finite_or_none(r.get("j_per_sample")) for r in ok)
+                             j_per_sample_mean=mean_sd([v for v in (finite_or_none(r.j_per_sample) for r in ok)
                                                         if v is not None])[0]))
     return out
 

@@ -28,10 +28,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.cells import Series, SeriesGroup, group
+from harness.cells import Series, SeriesGroup, batch_of, group
 from harness.noise import NoiseEstimate, estimate_from_rows
 from harness.numbers import finite_or_none
 from harness.records import MaxBatchResult
+from harness.store import TrialRecord
 from report.answer import critical
 from report.answer.knee import SHARE_OF_BEST, THROUGHPUT_COLUMN, SizeStats, knee, size_stats
 from report.answer.target import CHANCE_MARGIN_PTS, SizeTarget, Target, seconds_fmt, series_target, size_targets
@@ -218,8 +219,8 @@ def recommend_group(g: SeriesGroup, exp: StoredExperiment | None = None, *, targ
         framework=g.framework, variant=g.series.variant, batch_size=None, best_batch=None, range_lo=None,
         range_hi=None, supported=False, why="", series=g.series, label=g.label, share_of_best=share,
         max_fit=_max_fit(exp.maxbatch, g.framework), sizes=tuple(sizes), noise=noise_estimate(rows, exp),
-        math_modes_seen=tuple(sorted({str(r["math_mode_seen"]) for r in rows
-                                      if r.get("status") == "ok" and r.get("math_mode_seen")})))
+        math_modes_seen=tuple(sorted({str(r.metrics.math_mode_seen) for r in rows
+                                      if r.status == "ok" and r.metrics.math_mode_seen})))
     untrained = _nothing_trained(rec, rows)
     if untrained is not None:
         return untrained
@@ -244,16 +245,16 @@ def recommend_group(g: SeriesGroup, exp: StoredExperiment | None = None, *, targ
     return no_answer if no_answer is not None else _answer(rec, g, exp, target, targets)
 
 
-def _nothing_trained(rec: Recommendation, rows: Sequence[dict[str, Any]]) -> Recommendation | None:
+def _nothing_trained(rec: Recommendation, rows: Sequence[TrialRecord]) -> Recommendation | None:
     """The record saying why there is nothing to recommend when no trial trained to its end, else None."""
-    counted = [r for r in rows if r.get("status") in ("ok", "diverged")]
+    counted = [r for r in rows if r.status in ("ok", "diverged")]
     if not counted:
-        statuses = sorted({str(r.get("status")) for r in rows})
+        statuses = sorted({str(r.status) for r in rows})
         return dataclasses.replace(rec, why=f"no trial finished ({', '.join(statuses) or 'none'}): nothing to "
                                             "recommend",
                                    to_run=("see `batchscope report DIR` for why each trial failed",))
-    if not any(r.get("status") == "ok" for r in counted):
-        sizes_text = ", ".join(str(b) for b in sorted({int(r["batch_size"]) for r in counted}))
+    if not any(r.status == "ok" for r in counted):
+        sizes_text = ", ".join(str(b) for b in sorted({batch_of(r) for r in counted}))
         return dataclasses.replace(
             rec, why=f"every trial that trained diverged (batch {sizes_text}): nothing to recommend",
             to_run=("lower the learning_rate (a non-finite loss or weights ended each trial)",))
@@ -337,7 +338,7 @@ def _answer(rec: Recommendation, g: SeriesGroup, exp: StoredExperiment, target: 
     rec_t, train_s, steps = min(eligible, key=lambda e: (e[1].mean, e[0].batch_size))
     batch = rec_t.batch_size
     lo, hi, close = _time_range(list(targets), rec_t)
-    largest = max(int(r["batch_size"]) for r in g.rows)
+    largest = max(batch_of(r) for r in g.rows)
     caveats, to_run = _caveats(list(rec.sizes), list(targets), batch, lo, hi, close, rec.max_fit, largest, exp.name)
     said = _startup_caveat(batch, train_s.mean, g, exp, target, to_run)
     if said is not None:
@@ -364,31 +365,31 @@ def _answer(rec: Recommendation, g: SeriesGroup, exp: StoredExperiment, target: 
 STARTUP_SHARE = 0.2
 
 
-def compile_s(rows: Sequence[dict[str, Any]]) -> float | None:
+def compile_s(rows: Sequence[TrialRecord]) -> float | None:
     """Mean seconds ``rows``' ok trials compiled before their first timed step, as a fresh process without a
     compilation cache pays it (``compile_cold_s``; ``compile_s`` where that is not stored): the same figure whether
     a trial's cache was cold or warm. None where no trial stored one (an old store, a framework that compiles
     nothing up front)."""
     found = []
     for r in rows:
-        value = finite_or_none(r.get("compile_cold_s"))
-        value = finite_or_none(r.get("compile_s")) if value is None else value
-        if r.get("status") == "ok" and value is not None:
+        value = finite_or_none(r.metrics.compile_cold_s)
+        value = finite_or_none(r.metrics.compile_s) if value is None else value
+        if r.status == "ok" and value is not None:
             found.append(value)
     return sum(found) / len(found) if found else None
 
 
-def startup_s(rows: Sequence[dict[str, Any]], curves: Mapping[str, Sequence[Mapping[str, Any]]]) -> float | None:
+def startup_s(rows: Sequence[TrialRecord], curves: Mapping[str, Sequence[Mapping[str, Any]]]) -> float | None:
     """Mean seconds of start-up of ``rows``' ok trials: the compilation stored apart (:func:`compile_s`, outside the
     training clock) plus what the first steps took beyond the steady pace, read from each learning curve (the pace
     is the seconds per step between the first evaluation and the last, the start-up what the steps before the first
     evaluation took beyond it; in an old store the compilation is in there). None where neither can be read."""
     found = []
     for r in rows:
-        if r.get("status") != "ok":
+        if r.status != "ok":
             continue
         compiled = compile_s([r])
-        pts = sorted((p for p in curves.get(str(r.get("trial_hash")), ())
+        pts = sorted((p for p in curves.get(r.trial_hash, ())
                       if finite_or_none(p.get("train_s")) is not None and finite_or_none(p.get("step"))),
                      key=lambda p: int(p["step"]))
         if len(pts) < 2 or int(pts[-1]["step"]) <= int(pts[0]["step"]):
@@ -401,14 +402,14 @@ def startup_s(rows: Sequence[dict[str, Any]], curves: Mapping[str, Sequence[Mapp
     return sum(found) / len(found) if found else None
 
 
-def noise_estimate(rows: Sequence[dict[str, Any]], exp: StoredExperiment) -> NoiseEstimate | None:
+def noise_estimate(rows: Sequence[TrialRecord], exp: StoredExperiment) -> NoiseEstimate | None:
     """B_simple (:func:`harness.noise.estimate_from_rows`) over the series' trials' gradient-noise rows, each
     trial's from the later half of its training: the noise scale grows as the loss falls (docs/noise.md), and
     the critical batch it predicts is the one near the target, late in training. None without rows."""
     later: list[dict[str, Any]] = []
     for t in rows:
-        mine = exp.gradient_noise.get(str(t.get("trial_hash")), ())
-        if mine and t.get("status") == "ok":
+        mine = exp.gradient_noise.get(t.trial_hash, ())
+        if mine and t.status == "ok":
             half = max(int(r.get("samples_seen") or 0) for r in mine) / 2
             later += [r for r in mine if int(r.get("samples_seen") or 0) >= half]
     return estimate_from_rows(later)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.cells import Series, Stat, group
+from harness.store import TrialRecord
 
 #: a memory saving smaller than this share of the baseline's peak is not called a saving
 MEMORY_FLOOR = 0.02
@@ -84,9 +85,9 @@ def line_label(line: Series) -> str:
 
 def variant_names(trials: Iterable[Mapping[str, Any]], spec: dict[str, Any] | None = None) -> list[str]:
     """Variants in the experiment file's order (then any other found in the rows)."""
-    rows = list(trials)
+    rows = [TrialRecord.of(t) for t in trials]
     listed = [v["name"] for v in (spec or {}).get("variants", []) if isinstance(v, dict) and "name" in v]
-    found = [t.get("variant") or "" for t in rows]
+    found = [t.settings.variant or "" for t in rows]
     return [v for v in listed if v in found] + sorted({v for v in found if v} - set(listed))
 
 
@@ -95,16 +96,16 @@ def _stat(rows: Sequence[Mapping[str, Any]], column: str, scale: float = 1.0) ->
     return Stat.of([float(r[column]) * scale for r in rows if r.get(column) is not None])
 
 
-def series_cells(trials: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], dict[int, list[dict[str, Any]]]]:
+def series_cells(trials: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], dict[int, list[TrialRecord]]]:
     """(framework, series label) -> effective batch -> the ok sweep trials there (:func:`harness.cells.group`).
 
     The label is the variant's name where only named variants differ (the usual study); where precision or
     denormals also differ it names them too, so two settings are never one cell.
     """
-    ok = [t for t in trials if t.get("status") == "ok" and t.get("purpose") in (None, "sweep")]
+    ok = [t for t in map(TrialRecord.of, trials) if t.status == "ok" and t.settings.purpose in (None, "sweep")]
     groups = group(ok, batch="effective")
     named = Counter((g.framework, g.series.variant) for g in groups)
-    out: dict[tuple[str, str], dict[int, list[dict[str, Any]]]] = {}
+    out: dict[tuple[str, str], dict[int, list[TrialRecord]]] = {}
     for g in groups:
         key = g.series.variant if named[(g.framework, g.series.variant)] == 1 else g.label
         out[(g.framework, key)] = g.by_batch
@@ -123,7 +124,7 @@ def variant_setting(spec: dict[str, Any], variant: str, key: str) -> Any:
     return spec.get(key)
 
 
-def _at_largest(by_batch: dict[int, list[dict[str, Any]]]) -> str:
+def _at_largest(by_batch: dict[int, list[TrialRecord]]) -> str:
     """", 80.3% at batch 256": the accuracy at the largest batch measured (where the variants part ways)."""
     accs = {b: s for b, rows in by_batch.items() if (s := _acc(rows)) is not None}
     if len(accs) < 2:
@@ -132,7 +133,7 @@ def _at_largest(by_batch: dict[int, list[dict[str, Any]]]) -> str:
     return f", {accs[largest].mean:.1f}% at batch {largest}"
 
 
-def holds_to(by_batch: dict[int, list[dict[str, Any]]]) -> tuple[int, float, int] | None:
+def holds_to(by_batch: dict[int, list[TrialRecord]]) -> tuple[int, float, int] | None:
     """(largest batch within tolerance of the best accuracy, best accuracy %, batch of the best)."""
     accs = {b: s for b, rows in by_batch.items() if (s := _acc(rows)) is not None}
     if not accs:
@@ -144,8 +145,8 @@ def holds_to(by_batch: dict[int, list[dict[str, Any]]]) -> tuple[int, float, int
 
 
 # ---------------------------------------------------------------- the studies
-def _per_framework(trials: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[int, list[dict[str, Any]]]]]:
-    out: dict[str, dict[str, dict[int, list[dict[str, Any]]]]] = {}
+def _per_framework(trials: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[int, list[TrialRecord]]]]:
+    out: dict[str, dict[str, dict[int, list[TrialRecord]]]] = {}
     for (fw, variant), by_batch in series_cells(trials).items():
         out.setdefault(fw, {})[variant] = by_batch
     return out

@@ -26,6 +26,7 @@ from typing import Any
 
 from harness.cells import Stat
 from harness.numbers import finite_or_none
+from harness.store import TrialRecord
 
 #: the default target lies this many points below the series' best mean final accuracy
 DEFAULT_MARGIN_PTS = 1.0
@@ -98,7 +99,7 @@ class Target:
                 f"- {DEFAULT_MARGIN_PTS:g} point)")
 
 
-def series_target(by_batch: Mapping[int, Sequence[Mapping[str, Any]]], target_accuracy_pct: float = 0.0,
+def series_target(by_batch: Mapping[int, Sequence[TrialRecord]], target_accuracy_pct: float = 0.0,
                   classes: int | None = None) -> Target:
     """The target of one series (rows by batch size) under the experiment's ``target_accuracy`` (percent, 0: default).
 
@@ -107,7 +108,7 @@ def series_target(by_batch: Mapping[int, Sequence[Mapping[str, Any]]], target_ac
     """
     means = {}
     for bs, rows in by_batch.items():
-        accs = [a for r in rows if r.get("status") == "ok" and (a := finite_or_none(r.get("accuracy"))) is not None]
+        accs = [a for r in rows if r.status == "ok" and (a := finite_or_none(r.metrics.accuracy)) is not None]
         if accs:
             means[bs] = sum(accs) / len(accs)
     chance = 1.0 / classes if classes else None
@@ -176,41 +177,41 @@ class SizeTarget:
                 "samples": stat(self.samples), "epochs": self.epochs, "text": self.text()}
 
 
-def size_targets(by_batch: Mapping[int, Sequence[Mapping[str, Any]]],
+def size_targets(by_batch: Mapping[int, Sequence[TrialRecord]],
                  curves: Mapping[str, Sequence[Mapping[str, Any]]], target: float | None) -> list[SizeTarget]:
     """Per batch size (ascending) of one series: time, steps and samples to ``target`` (a fraction)."""
     out = []
     for bs, rows in sorted(by_batch.items()):
-        counted = [r for r in rows if r.get("status") in COUNTED]
+        counted = [r for r in rows if r.status in COUNTED]
         if not counted:
             continue
         reaches: list[Reach] = []
         epochs: list[float] = []
         no_curve = 0
         for r in counted:
-            curve = curves.get(str(r.get("trial_hash")), ())
+            curve = curves.get(r.trial_hash, ())
             if not curve:
-                no_curve += r.get("status") == "ok"
+                no_curve += r.status == "ok"
             else:
                 last = max(curve, key=lambda p: int(p.get("point") or 0))
                 if (e := finite_or_none(last.get("epoch"))) is not None:
                     epochs.append(e)
-            if r.get("status") != "ok" or target is None:
+            if r.status != "ok" or target is None:
                 continue
             reach = first_reach(curve, target)
             if reach is not None:
                 reaches.append(reach)
         # the epochs asked for (a last partial batch dropped makes the curve's last point a little short of it)
-        epochs_trained = finite_or_none(counted[0].get("epochs")) or (max(epochs) if epochs else None)
+        epochs_trained = finite_or_none(counted[0].settings.epochs) or (max(epochs) if epochs else None)
         out.append(SizeTarget(
             batch_size=bs, trials_n=len(counted), reached_n=len(reaches),
-            diverged_n=sum(1 for r in counted if r.get("status") == "diverged"), no_curve_n=no_curve,
+            diverged_n=sum(1 for r in counted if r.status == "diverged"), no_curve_n=no_curve,
             train_s=Stat.of([x.train_s for x in reaches]), steps=Stat.of([x.steps for x in reaches]),
             samples=Stat.of([x.samples for x in reaches]),
             epochs=None if epochs_trained is None else round(epochs_trained, 2),
             first_point_n=sum(1 for x in reaches if not x.interpolated),
-            final_mean=_mean([a for r in counted if r.get("status") == "ok"
-                              and (a := finite_or_none(r.get("accuracy"))) is not None]),
+            final_mean=_mean([a for r in counted if r.status == "ok"
+                              and (a := finite_or_none(r.metrics.accuracy)) is not None]),
             target=target))
     return out
 

@@ -21,8 +21,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
-from harness.cells import Stat, device_of
+from harness.cells import Stat
 from harness.cells import group as series_groups
+from harness.store import TrialRecord
 
 REFERENCE_FILE = "osu_yin2020.csv"
 #: the data set the thesis's accuracy was measured on; accuracy on any other is shown, not differenced
@@ -56,24 +57,25 @@ def load_reference() -> list[dict[str, Any]]:
     return out
 
 
-def _sweep_rows(trials: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Trials of sweeps (max-batch probes measure something else and are left out)."""
-    return [dict(t) for t in trials if t.get("purpose") in (None, "sweep")]
+def _sweep_rows(trials: Iterable[Mapping[str, Any]]) -> list[TrialRecord]:
+    """Trials of sweeps (max-batch probes measure something else and are left out), as records (a plain dict row
+    read into one)."""
+    return [t for t in map(TrialRecord.of, trials) if t.settings.purpose in (None, "sweep")]
 
 
-def _our_value(trial: dict[str, Any], metric: str) -> float | None:
+def _our_value(trial: TrialRecord, metric: str) -> float | None:
     """One trial's figure for ``metric``, or None where it was not measured."""
-    if trial.get("status") != "ok":
+    if trial.status != "ok":
         return None
     if metric == "gpu_util_pct":
-        return _num(trial.get("gpu_util_pct"))
+        return _num(trial.sampler.get("gpu_util_pct"))
     if metric == "gpu_mem_mib":
         # the process's own GPU memory is what the framework costs; the device total is the fallback
         # (the thesis read the device total, on a card with nothing else running)
-        own = _num(trial.get("proc_gpu_mem_peak_mib"))
-        return own if own is not None else _num(trial.get("gpu_mem_used_peak_mib"))
-    acc = _num(trial.get("accuracy"))
-    if acc is None or not accuracy_meaningful(trial.get("dataset")):
+        own = _num(trial.sampler.get("proc_gpu_mem_peak_mib"))
+        return own if own is not None else _num(trial.sampler.get("gpu_mem_used_peak_mib"))
+    acc = _num(trial.metrics.accuracy)
+    if acc is None or not accuracy_meaningful(trial.settings.dataset):
         return None
     return acc * 100.0
 
@@ -115,7 +117,7 @@ def side_by_side(trials: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     groups = {(g.name, bs): rows for g in series_groups(_sweep_rows(trials)) for bs, rows in g.by_batch.items()}
     out = []
     for (fw, bs), group in sorted(groups.items()):
-        same_data = all(t.get("dataset") == REFERENCE_DATASET for t in group)
+        same_data = all(t.settings.dataset == REFERENCE_DATASET for t in group)
         for metric in METRICS:
             values = [v for v in (_our_value(t, metric) for t in group) if v is not None]
             ours, sd = _mean_sd(values)
@@ -128,7 +130,7 @@ def side_by_side(trials: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------- findings
-def _means(trials: list[dict[str, Any]], metric: str) -> dict[str, dict[int, float]]:
+def _means(trials: Sequence[Mapping[str, Any]], metric: str) -> dict[str, dict[int, float]]:
     """framework -> batch size -> mean of ``metric`` over ok repeats (only where measured)."""
     out: dict[str, dict[int, float]] = {}
     for row in side_by_side(trials):
@@ -164,27 +166,27 @@ def _fmt_series(series: dict[int, float], unit: str) -> str:
     return ", ".join(f"{bs}: {v:.1f}{'' if unit == '%' else ' '}{unit}" for bs, v in sorted(series.items()))
 
 
-def _no_gpu(trials: list[dict[str, Any]]) -> str:
-    devices = sorted({str(t.get("device")) for t in _sweep_rows(trials) if t.get("device")})
+def _no_gpu(trials: Sequence[Mapping[str, Any]]) -> str:
+    devices = sorted({str(t.device) for t in _sweep_rows(trials) if t.device})
     where = f" (device: {', '.join(devices)})" if devices else ""
     return f"this run measured no GPU{where}, so this cannot be checked here"
 
 
-def unreadable(trials: list[dict[str, Any]], column: str, framework: str | None = None) -> list[dict[str, Any]]:
+def unreadable(trials: Sequence[Mapping[str, Any]], column: str, framework: str | None = None) -> list[TrialRecord]:
     """The ok sweep trials (of ``framework``, or all) whose ``column`` is NULL because the sampler could not read
     it (``readings_note``: a window shorter than NVML can read, harness/monitor/windows.py)."""
-    return [t for t in _sweep_rows(trials) if t.get("status") == "ok" and t.get(column) is None
-            and t.get("readings_note") and (framework is None or t.get("framework") == framework)]
+    return [t for t in _sweep_rows(trials) if t.status == "ok" and t.get(column) is None
+            and t.sampler.get("readings_note") and (framework is None or t.settings.framework == framework)]
 
 
-def _not_readable(trials: list[dict[str, Any]], what: str) -> str:
+def _not_readable(trials: Sequence[Mapping[str, Any]], what: str) -> str:
     """The evidence of a verdict that cannot be given because ``trials`` (from :func:`unreadable`) have no reading."""
     cells_text = ", ".join(dict.fromkeys(f"{t.get('framework')} batch {t.get('batch_size')}" for t in trials))
     return (f"Not measurable: {what} could not be read in {len(trials)} trial(s) ({cells_text}); "
             f"{trials[0]['readings_note']}.")
 
 
-def _finding_most_memory(trials: list[dict[str, Any]]) -> dict[str, Any]:
+def _finding_most_memory(trials: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     finding = f"MXNet uses the most GPU memory at large batch sizes (>= {LARGE_BATCH})"
     mem = _means(trials, "gpu_mem_mib")
     large = {fw: {bs: v for bs, v in s.items() if bs >= LARGE_BATCH} for fw, s in mem.items()}
@@ -202,13 +204,13 @@ def _finding_most_memory(trials: list[dict[str, Any]]) -> dict[str, Any]:
             "evidence": f"Mean GPU memory at batch sizes {sizes}: {detail}; {top} uses the most."}
 
 
-def _sds(trials: list[dict[str, Any]], metric: str) -> dict[tuple[str, int], float]:
+def _sds(trials: Sequence[Mapping[str, Any]], metric: str) -> dict[tuple[str, int], float]:
     """(framework, batch size) -> sd over repeats of ``metric``, where there were two or more."""
     return {(r["framework"], r["batch_size"]): r["ours_sd"] for r in side_by_side(trials)
             if r["metric"] == metric and r["ours_sd"] is not None}
 
 
-def _finding_accuracy_peak(trials: list[dict[str, Any]], framework: str, series: dict[int, float],
+def _finding_accuracy_peak(trials: Sequence[Mapping[str, Any]], framework: str, series: dict[int, float],
                            dataset: str) -> dict[str, Any]:
     finding = (f"{framework}: accuracy after training peaks at a middle batch size, "
                "not the smallest or largest")
@@ -235,7 +237,7 @@ def _finding_accuracy_peak(trials: list[dict[str, Any]], framework: str, series:
     return {"finding": finding, "holds": True, "evidence": text + "."}
 
 
-def _finding_util_trend(trials: list[dict[str, Any]], framework: str, rising: bool) -> dict[str, Any]:
+def _finding_util_trend(trials: Sequence[Mapping[str, Any]], framework: str, rising: bool) -> dict[str, Any]:
     util = _means(trials, "gpu_util_pct").get(framework, {})
     if rising:
         finding = f"{framework}: GPU usage rises with batch size"
@@ -265,7 +267,7 @@ def _finding_util_trend(trials: list[dict[str, Any]], framework: str, rising: bo
             "evidence": f"GPU usage by batch size: {_fmt_series(util, '%')}; highest at batch {best}."}
 
 
-def _finding_pytorch_lowest(trials: list[dict[str, Any]]) -> dict[str, Any]:
+def _finding_pytorch_lowest(trials: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     finding = "PyTorch keeps the GPU least busy (lowest GPU usage) at most batch sizes"
     util = _means(trials, "gpu_util_pct")
     unread = unreadable(trials, "gpu_util_pct")
@@ -293,13 +295,13 @@ def thesis_findings(trials: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
         measure it) and evidence (a sentence built from the measured figures).
     """
     rows = _sweep_rows(trials)
-    devices = sorted({device_of(t) for t in rows})
+    devices = sorted({t.series.device for t in rows})
     if len(devices) > 1:  # allow_mixed_devices: judged on each device's trials apart, never across (issue 29)
         return [dict(f, finding=f"[{d or 'device unresolved'}] {f['finding']}")
-                for d in devices for f in thesis_findings([t for t in rows if device_of(t) == d])]
+                for d in devices for f in thesis_findings([t for t in rows if t.series.device == d])]
     out = [_finding_most_memory(rows), _finding_util_trend(rows, "mxnet", rising=True),
            _finding_util_trend(rows, "tensorflow", rising=False), _finding_pytorch_lowest(rows)]
-    datasets = sorted({str(t.get("dataset")) for t in rows})
+    datasets = sorted({str(t.settings.dataset) for t in rows})
     acc = _means(rows, "accuracy_pct")
     if not acc:
         meaningless = [d for d in datasets if not accuracy_meaningful(d)]
