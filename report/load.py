@@ -78,7 +78,7 @@ class StoredExperiment:
         """The lines the report draws (:attr:`harness.cells.Series.line`: a framework, or a framework under one named
         variant), by framework in :attr:`frameworks`' order, then by variant."""
         order = {fw: i for i, fw in enumerate(self.frameworks)}
-        found = {Series.of(t).line for t in self.trials}
+        found = {t.series.line for t in self.trials}
         return tuple(sorted(found, key=lambda s: (order.get(s.framework, len(order)), s)))
 
     @property

@@ -55,8 +55,8 @@ def render(trials: Sequence[Mapping[str, Any]], file: Any = None) -> None:
         print("Ours: no sweep trials in this store (only max-batch probes, or nothing finished yet): nothing to "
               "set beside the thesis; run `batchscope run EXPERIMENT --out DIR` first.", file=file)
         return
-    datasets = sorted({str(t.get("dataset")) for t in sweep})
-    epochs = sorted({int(t["epochs"]) for t in sweep if t.get("epochs") is not None})
+    datasets = sorted({str(t.settings.dataset) for t in sweep})
+    epochs = sorted({int(t.settings.epochs) for t in sweep if t.settings.epochs is not None})
     print(f"Ours: {len(sweep)} trial(s), data set {', '.join(datasets)}, "
           f"epochs {', '.join(map(str, epochs))}. "
           f"Thesis (Yin 2020, GTX 1060): CIFAR-10, {REFERENCE_EPOCHS} epochs.", file=file)
@@ -98,7 +98,7 @@ def render(trials: Sequence[Mapping[str, Any]], file: Any = None) -> None:
         print_table(table, columns, file=file)
     from harness.cells import SUMMARY_COLUMNS, SUMMARY_NOTE, summary_rows
 
-    not_ieee = sorted({str(t.get("math_mode_seen")) for t in sweep if t.get("status") == "ok"} - {"ieee", "n/a"})
+    not_ieee = sorted({str(t.metrics.math_mode_seen) for t in sweep if t.status == "ok"} - {"ieee", "n/a"})
     if not_ieee:
         print(f"Math mode: trials here ran {', '.join(not_ieee)} (read back from the frameworks), the thesis's GTX "
               "1060 true float32 (it has no TF32): their speeds include the arithmetic, not the frameworks alone "
@@ -118,7 +118,7 @@ def render_study(trials: Sequence[Mapping[str, Any]], spec: dict[str, Any], file
     from harness.run.sweep import summarise
     from report.answer.studies import STUDY_CLAIMS, study_findings, variant_names
 
-    sweep = [t for t in trials if t.get("purpose") in (None, "sweep")]
+    sweep = _sweep_rows(trials)
     variants = variant_names(sweep, spec)
     study = spec.get("study") or ""
     print(f"Study {study or '(none named)'} of experiment {spec.get('name', '?')!r}: {len(sweep)} trial(s)"
@@ -126,9 +126,9 @@ def render_study(trials: Sequence[Mapping[str, Any]], spec: dict[str, Any], file
     if study:
         print(f"Claim tested: {STUDY_CLAIMS[study]}.", file=file)
     rows = []
-    for name in sorted({t.get("variant") or "" for t in sweep}):  # the one cell statistic, per variant
-        mine = [t for t in sweep if (t.get("variant") or "") == name]
-        effective = {(t["framework"], t["batch_size"]): t.get("effective_batch_size") for t in mine}
+    for name in sorted({t.settings.variant or "" for t in sweep}):  # the one cell statistic, per variant
+        mine = [t for t in sweep if (t.settings.variant or "") == name]
+        effective = {(t.settings.framework, t.settings.batch_size): t.effective_batch_size for t in mine}
         rows += [r | {"variant": name, "effective": effective.get((r["framework_name"], r["batch_size"]))}
                  for r in summarise(mine)]
     print(file=file)

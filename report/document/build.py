@@ -128,7 +128,7 @@ def _experiment_section(pdf: PdfWriter, exp: StoredExperiment, tmp: Path, result
     for para in context.method_paragraphs(exp, cell_list):
         pdf.para(para)
     # the thesis compared one setting per framework: with variants its side-by-side would mix them
-    sweep = [] if variants else [t for t in exp.trials if t.get("purpose") in (None, "sweep")]
+    sweep = [] if variants else [t for t in exp.trials if t.settings.purpose in (None, "sweep")]
     _findings(pdf, exp, cell_list, variants, sweep)
     _figures(pdf, exp, recs, cell_list, reference, tmp / "figures", slug, result)
     _tables(pdf, exp, cell_list, None if variants else sweep, acc_why, tmp / "tables", slug, result)
@@ -145,7 +145,7 @@ def _what_ran(pdf: PdfWriter, exp: StoredExperiment) -> None:
         pdf.para(f"<i>{esc(exp.spec['description'])}</i>")
     counts: dict[str, int] = {}
     for t in exp.trials:
-        counts[t.get("status") or "?"] = counts.get(t.get("status") or "?", 0) + 1
+        counts[t.status or "?"] = counts.get(t.status or "?", 0) + 1
     pdf.para(f"{len(exp.trials)} trial(s) of {len(exp.frameworks)} framework(s) ({', '.join(exp.frameworks) or '-'}) "
              f"at batch sizes {', '.join(map(str, exp.batch_sizes)) or '-'}: "
              + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ".")

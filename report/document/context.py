@@ -35,7 +35,7 @@ def had_gpu(exp: StoredExperiment) -> bool:
     """Whether the run had a GPU: NVML saw one, or a trial ran on a CUDA/GPU device."""
     if gpu_name(exp):
         return True
-    return any(str(t.get("device") or "").startswith(("cuda", "gpu")) for t in exp.trials)
+    return any(str(t.device or "").startswith(("cuda", "gpu")) for t in exp.trials)
 
 
 def _gpu_note(exp: StoredExperiment) -> str:
@@ -83,7 +83,7 @@ def environment_rows(exp: StoredExperiment) -> list[tuple[str, str]]:
         if where.get(fw):
             rows.append((f"{fw} environment", f"{where[fw].get('environment', '-')} ({where[fw].get('python', '-')})"))
     rows += [("Environments", note) for note in environment_notes(exp)]
-    devices = sorted({str(t.get("device")) for t in exp.trials if t.get("device")})
+    devices = sorted({str(t.device) for t in exp.trials if t.device})
     if devices:
         rows.append(("Device(s) trained on", ", ".join(devices)))
     rows.append(("CPU workers' allocator settings", cpu_worker_env_words(env)))
@@ -95,8 +95,8 @@ def used_gpu_rows(exp: StoredExperiment) -> list[tuple[str, str]]:
     many trials each: the machine's GPU list above is every GPU NVML sees, not the ones the trials used."""
     used: dict[str, int] = {}
     for t in exp.trials:
-        if t.get("gpu_used"):
-            used[str(t["gpu_used"])] = used.get(str(t["gpu_used"]), 0) + 1
+        if gpu := t.sampler.get("gpu_used"):  # a sampler column: the record keeps the sampler's by name
+            used[str(gpu)] = used.get(str(gpu), 0) + 1
     if not used:
         return []
     return [("GPU(s) the trials used", "; ".join(f"{name}: {n} trial(s)" for name, n in sorted(used.items())))]
@@ -108,14 +108,14 @@ def node_rows(exp: StoredExperiment) -> list[tuple[str, str]]:
     the machine above; on a cluster the rows above describe the machine that ran the driver."""
     nodes: dict[str, list[TrialRecord]] = {}
     for t in exp.trials:
-        if t.get("node_id"):
-            nodes.setdefault(str(t["node_id"]), []).append(t)
+        if t.placement.node_id:
+            nodes.setdefault(str(t.placement.node_id), []).append(t)
     rows = []
-    for node_id, trials in sorted(nodes.items(), key=lambda kv: (str(kv[1][0].get("host")), kv[0])):
-        host = trials[0].get("host") or "?"
-        gpus = sorted({int(t["device_index"]) for t in trials if t.get("device_index") is not None})
-        packed = max(int(t.get("concurrent_n") or 1) for t in trials)
-        reruns = sum(1 for t in trials if (t.get("attempt") or 1) > 1)
+    for node_id, trials in sorted(nodes.items(), key=lambda kv: (str(kv[1][0].placement.host), kv[0])):
+        host = trials[0].placement.host or "?"
+        gpus = sorted({int(t.placement.device_index) for t in trials if t.placement.device_index is not None})
+        packed = max(int(t.placement.concurrent_n or 1) for t in trials)
+        reruns = sum(1 for t in trials if (t.placement.attempt or 1) > 1)
         text = f"{len(trials)} trial(s)"
         if gpus:
             text += f" on GPU(s) {', '.join(map(str, gpus))}, one GPU each"
@@ -124,7 +124,7 @@ def node_rows(exp: StoredExperiment) -> list[tuple[str, str]]:
         if reruns:
             text += f"; {reruns} re-run here after their node died"
         rows.append((f"Node {host} ({node_id[:8]})", text))
-    lost = sum(1 for t in exp.trials if t.get("status") == "lost")
+    lost = sum(1 for t in exp.trials if t.status == "lost")
     if lost:
         rows.append(("Lost trials", f"{lost} trial(s) whose node died twice: not results; `batchscope run --resume` "
                                     "runs them again"))

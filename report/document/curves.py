@@ -20,7 +20,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
-from harness.cells import Series
+from harness.cells import batch_of
 from report.answer.critical import REGIME_FACTOR
 from report.answer.recommend import Recommendation
 from report.document.figures import FigureResult, _log2_axis, palette, recommendation_lines, themed
@@ -53,13 +53,13 @@ def learning_curve_figure(exp: StoredExperiment, recs: Sequence[Recommendation])
     for r in series:
         lines: dict[int, list[list[dict]]] = {}  # type: ignore[type-arg]
         for t in exp.trials:
-            if t.get("purpose") not in (None, "sweep") or t.get("status") not in ("ok", "diverged"):
+            if t.settings.purpose not in (None, "sweep") or t.status not in ("ok", "diverged"):
                 continue
-            if Series.of(t) != r.series:
+            if t.series != r.series:
                 continue
-            curve = [p for p in exp.curves.get(t["trial_hash"], ()) if p.get("accuracy") is not None]
+            curve = [p for p in exp.curves.get(t.trial_hash, ()) if p.get("accuracy") is not None]
             if curve:
-                lines.setdefault(int(t["batch_size"]), []).append(sorted(curve, key=lambda p: p["point"]))
+                lines.setdefault(batch_of(t), []).append(sorted(curve, key=lambda p: p["point"]))
         if lines:
             by_series.append((r, lines))
     if not by_series:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from harness.cells import Cell, Series
+from harness.cells import Cell, batch_of
 from report.answer.studies import line_label
 from report.document.figures import PANEL_H_IN, PANEL_W_IN, FigureResult, line_palette, themed
 from report.load import StoredExperiment
@@ -31,8 +31,7 @@ def rolling_median(step_ms: Sequence[float]) -> list[float]:
 
 
 def _batches(exp: StoredExperiment) -> list[int]:
-    drawn = sorted({int(t["batch_size"]) for t in exp.ok_trials
-                    if len(exp.step_times.get(t["trial_hash"], ())) >= MIN_STEPS})
+    drawn = sorted({batch_of(t) for t in exp.ok_trials if len(exp.step_times.get(t.trial_hash, ())) >= MIN_STEPS})
     if len(drawn) <= MAX_PANELS:
         return drawn
     return [drawn[0], drawn[len(drawn) // 2], drawn[-1]]
@@ -56,10 +55,10 @@ def drift_figure(exp: StoredExperiment, cell_list: Sequence[Cell]) -> FigureResu
                              squeeze=False)
     for ax, bs in zip(axes[0], batches, strict=True):
         for line, colour in colours.items():
-            trials = sorted((t for t in exp.ok_trials if Series.of(t).line == line and int(t["batch_size"]) == bs
-                             and t["trial_hash"] in exp.step_times), key=lambda t: int(t.get("repeat") or 0))
+            trials = sorted((t for t in exp.ok_trials if t.series.line == line and batch_of(t) == bs
+                             and t.trial_hash in exp.step_times), key=lambda t: int(t.settings.repeat or 0))
             if trials:
-                ys = rolling_median(exp.step_times[trials[0]["trial_hash"]])
+                ys = rolling_median(exp.step_times[trials[0].trial_hash])
                 ax.plot(range(len(ys)), ys, color=colour, label=line_label(line), linewidth=1.2)
         ax.set_yscale("log")
         ax.set_title(f"batch {bs}", fontsize=9)

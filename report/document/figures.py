@@ -33,6 +33,7 @@ from harness.cells import (
     METRICS,
     Cell,
     Series,
+    batch_of,
     has_metric,
 )
 from harness.monitor.fields import FIELDS, Shown, shown_in
@@ -122,8 +123,8 @@ def trial_frame(exp: StoredExperiment) -> pd.DataFrame:
     """One row per finished trial with every metric (accuracy in %); ``line`` names its line in the legend."""
     rows = []
     for t in exp.ok_trials:
-        row: dict[str, Any] = {"framework": t["framework"], "line": line_label(Series.of(t).line),
-                               "batch_size": int(t["batch_size"]), "repeat": t.get("repeat")}
+        row: dict[str, Any] = {"framework": t.settings.framework, "line": line_label(t.series.line),
+                               "batch_size": batch_of(t), "repeat": t.settings.repeat}
         for key, metric in METRICS.items():
             row[key] = metric.value(t)
         rows.append(row)
