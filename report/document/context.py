@@ -288,8 +288,7 @@ def _workload_paragraph(exp: StoredExperiment, variants: list[dict[str, Any]]) -
 
 def runs_rows(exp: StoredExperiment) -> list[tuple[str, str, str]]:
     """(run id, started at, exact command line) of every run of the experiment."""
-    return [(str(r.get("run_id", "")), str(r.get("started_at") or "-"), str(r.get("command") or "(not recorded)"))
-            for r in exp.runs]
+    return [(str(r.run_id), str(r.started_at or "-"), str(r.command or "(not recorded)")) for r in exp.runs]
 
 
 def spec_summary(exp: StoredExperiment) -> dict[str, Any]:

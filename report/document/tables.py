@@ -199,12 +199,11 @@ def comparison(rows: Sequence[dict[str, Any]]) -> Table | None:
 
 def runs(exp: StoredExperiment) -> Table:
     """The invocations that produced the experiment's results, with their exact command lines."""
-    rows = tuple((str(r.get("run_id")), str(r.get("started_at") or "-"), str(r.get("command") or "(not recorded)"))
-                 for r in exp.runs)
+    rows = tuple((str(r.run_id), str(r.started_at or "-"), str(r.command or "(not recorded)")) for r in exp.runs)
     return Table(key="runs", title="Runs", headers=("run", "started (UTC)", "command line"), rows=rows,
                  csv_headers=("run_id", "experiment", "started_at", "command", "spec_json"),
-                 csv_rows=tuple((r.get("run_id"), r.get("experiment"), r.get("started_at"), r.get("command"),
-                                 r.get("spec_json")) for r in exp.runs))
+                 csv_rows=tuple((r.run_id, r.experiment, r.started_at, r.command,
+                                 r["spec_json"]) for r in exp.runs))  # the CSV keeps the stored JSON text
 
 
 def recommendation(recs: Sequence[Recommendation]) -> Table | None:
