@@ -8,9 +8,10 @@ not say.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
-from harness.cells import Cell, Series
+from harness.cells import Cell
 from harness.monitor.fields import NO_GPU_NOTICE
 from harness.store import TrialRecord
 from report.answer.environments import environment_notes
@@ -145,24 +146,25 @@ def cpu_worker_env_words(env: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted(recorded.items()))
 
 
-def _distinct(exp: StoredExperiment, column: str) -> list[Any]:
-    return sorted({t[column] for t in exp.trials if t.get(column) is not None})
+def _distinct(exp: StoredExperiment, field: Callable[[TrialRecord], Any]) -> list[Any]:
+    """The distinct values of one field of the trials (``lambda t: t.settings.seed``), sorted; None left out."""
+    return sorted({v for t in exp.trials if (v := field(t)) is not None})
 
 
-def _seen_per_framework(exp: StoredExperiment, column: str) -> list[str]:
+def _seen_per_framework(exp: StoredExperiment, field: Callable[[TrialRecord], Any]) -> list[str]:
     """``framework: a/b`` per line (a framework, or a framework under one of a study's variants): the distinct values
-    its ok trials stored in ``column`` ("not recorded" where none did)."""
+    its ok trials stored in ``field`` ("not recorded" where none did)."""
     out = []
     for line in exp.line_series:
-        seen = sorted({str(t.get(column)) for t in exp.ok_trials if Series.of(t).line == line and t.get(column)})
+        seen = sorted({str(v) for t in exp.ok_trials if t.series.line == line and (v := field(t))})
         out.append(f"{line_label(line)}: {'/'.join(seen) or 'not recorded'}")
     return out
 
 
 def _denormals_paragraph(exp: StoredExperiment) -> str:
     """What the CPU did with denormal floats, per framework, as the trials recorded it."""
-    asked = _distinct(exp, "denormals") or ["?"]
-    per_fw = _seen_per_framework(exp, "cpu_denormals")
+    asked = _distinct(exp, lambda t: t.settings.denormals) or ["?"]
+    per_fw = _seen_per_framework(exp, lambda t: t.metrics.cpu_denormals)
     return ("<b>Denormal floats.</b> Asked for: denormals = " + "/".join(map(str, asked)) + ". What the "
             "CPU did in each framework's trials: " + "; ".join(per_fw) + ". 'flush' means denormal results "
             "and inputs are treated as zero (FTZ/DAZ); 'keep' means they are computed exactly, at the cost of "
@@ -172,8 +174,8 @@ def _denormals_paragraph(exp: StoredExperiment) -> str:
 
 def _math_mode_paragraph(exp: StoredExperiment) -> str:
     """What float32 convolutions and matmuls computed in, per framework, as each framework read it back."""
-    asked = _distinct(exp, "math_mode") or ["not recorded"]
-    per_fw = _seen_per_framework(exp, "math_mode_seen")
+    asked = _distinct(exp, lambda t: t.settings.math_mode) or ["not recorded"]
+    per_fw = _seen_per_framework(exp, lambda t: t.metrics.math_mode_seen)
     return ("<b>Math mode.</b> Asked for: math_mode = " + "/".join(map(str, asked)) + ". What each framework "
             "computed float32 convolutions and matmuls in, read back from it: " + "; ".join(per_fw) + ". 'ieee' "
             "is true float32; 'tf32' TensorFloat-32 tensor cores (10-bit mantissa inputs, Ampere and newer GPUs), "
@@ -191,8 +193,8 @@ def method_paragraphs(exp: StoredExperiment, cell_list: list[Cell]) -> list[str]
     """
     spec = exp.spec
     paras = []
-    warm = _distinct(exp, "warmup_steps_n") or [spec.get("warmup_steps", "?")]
-    measured = _distinct(exp, "measured_steps_n")
+    warm = _distinct(exp, lambda t: t.metrics.warmup_steps_n) or [spec.get("warmup_steps", "?")]
+    measured = _distinct(exp, lambda t: t.metrics.measured_steps_n)
     measured_text = (f"{min(measured)}-{max(measured)}" if len(measured) > 1 else str(measured[0])) if measured else "?"
     paras.append(
         "<b>Timing.</b> Every trial runs in a fresh worker process. The first "
@@ -210,7 +212,7 @@ def method_paragraphs(exp: StoredExperiment, cell_list: list[Cell]) -> list[str]
         "statistic the command line and <i>compare</i> print).")
     paras.append(_denormals_paragraph(exp))
     paras.append(_math_mode_paragraph(exp))
-    intervals = _distinct(exp, "sample_interval_ms")
+    intervals = _distinct(exp, lambda t: t.sample_interval_ms)
     interval = (f"every {'/'.join(f'{v:.0f}' for v in intervals)} ms" if intervals
                 else f"every {spec.get('sample_interval_ms', '?')} ms (configured; no samples are stored)")
     paras.append(
@@ -259,8 +261,8 @@ def _workload_paragraph(exp: StoredExperiment, variants: list[dict[str, Any]]) -
                f"{data.get('classes', '?')} classes")
     if data and not data.get("accuracy_meaningful", True):
         dataset += " (synthetic data with random labels: its accuracy means nothing)"
-    params = _distinct(exp, "param_count")
-    models = [str(m) for m in _distinct(exp, "model")] or [str(spec.get("model", "?"))]
+    params = _distinct(exp, lambda t: t.param_count)
+    models = [str(m) for m in _distinct(exp, lambda t: t.settings.model)] or [str(spec.get("model", "?"))]
     model = "/".join(models) + (f", {'/'.join(f'{p:,}' for p in params)} parameters" if params else "")
     if any(m.startswith("native:") for m in models):  # harness.models.native: one framework's own model
         model += (" (native model: the framework's own, with its own parameter count and initial weights; no "
@@ -277,11 +279,11 @@ def _workload_paragraph(exp: StoredExperiment, variants: list[dict[str, Any]]) -
                   "with the batch size"))
     if variants:  # the top-level settings are only the defaults the variants start from
         lr_text += " (the experiment's default, which the variants below override)"
-    repeats = spec.get("repeats", len(_distinct(exp, "repeat")) or 1)
+    repeats = spec.get("repeats", len(_distinct(exp, lambda t: t.settings.repeat)) or 1)
     return (
         f"<b>Workload.</b> Data set {dataset}. Model {model}. Training: {epochs_text}. Optimizer {lr_text}. "
         f"Repeats: {repeats} per framework and batch size "
-        f"(seeds {', '.join(map(str, _distinct(exp, 'seed'))) or '?'}). "
+        f"(seeds {', '.join(map(str, _distinct(exp, lambda t: t.settings.seed))) or '?'}). "
         f"Device: {spec.get('device', '?')}, precision {spec.get('precision', '?')}, "
         f"math mode {spec.get('math_mode', 'not recorded')}.")
 
