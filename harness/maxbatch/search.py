@@ -10,8 +10,9 @@ boundary.
   sizes: its slope through that probe's measured figure (which holds what the estimate cannot know: runtime,
   libraries, allocator pools) predicts the boundary before any probe near it (:meth:`_Search.estimated`). The size
   probed next is that prediction less ``ESTIMATE_HEDGE``; from there the guided search below finishes, with a line
-  from probes near the boundary. Those probes train as long as the confirm run (``probe_is_confirm``, where the
-  boundary repeats between processes), so the answer's own probe is its confirm run. A prediction that runs out of
+  from probes near the boundary. Where the boundary repeats between processes (``probe_is_confirm``: GPU budgets;
+  a CPU boundary does not, measured) those probes train as long as the confirm run, so the answer's own probe is its
+  confirm run. A prediction that runs out of
   memory costs a probe at ``ESTIMATE_FALLBACK`` of it, and an estimate off by more is dropped: it changes the probes,
   never the answer. Without an estimate, ``fitted``.
 * ``fitted`` (the ``model`` of before issue 41): two small probes (1 and 16) give memory(batch) = a + b·batch from
@@ -653,11 +654,11 @@ class _Search:
 
     def scatter_samples(self) -> int:
         """How far, in samples, the search's line misses the fitting sizes it was not drawn through (0: no line, or
-        it misses none). Peaks in order can still scatter about the line by more than the resolution: PyTorch's
-        tiny_cnn under a fixed mmap threshold (0.137 MiB per sample) peaked 338.7-339.8 MiB at one size over three
-        fresh processes, ~7 samples where 1 % is 2-3, and a size 1.8 % above another search's answer fitted two of
-        three. Where the line misses by more than the resolution, one process at the answer is not evidence enough:
-        a second one confirms it (measured 2026-11-28, docs/maxbatch.md)."""
+        it misses none). Peaks in order can still scatter about the line by more than the resolution, and where they
+        do, one process at the answer is not evidence enough: a second one confirms it. Found on a CPU (PyTorch
+        tiny_cnn, 0.137 MiB per sample: one size peaked 338.7-339.8 MiB over three fresh processes, ~7 samples where
+        1 % is 2-3; docs/maxbatch.md), where every answer now gets a second process anyway
+        (``probe_is_confirm`` False); it guards the budgets where the own-probe confirm still applies."""
         if self.fit is None or not self.fit.b_mib_per_sample > 0:
             return 0
         return math.ceil(self._scatter_mib(self.fit) / self.fit.b_mib_per_sample - 1e-9)
