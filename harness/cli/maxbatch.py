@@ -165,6 +165,8 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
         print(f"wall time: {time.monotonic() - started:.1f} s for {len(done)} searches")
         return code
     print_result(outcome.row)
+    if args.verify and not outcome.row.verification.status:  # asked for, and nothing to train: say so, not nothing
+        print("verify: not run: there is no recommended size to train (see 'recommended' above)")
     print(f"wall time: {time.monotonic() - started:.1f} s for {outcome.row.probes.n} probes (starting workers, "
           "storing, and any settling or --verify runs included)")
     print(f"\nstored in {out / 'results.sqlite'} (table maxbatch, probes in trials with purpose 'probe')")

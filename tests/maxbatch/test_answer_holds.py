@@ -149,6 +149,18 @@ def test_a_failed_verification_exits_1_and_says_why(fake_executor, tmp_path, cap
     assert "FAIL: oom: RuntimeError: can't allocate memory" in out
 
 
+def test_verify_with_nothing_to_train_says_it_did_not_run(fake_executor, tmp_path, capsys):
+    # seen in CI on a real worker: the margin was worth more samples than the answer had, so nothing was recommended
+    # and --verify ran nothing, and the output did not say so
+    made = fake_executor(growth_mib_per_step=1.0)  # 1000 settling steps grow 1000 MiB: no size settles
+    assert _maxbatch(tmp_path / "out", "--settle-steps", "1000", "--verify") == 0
+    out = capsys.readouterr().out
+    row = _row(tmp_path / "out")
+    assert row["recommended_batch"] == 0 and row["verify_status"] is None
+    assert not [u for u in made[0].units if u.trial.purpose == "verify"]
+    assert "verify: not run: there is no recommended size to train" in out, out
+
+
 def test_verify_steps_without_verify_is_refused(tmp_path, capsys):
     assert _maxbatch(tmp_path / "out", "--verify-steps", "5") == 2
     assert "--verify-steps applies only with --verify" in capsys.readouterr().err
@@ -192,11 +204,13 @@ def test_sweep_workers_run_under_the_allocator_users_train_with(tmp_path, monkey
 def test_verify_passes_on_a_real_pytorch_worker(tmp_path, capsys):
     # the real boundary under glibc's defaults (no allocator setting: what a user's plain process has), and the
     # recommendation trained for the confirm length in a fresh worker under the same budget (tiny_cnn 3x64x64:
-    # ~0.5 MiB per sample). Not the shared real search: that one runs under the fixed mmap threshold the
-    # exactness tests need (tests/maxbatch/conftest.py)
+    # ~0.3 MiB per sample). Not the shared real search: that one runs under the fixed mmap threshold the
+    # exactness tests need (tests/maxbatch/conftest.py). 450 MiB, not 400: the worker's fixed cost is ~355 MiB, so 400
+    # left ~45 MiB for the batch, and a margin of ~20 MiB (jitter 3, growth over the confirm run ~13, heap ~4) was
+    # worth more samples than a low answer had (CI, under load: 75, margin > 24 MiB: nothing recommended, no verify)
     out = tmp_path / "out"
     code = main(["maxbatch", "--framework", "pytorch", "--model", "tiny_cnn", "--device", "cpu",
-                 "--synthetic-shape", "3,64,64", "--memory-limit-mib", "400", "--threads", "1", "--verify",
+                 "--synthetic-shape", "3,64,64", "--memory-limit-mib", "450", "--threads", "1", "--verify",
                  "--settle-steps", "20",  # the settling's length is not what this checks: short runs keep it quick
                  "--granularity", "10%",  # nor how close the search comes to the boundary: fewer probes
                  "--out", str(out)])
