@@ -164,11 +164,14 @@ def jax_loop(args: argparse.Namespace) -> tuple[Callable[[int], None], Callable[
         z = jax.nn.relu(z.reshape(z.shape[0], -1) @ p[2] + p[3]) @ p[4] + p[5]
         return -jnp.take_along_axis(jax.nn.log_softmax(z), y[:, None], axis=1).mean()
 
-    @jax.jit
-    def train(p: list[Any], m: list[Any], x: Any, y: Any) -> tuple[list[Any], list[Any]]:
+    def update(p: list[Any], m: list[Any], x: Any, y: Any) -> tuple[list[Any], list[Any]]:
         grads = jax.grad(loss_fn)(p, x, y)
         m = [0.9 * b + g for b, g in zip(m, grads, strict=True)]
         return [w - 0.01 * b for w, b in zip(p, m, strict=True)], m
+
+    # donated (the default): the old weights and momentum are updated in place, as the harness's step does and as
+    # Flax's and optax's examples write it (without donation the step holds two copies of both)
+    train = jax.jit(update, donate_argnums=(0, 1) if args.donate else ())
 
     data = [(jnp.asarray(x), jnp.asarray(y.astype(np.int32))) for x, y in batches(args)]
     state = [params, momentum]
@@ -203,6 +206,13 @@ def main(argv: list[str] | None = None) -> int:
         help="time every step one step late (MXNet): after step n is queued, wait for step n-1's update and read the "
         "clock, so the engine always has the next step queued; batch / median interval between two completions. "
         "What a per-step clock that does not drain the engine would read (issue 40)",
+    )
+    parser.add_argument(
+        "--donate",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="JAX: donate the weights and momentum to the jitted step (the default, as the harness's step does; "
+        "--no-donate keeps both copies: what donation costs or saves, issue 40)",
     )
     parser.add_argument(
         "--denormals",
@@ -259,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                 "wall_s": wall_s,
                 "sync_each_step": args.sync_each_step,
                 "sync_lag": args.sync_lag,
+                "donate": args.donate if args.framework == "jax" else None,
                 "samples_per_s": rate,
             }
         )
