@@ -5,7 +5,8 @@ JSON line with samples/s. It is the baseline of ``harness_overhead.py``: the sam
 Conv 32@3x3 same, ReLU, MaxPool 2, Flatten, Dense 128, ReLU, Dense classes), batch, thread count,
 SGD with momentum and number of steps as a harness trial, written the way each framework's own
 tutorials write it: a PyTorch eager loop, a Keras model with a ``tf.function`` step, a hybridised
-Gluon network with a Trainer, a jitted JAX step. Throughput is measured like a user would: wall time of
+Gluon network with a Trainer, a jitted JAX step (its weights and momentum donated, as the harness's step does
+and as JAX training code commonly writes it). Throughput is measured like a user would: wall time of
 the timed steps with one synchronisation at the end (none per step), batches converted to tensors beforehand.
 """
 
@@ -170,7 +171,7 @@ def jax_loop(args: argparse.Namespace) -> tuple[Callable[[int], None], Callable[
         return [w - 0.01 * b for w, b in zip(p, m, strict=True)], m
 
     # donated (the default): the old weights and momentum are updated in place, as the harness's step does and as
-    # Flax's and optax's examples write it (without donation the step holds two copies of both)
+    # JAX training code commonly writes it (without donation the step holds two copies of both)
     train = jax.jit(update, donate_argnums=(0, 1) if args.donate else ())
 
     data = [(jnp.asarray(x), jnp.asarray(y.astype(np.int32))) for x, y in batches(args)]
