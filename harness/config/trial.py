@@ -74,8 +74,10 @@ class TrialSpec:
     device_resolved: str = ""
 
     #: a persistent compilation cache for frameworks that compile (JAX), in the cache directory
-    #: (Experiment.compile_cache). Not part of the hash: it changes how long start-up takes, never what is
-    #: measured after it, and each trial stores what its cache did (``compile_cache``)
+    #: (Experiment.compile_cache). Not part of the hash: it changes how long start-up takes, not the steps timed
+    #: after it, and each trial stores what its cache did (``compile_cache``). It does change a CPU process's memory
+    #: peak (a program read back skips the compiler's memory), so max-batch runs never use it
+    #: (harness.maxbatch.probes)
     compile_cache: bool = True
 
     #: the next update's batch gathered (and, where the adapter can, moved to the device) on a background thread

@@ -207,6 +207,11 @@ class WorkerProber:
             # no batch gathered ahead: the answer is the model's and one update's batch, whatever the input pipeline
             # (with prefetch the next update's batch, k micro-batches of it, would be held too)
             prefetch=False,
+            # every probe compiles in its own process, as a user's first training run does: a program read back
+            # from the persistent compilation cache (JAX) skips the compiler's memory, which on a CPU is part of the
+            # peak (deep_cnn at 66: 901 MiB compiling, 662 MiB read back over 11 fresh workers; docs/maxbatch.md),
+            # so with the cache a size compiled before, by this search or an earlier one, would fit where it fails
+            compile_cache=False,
             # an emulated card: the context earlier probes measured, for the adapters that cap before theirs exists
             context_hint_mib=(cuda_context_mib(self.outcomes) or 0.0) if self.budget.kind == "gpu-emulated" else 0.0)
 
