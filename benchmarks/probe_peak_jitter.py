@@ -22,6 +22,7 @@ from pathlib import Path
 
 from common import machine_facts
 
+from harness.cli.maxbatch import shape_arg
 from harness.data import DataRequest, prepare
 from harness.envs.resolve import choose
 from harness.maxbatch.advice import cpu_peak_jitter_mib
@@ -30,11 +31,6 @@ from harness.maxbatch.request import MaxBatchRequest, resolve_budget
 from harness.run.executor import LocalExecutor
 
 SHAPE = (3, 64, 64)
-
-
-def _shape(text: str) -> tuple[int, int, int]:
-    c, h, w = (int(v) for v in text.split(","))
-    return c, h, w
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit-mib", type=float, default=4000.0, help="RLIMIT_DATA of every run")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--model", default="tiny_cnn", help="a catalogue model")
-    parser.add_argument("--shape", type=_shape, default=SHAPE, help="C,H,W of the synthetic samples")
+    parser.add_argument("--shape", type=shape_arg, default=SHAPE, help="C,H,W of the synthetic samples")
     args = parser.parse_args(argv)
     if bad := [item for item in args.env if "=" not in item]:
         parser.error(f"--env takes KEY=VALUE, not {bad[0]!r}")

@@ -45,7 +45,8 @@ if TYPE_CHECKING:  # the search's modules are imported when a command runs
     from harness.run.protocol import Message
 
 
-def _shape(text: str) -> tuple[int, int, int]:
+def shape_arg(text: str) -> tuple[int, int, int]:
+    """``C,H,W`` (or ``CxHxW``) as an argparse type: three whole numbers > 0, refused in words otherwise."""
     try:
         parts = tuple(int(x) for x in text.replace("x", ",").split(","))
     except ValueError:
@@ -73,7 +74,7 @@ def register(sub: Any) -> None:
     p.add_argument("--model", required=True, help="model from the catalogue (e.g. deep_cnn, resnet20) or your own "
                    "\"package.module:function\" (docs/models.md)")
     p.add_argument("--dataset", default="synthetic", help="data set (default synthetic)")
-    p.add_argument("--synthetic-shape", type=_shape, default=(3, 32, 32), help="C,H,W of synthetic input")
+    p.add_argument("--synthetic-shape", type=shape_arg, default=(3, 32, 32), help="C,H,W of synthetic input")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="other than fp32: also search without it, and compare (\"what helps\", below)")
     p.add_argument("--math-mode", choices=MATH_MODES, default="ieee",
