@@ -162,12 +162,10 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
               "from the start.", file=sys.stderr)
         return 130
     if plan.compare:
-        code = _print_what_helps(done, out)
+        code = _print_what_helps(done, out, args.verify)
         print(f"wall time: {time.monotonic() - started:.1f} s for {len(done)} searches")
         return code
-    print_result(outcome.row)
-    if args.verify and not outcome.row.verification.status:  # asked for, and nothing to train: say so, not nothing
-        print("verify: not run: there is no recommended size to train (see 'recommended' above)")
+    print_result(outcome.row, verify_asked=args.verify)
     print(f"wall time: {time.monotonic() - started:.1f} s for {outcome.row.probes.n} probes (starting workers, "
           "storing, and any settling or --verify runs included)")
     print(f"\nstored in {out / 'results.sqlite'} (table maxbatch, probes in trials with purpose 'probe')")
@@ -321,7 +319,7 @@ def _run_searches(args: argparse.Namespace, plan: _Plan, shown: _Printer, out: P
         return [], first.run(store, run_id, shown)
 
 
-def _print_what_helps(done: list[Searched], out: Path) -> int:
+def _print_what_helps(done: list[Searched], out: Path, verify_asked: bool = False) -> int:
     """The plain search's answer in full, then one table of every search. Exit 0 when every search finished and
     something fits; 3 when nothing fits even at a micro-batch of 1; 1 when a search aborted or a --verify failed."""
     from harness.maxbatch.whathelps import PLAIN, TABLE_NOTE, cost_notes, render_table, table_rows
@@ -329,7 +327,7 @@ def _print_what_helps(done: list[Searched], out: Path) -> int:
     first = done[0]  # the plain search (or, with --no-plain, the first setting): its answer in full
     if first.row is not None and first.row.answer.max_batch:
         print(f"\n{'plain search' if first.setting == PLAIN else first.setting}:", end="")
-        print_result(first.row)
+        print_result(first.row, verify_asked=verify_asked)
     for s in done:
         if s.problem:
             print(f"{s.setting}: {s.problem}", file=sys.stderr)

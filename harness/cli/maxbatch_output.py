@@ -34,8 +34,9 @@ def bracket_line(probe: Any, lo: int, hi: int | None) -> str:
     return f"search: {kind} {probe.batch} {what} -> {where}"
 
 
-def print_recommendation(row: MaxBatchResult, file: Any) -> None:
-    """The recommended size, the margin it leaves and what that is made of, and how to train to keep it."""
+def print_recommendation(row: MaxBatchResult, file: Any, verify_asked: bool = False) -> None:
+    """The recommended size, the margin it leaves and what that is made of, and how to train to keep it; the
+    ``--verify`` run's result, or, where one was asked for and there was nothing to train, that it did not run."""
     from harness.maxbatch.advice import cap_skips_settling, env_words, settle_stopped
 
     rec, margin = row.recommendation, row.margin
@@ -91,6 +92,8 @@ def print_recommendation(row: MaxBatchResult, file: Any) -> None:
         how = f": {verified.reason}" if verified.reason else ""
         print(f"verify: {rec.batch} trained {verified.steps} steps + eval in a fresh worker "
               f"under the same budget and settings: {verified.status.upper()}{how}", file=file)
+    elif verify_asked:
+        print("verify: not run: there is no recommended size to train", file=file)
 
 
 def print_forecast(desc: Any, req: Any, budget_mib: float, file: Any = None) -> None:
@@ -116,8 +119,9 @@ def print_forecast(desc: Any, req: Any, budget_mib: float, file: Any = None) -> 
               file=file, flush=True)
 
 
-def print_result(row: MaxBatchResult, file: Any = None) -> None:
-    """The answer, in the words of the issue: fits / fails / recommended / probes / formula."""
+def print_result(row: MaxBatchResult, file: Any = None, verify_asked: bool = False) -> None:
+    """The answer, in the words of the issue: fits / fails / recommended / probes / formula (``verify_asked``: the
+    user gave ``--verify``)."""
     from harness.maxbatch.advice import answer_headroom_mib, jitter_advice
 
     file = file or sys.stdout
@@ -138,7 +142,7 @@ def print_result(row: MaxBatchResult, file: Any = None) -> None:
     elif fail is not None:
         print(f"first size that fails: {fail}: {answer.fail_status}: {answer.fail_reason}",
               file=file)
-    print_recommendation(row, file)
+    print_recommendation(row, file, verify_asked)
     spare = answer_headroom_mib(row)
     if spare is not None:
         print(f"memory left unused at {answer.max_batch}: {spare:.1f} MiB of {row.budget_mib:.0f} MiB "
