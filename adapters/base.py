@@ -339,6 +339,18 @@ class Adapter(ABC):
     def train_step(self, batch: Any) -> None:
         """One forward, backward and optimizer update; returns only once the device is idle."""
 
+    def train_step_queued(self, batch: Any) -> None:
+        """Optional (capability ``queued_steps``), for a framework whose engine runs asynchronously (MXNet): what
+        :meth:`train_step` does, returning once the step is queued, before its work is done. The worker then
+        queues a few steps and reads its clock after :meth:`wait_steps`, so a step's time is its window's mean
+        (docs/adapters.md, "Queued steps"); a failure may surface in :meth:`wait_steps` instead."""
+        raise NotImplementedError(f"adapter {self.name!r} does not queue steps")
+
+    def wait_steps(self) -> None:
+        """Optional (capability ``queued_steps``): return once every step :meth:`train_step_queued` queued is done,
+        raising the error of one that failed (an out-of-memory error included)."""
+        raise NotImplementedError(f"adapter {self.name!r} does not queue steps")
+
     @abstractmethod
     def predict(self, batch: Any) -> np.ndarray:
         """Logits (N, classes) as NumPy, in inference mode (BN uses running statistics)."""
@@ -467,6 +479,10 @@ CAPABILITIES: tuple[Capability, ...] = (
     # "unsupported" and gradient_noise is refused for it in the parent
     Capability("flat_gradient", ("flat_gradient",), "the gradient as one flat array (gradient noise scale)"),
     Capability("prepare_ahead", ("prepare_batch_ahead",), "prepares batches on the prefetch thread", required=False),
+    # issue 40: an asynchronous engine's step is timed over a window of queued steps, not drained after every one
+    Capability("queued_steps", ("train_step_queued", "wait_steps"),
+               "queues training steps without waiting for each (the step clock is read over windows of steps)",
+               required=False),
     # issue 41: the max-batch search predicts its first size near the boundary from this, then proves it by probing
     Capability("step_memory_estimate", ("estimate_step_memory",),
                "estimates a training step's peak memory without running it (the max-batch search's first guess)",

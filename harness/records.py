@@ -160,6 +160,9 @@ class WorkerMetrics:
     step_time_ms_median: float | None = None
     step_time_ms_iqr: float | None = None
     measured_steps_n: int = 0  # post-warm-up steps: what both throughput figures are taken over
+    #: post-warm-up steps per clock reading: 1, the clock read after every step; k > 1, up to k steps queued and
+    #: each given its window's mean time (an adapter with ``queued_steps``, issue 40). None: a worker from before
+    step_clock_window: int | None = None
     drift_change_pct: float | None = None  # late vs early median step time; None: too few steps to tell
     drift_threshold_pct: float | None = None
     drift_flagged: bool | None = None
@@ -169,6 +172,10 @@ class WorkerMetrics:
     optimizer_updates_n: int | None = None  # one per step; with accumulate_steps = k, k micro-batches each
     micro_batches_n: int | None = None  # forward/backward passes run
     epochs_done: float = 0.0
+    #: the training thread's batch preparation, or (prefetch) its waits for the prepared batch, summed over steps.
+    #: With queued steps (``step_clock_window`` > 1) a wait for the next batch overlaps the queued steps' work: a time
+    #: the thread waited, not the device (MXNet at batch 512: 4.8 s of waits in a 9.3 s training, at the throughput
+    #: of a clock after every step, whose waits were 0.006 s)
     data_s: float | None = None
     #: the next batch was prepared on a background thread while the step ran (the ``prefetch`` setting, as it
     #: ran); ``prefetch_device``: the adapter converted and copied it to the device there too (its

@@ -184,6 +184,25 @@ def _math_mode_paragraph(exp: StoredExperiment) -> str:
             "(docs/precision.md).")
 
 
+def _queued_steps_text(exp: StoredExperiment) -> str:
+    """The Timing paragraph's sentence on trials whose clock was read over windows of queued steps (issue 40), or
+    nothing where every trial read it after every step."""
+    per_fw: dict[str, set[int]] = {}
+    for t in exp.trials:
+        window = t.metrics.step_clock_window
+        if window is not None and window > 1:
+            per_fw.setdefault(str(t.settings.framework), set()).add(window)
+    if not per_fw:
+        return ""
+    which = "; ".join(f"{fw}: up to {max(w)} steps" for fw, w in sorted(per_fw.items()))
+    return (" <b>Queued steps.</b> Where a framework's engine runs asynchronously and its adapter can queue steps, "
+            f"the clock is read after a window of steps, not after each ({which}; fewer at a large batch, so that the "
+            "queued inputs stay under 16 MiB): each step of a window is given the window's mean time, so its median "
+            "and IQR are those of window means. Waiting after every step cost MXNet 1.4-3.7% of a CPU step at batch 64 "
+            "(docs/benchmarks.md). Warm-up steps are waited for one by one, and a window ends before each "
+            "evaluation and each phase change.")
+
+
 def method_paragraphs(exp: StoredExperiment, cell_list: list[Cell]) -> list[str]:
     """The method section, worded from the experiment's resolved spec and its trials.
 
@@ -209,7 +228,7 @@ def method_paragraphs(exp: StoredExperiment, cell_list: list[Cell]) -> list[str]
         "the first tenth's; a change larger than both 10% and the steps' own spread (mean IQR of the two "
         "windows) flags the trial, and the tables give its size. Across repeats the report shows the "
         "mean ± sample standard deviation of the trials that finished (harness/cells.py: the same "
-        "statistic the command line and <i>compare</i> print).")
+        "statistic the command line and <i>compare</i> print)." + _queued_steps_text(exp))
     paras.append(_denormals_paragraph(exp))
     paras.append(_math_mode_paragraph(exp))
     intervals = _distinct(exp, lambda t: t.sample_interval_ms)

@@ -91,6 +91,7 @@ CHECKS: tuple[Check, ...] = (
     Check("learns", "learns", builds=(_desc(*LEARNS),)),
     Check("evaluates", "evaluates", builds=(_BY_MODEL["tiny_cnn"],)),
     Check("step_timing", "step_timing", builds=(_desc(*TIMING),)),
+    Check("queued_steps", "queued_steps", builds=(_desc(*TIMING),), needs=("queued_steps",)),
     Check("failing_step", "failing_step", builds=(_desc(*FAILING_STEP),), alone=True),
     Check("oom", "oom", needs=("oom_examples",)),
     Check("accumulation", "accumulation", builds=(ACCUMULATION_MODEL,), needs=("accumulation",)),

@@ -217,6 +217,47 @@ class Probe:
         return {"call_s": call_s, "first_read_s": first_read_s, "idle_read_s": idle_read_s,
                 "weights_changed": any(not np.array_equal(a, b) for a, b in zip(before, after, strict=True))}
 
+    def queued_steps(self) -> dict[str, Any]:
+        """``queued_steps``: the same batches trained by ``train_step`` one by one and by ``train_step_queued`` with
+        one ``wait_steps`` after them, from the same weights (the weights of both kept); then single waits timed as
+        in :meth:`step_timing`: two steps queued, ``wait_steps``, the first read after it and an idle one."""
+        model, shape, classes = TIMING
+        desc = build_description(model, shape, classes)
+        weights = init_weights(desc, SEED)
+        batches = [fixed_batch(shape, classes, TIMING_BATCH, seed=30 + i) for i in range(STEPS)]
+        results = {}
+        for way in ("waited", "queued"):
+            self.adapter.build(desc, weights, SGD)
+            for x, y in batches:
+                batch = self.adapter.prepare_batch(x, y)
+                if way == "queued":
+                    self.adapter.train_step_queued(batch)
+                else:
+                    self.adapter.train_step(batch)
+            if way == "queued":
+                self.adapter.wait_steps()
+            results[way] = self.adapter.get_weights()
+        for i, (a, b) in enumerate(zip(results["waited"], results["queued"], strict=True)):
+            self.arrays[f"queued_steps/{i}/waited"], self.arrays[f"queued_steps/{i}/queued"] = a, b
+        batch = self.adapter.prepare_batch(*batches[0])
+        wait_s, first_read_s, idle_read_s = [], [], []
+        for _ in range(TIMING_REPEATS):
+            self.adapter.get_weights()  # nothing pending before the steps
+            for _ in range(2):
+                self.adapter.train_step_queued(batch)
+            t0 = time.perf_counter()
+            self.adapter.wait_steps()
+            t1 = time.perf_counter()
+            self.adapter.get_weights()  # waits for whatever wait_steps left behind
+            t2 = time.perf_counter()
+            self.adapter.get_weights()
+            t3 = time.perf_counter()
+            wait_s.append(t1 - t0)
+            first_read_s.append(t2 - t1)
+            idle_read_s.append(t3 - t2)
+        return {"weights": len(weights), "steps": len(batches), "wait_s": wait_s, "first_read_s": first_read_s,
+                "idle_read_s": idle_read_s}
+
     def failing_step(self) -> dict[str, Any]:
         """A step whose work cannot succeed (a batch far past a memory limit set after building) must fail inside
         ``train_step``: raise there, or end the process there. The progress file says how far it got, since

@@ -106,6 +106,15 @@ def test_train_step_returns_after_its_work(adapter_name, probe):
     assert message is None, message
 
 
+def test_queued_steps_train_what_waited_steps_train_and_the_wait_waits(adapter_name, probe):
+    """The optional ``queued_steps`` (issue 40): the worker queues a window of steps and reads its clock after
+    ``wait_steps``, so the queued steps must be the same steps, and the wait must wait for all of them. An adapter
+    without it is told "not supported": its steps are timed one by one, as before."""
+    this = probe(adapter_name)
+    message = verdicts.queued_steps(this.arrays, this.check("queued_steps"))
+    assert message is None, message
+
+
 def test_a_step_whose_work_fails_fails_inside_train_step(adapter_name, failing_step_probe):
     """A step on a batch far past a memory limit raises in train_step (or ends the process there): a step
     that returns first hides the failure, and its trial would be stored ok at an impossible speed. On a CPU

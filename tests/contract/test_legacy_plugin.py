@@ -35,6 +35,7 @@ EXPECTED_UNSUPPORTED = {
     ("test_is_oom_recognises_the_frameworks_real_errors", ""): "oom_examples",
     ("test_accumulating_two_half_batches_equals_one_step", ""): "accumulation",
     ("test_flat_gradient_is_the_references_and_changes_nothing", ""): "flat_gradient",
+    ("test_queued_steps_train_what_waited_steps_train_and_the_wait_waits", ""): "queued_steps",
 }
 
 

@@ -133,3 +133,33 @@ def test_a_correct_flat_gradient_passes_and_each_defect_is_named():
     assert message is not None and "differs from the reference" in message
     message = verdicts.flat_gradient(arrays, {**record, "m/dtype": "float32"})
     assert message is not None and "float64" in message
+
+
+def _queued(waited: list[np.ndarray], queued: list[np.ndarray], wait_ms: list[float], first_ms: list[float],
+            idle_ms: list[float]) -> tuple[dict[str, np.ndarray], dict[str, object]]:
+    arrays = {}
+    for i, (a, b) in enumerate(zip(waited, queued, strict=True)):
+        arrays[f"queued_steps/{i}/waited"], arrays[f"queued_steps/{i}/queued"] = a, b
+    record = {"weights": len(waited), "steps": 3, "wait_s": [v / 1e3 for v in wait_ms],
+              "first_read_s": [v / 1e3 for v in first_ms], "idle_read_s": [v / 1e3 for v in idle_ms]}
+    return arrays, record
+
+
+def test_queued_steps_must_train_the_same_weights_and_their_wait_must_wait():
+    w = [np.arange(6, dtype=np.float32).reshape(2, 3), np.ones(3, np.float32)]
+    # MXNet's shape: two steps of ~60 ms done inside the wait, reads of ~1 ms after it
+    good = _queued(w, [a.copy() for a in w], [120, 118, 125, 121, 119], [1.1, 1.0, 1.2, 1.0, 1.1], [1.0] * 5)
+    assert verdicts.queued_steps(*good) is None
+    off = [w[0], w[1] + np.float32(1e-7)]  # one ulp-sized difference is a different step
+    message = verdicts.queued_steps(*_queued(w, off, [120] * 5, [1.0] * 5, [1.0] * 5))
+    assert message is not None and "weight 1 after 3 steps queued" in message
+    early = _queued(w, w, [0.1, 0.1, 0.2, 0.1, 120], [119, 121, 118, 1.0, 120], [1.0] * 5)
+    message = verdicts.queued_steps(*early)
+    assert message is not None and "wait_steps() returns before the queued steps are done" in message
+
+
+def test_the_queued_steps_check_needs_the_capability_and_tells_a_plugin_without_it_what_to_add():
+    assert "queued_steps" in missing_for(FakeAdapter, "queued_steps")
+    verdict = verdicts.capability_verdict({"missing": ["queued_steps"]}, False, "fake", "queued_steps")
+    kind, message = verdict or ("", "")
+    assert kind == "unsupported" and "train_step_queued(batch)" in message and "wait_steps()" in message

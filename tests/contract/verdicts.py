@@ -169,6 +169,26 @@ def step_waits(record: dict[str, Any], import_name: str = "") -> str | None:
     return None
 
 
+def queued_steps(arrays: dict[str, np.ndarray], record: dict[str, Any]) -> str | None:
+    """Steps queued with ``train_step_queued`` and waited for once train what ``train_step`` trains, bit for bit, and
+    ``wait_steps`` returns only once they are done (the first read after it finds nothing left, as in
+    :func:`step_waits`: the worker reads its clock when ``wait_steps`` returns)."""
+    for i in range(record["weights"]):
+        waited, queued = arrays[f"queued_steps/{i}/waited"], arrays[f"queued_steps/{i}/queued"]
+        if not np.array_equal(waited, queued):
+            return (f"weight {i} after {record['steps']} steps queued with train_step_queued() and one "
+                    f"wait_steps() differs from the same steps by train_step() ({_worst(queued, waited)}): a queued "
+                    "step must do what train_step does, only without waiting for it")
+    wait_s = float(np.median(record["wait_s"]))
+    left_s = float(np.median(np.subtract(record["first_read_s"], record["idle_read_s"])))
+    if left_s > wait_s:
+        return (f"wait_steps() returns before the queued steps are done: it returned in {wait_s * 1e3:.3g} ms, and "
+                f"reading the weights right after waited {left_s * 1e3:.3g} ms more than an idle read (medians of "
+                f"{len(record['wait_s'])}). The worker reads its clock when wait_steps returns: wait for every queued "
+                "step there")
+    return None
+
+
 def failing_step(record: dict[str, Any], import_name: str = "") -> str | None:
     """A step whose work fails must fail inside ``train_step``; ``record`` is read from the progress file.
 
@@ -266,6 +286,8 @@ HOW_TO_ADD = {
     "oom_examples": "the classmethod oom_examples() with the framework's real out-of-memory errors (docs/adapters.md, "
                     "'Out-of-memory examples')",
     "accumulation": "accumulate_gradients(batch, weight) and apply_accumulated(), and supports_accumulation = True",
+    "queued_steps": "train_step_queued(batch), which queues a step without waiting for it, and wait_steps() "
+                    "(docs/adapters.md, 'Queued steps')",
     "flat_gradient": "flat_gradient(x, y) returning the mean loss's gradient as one float64 array in get_weights' "
                      "order, changing no weights, optimizer state or BatchNorm statistics (docs/noise.md)",
 }

@@ -345,3 +345,19 @@ def test_the_environment_table_says_which_allocator_settings_the_cpu_workers_ran
     assert cpu_worker_env_words({"cpu_worker_env": {"MALLOC_MMAP_THRESHOLD_": "131072"}}) == \
         "MALLOC_MMAP_THRESHOLD_=131072"
     assert "not recorded" in cpu_worker_env_words({})
+
+
+def test_the_method_says_which_frameworks_step_times_are_means_over_windows_of_queued_steps() -> None:
+    """Issue 40: an MXNet trial's steps are timed over windows of queued steps; the Timing paragraph says so, and
+    says nothing where every trial read its clock after every step (1) or predates the column (None)."""
+    from types import SimpleNamespace
+
+    from report.document.context import _queued_steps_text
+
+    def exp(*rows: tuple[str, int | None]) -> SimpleNamespace:
+        return SimpleNamespace(trials=[SimpleNamespace(settings=SimpleNamespace(framework=fw),
+                                                       metrics=SimpleNamespace(step_clock_window=w)) for fw, w in rows])
+
+    assert _queued_steps_text(exp(("pytorch", 1), ("jax", None))) == ""
+    text = _queued_steps_text(exp(("pytorch", 1), ("mxnet", 10), ("mxnet", 4), ("mxnet", None)))
+    assert "mxnet: up to 10 steps" in text and "pytorch" not in text and "window means" in text

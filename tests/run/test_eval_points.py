@@ -42,8 +42,9 @@ class _Runner:
     def __init__(self, clock: _Clock, batch: int) -> None:
         self.clock = clock
         self.trial = make_trial(batch_size=batch, epochs=0)
+        self.window = 1  # every step waited for (no queued steps)
 
-    def run(self, step: int, idx: np.ndarray, following: object = None) -> tuple[float, float]:
+    def run(self, step: int, idx: np.ndarray, following: object = None, queued: bool = False) -> tuple[float, float]:
         self.clock.now += 1.0
         return 0.0, 1.0
 

@@ -71,6 +71,8 @@ class StepRunner:
         #: the adapter moves a batch to the device ahead, on the background thread (its optional hook)
         self.device_ahead = bool(trial.prefetch) and trial.accumulate_steps == 1 and has_prepare_ahead(adapter)
         self.prefetcher = Prefetcher(self._gather_ahead, self._gather) if trial.prefetch else None
+        #: post-warm-up steps queued between two clock readings (1: the clock is read after every step)
+        self.window = step_window(adapter, trial.batch_size, x.shape[1:]) if self.device_ahead else 1
 
     def _host(self, idx: np.ndarray, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """The samples ``idx`` gathered from the training arrays and augmented as in ``epoch`` (NumPy only)."""
@@ -116,9 +118,12 @@ class StepRunner:
             idx = np.arange(size) % len(self.x)  # a batch larger than the data set cycles through it, as training does
             self.adapter.prepare_batch(self.x[idx], self.y[idx])
 
-    def run(self, step: int, idx: np.ndarray, following: tuple[int, np.ndarray] | None = None) -> tuple[float, float]:
+    def run(self, step: int, idx: np.ndarray, following: tuple[int, np.ndarray] | None = None,
+            queued: bool = False) -> tuple[float, float]:
         """Run one update; returns (data seconds, step seconds). ``following``: the next update (step, indices),
-        prepared in the background meanwhile where the trial prefetches.
+        prepared in the background meanwhile where the trial prefetches. ``queued`` (only where :attr:`window` > 1):
+        the step is queued, not waited for (``train_step_queued``), and its seconds are only the queueing's;
+        :meth:`wait` ends the queued steps.
 
         The data seconds are the training thread's: gathering here (prefetch off, or the first update), or waiting
         for the background thread's result, plus ``prepare_batch`` where the adapter did not run it ahead.
@@ -143,7 +148,7 @@ class StepRunner:
             self.prefetcher.ahead(*following)  # from here on, overlapping this update's training
         if self.trial.accumulate_steps == 1:
             t1 = time.perf_counter()
-            self.adapter.train_step(batch)
+            (self.adapter.train_step_queued if queued else self.adapter.train_step)(batch)
             return t1 - t0, time.perf_counter() - t1
         data_s, step_s = time.perf_counter() - t0, 0.0
         for i, size in enumerate(sizes):
@@ -155,6 +160,10 @@ class StepRunner:
         t1 = time.perf_counter()
         self.adapter.apply_accumulated()
         return data_s, step_s + time.perf_counter() - t1
+
+    def wait(self) -> None:
+        """Return once every queued step is done (the adapter's ``wait_steps``); raises a queued step's error."""
+        self.adapter.wait_steps()
 
     def close(self) -> None:
         """End the background thread, if any (an update prepared ahead and never trained is dropped)."""
@@ -175,6 +184,30 @@ def has_prepare_ahead(adapter: Adapter) -> bool:
     if isinstance(adapter, Adapter):
         return "prepare_ahead" in capabilities(type(adapter))
     return callable(getattr(adapter, "prepare_batch_ahead", None))
+
+
+#: the most post-warm-up steps queued between two clock readings, and the most input bytes those steps may hold
+#: beside the one a step-by-step clock holds: the window is smaller where a batch is larger, so a queued trial's
+#: peak memory is within 16 MiB of a waited one's (issue 40; docs/adapters.md, "Queued steps")
+MAX_STEP_WINDOW = 10
+QUEUED_INPUT_BYTES = 16 * 2**20
+
+
+def step_window(adapter: Adapter, batch_size: int, sample_shape: Sequence[int]) -> int:
+    """How many post-warm-up steps the worker queues before reading its clock: 1 (after every step) unless the
+    adapter has the ``queued_steps`` capability; then as many as keep the queued batches' inputs (float32 samples
+    and int64 labels) within :data:`QUEUED_INPUT_BYTES`, at most :data:`MAX_STEP_WINDOW`."""
+    if not has_queued_steps(adapter):
+        return 1
+    batch_bytes = batch_size * (4 * int(np.prod(sample_shape)) + 8)
+    return max(1, min(MAX_STEP_WINDOW, QUEUED_INPUT_BYTES // max(1, batch_bytes)))
+
+
+def has_queued_steps(adapter: Adapter) -> bool:
+    """Whether ``adapter`` has the optional ``queued_steps`` capability; a test's stand-in where it defines both."""
+    if isinstance(adapter, Adapter):
+        return "queued_steps" in capabilities(type(adapter))
+    return all(callable(getattr(adapter, m, None)) for m in ("train_step_queued", "wait_steps"))
 
 
 @dataclass(frozen=True)
@@ -239,6 +272,42 @@ class TrainingClock:
 AtPoint = Callable[[int, int, float], bool]
 
 
+class _Window:
+    """Post-warm-up steps queued since the clock was last read (``queued_steps``, :func:`step_window`).
+
+    The clock is read when the window is closed: after the adapter's ``wait_steps``, so every queued step is done.
+    Each step of the window is then given the window's mean: the wall time from the first step's queueing (its batch
+    in hand) to the end of the wait, over the steps. The data waits of the later steps are inside that time: the
+    engine runs the queued steps meanwhile, so a wait for a batch overlaps their work and is not subtracted (where
+    the data cannot keep up, the steps' time includes the wait; ``data_s`` says how long it was).
+    """
+
+    def __init__(self, runner: StepRunner, step_ms: list[float], tick: Callable[[int, float], None]) -> None:
+        self.runner, self.step_ms, self.tick = runner, step_ms, tick
+        self.steps: list[int] = []
+        self.started_s = 0.0
+
+    def add(self, step: int, queued_at_s: float) -> None:
+        """Step ``step`` was queued; its batch was in hand at ``queued_at_s`` (``time.perf_counter``)."""
+        if not self.steps:
+            self.started_s = queued_at_s
+        self.steps.append(step)
+        if len(self.steps) >= self.runner.window:
+            self.close()
+
+    def close(self) -> None:
+        """Wait for the queued steps and give each the window's mean time (nothing queued: nothing to do)."""
+        if not self.steps:
+            return
+        self.runner.wait()
+        ended_s = time.perf_counter()
+        mean_ms = (ended_s - self.started_s) * 1e3 / len(self.steps)
+        for step in self.steps:
+            self.step_ms.append(mean_ms)
+            self.tick(step, mean_ms)
+        self.steps = []
+
+
 def train(runner: StepRunner, order: np.ndarray, plan: StepPlan, announce: Callable[[str], None],
           ticker: ProgressTicker, after_first_step: Callable[[], object], eval_at: Sequence[int] = (),
           at_point: AtPoint | None = None) -> Trained:
@@ -248,6 +317,10 @@ def train(runner: StepRunner, order: np.ndarray, plan: StepPlan, announce: Calla
     not at the end); progress ticks come after each step's clock, so neither is timed. Before the step whose
     index is in ``eval_at`` (that many updates done), ``at_point`` runs off the training clock; the phase the
     training is in is announced again after it, and training stops when it returns False.
+
+    Where ``runner.window`` > 1 (an adapter that queues steps), post-warm-up steps are queued and timed in windows
+    (:class:`_Window`); a window also ends before an evaluation point, before a new phase and at the end, so every
+    phase's steps are done when the next is announced. The first step is always waited for.
     """
     t = runner.trial
     starts = plan.phase_starts()
@@ -259,10 +332,14 @@ def train(runner: StepRunner, order: np.ndarray, plan: StepPlan, announce: Calla
     clock = TrainingClock()
     post_warmup_from_s = 0.0  # training seconds at the first post-warm-up step's start
     stopped = False
+    queue_from = max(plan.warmup_n, 1) if runner.window > 1 else None  # the first step that may be queued
+    window = _Window(runner, step_ms, lambda step, ms: ticker.tick(time.perf_counter(), step, phase, ms))
     # in-batch order does not change a mean loss; sorted reads are faster
     updates = ((step, np.sort(idx)) for step, idx in
                enumerate(batch_indices(order, t.effective_batch_size, t.epochs, plan.warmup_n + plan.timed_n)))
     for (step, idx), following in with_next(updates):
+        if (points and points[0] == step) or (starts and starts[0][0] == step):
+            window.close()  # the steps before an evaluation or a new phase are done before it starts
         if points and points[0] == step:
             points.pop(0)
             if at_point is not None and not clock.pause(at_point, step, samples_seen, clock.elapsed_s()):
@@ -275,15 +352,21 @@ def train(runner: StepRunner, order: np.ndarray, plan: StepPlan, announce: Calla
             announce(phase)
         if step == plan.warmup_n:
             post_warmup_from_s = clock.elapsed_s()
-        batch_data_s, step_s = runner.run(step, idx, following)
-        if step == 0:
-            after_first_step()
+        queued = queue_from is not None and step >= queue_from
+        before_s = time.perf_counter()
+        batch_data_s, step_s = runner.run(step, idx, following, queued=queued)
         data_s += batch_data_s
-        step_ms.append(step_s * 1e3)
         samples_seen += len(idx)
-        ticker.tick(time.perf_counter(), step, phase, step_ms[-1])  # after the step's clock: not timed
         if step >= plan.warmup_n:
             post_warmup_samples += len(idx)
+        if queued:
+            window.add(step, before_s + batch_data_s)
+            continue
+        if step == 0:
+            after_first_step()
+        step_ms.append(step_s * 1e3)
+        ticker.tick(time.perf_counter(), step, phase, step_ms[-1])  # after the step's clock: not timed
+    window.close()
     train_s = clock.elapsed_s()
     return Trained(step_ms=step_ms, data_s=data_s, samples_seen=samples_seen,
                    post_warmup_samples=post_warmup_samples, train_s=train_s,

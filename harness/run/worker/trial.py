@@ -168,6 +168,7 @@ def _metrics(trial: TrialSpec, setup: SetUp, plan: StepPlan, trained: Trained, r
         optimizer_updates_n=len(trained.step_ms), micro_batches_n=runner.micro_batches_n,
         epochs_done=trained.samples_seen / n_train if trial.epochs else 0.0,
         data_s=trained.data_s, prefetch=runner.prefetcher is not None, prefetch_device=runner.device_ahead,
+        step_clock_window=runner.window,
         setup_s=setup.setup_s, train_s=trained.train_s, cpu_denormals=setup.cpu_denormals,
         math_mode_seen=setup.math_mode_seen,
         compute_dtype=seen.compute_dtype if seen else None, loss_scale=seen.loss_scale if seen else None,
