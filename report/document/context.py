@@ -184,6 +184,27 @@ def _math_mode_paragraph(exp: StoredExperiment) -> str:
             "(docs/precision.md).")
 
 
+def _compile_cache_memory_text(exp: StoredExperiment) -> str:
+    """The Memory paragraph's sentence on trials that read their compiled step back from the persistent compilation
+    cache (``compile_cache`` = warm): their host peak leaves the compiler's memory out, which a trial that compiled
+    (cold, or the cache off) holds; nothing where no trial was warm."""
+    warm = [t for t in exp.trials if t.metrics.compile_cache == "warm"]
+    if not warm:
+        return ""
+    frameworks = sorted({str(t.settings.framework) for t in warm})
+    compiled = sorted({str(t.settings.framework) for t in exp.trials
+                       if t.metrics.compile_cache in ("cold", "off") and str(t.settings.framework) in frameworks})
+    text = (f" <b>Compiled steps read from the cache.</b> {len(warm)} trial(s) ({', '.join(frameworks)}) read their "
+            "compiled training step back from the persistent compilation cache (compile_cache = warm): on a CPU "
+            "their host peak leaves out the compiler's own memory, which a first run of the same program holds "
+            "(JAX, deep_cnn at batch 66: 901 MiB compiling, 662 MiB read back; docs/maxbatch.md, whose search "
+            "compiles in every run).")
+    if compiled:
+        text += (f" Here {', '.join(compiled)} also has trials that compiled: host peaks of the two kinds are not "
+                 "like for like (the store's compile_cache column says which trial is which).")
+    return text
+
+
 def _queued_steps_text(exp: StoredExperiment) -> str:
     """The Timing paragraph's sentence on trials whose clock was read over windows of queued steps (issue 40), or
     nothing where every trial read it after every step."""
@@ -247,7 +268,7 @@ def method_paragraphs(exp: StoredExperiment, cell_list: list[Cell]) -> list[str]
         "charges to the worker process and its children, which includes the framework's cache and the "
         "CUDA context; <i>device memory used</i> (gpu_mem_used_peak_mib): the whole card's used memory, "
         "including other processes. Host memory is the peak resident set size of the worker "
-        "(rss_peak_mib).")
+        "(rss_peak_mib)." + _compile_cache_memory_text(exp))
     variants = [v for v in spec.get("variants") or [] if isinstance(v, dict)]
     paras.append(_workload_paragraph(exp, variants))
     if variants:
