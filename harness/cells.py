@@ -324,6 +324,22 @@ SUMMARY_NOTE = ("mean ± sd over ok repeats. step: batch / median time of forwar
                 "mean').")
 
 
+def summary_note(trials: Iterable[Mapping[str, Any]]) -> str:
+    """:data:`SUMMARY_NOTE`, and which frameworks' step times are means over windows of queued steps (issue 40:
+    ``step_clock_window`` > 1, an adapter with ``queued_steps``) where any trial's are."""
+    windows: dict[str, int] = {}
+    for t in trials:
+        window = t.get("step_clock_window")
+        if t.get("status") == "ok" and window is not None and int(window) > 1:
+            fw = str(t.get("framework"))
+            windows[fw] = max(windows.get(fw, 1), int(window))
+    if not windows:
+        return SUMMARY_NOTE
+    which = ", ".join(f"{fw} (up to {w})" for fw, w in sorted(windows.items()))
+    return (SUMMARY_NOTE + f" Steps queued and timed in windows: {which}; each step is given its window's mean, "
+            "so that step time is a median of window means (docs/adapters.md, 'Queued steps').")
+
+
 def summary_rows(trials: Iterable[Mapping[str, Any]], frameworks: Sequence[str] = ()) -> list[dict[str, Any]]:
     """One printable row per cell: each figure as its statistic's text (``mean ± sd``, or the single value).
 

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from harness.cells import METRICS, cells, summary_rows
+from harness.cells import METRICS, SUMMARY_NOTE, cells, summary_note, summary_rows
 from harness.cli.compare import render
 from report.answer.thesis import side_by_side
 from report.document.tables import SPEED_COLUMNS, headline
@@ -117,3 +117,16 @@ def test_the_math_mode_splits_series_is_shown_beside_the_precision_and_a_mixed_c
     assert len(found) == 1 and "pytorch: fp32 ieee; jax: fp32 tf32" in found[0].text
     cpu = [trial("pytorch", 4, 0, 1.0) | {"math_mode_seen": "n/a"}, trial("mxnet", 4, 0, 1.0)]
     assert math_modes(cells(cpu), ["pytorch", "mxnet"]) == []  # the CPU: the question does not arise
+
+
+def test_the_summary_note_names_the_frameworks_whose_steps_were_timed_in_windows():
+    """Issue 40: MXNet's step times are means over windows of queued steps; the command line's note says so, and
+    only where an ok trial's clock was read over windows (1 or None: after every step)."""
+    rows = [{"framework": "pytorch", "status": "ok", "step_clock_window": 1},
+            {"framework": "jax", "status": "ok", "step_clock_window": None}]
+    assert summary_note(rows) == SUMMARY_NOTE
+    rows += [{"framework": "mxnet", "status": "ok", "step_clock_window": 4},
+             {"framework": "mxnet", "status": "ok", "step_clock_window": 10},
+             {"framework": "tensorflow", "status": "oom", "step_clock_window": 10}]
+    note = summary_note(rows)
+    assert note.startswith(SUMMARY_NOTE) and "mxnet (up to 10)" in note and "tensorflow" not in note

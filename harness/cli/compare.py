@@ -96,7 +96,7 @@ def render(trials: Sequence[Mapping[str, Any]], file: Any = None) -> None:
     if table and len(columns) > 2:
         print(file=file)
         print_table(table, columns, file=file)
-    from harness.cells import SUMMARY_COLUMNS, SUMMARY_NOTE, summary_rows
+    from harness.cells import SUMMARY_COLUMNS, summary_note, summary_rows
 
     not_ieee = sorted({str(t.metrics.math_mode_seen) for t in sweep if t.status == "ok"} - {"ieee", "n/a"})
     if not_ieee:
@@ -105,7 +105,7 @@ def render(trials: Sequence[Mapping[str, Any]], file: Any = None) -> None:
               "(math_mode = 'ieee' compares like with like; docs/precision.md).", file=file)
     print("\nThis run's cells (the statistic `batchscope run` and the report print):", file=file)
     print_table(summary_rows(sweep), SUMMARY_COLUMNS, file=file)
-    print(SUMMARY_NOTE, file=file)
+    print(summary_note(sweep), file=file)
     print("\nThe thesis's findings, checked on this run:", file=file)
     for f in thesis_findings(trials):
         verdict = {True: "holds", False: "does not hold", None: "not measurable"}[f["holds"]]

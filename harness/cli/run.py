@@ -72,7 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _say_result(result: SweepResult, experiment: str, out: Path) -> None:
     """What the sweep did beyond its live lines (trials at once, not run, skipped, each max-batch answer), then
     the stored cells' summary table and where the store is."""
-    from harness.cells import SUMMARY_COLUMNS, SUMMARY_NOTE
+    from harness.cells import SUMMARY_COLUMNS, summary_note
     from harness.maxbatch.advice import jitter_advice, train_advice
     from harness.run.sweep import summarise
     from harness.store import Store
@@ -94,10 +94,11 @@ def _say_result(result: SweepResult, experiment: str, out: Path) -> None:
     for note in result.maxbatch_notes:
         print(f"max batch {note}")
     with Store.open(out, create=False) as store:
-        rows = summarise(store.trials("experiment = ?", (experiment,)))
+        stored = store.trials("experiment = ?", (experiment,))
+        rows = summarise(stored)
     print()
     print_table(rows, SUMMARY_COLUMNS)
-    print("\n" + SUMMARY_NOTE)
+    print("\n" + summary_note(stored))
     print(f"\nstored in {out / 'results.sqlite'}")
 
 
