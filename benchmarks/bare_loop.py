@@ -209,6 +209,14 @@ def main(argv: list[str] | None = None) -> int:
         "What a per-step clock that does not drain the engine would read (issue 40)",
     )
     parser.add_argument(
+        "--wait-every",
+        type=int,
+        default=0,
+        metavar="K",
+        help="synchronise after every K-th timed step, throughput by the wall as the plain loop's (K = 1: a wait "
+        "after every step; 0: none but the last). What the harness's windows of queued steps read (issue 40)",
+    )
+    parser.add_argument(
         "--donate",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -223,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         "framework is imported, so both sides stand on the same side of the denormal cliff",
     )
     args = parser.parse_args(argv)
+    if args.wait_every < 0 or (args.wait_every and (args.sync_each_step or args.sync_lag)):
+        parser.error("--wait-every K takes K >= 0, without --sync-each-step or --sync-lag")
     if args.sync_lag and (args.framework != "mxnet" or args.sync_each_step):
         parser.error("--sync-lag is MXNet's (its step returns the array its update writes), without --sync-each-step")
     if args.denormals == "flush":
@@ -248,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.sync_each_step:
             sync()
             step_s.append(time.perf_counter() - t_step)
+        elif args.wait_every and (i + 1) % args.wait_every == 0:
+            sync()
         elif args.sync_lag:
             if previous is not None:
                 previous.wait_to_read()  # step n-1's update done; step n stays queued behind it
@@ -270,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
                 "wall_s": wall_s,
                 "sync_each_step": args.sync_each_step,
                 "sync_lag": args.sync_lag,
+                "wait_every": args.wait_every,
                 "donate": args.donate if args.framework == "jax" else None,
                 "samples_per_s": rate,
             }
