@@ -270,6 +270,7 @@ def prefetch_compare(args: argparse.Namespace, frameworks: list[str]) -> int:
                 assert m is not None and m.e2e_samples_per_s is not None and m.prefetch == (side == "prefetch")
                 res[side], res[f"{side} step"] = m.e2e_samples_per_s, m.step_samples_per_s or 0.0
                 res[f"{side} data ms"] = 1e3 * (m.data_s or 0.0) / max(m.train_steps_n, 1)
+                res[f"{side} window"] = float(m.step_clock_window or 1)
             rows.append(res)
             print(f"  repeat {r + 1} ({'/'.join(order)}): e2e/bare prefetch {res['prefetch'] / res['bare']:.3f}  "
                   f"no-prefetch {res['no-prefetch'] / res['bare']:.3f};  step/bare prefetch "
@@ -278,6 +279,10 @@ def prefetch_compare(args: argparse.Namespace, frameworks: list[str]) -> int:
                   f"{res['no-prefetch'] / res['no-prefetch step']:.3f};"
                   f"  data ms/step prefetch {res['prefetch data ms']:.3f}  no-prefetch "
                   f"{res['no-prefetch data ms']:.3f}  (bare {res['bare']:.1f} samples/s)", flush=True)
+            if r == 0 and res["prefetch window"] > 1:
+                print(f"  (with prefetch {fw}'s steps are queued in windows of {res['prefetch window']:.0f}, without "
+                      "it each is waited for: the two sides differ in both; its data ms with prefetch are waits that "
+                      "overlap the queued steps' work: e2e/step says whether any left the engine idle)")
         print(f"  medians: e2e/bare prefetch {median([x['prefetch'] / x['bare'] for x in rows]):.3f}, "
               f"no-prefetch {median([x['no-prefetch'] / x['bare'] for x in rows]):.3f} (target >= 0.97); "
               f"e2e/step prefetch {median([x['prefetch'] / x['prefetch step'] for x in rows]):.3f}; "
