@@ -65,6 +65,7 @@ def _answer_page(pdf: PdfWriter, answered: list[tuple[StoredExperiment, list[rec
     """Page 1: the answer to the user's question, per experiment, before the measurements behind it."""
     if not answered:
         return
+    began = pdf.mark_page()
     pdf.heading("The answer: which batch size to train with", 0)
     pdf.para(esc(recommend.RULE_TEXT) + " Rule and caveats: docs/recommend.md; "
              "the same answer in a terminal: <i>batchscope recommend DIR</i>.")
@@ -97,10 +98,15 @@ def _answer_page(pdf: PdfWriter, answered: list[tuple[StoredExperiment, list[rec
                   for r in recs if r.noise is not None]
         notes += [line.strip() for st in critical_batch.studies(exp) for line in critical_batch.study_lines(st)]
         notes += [f"{r.name}: {c}" for r in recs for c in r.caveats]
-        notes += [f"{r.name}, to be sure: {w}" for r in recs for w in r.to_run]
+        # the same advice for several frameworks is one line naming them all (it spilled onto a page of its own)
+        to_run: dict[str, list[str]] = {}
+        for r in recs:
+            for w in r.to_run:
+                to_run.setdefault(w, []).append(r.name)
+        notes += [f"{', '.join(names)}, to be sure: {w}" for w, names in to_run.items()]
         if notes:
             pdf.bullets(notes)
-    pdf.page_break()
+    pdf.new_page_unless_spilled(began)  # the measurements start on page 2, after whatever of the answer spilled there
 
 
 def _experiment_section(pdf: PdfWriter, exp: StoredExperiment, tmp: Path, result: BuildResult,

@@ -25,6 +25,7 @@ from reportlab.lib.units import cm
 from reportlab.pdfbase import pdfmetrics
 from reportlab.pdfbase.ttfonts import TTFont
 from reportlab.platypus import (
+    CondPageBreak,
     Flowable,
     Image,
     KeepTogether,
@@ -107,6 +108,35 @@ class _Heading(Paragraph):
         canvas = self.canv
         canvas.bookmarkPage(self.key)
         canvas.addOutlineEntry(html.unescape(self.plain), self.key, level=self.level, closed=self.level > 0)
+
+
+class _PageMark(Flowable):
+    """Takes no room; remembers the page it was drawn on (where a section began)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.page: int | None = None
+
+    def wrap(self, avail_width: float, avail_height: float) -> tuple[float, float]:
+        return 0, 0
+
+    def draw(self) -> None:
+        self.page = self.canv.getPageNumber()
+
+
+class _NewPageUnlessSpilled(CondPageBreak):
+    """A page break, unless the section that began at ``mark`` has spilled onto the page this lands on: then what
+    follows uses the rest of that page (a few lines of bullets would otherwise have a page to themselves)."""
+
+    def __init__(self, mark: _PageMark) -> None:
+        super().__init__(0)
+        self.mark = mark
+
+    def wrap(self, avail_width: float, avail_height: float) -> tuple[float, float]:
+        canv = getattr(self, "canv", None)  # set by the frame's wrapOn; without it, a plain page break
+        spilled = canv is not None and self.mark.page is not None and canv.getPageNumber() != self.mark.page
+        self.height = 0 if spilled else avail_height + 1  # more than is left: the next page
+        return super().wrap(avail_width, avail_height)  # type: ignore[no-any-return]
 
 
 class PdfWriter:
@@ -205,6 +235,16 @@ class PdfWriter:
     def page_break(self) -> None:
         """Start a new page."""
         self.story.append(PageBreak())
+
+    def mark_page(self) -> _PageMark:
+        """Mark where a section begins (for :meth:`new_page_unless_spilled`)."""
+        mark = _PageMark()
+        self.story.append(mark)
+        return mark
+
+    def new_page_unless_spilled(self, mark: _PageMark) -> None:
+        """Start a new page, unless the section begun at ``mark`` already ran onto another page: then go on there."""
+        self.story.append(_NewPageUnlessSpilled(mark))
 
     def _decorate(self, canvas: Any, doc: Any) -> None:
         canvas.saveState()

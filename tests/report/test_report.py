@@ -379,3 +379,23 @@ def test_the_method_says_which_host_peaks_leave_the_compilers_memory_out() -> No
     assert "2 trial(s) (jax)" in only_warm and "not like for like" not in only_warm
     mixed = _compile_cache_memory_text(exp(("jax", "warm"), ("jax", "cold"), ("tensorflow", "off")))
     assert "Here jax also has trials that compiled" in mixed and "tensorflow" not in mixed
+
+
+@pytest.mark.parametrize("bullets", [3, 60])
+def test_the_measurements_start_on_a_new_page_unless_the_answer_spilled_onto_one(tmp_path: Path, bullets: int) -> None:
+    """The answer page ends with a page break, but an answer whose last lines ran onto page 2 is followed there by
+    the measurements, not by a page holding only those lines (a make-quick report had such a page)."""
+    from report.document.pdf import PdfWriter
+
+    pdf = PdfWriter("t", "footer")
+    began = pdf.mark_page()
+    pdf.heading("The answer", 0)
+    pdf.bullets([f"answer line {i} " + "words " * 20 for i in range(bullets)])
+    pdf.new_page_unless_spilled(began)
+    pdf.heading("NEXT SECTION", 0)
+    pdf.save(tmp_path / "t.pdf")
+    pages = [page.extract_text() or "" for page in PdfReader(tmp_path / "t.pdf").pages]
+    on = [i + 1 for i, text in enumerate(pages) if "NEXT SECTION" in text]
+    spilled_to = max(i + 1 for i, text in enumerate(pages) if "answer line" in text)
+    assert (spilled_to == 1) == (bullets == 3)  # 60 bullets of two lines run past page 1
+    assert on == [2 if spilled_to == 1 else spilled_to]  # a new page, or on the page the answer ended on
