@@ -324,15 +324,22 @@ SUMMARY_NOTE = ("mean ± sd over ok repeats. step: batch / median time of forwar
                 "mean').")
 
 
-def summary_note(trials: Iterable[Mapping[str, Any]]) -> str:
-    """:data:`SUMMARY_NOTE`, and which frameworks' step times are means over windows of queued steps (issue 40:
-    ``step_clock_window`` > 1, an adapter with ``queued_steps``) where any trial's are."""
+def queued_windows(trials: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Per framework, the largest window of queued steps its ok trials were timed over (issue 40:
+    ``step_clock_window`` > 1, an adapter with ``queued_steps``); frameworks timed after every step are left out."""
     windows: dict[str, int] = {}
     for t in trials:
         window = t.get("step_clock_window")
         if t.get("status") == "ok" and window is not None and int(window) > 1:
             fw = str(t.get("framework"))
             windows[fw] = max(windows.get(fw, 1), int(window))
+    return windows
+
+
+def summary_note(trials: Iterable[Mapping[str, Any]]) -> str:
+    """:data:`SUMMARY_NOTE`, and which frameworks' step times are means over windows of queued steps where any
+    trial's are (:func:`queued_windows`)."""
+    windows = queued_windows(trials)
     if not windows:
         return SUMMARY_NOTE
     which = ", ".join(f"{fw} (up to {w})" for fw, w in sorted(windows.items()))

@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from harness.cells import Cell
+from harness.cells import Cell, queued_windows
 from harness.monitor.fields import NO_GPU_NOTICE
 from harness.store import TrialRecord
 from report.answer.environments import environment_notes
@@ -208,14 +208,10 @@ def _compile_cache_memory_text(exp: StoredExperiment) -> str:
 def _queued_steps_text(exp: StoredExperiment) -> str:
     """The Timing paragraph's sentence on trials whose clock was read over windows of queued steps (issue 40), or
     nothing where every trial read it after every step."""
-    per_fw: dict[str, set[int]] = {}
-    for t in exp.trials:
-        window = t.metrics.step_clock_window
-        if window is not None and window > 1:
-            per_fw.setdefault(str(t.settings.framework), set()).add(window)
-    if not per_fw:
+    windows = queued_windows(exp.trials)
+    if not windows:
         return ""
-    which = "; ".join(f"{fw}: up to {max(w)} steps" for fw, w in sorted(per_fw.items()))
+    which = "; ".join(f"{fw}: up to {w} steps" for fw, w in sorted(windows.items()))
     return (" <b>Queued steps.</b> Where a framework's engine runs asynchronously and its adapter can queue steps, "
             f"the clock is read after a window of steps, not after each ({which}; fewer at a large batch, so that the "
             "queued inputs stay under 16 MiB): each step of a window is given the window's mean time, so its median "

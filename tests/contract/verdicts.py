@@ -149,6 +149,12 @@ def _sync_call(import_name: str) -> str:
     return SYNC_CALLS.get(import_name.partition(".")[0], _ANY_SYNC)
 
 
+def _work_left(record: dict[str, Any], call: str) -> tuple[float, float]:
+    """(median seconds of the timed ``call``, median of what the first read after it waited beyond an idle read)."""
+    return (float(np.median(record[call])),
+            float(np.median(np.subtract(record["first_read_s"], record["idle_read_s"]))))
+
+
 def step_waits(record: dict[str, Any], import_name: str = "") -> str | None:
     """A step from idle, then the first blocking read: the step's work must be inside the call, not in the read.
 
@@ -159,8 +165,7 @@ def step_waits(record: dict[str, Any], import_name: str = "") -> str | None:
     """
     if not record["weights_changed"]:
         return "the weights had not changed after the steps: train_step does not apply the update (or not yet)"
-    call_s = float(np.median(record["call_s"]))
-    left_s = float(np.median(np.subtract(record["first_read_s"], record["idle_read_s"])))
+    call_s, left_s = _work_left(record, "call_s")
     if left_s > call_s:
         return (f"train_step returns before its work is done: a step returned in {call_s * 1e3:.3g} ms, and reading "
                 f"the weights right after waited {left_s * 1e3:.3g} ms more than an idle read (medians of "
@@ -179,8 +184,7 @@ def queued_steps(arrays: dict[str, np.ndarray], record: dict[str, Any]) -> str |
             return (f"weight {i} after {record['steps']} steps queued with train_step_queued() and one "
                     f"wait_steps() differs from the same steps by train_step() ({_worst(queued, waited)}): a queued "
                     "step must do what train_step does, only without waiting for it")
-    wait_s = float(np.median(record["wait_s"]))
-    left_s = float(np.median(np.subtract(record["first_read_s"], record["idle_read_s"])))
+    wait_s, left_s = _work_left(record, "wait_s")
     if left_s > wait_s:
         return (f"wait_steps() returns before the queued steps are done: it returned in {wait_s * 1e3:.3g} ms, and "
                 f"reading the weights right after waited {left_s * 1e3:.3g} ms more than an idle read (medians of "

@@ -354,9 +354,8 @@ def test_the_method_says_which_frameworks_step_times_are_means_over_windows_of_q
 
     from report.document.context import _queued_steps_text
 
-    def exp(*rows: tuple[str, int | None]) -> SimpleNamespace:
-        return SimpleNamespace(trials=[SimpleNamespace(settings=SimpleNamespace(framework=fw),
-                                                       metrics=SimpleNamespace(step_clock_window=w)) for fw, w in rows])
+    def exp(*rows: tuple[str, int | None]) -> SimpleNamespace:  # a stored trial reads as its row
+        return SimpleNamespace(trials=[{"framework": fw, "status": "ok", "step_clock_window": w} for fw, w in rows])
 
     assert _queued_steps_text(exp(("pytorch", 1), ("jax", None))) == ""
     text = _queued_steps_text(exp(("pytorch", 1), ("mxnet", 10), ("mxnet", 4), ("mxnet", None)))

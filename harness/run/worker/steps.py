@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters.base import Adapter, capabilities
+from adapters.base import CAPABILITIES, Adapter, capabilities
 from harness.config.trial import TrialSpec
 from harness.data.augment import Augmenter
 from harness.run.protocol import ProgressTicker
@@ -178,12 +178,18 @@ class _Ready:
     batch: Any
 
 
-def has_prepare_ahead(adapter: Adapter) -> bool:
-    """Whether ``adapter`` has the optional ``prepare_batch_ahead`` hook (safe on a second thread); an object that is
-    not an :class:`Adapter` (a test's stand-in) has it where it defines the method."""
+def has_capability(adapter: Adapter, name: str) -> bool:
+    """Whether ``adapter`` has the optional capability ``name`` (:data:`adapters.base.CAPABILITIES`); an object that
+    is not an :class:`Adapter` (a test's stand-in) has it where it defines every one of the capability's hooks."""
     if isinstance(adapter, Adapter):
-        return "prepare_ahead" in capabilities(type(adapter))
-    return callable(getattr(adapter, "prepare_batch_ahead", None))
+        return name in capabilities(type(adapter))
+    hooks = next(c.hooks for c in CAPABILITIES if c.name == name)
+    return all(callable(getattr(adapter, hook, None)) for hook in hooks)
+
+
+def has_prepare_ahead(adapter: Adapter) -> bool:
+    """Whether ``adapter`` has the optional ``prepare_batch_ahead`` hook (safe on a second thread)."""
+    return has_capability(adapter, "prepare_ahead")
 
 
 #: the most post-warm-up steps queued between two clock readings, and the most input bytes those steps may hold
@@ -197,17 +203,10 @@ def step_window(adapter: Adapter, batch_size: int, sample_shape: Sequence[int]) 
     """How many post-warm-up steps the worker queues before reading its clock: 1 (after every step) unless the
     adapter has the ``queued_steps`` capability; then as many as keep the queued batches' inputs (float32 samples
     and int64 labels) within :data:`QUEUED_INPUT_BYTES`, at most :data:`MAX_STEP_WINDOW`."""
-    if not has_queued_steps(adapter):
+    if not has_capability(adapter, "queued_steps"):
         return 1
     batch_bytes = batch_size * (4 * int(np.prod(sample_shape)) + 8)
     return max(1, min(MAX_STEP_WINDOW, QUEUED_INPUT_BYTES // max(1, batch_bytes)))
-
-
-def has_queued_steps(adapter: Adapter) -> bool:
-    """Whether ``adapter`` has the optional ``queued_steps`` capability; a test's stand-in where it defines both."""
-    if isinstance(adapter, Adapter):
-        return "queued_steps" in capabilities(type(adapter))
-    return all(callable(getattr(adapter, m, None)) for m in ("train_step_queued", "wait_steps"))
 
 
 @dataclass(frozen=True)
