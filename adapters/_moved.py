@@ -29,19 +29,3 @@ def deprecated_getattr(old_module: str, moved: Mapping[str, tuple[str, str]]) ->
 
     return __getattr__
 
-
-def forwarding_getattr(package: str, module: str) -> Callable[[str], Any]:
-    """A package ``__getattr__`` for a framework's package: a name that lived in the old flat module
-    (``adapters/pytorch.py``, now ``adapters/pytorch/adapter.py``) is found in ``module``, with a warning."""
-
-    def __getattr__(name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        found = importlib.import_module(module)
-        if not hasattr(found, name):
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        warnings.warn(f"{package}.{name}: import it from {module} (or its own module there); the package itself "
-                      "exports the adapter class only", DeprecationWarning, stacklevel=2)
-        return getattr(found, name)
-
-    return __getattr__
