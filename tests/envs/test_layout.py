@@ -1,5 +1,5 @@
-"""Issue 38, item 1: one package per framework with the same module names, the old import paths still working
-(with a DeprecationWarning where a name moved), and the parent environment holding no framework."""
+"""Issue 38, item 1 and issue 51 item 5: one package per framework with the same module name for the same role (the
+table in docs/adapters.md), and the parent environment holding no framework."""
 
 from __future__ import annotations
 
@@ -57,27 +57,6 @@ def test_the_package_holds_exactly_the_modules_docs_adapters_md_lists_for_it(fra
     present = {p.name for p in package.glob("*.py") if p.name != "__init__.py"}
     present |= {p.name + "/" for p in package.iterdir() if p.is_dir() and p.name != "__pycache__"}
     assert present == listed, (sorted(present - listed), sorted(listed - present))
-
-
-@pytest.mark.parametrize(("old", "name", "new"), [
-    ("adapters.mathmode", "torch_read", "adapters.pytorch.mathmode.read"),
-    ("adapters.mathmode", "MXNET_NOTE", "adapters.mxnet.mathmode.NOTE"),
-    ("adapters.builds", "jax_build", "adapters.jax.build.gpu_build"),
-])
-def test_a_moved_name_is_found_at_its_old_place_with_a_deprecation_warning(old: str, name: str, new: str) -> None:
-    module_name, _, attr = new.rpartition(".")
-    expected = importlib.import_module(new) if attr in ("parts", "adapter") and module_name.count(".") == 1 \
-        else getattr(importlib.import_module(module_name), attr)
-    with pytest.warns(DeprecationWarning, match=name):
-        found = getattr(importlib.import_module(old), name)
-    assert found is expected
-
-
-def test_an_unknown_name_is_still_an_attribute_error() -> None:
-    import adapters.mathmode
-
-    with pytest.raises(AttributeError, match="no_such_name"):
-        adapters.mathmode.no_such_name  # noqa: B018 - the lookup is the test
 
 
 @pytest.mark.process
