@@ -131,6 +131,10 @@ class JAXAdapter(JaxLayers, Adapter):
         environ = jax_gpu.worker_environ()
         jaxlib = jax_gpu.installed_version("jaxlib")
         gpu = None if runtime.device == "cpu" else jax_gpu.visible_gpu(environ)
+        missing = None if runtime.device == "cpu" else gpumem.pynvml_missing("the GPU's memory (XLA's default "
+                                                                             "fraction, 75 %, applies)")
+        if missing:
+            info["gpu_memory_source"] = missing
         if gpu is not None and runtime.memory_limit_mib:
             mode = self._cap_gpu_memory(float(runtime.memory_limit_mib), gpu, jaxlib, info, runtime.context_hint_mib)
         elif gpu is not None:  # the whole card, not XLA's default 75 % of it
