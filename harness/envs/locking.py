@@ -9,9 +9,11 @@ resolved with this machine's pip configuration (which serves its CPU torch wheel
 machine, not this one. Nothing is installed: pip's ``--dry-run --report`` is read. A pin's hashes are the file pip
 chose here and every file of the same version on PyPI that CPython of that version on Linux x86-64 may take (another
 manylinux tag, for an older glibc): read from PyPI's simple index (JSON, PEP 691), so no wheel is downloaded. A
-version with a local label (this machine's torch 2.13.0+cpu) gets its own file's hash alone: PyPI's 2.13.0 is
-another build (CUDA's), and listing it would not only admit it where the CPU wheel is missing: pip prefers a file
-whose index-given hash matches over one whose hash it learns only on download, so it would take PyPI's here too.
+version with a local label (this machine's torch 2.13.0+cpu, served by its pip configuration) is pinned with the label
+and gets its own file's hash alone: PyPI's 2.13.0 is another build (CUDA's, which does not import without its CUDA
+libraries). Pinned as ``==2.13.0`` with both hashes, pip took PyPI's even here (it prefers a file whose index gives a
+matching hash to one whose hash it learns on download), and uv, which looks hashes up by the exact version it
+resolved (2.13.0+cpu), found none.
 
 The lock's current pins are kept where they still satisfy the ``.in`` file (passed to pip as constraints), as
 pip-compile does; ``--upgrade`` resolves without them (newest versions).
@@ -42,8 +44,8 @@ HTTP_TIMEOUT_S = 60
 
 @dataclass(frozen=True)
 class Pin:
-    """One distribution of a lock: its normalised name, its version (a local label such as ``+cpu`` kept) and the
-    sha256 of the file pip chose for it."""
+    """One distribution of a lock: its normalised name, its version (a local label such as ``+cpu`` included) and
+    the sha256 of the file pip chose for it."""
 
     name: str
     version: str
@@ -130,10 +132,8 @@ def lock_text(framework: str, kind: str, source: Path, pins: list[Pin], hashes: 
               "--require-hashes; the managed environment is named by a hash of these lines."]
     lines = []
     for pin in pins:
-        # a local version label (torch 2.13.0+cpu) is left out of the pin (`==2.13.0` matches it; the label is not on
-        # PyPI): the hash says which build it is
         digests = sorted(hashes[pin.name] | {pin.sha256})
-        lines.append(" \\\n".join([f"{pin.name}=={pin.version.split('+')[0]}",
+        lines.append(" \\\n".join([f"{pin.name}=={pin.version}",
                                     *(f"    --hash=sha256:{d}" for d in digests)]))
     return "\n".join(header + lines) + "\n"
 

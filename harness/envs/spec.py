@@ -71,7 +71,7 @@ class EnvSpec:
 def requirement_lines(text: str) -> tuple[str, ...]:
     """The requirements of a lock or requirements file, one string each: comments and blank lines dropped, a
     requirement continued over several lines (``\\`` at the end, as a lock's ``--hash`` lines are) joined into one
-    (``torch==2.13.0 --hash=sha256:... --hash=sha256:...``)."""
+    (``numpy==2.4.6 --hash=sha256:... --hash=sha256:...``)."""
     out: list[str] = []
     pending = ""
     for raw in text.splitlines():
@@ -88,7 +88,7 @@ def requirement_lines(text: str) -> tuple[str, ...]:
 
 
 def pin_of(requirement: str) -> tuple[str, str]:
-    """(name, version) of a lock's requirement (``torch==2.13.0 --hash=...`` gives ``("torch", "2.13.0")``).
+    """(name, version) of a lock's requirement (``torch==2.13.0+cpu --hash=...`` gives ``("torch", "2.13.0+cpu")``).
 
     Raises:
         ValueError: the requirement is not an exact pin.

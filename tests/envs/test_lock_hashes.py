@@ -49,12 +49,13 @@ def test_every_line_of_a_lock_is_an_exact_pin_with_its_hashes(lock: Path) -> Non
 
 
 def test_the_cpu_torch_lock_holds_this_machines_cpu_wheel_alone() -> None:
-    """The machine's pip configuration serves torch 2.13.0+cpu (a local wheel). PyPI's 2.13.0 is another build
-    (CUDA's, which fails to import without its CUDA libraries): its hash is not in the CPU lock, or pip, preferring
-    a file whose index-given hash matches, would take it even here."""
+    """The machine's pip configuration serves torch 2.13.0+cpu (a local wheel): pinned with its label and its hash
+    alone. PyPI's 2.13.0 is another build (CUDA's, which fails to import without its CUDA libraries): with its hash
+    beside, pip took it even here (it prefers a file whose index-given hash matches); without the label, uv found no
+    hash for the 2.13.0+cpu it resolved."""
     torch = [line for line in requirement_lines((ROOT / "adapters/pytorch/locks/cpu.txt").read_text())
              if pin_of(line)[0] == "torch"]
-    assert len(torch) == 1 and pin_of(torch[0]) == ("torch", "2.13.0") and len(hashes_of(torch[0])) == 1
+    assert len(torch) == 1 and pin_of(torch[0]) == ("torch", "2.13.0+cpu") and len(hashes_of(torch[0])) == 1
     local = sorted(Path("/opt/wheels").glob("torch-2.13.0+cpu-*.whl"))
     if local:  # this project's machines: the very file pip's configuration serves
         import hashlib
@@ -147,9 +148,9 @@ def test_pips_configuration_becomes_uvs_flags() -> None:
 def test_a_lock_written_by_make_locks_reads_back_as_its_pins_and_hashes() -> None:
     pins = [Pin("numpy", "2.4.6", "a" * 64), Pin("torch", "2.13.0+cpu", "b" * 64)]
     text = lock_text("pytorch", "cpu", Path("cpu.in"), pins, {"numpy": {"a" * 64}, "torch": {"c" * 64}}, "3.11")
-    assert "torch==2.13.0 \\\n    --hash=sha256:" in text  # pip-compile's layout; the local label left out
+    assert "torch==2.13.0+cpu \\\n    --hash=sha256:" in text  # pip-compile's layout, the local label kept
     lines = requirement_lines(text)
-    assert [pin_of(line) for line in lines] == [("numpy", "2.4.6"), ("torch", "2.13.0")]
+    assert [pin_of(line) for line in lines] == [("numpy", "2.4.6"), ("torch", "2.13.0+cpu")]
     assert [hashes_of(line) for line in lines] == [("a" * 64,), ("b" * 64, "c" * 64)]
 
 
