@@ -6,8 +6,9 @@ environment exists exactly when its folder does, with its facts file in it. Two 
 environment at once build it once: the second waits on a file lock (``flock``), then finds it built.
 
 The installer is pip, run from the parent's interpreter into the new environment (``pip --python``), with the
-machine's pip configuration (this machine serves its CPU torch wheel that way) and ``--no-deps``: a lock lists every
-distribution, so nothing is resolved, and a missing one fails the import check instead of being fetched unpinned.
+machine's pip configuration (this machine serves its CPU torch wheel that way) and, for a lock, ``--no-deps``: a
+lock lists every distribution, so nothing is resolved, and a missing one fails the import check instead of being
+fetched unpinned. A plugin's ``requirements`` are specifiers, not a lock: pip resolves their dependencies.
 docs/environments.md says why pip and not uv (measured).
 """
 
@@ -118,7 +119,7 @@ def build(spec: EnvSpec, root: Path, pythonpath: tuple[str, ...], say: Callable[
         t0 = time.monotonic()
         say(f"building the {spec.framework} environment ({spec.kind}, {len(spec.requirements)} packages from "
             f"{Path(spec.source).name if os.sep in spec.source else spec.source}) in {final}: once, reused while "
-            "its lock is unchanged")
+            f"its {'lock is' if spec.complete else 'requirements are'} unchanged")
         tmp = root / f".{spec.name}.building-{os.getpid()}"
         try:
             facts = _build_into(tmp, spec, pythonpath, timeout_s)
@@ -147,7 +148,8 @@ def _build_into(tmp: Path, spec: EnvSpec, pythonpath: tuple[str, ...], timeout_s
     requirements = tmp / "batchscope-requirements.txt"
     requirements.write_text("\n".join(spec.requirements) + "\n")
     python = python_in(tmp)
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-input",
+    no_deps = ["--no-deps"] if spec.complete else []  # a plugin's specifiers: pip resolves their dependencies
+    _run([sys.executable, "-m", "pip", "--python", str(python), "install", *no_deps, "--no-input",
           "--disable-pip-version-check", "-r", str(requirements)], "pip install", spec, {}, timeout_s)
     env = {"PYTHONPATH": os.pathsep.join(pythonpath)}
     out = _run([str(python), "-m", "harness.envs.facts", spec.target, "--import"],
