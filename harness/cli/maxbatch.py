@@ -176,7 +176,7 @@ def _choose_interpreter(args: argparse.Namespace, req: MaxBatchRequest, env: dic
     """The framework's interpreter (harness.envs): ``--python FRAMEWORK=PATH`` (checked there, exit 2 where it cannot
     run it) or its managed environment, built on first use; one line says which. A failed build is exit 1."""
     from harness.envs.resolve import choose, parse_python_options
-    from harness.envs.spec import chosen_kind
+    from harness.envs.guard import managed_kind
     from harness.errors import BatchscopeError, ConfigError
 
     named = parse_python_options(args.python)
@@ -186,7 +186,8 @@ def _choose_interpreter(args: argparse.Namespace, req: MaxBatchRequest, env: dic
     if not named and req.python:
         named = {req.framework: req.python}
     where = {fw: (path, f"--python {fw}") for fw, path in named.items()}
-    interpreter = choose([req.framework], where, chosen_kind(bool(env.get("gpus"))),
+    kind = managed_kind([fw for fw in [req.framework] if fw not in where], bool(env.get("gpus")))
+    interpreter = choose([req.framework], where, kind,
                          say=lambda line: print(f"environment {line}", flush=True))[req.framework]
     if interpreter.problem:
         raise BatchscopeError(f"{req.framework}'s environment could not be built: {interpreter.problem}")

@@ -22,7 +22,7 @@ from harness.data.footprint import require_disk
 from harness.diskfull import write_atomically
 from harness.envs.resolve import Interpreter
 from harness.envs.resolve import choose as choose_envs
-from harness.envs.spec import chosen_kind
+from harness.envs.guard import managed_kind
 from harness.errors import BatchscopeWarning, ConfigError, StoreError
 from harness.gpu_peaks import refuse_tf32_without_units
 from harness.models import build_description, is_native_model
@@ -142,7 +142,8 @@ def choose_interpreters(exp: Experiment, gpu_present: bool, say: Callable[[str],
     line per build and one per framework)."""
     named = {fw: (s.python, s.python_from or f"{exp.source}: adapters.{fw}.python")
              for fw, s in exp.adapters.items() if s.python and fw in exp.frameworks}
-    chosen = choose_envs(exp.frameworks, named, chosen_kind(gpu_present), say)
+    kind = managed_kind([fw for fw in exp.frameworks if fw not in named], gpu_present)  # cuda without a GPU: exit 2
+    chosen = choose_envs(exp.frameworks, named, kind, say)
     for interpreter in chosen.values():
         say(f"{interpreter.line()}" if not interpreter.problem else
             f"{interpreter.framework}: its environment could not be built, so its trials are stored as errors: "
