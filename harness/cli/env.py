@@ -36,13 +36,12 @@ def cmd_env(args: argparse.Namespace) -> int:
     from harness.envs.resolve import existing_managed, managed_interpreter
     from harness.errors import ConfigError
 
-    if args.rebuild and (args.action != "build" or not args.frameworks):
-        raise ConfigError("--rebuild goes with build and the frameworks to build anew, e.g. batchscope env build "
-                          "--rebuild pytorch")
-    frameworks = _frameworks(list(args.frameworks))
+    if args.rebuild and args.action != "build":
+        raise ConfigError("--rebuild goes with build, e.g. batchscope env build --rebuild pytorch")
+    frameworks = _frameworks(list(dict.fromkeys([*args.frameworks, *args.rebuild])))
     kind = _kind(args, frameworks)
     if args.rebuild:
-        _set_aside(frameworks, kind)
+        _set_aside(_frameworks(list(args.rebuild)), kind)
     if args.action == "list":
         from harness.cli.doctor import print_environments
 
@@ -99,7 +98,7 @@ def register(sub: Any) -> None:
     p.add_argument("--kind", choices=("cpu", "cuda"), default=None,
                    help="the lock to use, deliberately: `--kind cuda` builds CUDA environments even where NVML sees "
                         "no GPU (BATCHSCOPE_ENV_KIND=cuda alone is refused there before any download)")
-    p.add_argument("--rebuild", action="store_true",
-                   help="with build: remove the named frameworks' environments and build them anew from their locks "
+    p.add_argument("--rebuild", nargs="+", default=[], metavar="FRAMEWORK",
+                   help="with build: remove these frameworks' environments and build them anew from their locks "
                         "(a damaged one is rebuilt on its own when a command finds it)")
     p.set_defaults(func=cmd_env)

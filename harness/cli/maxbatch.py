@@ -175,8 +175,8 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
 def _choose_interpreter(args: argparse.Namespace, req: MaxBatchRequest, env: dict[str, Any]) -> None:
     """The framework's interpreter (harness.envs): ``--python FRAMEWORK=PATH`` (checked there, exit 2 where it cannot
     run it) or its managed environment, built on first use; one line says which. A failed build is exit 1."""
-    from harness.envs.resolve import choose, parse_python_options
     from harness.envs.guard import managed_kind
+    from harness.envs.resolve import choose, parse_python_options
     from harness.errors import BatchscopeError, ConfigError
 
     named = parse_python_options(args.python)

@@ -18,9 +18,11 @@ from harness.envs.sizes import DownloadSize, download_size
 from harness.envs.spec import KIND_VAR, chosen_kind, envs_root
 from harness.errors import ConfigError
 
-#: how to build CUDA environments on purpose where NVML sees no GPU (to install them once, or to prepare a
-#: machine image before its GPU is attached)
-DELIBERATE = "batchscope env build --kind cuda"
+
+def deliberate(frameworks: Iterable[str]) -> str:
+    """How to build ``frameworks``' CUDA environments on purpose where NVML sees no GPU (to install them once, or to
+    prepare a machine image before its GPU is attached); the frameworks before the option, as argparse reads them."""
+    return f"batchscope env build {' '.join(frameworks)} --kind cuda"
 
 
 def cuda_downloads(frameworks: Iterable[str], root: Path | None = None) -> dict[str, DownloadSize]:
@@ -54,7 +56,7 @@ def managed_kind(frameworks: Iterable[str], gpu_present: bool, root: Path | None
         each = "; ".join(f"{fw} {d.text()}" for fw, d in downloads.items())
         raise ConfigError(
             f"{KIND_VAR}=cuda asks for CUDA environments, but NVML sees no GPU on this machine: building "
-            f"{', '.join(downloads)} would download {total.text()} of CUDA wheels ({each}; from the locks' size "
-            f"tables, adapters/<framework>/locks/cuda.sizes.json). Nothing was downloaded. Unset {KIND_VAR} (or set "
-            f"it to cpu) to run on the CPU locks, or build them deliberately: {DELIBERATE} {' '.join(downloads)}")
+            f"{', '.join(downloads)} would download {total.text()}: {each} (the locks' size tables, "
+            f"adapters/<framework>/locks/cuda.sizes.json). Nothing was downloaded. Unset {KIND_VAR} (or set "
+            f"it to cpu) to run on the CPU locks, or build them deliberately: {deliberate(downloads)}")
     return kind

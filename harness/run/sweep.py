@@ -20,9 +20,9 @@ from harness.config.trial import TrialSpec
 from harness.data import PreparedData, default_cache_dir, prepare
 from harness.data.footprint import require_disk
 from harness.diskfull import write_atomically
+from harness.envs.guard import managed_kind
 from harness.envs.resolve import Interpreter
 from harness.envs.resolve import choose as choose_envs
-from harness.envs.guard import managed_kind
 from harness.errors import BatchscopeWarning, ConfigError, StoreError
 from harness.gpu_peaks import refuse_tf32_without_units
 from harness.models import build_description, is_native_model
