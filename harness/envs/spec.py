@@ -46,7 +46,11 @@ class EnvSpec:
     #: the adapter (``module:Class``) whose framework a build must import (its own way: ``import_framework``)
     target: str = ""
     python_tag: str = f"{sys.implementation.name}{sys.version_info[0]}.{sys.version_info[1]}"
+    #: built from a lock with hashes (installed with ``--require-hashes``)
     locked: bool = False
+    #: the requirements are the whole set (a lock: installed with ``--no-deps``); False for a plugin's specifiers,
+    #: whose dependencies pip resolves at build time (its framework's own: torch's sympy, filelock...)
+    complete: bool = True
 
     @property
     def digest(self) -> str:
@@ -163,5 +167,5 @@ def spec_for(framework: str, adapter_cls: type, kind: str) -> EnvSpec | None:
             raise ConfigError(f"adapter {framework!r}: requirements must be a list of pip requirement strings, "
                               f"got {declared!r}")
         return EnvSpec(framework, kind, tuple(r.strip() for r in declared), f"{adapter_cls.__module__}."
-                       f"{adapter_cls.__qualname__}.requirements", import_name, target)
+                       f"{adapter_cls.__qualname__}.requirements", import_name, target, complete=False)
     return None
