@@ -176,14 +176,16 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
 def _runtime(args: argparse.Namespace, req: MaxBatchRequest, env: dict[str, Any]) -> FrameworkRuntime:
     """The framework resolved once (harness.envs.runtime): its adapter, and its interpreter, ``--python
     FRAMEWORK=PATH`` (checked there, exit 2 where it cannot run it; exit 2 too for a framework this search does not
-    run) or its managed environment, built on first use; one line says which. A failed build is exit 1."""
+    run) or its managed environment, built on first use (``cuda`` where NVML sees no GPU: exit 2, nothing
+    downloaded); one line says which. A failed build is exit 1."""
+    from harness.envs.guard import managed_kind
     from harness.envs.resolve import parse_python_options
     from harness.envs.runtime import FLAG, resolve_runtimes
-    from harness.envs.spec import chosen_kind
     from harness.errors import BatchscopeError
 
     named = {fw: (path, f"{FLAG} {fw}") for fw, path in parse_python_options(args.python).items()}
-    runtime = resolve_runtimes([req.framework], named, chosen_kind(bool(env.get("gpus"))),
+    kind = managed_kind([fw for fw in [req.framework] if fw not in named], bool(env.get("gpus")))
+    runtime = resolve_runtimes([req.framework], named, kind,
                                say=lambda line: print(f"environment {line}", flush=True))[req.framework]
     if runtime.interpreter.problem:
         raise BatchscopeError(f"{req.framework}'s environment could not be built: {runtime.interpreter.problem}")

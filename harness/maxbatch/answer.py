@@ -197,7 +197,7 @@ def cuda_context_mib(outcomes: Sequence[TrialOutcome]) -> float | None:
 
 
 def settled(row: MaxBatchResult, runs: Sequence[SettleRun], steps: int) -> MaxBatchResult:
-    """The answer with the recommendation after the heap settling (prober.settle_heap), the heap allowance it leaves
+    """The answer with the recommendation after the heap settling (probes.settle_heap), the heap allowance it leaves
     (in MiB by the fitted slope, on top of jitter and growth), and the runs that decided it."""
     size = runs[-1].batch if runs else 0
     per_sample = float(row.line.b_mib_per_sample or row.formula.per_sample_mib or 0.0)

@@ -12,7 +12,6 @@ sweep's data, and on Ray one per node, whose probes and answer the driver stores
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,8 +32,6 @@ from harness.records import MaxBatchResult, Monitor, TrialOutcome, TrialUnit
 from harness.run.executor import LocalExecutor
 
 if TYPE_CHECKING:  # annotations only
-    from harness.config.trial import TrialSpec
-    from harness.run.protocol import Message
     from harness.store import Store
 
 
@@ -178,39 +175,3 @@ def search_each(searches: Sequence[MaxBatchSearch], store: Store, run_id: int,
     return done
 
 
-class _Callbacks(MaxBatchListener):
-    """The loose callbacks of :func:`run_maxbatch` (before issue 39) as a listener."""
-
-    def __init__(self, on_probe: Any, on_event: Any, on_bracket: Any) -> None:
-        self.on_probe, self.on_event, self.on_bracket_ = on_probe, on_event, on_bracket
-
-    def on_probe_message(self, trial: TrialSpec, msg: Message) -> None:
-        if self.on_event is not None:
-            self.on_event(trial, msg)
-
-    def on_probe_complete(self, outcome: TrialOutcome) -> None:
-        if self.on_probe is not None:
-            self.on_probe(outcome)
-
-    def on_bracket(self, bracket: Bracket) -> None:
-        if self.on_bracket_ is not None:
-            self.on_bracket_(bracket.probe, bracket.lo, bracket.hi)
-
-
-def run_maxbatch(req: MaxBatchRequest, store: Store, run_id: int, **options: Any) -> MaxBatchOutcome:
-    """Deprecated (issue 39): ``MaxBatchSearch.build(req, env, ...).run(store, run_id, listener)``. Takes the keywords
-    it took before (data, data_dir, cache_dir, log_dir, monitor_factory, on_probe, on_event, gpus, env, settings,
-    on_bracket)."""
-    warnings.warn("run_maxbatch is deprecated: use harness.maxbatch.searching.MaxBatchSearch.build(req, env, ...)"
-                  ".run(store, run_id, listener)", DeprecationWarning, stacklevel=2)
-    from harness.monitor import environment
-
-    env = options.get("env")
-    env = dict(env) if env is not None else environment.capture()
-    gpus = options.get("gpus")  # the GPUs the budget is resolved on, where given apart from the stored environment
-    data = options.get("data") or DataSource(data_dir=options.get("data_dir"), cache_dir=options.get("cache_dir"))
-    found = MaxBatchSearch.build(req, env if gpus is None else env | {"gpus": gpus}, data=data,
-                                 log_dir=options.get("log_dir"), monitor_factory=options.get("monitor_factory"))
-    found = replace(found, env=env, settings_asked=options.get("settings"))
-    listener = _Callbacks(options.get("on_probe"), options.get("on_event"), options.get("on_bracket"))
-    return found.run(store, run_id, listener)
