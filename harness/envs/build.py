@@ -110,7 +110,7 @@ def damage(env_dir: Path, spec: EnvSpec) -> str | None:
         name, pinned, version = requirement.partition("==")
         name = _normal(re.split(r"[\[<>=!~; ]", name.strip(), maxsplit=1)[0])
         found = installed.get(name)
-        wanted = version.split(";")[0].strip() if pinned else ""
+        wanted = re.split(r"[;\s]", version.strip(), maxsplit=1)[0] if pinned else ""  # before a marker or --hash
         if found is None or (wanted and found[0] != wanted and not found[0].startswith(f"{wanted}+")):
             missing.append(f"{name} {wanted}".strip() + (f" (found {found[0]})" if found else ""))
             continue
