@@ -1,7 +1,7 @@
 """How much a lock downloads: each pin's wheel size, recorded beside the lock (``<kind>.sizes.json``).
 
 A CUDA environment is several GB of wheels; before anything is fetched for one on a machine where NVML sees no GPU,
-batchscope refuses and says how much it would have downloaded (:func:`harness.envs.guard.refuse_cuda_without_gpu`).
+batchscope refuses and says how much it would have downloaded (:func:`harness.envs.guard.managed_kind`).
 The figure comes from a table, not from the network at that moment: ``python -m harness.envs.sizes`` (run by
 ``make locks`` after the locks are resolved) asks the package index's JSON API (PEP 691, sizes per PEP 700: a few KB
 per distribution, nothing downloaded) for the wheel each pin installs on Linux x86-64 and CPython of this version,
