@@ -29,7 +29,7 @@ import venv
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from harness.envs.spec import EnvSpec
+from harness.envs.spec import EnvSpec, requirement_name
 from harness.errors import BatchscopeError
 
 #: the facts file: written last, inside the temporary folder, before the rename
@@ -104,10 +104,11 @@ def damage(env_dir: Path, spec: EnvSpec) -> str | None:
     installed = _installed(sites[0])
     missing, broken = [], []
     for requirement in spec.requirements:
-        name, pinned, version = requirement.partition("==")
-        name = _normal(re.split(r"[\[<>=!~; ]", name.strip(), maxsplit=1)[0])
+        named = requirement_name(requirement)
+        if named is None:
+            continue
+        name, wanted = named
         found = installed.get(name)
-        wanted = version.split(";")[0].strip() if pinned else ""
         if found is None or (wanted and found[0] != wanted and not found[0].startswith(f"{wanted}+")):
             missing.append(f"{name} {wanted}".strip() + (f" (found {found[0]})" if found else ""))
             continue
