@@ -8,8 +8,10 @@ environment at once build it once: the second waits on a file lock (``flock``), 
 The installer is pip, run from the parent's interpreter into the new environment (``pip --python``), with the
 machine's pip configuration (this machine serves its CPU torch wheel that way) and, for a lock, ``--no-deps``: a
 lock lists every distribution, so nothing is resolved, and a missing one fails the import check instead of being
-fetched unpinned. A plugin's ``requirements`` are specifiers, not a lock: pip resolves their dependencies.
-docs/environments.md says why pip and not uv (measured).
+fetched unpinned. A lock is installed with ``--require-hashes``: every file must match a hash the lock lists for it.
+A plugin's ``requirements`` are specifiers, not a lock: pip resolves their dependencies. uv can do the same install
+(``installer="uv"``, given pip's configuration as its own flags: it reads none of pip's); docs/environments.md says
+which is used and why (measured).
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ FACTS_FILE = "batchscope-env.json"
 TAIL_LINES = 15
 #: an install longer than this is stopped (a TensorFlow CUDA set is ~3 GB of wheels on a slow link)
 INSTALL_TIMEOUT_S = 3600
+#: the installers a build can use, and batchscope's (docs/environments.md: measured against each other)
+INSTALLERS = ("pip", "uv")
+INSTALLER = "pip"
 
 
 class EnvironmentBuildError(BatchscopeError):
@@ -196,9 +201,10 @@ def remove(spec: EnvSpec, root: Path) -> bool:
 
 
 def build(spec: EnvSpec, root: Path, pythonpath: tuple[str, ...], say: Callable[[str], None] = lambda line: None,
-          timeout_s: float = INSTALL_TIMEOUT_S) -> Path:
+          timeout_s: float = INSTALL_TIMEOUT_S, installer: str = "") -> Path:
     """The environment of ``spec`` under ``root``, built first where it is not yet (``say`` gets one line).
-    ``pythonpath``: where batchscope's code is for the import check (:mod:`harness.envs.facts`, run there).
+    ``pythonpath``: where batchscope's code is for the import check (:mod:`harness.envs.facts`, run there);
+    ``installer``: ``pip`` or ``uv`` (default :data:`INSTALLER`).
 
     A built one is checked first (:func:`damage`: no process started, a few ms); a damaged one (a package removed
     by hand) is said so and built anew from its lock.
@@ -219,7 +225,7 @@ def build(spec: EnvSpec, root: Path, pythonpath: tuple[str, ...], say: Callable[
                 f"{'lock' if spec.complete else 'requirements'}")
         _set_aside(final, root, spec)  # damaged, or a folder without its facts file (an old, broken one)
         try:
-            return _build_locked(spec, root, final, pythonpath, say, timeout_s)
+            return _build_locked(spec, root, final, pythonpath, say, timeout_s, installer or INSTALLER)
         except EnvironmentBuildError as e:
             if harm is None:
                 raise
@@ -228,7 +234,7 @@ def build(spec: EnvSpec, root: Path, pythonpath: tuple[str, ...], say: Callable[
 
 
 def _build_locked(spec: EnvSpec, root: Path, final: Path, pythonpath: tuple[str, ...], say: Callable[[str], None],
-                  timeout_s: float) -> Path:
+                  timeout_s: float, installer: str) -> Path:
     """:func:`build`'s work, under its lock, with nothing at ``final``."""
     t0 = time.monotonic()
     say(f"building the {spec.framework} environment ({spec.kind}, {len(spec.requirements)} packages from "
@@ -236,7 +242,7 @@ def _build_locked(spec: EnvSpec, root: Path, final: Path, pythonpath: tuple[str,
         f"its {'lock is' if spec.complete else 'requirements are'} unchanged")
     tmp = root / f".{spec.name}.building-{os.getpid()}"
     try:
-        facts = _build_into(tmp, spec, pythonpath, timeout_s)
+        facts = _build_into(tmp, spec, pythonpath, timeout_s, installer)
         facts["build_s"] = round(time.monotonic() - t0, 1)
         (tmp / FACTS_FILE).write_text(json.dumps(facts, indent=2))
         os.replace(tmp, final)
@@ -253,7 +259,74 @@ def _build_locked(spec: EnvSpec, root: Path, final: Path, pythonpath: tuple[str,
     return final
 
 
-def _build_into(tmp: Path, spec: EnvSpec, pythonpath: tuple[str, ...], timeout_s: float) -> dict[str, object]:
+def pip_config() -> list[tuple[str, str]]:
+    """This machine's pip configuration as (key, value) pairs (``global.find-links``, ``:env:.constraint``...):
+    files and ``PIP_*`` variables, as ``pip config list`` shows them."""
+    done = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=120)
+    out = []
+    for line in done.stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out.append((key.strip(), value.strip().strip("'\"")))
+    return out
+
+
+def uv_flags(config: list[tuple[str, str]], constraints: bool = True) -> list[str]:
+    """pip's configuration as uv's flags, for what decides which files are installed: the index, the extra indexes,
+    find-links, constraints, ``no-index``. uv reads none of pip's files or variables; and where pip takes the best
+    version across all its indexes, uv by default stops at the first index that has a package
+    (``--index-strategy unsafe-best-match`` makes it do as pip). ``constraints=False`` leaves pip's constraint files
+    out: uv refuses any that is not an exact pin in ``--require-hashes`` mode (this machine's caps torch at
+    ``<=2.14.1``), and a lock pins every distribution exactly anyway."""
+    flags: list[str] = ["--index-strategy", "unsafe-best-match"]
+    seen: set[tuple[str, str]] = set()
+    options = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links"}
+    if constraints:
+        options["constraint"] = "--constraint"
+    for key, value in config:
+        option = key.rpartition(".")[2]
+        if option == "no-index" and value.lower() in ("1", "true", "yes", "on"):
+            flags.append("--no-index")
+        elif option in options:
+            for item in value.split():
+                if (option, item) not in seen:
+                    seen.add((option, item))
+                    flags += [options[option], item]
+    return flags
+
+
+def uv_binary() -> str:
+    """uv beside this interpreter (installed with batchscope's dev tools), else on ``PATH``.
+
+    Raises:
+        EnvironmentBuildError: no uv.
+    """
+    beside = Path(sys.executable).with_name("uv")
+    found = str(beside) if beside.exists() else shutil.which("uv")
+    if not found:
+        raise EnvironmentBuildError(f"no uv beside {sys.executable} or on PATH (pip install uv)")
+    return found
+
+
+def install_command(installer: str, python: Path, requirements: Path, locked: bool, no_deps: bool = True
+                    ) -> list[str]:
+    """The command that installs ``requirements`` into the environment of ``python``: ``--no-deps`` where they are
+    the whole set (a lock; a plugin's specifiers have their dependencies resolved), ``--require-hashes`` for a lock
+    (every file checked against the lock's hashes)."""
+    hashes = ["--require-hashes"] if locked else []
+    deps = ["--no-deps"] if no_deps else []
+    if installer == "pip":
+        return [sys.executable, "-m", "pip", "--python", str(python), "install", *deps, *hashes,
+                "--no-input", "--disable-pip-version-check", "-r", str(requirements)]
+    if installer == "uv":
+        return [uv_binary(), "pip", "install", "--python", str(python), *deps, *hashes,
+                *uv_flags(pip_config(), constraints=not locked), "-r", str(requirements)]
+    raise ValueError(f"installer {installer!r}: expected one of {', '.join(INSTALLERS)}")
+
+
+def _build_into(tmp: Path, spec: EnvSpec, pythonpath: tuple[str, ...], timeout_s: float,
+                installer: str = INSTALLER) -> dict[str, object]:
     """Create the venv in ``tmp``, install the lock, check the framework imports; returns the facts to record."""
     try:
         venv.EnvBuilder(with_pip=False, symlinks=os.name != "nt").create(tmp)
@@ -262,9 +335,8 @@ def _build_into(tmp: Path, spec: EnvSpec, pythonpath: tuple[str, ...], timeout_s
     requirements = tmp / "batchscope-requirements.txt"
     requirements.write_text("\n".join(spec.requirements) + "\n")
     python = python_in(tmp)
-    no_deps = ["--no-deps"] if spec.complete else []  # a plugin's specifiers: pip resolves their dependencies
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", *no_deps, "--no-input",
-          "--disable-pip-version-check", "-r", str(requirements)], "pip install", spec, {}, timeout_s)
+    _run(install_command(installer, python, requirements, spec.locked, no_deps=spec.complete),
+         f"{installer} install", spec, {}, timeout_s)
     env = {"PYTHONPATH": os.pathsep.join(pythonpath)}
     out = _run([str(python), "-m", "harness.envs.facts", spec.target, "--import"],
                f"the import check (import {spec.import_name})", spec, env, 600)
@@ -275,5 +347,6 @@ def _build_into(tmp: Path, spec: EnvSpec, pythonpath: tuple[str, ...], timeout_s
     if imported.get("problem"):
         raise EnvironmentBuildError(f"{spec.label}: the import check failed: {imported['problem']}")
     return {"framework": spec.framework, "kind": spec.kind, "digest": spec.digest, "lock": spec.source,
-            "requirements": list(spec.requirements), "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "installer": installer, "requirements": list(spec.requirements),
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
             **{k: imported.get(k) for k in ("python", "numpy", "framework_version", "distribution")}}

@@ -50,17 +50,6 @@ WORKER_CUDA_DEVICE_ORDER = "PCI_BUS_ID"
 OWN_PROCESS_GROUP: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
 
 
-def adapter_worker_env(framework: str, options: Mapping[str, Any], device: str) -> dict[str, str]:
-    """The environment ``framework``'s adapter needs for its settings before its framework is imported (PyTorch's
-    CUDA allocator settings: ``adapters.base.Adapter.worker_env``); none for a plugin without the hook."""
-    if not options:
-        return {}
-    from harness.registry import adapter_class
-
-    hook = getattr(adapter_class(framework), "worker_env", None)
-    return dict(hook(options, device)) if hook is not None else {}
-
-
 def classify(report: WorkerReport, returncode: int | None, timed_out: bool, timeout_s: float,
              stderr_tail: str, oom_patterns: tuple[str, ...]) -> tuple[Status, str]:
     """(status, reason) of a finished worker. Pure: tested on its own."""
