@@ -9,7 +9,9 @@ The environments are the numpy-only fake plugin's (tests/fakes/env_adapters.py),
 
 from __future__ import annotations
 
+import json
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -161,3 +163,33 @@ def test_a_trial_that_fails_in_a_whole_environment_is_not_run_again(
                      pythonpath=interp.pythonpath, environment=interp.environment, env_spec=interp.spec)
     outcome = LocalExecutor(log_dir=tmp_path).run(unit)
     assert outcome.status in ("crashed", "error") and len(attempts) == 1, outcome.reason
+
+
+def _fake_env(root: Path, spec: EnvSpec, installed: dict[str, str]) -> Path:
+    """A built environment's files without a process: the interpreter, the facts file, and for each distribution
+    a ``.dist-info`` with a RECORD naming one file of its package, that file present."""
+    env_dir = spec.path(root)
+    python_in(env_dir).parent.mkdir(parents=True)
+    python_in(env_dir).symlink_to(sys.executable)
+    (env_dir / FACTS_FILE).write_text(json.dumps({"requirements": list(spec.requirements)}))
+    site = env_dir / "lib" / "python3.11" / "site-packages"
+    for name, version in installed.items():
+        info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir(parents=True)
+        package = name.replace("-", "_")
+        (site / package).mkdir()
+        (site / package / "__init__.py").write_text("")
+        (info / "RECORD").write_text(f"../../../bin/{name},,\n{info.name}/METADATA,,\n{package}/__init__.py,,\n")
+    return env_dir
+
+
+def test_a_lock_with_hashes_is_whole_where_its_pins_are_installed(tmp_path: Path) -> None:
+    """The check reads a hashed lock's pins (``name==version --hash=...``, a local label kept): an environment built
+    from one is not taken for damaged (it was, once, and every command rebuilt it)."""
+    spec = EnvSpec("pytorch", "cpu", ("numpy==2.4.6 --hash=sha256:aa --hash=sha256:bb",
+                                      "torch==2.13.0+cpu --hash=sha256:cc", "typing-extensions==4.16.0"),
+                   "cpu.txt", "torch", locked=True)
+    env_dir = _fake_env(tmp_path, spec, {"numpy": "2.4.6", "torch": "2.13.0+cpu", "typing-extensions": "4.16.0"})
+    assert damage(env_dir, spec) is None
+    shutil.rmtree(next(env_dir.glob("lib/python*/site-packages")) / "torch")
+    assert damage(env_dir, spec) == "files missing: torch (torch/__init__.py is gone)"
