@@ -233,6 +233,10 @@ class WorkerMetrics:
     #: ``{"batches": [..], "mib": [..], "seconds": s}`` (the adapter's estimate of one training step's peak at each
     #: size), or ``{"error": "..."}`` where the adapter has none or it failed; None where none was asked for
     step_estimate_json: str | None = None
+    #: a batch-size schedule's trial (issue 52): JSON, one object per stretch at one size: ``batch``, ``lr``,
+    #: ``first_step``, ``first_sample``, ``steps``, ``step_ms_median`` and ``step_samples_per_s`` (its post-warm-up
+    #: steps), ``switch_s`` (the change before it, off the training clock); None for a constant size
+    schedule_json: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for the protocol message."""

@@ -30,7 +30,8 @@ def measure_noise(ctx: PointContext, groups: int) -> NoiseRecord:
     t0 = time.perf_counter()
     trial, adapter = ctx.trial, ctx.adapter
     n = len(ctx.y_train)
-    b_small = min(trial.batch_size, B_SMALL_MAX, n)  # never more memory than the training, bounded cost
+    # never more memory than the training (at the size it is at: a schedule's), bounded cost
+    b_small = min(ctx.batch_size or trial.batch_size, B_SMALL_MAX, n)
     # the same batches for every framework at the same step of the same trial settings (seed, step)
     rng = np.random.default_rng([_STREAM, trial.seed, ctx.step])
     augment = Augmenter(trial.augment, trial.augment_pad_px, trial.seed, n)
