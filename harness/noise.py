@@ -25,7 +25,7 @@ which matters only where a batch is a large share of the data.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -286,3 +286,70 @@ def along_training(rows: Iterable[Mapping[str, Any]], total_samples: Mapping[str
         out.append(AlongPoint(fraction=at, samples_seen=round(sum(int(r["samples_seen"]) for _, r in near) / len(near)),
                               b_simple=b, se=se, points_n=len(near), units_n=len(units)))
     return out
+
+
+#: the ramp moves to the next size where the smoothed B_simple passes this multiple of the current size
+RAMP_FACTOR = 2.0
+
+
+@dataclass(frozen=True)
+class Ramp:
+    """A recommended batch-size schedule and why: ``schedule`` as the ``batch_schedule`` key writes it."""
+
+    schedule: tuple[tuple[float, int], ...]
+    reasons: tuple[str, ...]
+    capped_at: int | None = None  # the max-batch answer that stopped it, where it did
+
+    @property
+    def text(self) -> str:
+        """``16 → 64 at 30 % → 256 at 60 %``."""
+        return " → ".join([str(self.schedule[0][1])] + [f"{b} at {f * 100:g} %" for f, b in self.schedule[1:]])
+
+    @property
+    def toml(self) -> str:
+        """The experiment key that trains it."""
+        return "batch_schedule = [" + ", ".join(f"[{f:g}, {b}]" for f, b in self.schedule) + "]"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (``--json``)."""
+        return {"schedule": [list(e) for e in self.schedule], "text": self.text, "toml": self.toml,
+                "reasons": list(self.reasons), "capped_at": self.capped_at, "factor": RAMP_FACTOR}
+
+
+def ramp_from(points: Sequence[AlongPoint], sizes: Sequence[int], cap: int | None = None) -> tuple[Ramp | None, str]:
+    """The ramp the smoothed B_simple ``points`` recommend over the measured ``sizes`` (module docstring), capped at
+    ``cap``; (None, why) where none can be."""
+    usable = [p for p in points if p.b_simple is not None]
+    allowed = sorted(b for b in set(sizes) if cap is None or b <= cap)
+    if not usable:
+        return None, "B_simple was not estimable at any point (raise gradient_noise)"
+    if len(allowed) < 2:
+        return None, f"fewer than two measured sizes to ramp between ({', '.join(map(str, allowed)) or 'none'})"
+    first = usable[0]
+    assert first.b_simple is not None
+    start = [b for b in allowed if RAMP_FACTOR * b <= first.b_simple]
+    current = start[-1] if start else allowed[0]
+    schedule: list[tuple[float, int]] = [(0.0, current)]
+    reasons = [f"starts at {current}: B_simple {_b(first)} at {first.fraction:.0%} of the training"
+               + (f" ≥ {RAMP_FACTOR:g} × {current}" if start else " (the smallest size measured)")]
+    for p in usable[1:]:
+        assert p.b_simple is not None
+        nxt = current
+        while any(b > nxt for b in allowed) and p.b_simple >= RAMP_FACTOR * nxt:
+            nxt = min(b for b in allowed if b > nxt)
+        if nxt != current and p.fraction < 1.0:
+            reasons.append(f"{nxt} from {p.fraction:.0%}: B_simple {_b(p)} ≥ {RAMP_FACTOR:g} × {current}")
+            schedule.append((round(p.fraction, 2), nxt))
+            current = nxt
+    capped = cap if cap is not None and any(b > cap for b in sizes) and current == allowed[-1] else None
+    if capped is not None:
+        reasons.append(f"capped at {cap}: the largest size that fits (max-batch search)")
+    if len(schedule) == 1:
+        return None, (f"B_simple never passed {RAMP_FACTOR:g} × the size the training was at ({current}); "
+                      + "; ".join(reasons))
+    return Ramp(schedule=tuple(schedule), reasons=tuple(reasons), capped_at=capped), ""
+
+
+def _b(p: AlongPoint) -> str:
+    assert p.b_simple is not None
+    return f"{p.b_simple:,.0f}" + (f" ± {p.se:,.0f}" if p.se is not None else "")

@@ -22,6 +22,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     from report.answer.environments import environment_notes, environments_dict
     from report.answer.recommend import RULE_TEXT, Summary, recommend
     from report.answer.recommend_table import TABLE_COLUMNS, show_variants, table_rows
+    from report.answer.studies import study_findings
     from report.load import load
 
     data = load(Path(args.dir))  # StoreError (exit 2) for no store, an empty one, another schema
@@ -29,6 +30,9 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                               for exp in data.experiments))
     found = {exp.name: studies(exp, target_accuracy=args.target_accuracy) for exp in data.experiments}
     along = {exp.name: noise_along(exp) for exp in data.experiments}  # issue 52: B_simple along the training, a ramp
+    ramp_verdicts = {exp.name: {f.framework: f"[{f.verdict}] {f.evidence}"
+                                for f in study_findings(exp.spec, exp.trials, exp.curves)}
+                     for exp in data.experiments if exp.spec.get("study") == "batch_ramp"}
     if args.json:
         out = summary.to_dict()
         by_name = {exp.name: exp for exp in data.experiments}
@@ -61,7 +65,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         for study in found.get(name, []):
             print("\n" + "\n".join(study_lines(study)))
         for series in along.get(name, []):
-            print("\n" + "\n".join(series.lines()))
+            print("\n" + "\n".join(series.lines(ramp_verdicts.get(name, {}).get(series.framework, ""))))
         print()
     print(f"rule: {RULE_TEXT}")
     return 0

@@ -481,6 +481,7 @@ def validate(exp: Experiment) -> None:
     _check_target_mode(exp, bad)
     _check_rates(exp, bad)
     _check_schedule(exp, bad)
+    _check_ramp_study(exp, bad)
     _check_device_settings(exp, bad)
     if len(exp.synthetic_shape) != 3 or min(exp.synthetic_shape) <= 0:
         raise bad("synthetic_shape", f"{list(exp.synthetic_shape)!r} must be [channels, height, width], all > 0")
@@ -555,6 +556,22 @@ def _check_schedule(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> 
                 raise bad("batch_schedule", f"under lr_policy = {exp.lr_policy!r} the learning rate changes with the "
                                             f"size, but the {fw} adapter has no set_learning_rate() (the capability "
                                             "`lr_change`); use lr_policy = 'fixed', or run it without a schedule")
+
+
+def _check_ramp_study(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:
+    """``study = "batch_ramp"`` (issue 52): constant sizes trained to a target with the gradient noise measured, so
+    that the ramp B_simple recommends can be planned from them and judged beside them (harness/run/ramp.py)."""
+    if exp.study != "batch_ramp":
+        return
+    needs = [(not exp.train_to_target, "train_to_target = true (the verdict is the time to the target)"),
+             (not exp.gradient_noise, "gradient_noise > 0 (the ramp is read from B_simple along the training)"),
+             (len(exp.batch_sizes) < 2, "two or more batch_sizes (the ramp moves between measured sizes)"),
+             (bool(exp.batch_schedule), "no batch_schedule (the ramp is the one B_simple recommends)"),
+             (bool(exp.variants or exp.learning_rates or exp.lr_factors), "no variants or rate grids (the ramp "
+                                                                         "runs as the variant 'ramp')")]
+    missing = [what for lacking, what in needs if lacking]
+    if missing:
+        raise bad("study", f"'batch_ramp' needs {'; '.join(missing)}")
 
 
 def _check_precision(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:

@@ -40,6 +40,8 @@ STUDY_CLAIMS = {
     "lr_scaling": "scaling the learning rate with the batch (linear or sqrt) keeps accuracy flatter than a fixed one",
     "batch_shapes": "batch 512 trains faster than 500 by more than the noise",
     "oom_mitigations": "the mitigation lowers peak memory at the same effective batch",
+    "batch_ramp": "the batch-size ramp B_simple recommends reaches the target sooner (training seconds) than the best "
+                  "constant size",
 }
 
 
@@ -320,9 +322,15 @@ def oom_mitigations(trials: Sequence[Mapping[str, Any]], variants_in_order: Sequ
     return out
 
 
-def study_findings(spec: dict[str, Any], trials: Sequence[Mapping[str, Any]]) -> list[StudyFinding]:
-    """The findings of the experiment's ``study`` (its resolved spec) on ``trials``; empty without a study."""
+def study_findings(spec: dict[str, Any], trials: Sequence[Mapping[str, Any]],
+                   curves: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> list[StudyFinding]:
+    """The findings of the experiment's ``study`` (its resolved spec) on ``trials`` (and their learning ``curves`` by
+    trial hash, which ``batch_ramp`` reads its times to target from); empty without a study."""
     study = spec.get("study") or ""
+    if study == "batch_ramp":
+        from report.answer.ramp_study import batch_ramp  # it builds on this module's verdict record
+
+        return batch_ramp(trials, curves or {}, spec)
     if study == "optimizer_batch":
         return optimizer_batch(trials, spec)
     if study == "augmentation":

@@ -171,7 +171,7 @@ def _what_ran(pdf: PdfWriter, exp: StoredExperiment) -> None:
 def _findings(pdf: PdfWriter, exp: StoredExperiment, cell_list: list[Any], variants: list[str],
               sweep: list[TrialRecord]) -> None:
     """The study's question and verdicts (with variants or a study), the findings, and the thesis's on this run."""
-    study = studies.study_findings(exp.spec, exp.trials)
+    study = studies.study_findings(exp.spec, exp.trials, exp.curves)
     if variants or study:
         pdf.heading("The study's question", 1)
         if variants:
