@@ -37,7 +37,7 @@ quick: $(STAMP)
 # The framework environments are built first (once; reused while their locks are unchanged), so that no test's
 # time limit counts a build.
 TEST_WORKERS ?= 2
-XDIST := -n $(TEST_WORKERS) --dist loadgroup
+XDIST := -n $(TEST_WORKERS) --dist loadfile
 # Bytecode cached even where the environment says not to (PYTHONDONTWRITEBYTECODE=1, common in Python images, and
 # set on this project's CI machine): without it each xdist worker rewrites every test module's asserts again
 # (~8 s of collection per worker) and each of the suite's worker processes compiles batchscope's modules again

@@ -1,12 +1,17 @@
-"""How ``make test`` spreads the suite over two pytest-xdist workers (``-n 2 --dist loadgroup``), and keeps the
-tests that must not share the machine apart.
+"""How ``make test`` spreads the suite over two pytest-xdist workers (``-n 2 --dist loadfile``, this module's
+scheduler), and keeps the tests that must not share the machine apart.
 
 Most of the suite's time is frameworks starting in subprocesses, each on one core, so two workers keep both cores
 busy. Three rules, none a list of tests:
 
-* **Units stay whole.** A unit is a test module, or every test carrying the same ``xdist_group`` marker (for a
-  session fixture that several modules share, such as the contract probes): one worker runs all of it, so a
-  module- or session-scoped fixture is computed once, as in a serial run.
+* **Units stay whole.** A unit is a test module, or the modules listed together in :data:`SHARED_UNITS` (they read
+  one session fixture's real run, such as the contract probes): one worker runs all of it, so a module- or
+  session-scoped fixture is computed once, as in a serial run. The units are this module's, not xdist's
+  ``xdist_group`` marker: with pytest 9.2 and xdist 3.8 that marker is silently ignored (pytest's ``Node.nodeid``
+  returns ``str(self._id)`` while xdist appends the group by writing ``item._nodeid``), and the shared runs ran on
+  both workers (issue 53). A module that requests a shared fixture without being listed fails the collection
+  (:func:`check_units`), and a shared run that starts in a second worker fails its test
+  (:func:`tests.helpers.shared.once`), whatever the versions.
 * **Largest unit first.** The units are handed out longest first by the durations recorded in
   ``tests/durations.json`` (a test not in the file counts as the median of its kind, slow or not), and a worker
   gets its next unit only when it is about to run out: the longest-processing-time rule, so the two workers end
@@ -16,17 +21,22 @@ busy. Three rules, none a list of tests:
   an exclusive lock that every ``slow`` test takes shared, so while one runs, the other worker runs only tests
   that start no framework. Code that measures inside a session fixture takes it with :func:`alone_section`.
 
+The scheduler implements xdist's scheduling protocol (``xdist.scheduler.protocol.Scheduling``, returned from the
+``pytest_xdist_make_scheduler`` hook) rather than subclassing a scheduler's private methods, which is what broke.
+It replaces ``--dist loadfile``, whose units (modules) it keeps; run without this plugin, ``loadfile`` would split
+the shared units, and :func:`tests.helpers.shared.once` would fail the run saying so.
+
 Without xdist (a plain ``pytest``) none of this applies: the lock is a no-op.
 
-**The groups, and the session fixture each shares** (issue 42: an expensive real run once per worker, however many
-tests read it; :mod:`tests.helpers.shared` counts each run and fails a second one in the same worker, and a test of
-each group checks the count):
+**The shared units, and the session fixture each shares** (issue 42: an expensive real run once per run, however
+many tests read it; a test of each checks the count):
 
 * ``contract``: ``probe`` and ``failing_step_probe`` (tests/contract/conftest.py), one probe per adapter, read by
-  tests/contract/test_contract.py and test_legacy_plugin.py; checked by ``test_the_probe_ran_once_in_this_worker``.
+  tests/contract/test_contract.py, test_legacy_plugin.py and test_broken_adapters.py (the last was never in the
+  group: its reference probe ran again in whichever worker took it); checked by
+  ``test_the_probe_ran_once_in_this_worker``.
 * ``real_search``: ``real_search`` (tests/maxbatch/conftest.py), PyTorch's real max-batch search under 400 MiB,
-  read by the boundary and strategy tests of tests/maxbatch/test_maxbatch.py; checked by
-  ``test_the_shared_real_search_ran_once_in_this_worker``.
+  read by tests/maxbatch/test_maxbatch.py; checked by ``test_the_shared_real_search_ran_once_in_this_worker``.
 * ``framework_sweep``: ``framework_sweep`` (tests/run/conftest.py), each framework's three real trials (evaluation
   points off and on, prefetch off and on), read by tests/run/test_eval_points_frameworks.py and
   test_prefetch_frameworks.py; checked by ``test_the_shared_sweep_ran_once_in_this_worker``.
@@ -37,15 +47,20 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.helpers.shared import RUN_DIR_ENV
 
 DURATIONS_FILE = Path(__file__).with_name("durations.json")
 _LOCK_ENV = "BATCHSCOPE_TEST_LOCK"  # set on the xdist workers: the path of this run's lock file
@@ -62,9 +77,24 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "`slow` test (tests/scheduling.py)")
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
-        os.environ[_LOCK_ENV] = str(Path(tempfile.gettempdir()) / f"batchscope-tests-{workerinput['testrunuid']}.lock")
-    else:  # a pytest that a test starts (the legacy plugin's suite) inherits the variable: it is not a worker
+        base = Path(tempfile.gettempdir()) / f"batchscope-tests-{workerinput['testrunuid']}"
+        os.environ[_LOCK_ENV] = f"{base}.lock"
+        os.environ[RUN_DIR_ENV] = f"{base}.runs"  # tests.helpers.shared.once: a shared run's marker file
+    else:  # a pytest that a test starts (the legacy plugin's suite) inherits the variables: it is not a worker
         os.environ.pop(_LOCK_ENV, None)
+        os.environ.pop(RUN_DIR_ENV, None)
+        if getattr(config.option, "numprocesses", None) and not getattr(config.option, "testrunuid", None):
+            # the controller names the run (xdist's --testrunuid), so that it can remove the run's files at the end
+            config.option.testrunuid = uuid.uuid4().hex
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    uid = getattr(config.option, "testrunuid", None)
+    if uid and getattr(config, "workerinput", None) is None:
+        base = Path(tempfile.gettempdir()) / f"batchscope-tests-{uid}"
+        shutil.rmtree(f"{base}.runs", ignore_errors=True)
+        for path in (f"{base}.lock", f"{base}.lock.gate"):
+            Path(path).unlink(missing_ok=True)
     if config.getoption("update_durations"):
         config.pluginmanager.register(_Recorder(config), "batchscope-durations")
 
@@ -159,61 +189,192 @@ def load_tests() -> dict[str, tuple[float, str]]:
         return {}
 
 
-# ---------------------------------------------------------------- the scheduler
+# ---------------------------------------------------------------- the units and the scheduler
+@dataclass(frozen=True)
+class SharedUnit:
+    """Modules that read one session fixture's real run: one unit of work, so one worker runs all of them."""
+
+    fixtures: tuple[str, ...]  # the session fixtures whose run is shared (each wraps it in tests.helpers.shared.once)
+    modules: tuple[str, ...]  # every test module that requests one of them, relative to the repository's root
+
+
+#: The shared real runs and the modules reading each (issue 42; issue 53: ``xdist_group`` stopped holding). A test
+#: module that requests one of these fixtures without being listed here fails the collection (:func:`check_units`).
+SHARED_UNITS: dict[str, SharedUnit] = {
+    "contract": SharedUnit(("probe", "failing_step_probe"),
+                           ("tests/contract/test_contract.py", "tests/contract/test_legacy_plugin.py",
+                            "tests/contract/test_broken_adapters.py")),
+    "framework_sweep": SharedUnit(("framework_sweep",),
+                                  ("tests/run/test_eval_points_frameworks.py",
+                                   "tests/run/test_prefetch_frameworks.py")),
+    "real_search": SharedUnit(("real_search",), ("tests/maxbatch/test_maxbatch.py",)),
+}
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit a test belongs to: its shared unit's name (``@contract``), or its module's path."""
+    module = _plain(nodeid).split("::", 1)[0]
+    for name, unit in SHARED_UNITS.items():
+        if module in unit.modules:
+            return f"@{name}"
+    return module
+
+
+def check_units(items: list[pytest.Item], root: Path) -> list[str]:
+    """Each test that requests a shared run's fixture from a module not listed with it: one line per module."""
+    wrong: dict[str, str] = {}
+    for item in items:
+        module = _plain(item.nodeid).split("::", 1)[0]
+        for name, unit in SHARED_UNITS.items():
+            used = sorted(set(unit.fixtures) & set(getattr(item, "fixturenames", ())))
+            if used and module not in unit.modules and module not in wrong:
+                wrong[module] = (f"{module} requests {', '.join(used)} (the shared run {name!r}) but is not one of "
+                                 f"its modules in tests/scheduling.py's SHARED_UNITS: add it there, so that one "
+                                 "worker runs every reader of that run")
+    return list(wrong.values())
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    wrong = check_units(items, Path(str(config.rootpath)))
+    if wrong:
+        raise pytest.UsageError("\n".join(wrong))
+
+
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    if config.getvalue("dist") != "loadgroup":
+    if config.getvalue("dist") != "loadfile":
         return None
-    from xdist.scheduler import LoadGroupScheduling
+    return LongestFirst(config)
 
-    class LongestFirst(LoadGroupScheduling):  # type: ignore[misc]
-        """loadgroup with module units, ordered by recorded duration, each handed out when a worker runs dry."""
 
-        def _split_scope(self, nodeid: str) -> str:
-            if nodeid.rfind("@") > nodeid.rfind("]"):
-                return nodeid.split("@")[-1]
-            return nodeid.split("::", 1)[0]
+class LongestFirst:
+    """xdist's scheduling protocol (``xdist.scheduler.protocol.Scheduling``, what ``pytest_xdist_make_scheduler``
+    returns), written here instead of subclassing a scheduler's private methods (issue 53: those changed under
+    us). Units are :func:`unit_of`'s; each is handed out whole, longest first by tests/durations.json, when a
+    worker is about to run dry, and ``alone`` units first while the other worker runs units that start nothing.
 
-        def _assign_work_unit(self, node: Any) -> None:
-            if not hasattr(self, "_cost"):  # the base class has just built its queue in collection order
-                self._measure_units()
-            # alone units first, while the other worker runs units that start no framework (so the lock makes
-            # nobody wait); otherwise the longest unit left
-            busy_alone = any(self._kinds[scope] == "alone" for other, units in self.assigned_work.items()
-                             if other is not node for scope, done in units.items() if not all(done.values()))
-            queue = list(self.workqueue)
-            wanted = "fast" if busy_alone else "alone"
-            scope = next((s for s in queue if self._kinds[s] == wanted), queue[0])
-            work_unit = self.workqueue.pop(scope)
-            self.assigned_work.setdefault(node, {})[scope] = work_unit
-            collection = self.registered_collections[node]
-            node.send_runtest_some([collection.index(n) for n, done in work_unit.items() if not done])
+    A worker holds back the last test it was sent until it knows its next one (its fixtures' teardown), so a worker
+    with one test pending is about to run dry: only then does it get its next unit."""
 
-        def _measure_units(self) -> None:
-            known = load_tests()
-            typical = statistics.median(s for s, _ in known.values()) if known else 1.0
-            self._cost: dict[str, float] = {}
-            self._kinds: dict[str, str] = {}
-            rank = {"fast": 0, "slow": 1, "alone": 2}
-            for scope, ids in self.workqueue.items():
-                # a test not in the file yet: the median duration, and taken as slow until recorded
-                entries = [known.get(_plain(n), (typical, "slow")) for n in ids]
-                self._cost[scope] = sum(s for s, _ in entries)
-                self._kinds[scope] = max((k for _, k in entries), key=lambda k: rank.get(k, 1))
-            for scope in sorted(self.workqueue, key=lambda sc: -self._cost[sc]):
-                self.workqueue.move_to_end(scope)
+    def __init__(self, config: pytest.Config) -> None:
+        from xdist.workermanage import parse_tx_spec_config
 
-        def _reschedule(self, node: Any) -> None:
-            if node.shutting_down:
-                return
-            if not self.workqueue:
+        self.config = config
+        self.numnodes = len(parse_tx_spec_config(config))
+        self.collection: list[str] | None = None
+        self.queue: dict[str, list[str]] = {}  # unit -> its nodeids, in the order they are handed out
+        self.kinds: dict[str, str] = {}
+        self.work: dict[Any, dict[str, dict[str, bool]]] = {}  # node -> unit -> nodeid -> done
+        self.collections: dict[Any, list[str]] = {}
+
+    # -- the protocol's properties
+    @property
+    def nodes(self) -> list[Any]:
+        return list(self.work)
+
+    @property
+    def collection_is_completed(self) -> bool:
+        return len(self.collections) >= self.numnodes
+
+    @property
+    def tests_finished(self) -> bool:
+        return (self.collection_is_completed and not self.queue
+                and all(self._pending(units) < 2 for units in self.work.values()))
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self.queue) or any(self._pending(units) for units in self.work.values())
+
+    # -- the protocol's methods
+    def add_node(self, node: Any) -> None:
+        self.work[node] = {}
+
+    def add_node_collection(self, node: Any, collection: Any) -> None:
+        self.collections[node] = list(collection)
+
+    def remove_node(self, node: Any) -> str | None:
+        units = self.work.pop(node)
+        pending = {unit: [n for n, done in tests.items() if not done] for unit, tests in units.items()}
+        pending = {unit: ids for unit, ids in pending.items() if ids}
+        if not pending:
+            return None
+        crashed = next(iter(pending.values()))[0]  # the test it was running: the first not done
+        for unit, ids in pending.items():  # the rest runs elsewhere (the crashed test is reported by xdist)
+            rest = [n for n in ids if n != crashed]
+            if rest:
+                self.queue[unit] = rest
+        for other in self.nodes:
+            self._reschedule(other)
+        return crashed
+
+    def mark_test_complete(self, node: Any, item_index: int, duration: float = 0) -> None:
+        nodeid = self.collections[node][item_index]
+        self.work[node][unit_of(nodeid)][nodeid] = True
+        self._reschedule(node)
+
+    def mark_test_pending(self, item: str) -> None:
+        raise NotImplementedError("only the worksteal scheduler moves tests between workers")
+
+    def remove_pending_tests_from_node(self, node: Any, indices: Any) -> None:
+        raise NotImplementedError("only the worksteal scheduler moves tests between workers")
+
+    def schedule(self) -> None:
+        if self.collection is not None:  # a node added later
+            for node in self.nodes:
+                self._reschedule(node)
+            return
+        collections = list(self.collections.values())
+        if any(c != collections[0] for c in collections[1:]):
+            self.config.pluginmanager.get_plugin("terminalreporter").write_line(
+                "xdist workers collected different tests: nothing run (tests/scheduling.py)", red=True)
+            return
+        self.collection = collections[0]
+        units: dict[str, list[str]] = {}
+        for nodeid in self.collection:
+            units.setdefault(unit_of(nodeid), []).append(nodeid)
+        self._order(units)
+        for node in self.nodes:
+            if self.queue:
+                self._assign(node)
+            else:
                 node.shutdown()
-                return
-            # a worker holds back its last test until it knows the next one (for fixture teardown), so one
-            # pending test means it is about to run dry: only then does it get the next unit
-            if self._pending_of(self.assigned_work[node]) > 1:
-                return
-            self._assign_work_unit(node)
 
-    config.option.loadscopereorder = False
-    return LongestFirst(config, log)
+    # -- the policy
+    def _order(self, units: dict[str, list[str]]) -> None:
+        known = load_tests()
+        typical = statistics.median(s for s, _ in known.values()) if known else 1.0
+        rank = {"fast": 0, "slow": 1, "alone": 2}
+        cost: dict[str, float] = {}
+        for unit, ids in units.items():
+            # a test not in the file yet: the median duration, and taken as slow until recorded
+            entries = [known.get(_plain(n), (typical, "slow")) for n in ids]
+            cost[unit] = sum(s for s, _ in entries)
+            self.kinds[unit] = max((k for _, k in entries), key=lambda k: rank.get(k, 1))
+        self.queue = {unit: units[unit] for unit in sorted(units, key=lambda u: -cost[u])}
+
+    def _assign(self, node: Any) -> None:
+        # alone units first, while the other worker runs units that start no framework (so the lock makes nobody
+        # wait); otherwise the longest unit left
+        busy_alone = any(self.kinds[unit] == "alone" for other, units in self.work.items() if other is not node
+                         for unit, tests in units.items() if not all(tests.values()))
+        wanted = "fast" if busy_alone else "alone"
+        unit = next((u for u in self.queue if self.kinds[u] == wanted), next(iter(self.queue)))
+        ids = self.queue.pop(unit)
+        self.work[node].setdefault(unit, {}).update(dict.fromkeys(ids, False))
+        index = {nodeid: i for i, nodeid in enumerate(self.collections[node])}
+        node.send_runtest_some([index[n] for n in ids])
+
+    def _reschedule(self, node: Any) -> None:
+        if node.shutting_down:
+            return
+        if not self.queue:
+            node.shutdown()
+            return
+        if self._pending(self.work[node]) > 1:
+            return
+        self._assign(node)
+
+    @staticmethod
+    def _pending(units: dict[str, dict[str, bool]]) -> int:
+        return sum(not done for tests in units.values() for done in tests.values())

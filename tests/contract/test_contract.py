@@ -31,7 +31,7 @@ from tests.helpers.contract import batchnorm_verdict
 from tests.helpers.envs import python_for
 from tests.helpers.shared import RUNS
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("contract")]  # one probe per adapter (conftest.py)
+pytestmark = pytest.mark.slow  # one probe per adapter (conftest.py), shared: SHARED_UNITS in tests/scheduling.py
 
 
 def test_importing_the_adapter_module_loads_no_framework(adapter_name):

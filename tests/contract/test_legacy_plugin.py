@@ -21,7 +21,7 @@ import pytest
 from tests import ROOT
 from tests.contract.conftest import PROBE_DIRS, REFERENCE_ADAPTER, SHARED_PROBES_ENV
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("contract")]  # the reference probe is shared
+pytestmark = pytest.mark.slow  # the reference probe is shared (SHARED_UNITS in tests/scheduling.py)
 
 LEGACY = "tests.contract.legacy.pytorch_v1:PyTorchV1Adapter"
 #: what the plugin lacks, by the cases that need it (test name, or test name and model)

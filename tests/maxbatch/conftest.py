@@ -74,8 +74,9 @@ def fixed_threshold() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def real_search(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> RealSearch:
-    """The search once per session under :data:`FIXED_THRESHOLD`, however many tests read it (each of them carries
-    ``xdist_group("real_search")``, so under xdist one worker runs them all and the search runs once)."""
+    """The search once per session under :data:`FIXED_THRESHOLD`, however many tests read it (their module is one
+    unit of work, tests/scheduling.py's ``SHARED_UNITS``, so under xdist one worker runs them all and the search runs
+    once)."""
     from harness.cli import main
     from harness.store import Store
 

@@ -44,6 +44,7 @@ from harness.run.executor import LocalExecutor
 from harness.store import MAXBATCH_COLUMN_NAMES, Store
 from harness.store.maxbatch_row import maxbatch_record
 from tests.conftest import make_trial
+from tests.helpers.envs import runtime_for
 from tests.helpers.shared import RUNS
 from tests.maxbatch.conftest import FIXED_THRESHOLD, fixed_threshold
 
@@ -232,7 +233,6 @@ def _request(**kw: object) -> MaxBatchRequest:
 
 @pytest.mark.slow
 @pytest.mark.alone  # peaks under an OS memory limit, checked to within a fresh process's jitter
-@pytest.mark.xdist_group("real_search")
 def test_real_boundary_on_cpu_holds_in_fresh_workers_either_side_of_it(real_search, cache_dir, tmp_path):
     # the search is the shared real one (tests/maxbatch/conftest.py: `batchscope maxbatch`, 400 MiB); the check
     # at the end runs the same request the command built, in fresh workers of its own
@@ -274,7 +274,8 @@ def test_real_boundary_on_cpu_holds_in_fresh_workers_either_side_of_it(real_sear
                           momentum=0.9, synthetic_shape=SHAPE)
     data = prepare(DataRequest(name="synthetic", synthetic_shape=SHAPE, synthetic_classes=req.synthetic_classes,
                                synthetic_samples=req.synthetic_samples), cache_dir)
-    prober = WorkerProber(req, resolve_budget(req, []), data, LocalExecutor(log_dir=tmp_path / "scan"))
+    prober = WorkerProber(req, resolve_budget(req, []), data, LocalExecutor(log_dir=tmp_path / "scan"),
+                          runtime=runtime_for("pytorch"))  # its managed environment, as the command's probes ran
     assert FIXED_THRESHOLD.items() <= json.loads(real_search.row["train_env_json"]).items()  # what its workers had
     # A fresh process's peak at one size moves by whole 1 MiB CPython arenas (docs/maxbatch.md; seen in CI: the
     # answer 384 passed the search's confirm run, then failed in a fresh worker). So the boundary is checked up to
@@ -307,7 +308,6 @@ def test_budget_below_the_frameworks_overhead_exits_3(tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.alone  # two runs' boundaries, compared to within a fresh process's peak jitter
-@pytest.mark.xdist_group("real_search")
 def test_model_and_double_bisect_agree_on_the_real_boundary(real_search, tmp_path):
     # the model strategy's answer is the shared real search's (tests/maxbatch/conftest.py: the default strategy,
     # 400 MiB); double-bisect runs the same command with its own strategy
@@ -388,7 +388,6 @@ def test_sweep_with_max_batch_on_cpu_without_a_limit_is_refused_before_running(t
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("real_search")
 def test_the_shared_real_search_ran_once_in_this_worker(real_search):
     """Last of its group: the two tests above read the one real search (tests/helpers/shared.py counts its runs)."""
     assert real_search.code == 0

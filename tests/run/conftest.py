@@ -40,7 +40,7 @@ class SharedTrial:
 def framework_sweep(tmp_path_factory: pytest.TempPathFactory,
                     cache_dir: Path) -> Callable[[str], dict[str, SharedTrial]]:
     """``framework_sweep(name)``: the framework's shared trials (:data:`TRIALS`), run once per session, however many
-    tests read them (each of them carries ``xdist_group("framework_sweep")``: tests/scheduling.py)."""
+    tests read them (their modules are one unit of work: ``SHARED_UNITS`` in tests/scheduling.py)."""
     from harness.config.experiment import parse_experiment
     from harness.run.sweep import SweepOptions, run_sweep
     from harness.store import Store

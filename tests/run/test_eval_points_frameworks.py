@@ -13,7 +13,7 @@ import pytest
 from tests.helpers.shared import RUNS
 from tests.run.conftest import TRIALS
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("framework_sweep")]  # every test here starts a framework
+pytestmark = pytest.mark.slow  # every test here starts a framework
 
 FRAMEWORKS = ["pytorch", "tensorflow", "mxnet", "jax"]
 

@@ -22,7 +22,6 @@ AHEAD = {"pytorch", "tensorflow", "mxnet", "jax"}
 QUEUED = {"mxnet"}
 
 
-@pytest.mark.xdist_group("framework_sweep")
 @pytest.mark.parametrize("framework", ["pytorch", "tensorflow", "mxnet", "jax"])
 def test_the_same_seed_gives_the_same_losses_with_prefetch_on_and_off(framework: str, framework_sweep) -> None:
     """The framework's shared sweep (tests/run/conftest.py): two trials alike but for ``prefetch``, augmented."""
