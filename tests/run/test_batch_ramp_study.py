@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import importlib.metadata as md
-from pathlib import Path
 
 import pytest
 
