@@ -12,7 +12,7 @@ from adapters.base import OptimizerSpec
 from harness.config.trial import TrialSpec
 from harness.data import DataRequest, PreparedData, prepare
 
-pytest_plugins = ["tests.scheduling"]  # xdist units, their order, the `alone` lock (make test)
+pytest_plugins = ["tests.scheduling", "tests.tiers"]  # xdist units, their order, the `alone` lock; the tiers
 
 # Tests point BATCHSCOPE_CACHE at temporary folders (each its own data cache); the frameworks' managed environments
 # stay where `make test` built them (`batchscope env build`), so no test rebuilds one. A test of the build itself
