@@ -79,9 +79,9 @@ __all__ = [
 ]
 
 #: The plugin API's version: what the contract suite asks of an adapter (CHANGELOG.md, "For plugin authors").
-#: 1: the releases before the version existed (0.1.0 and 0.2.0.dev0); 2: optional capabilities, detected and
-#: checked one by one, and a train step that must wait for its work. An adapter says which version it was
-#: written against in :attr:`Adapter.api_version`.
+#: 1: release 0.1.0 and the development versions after it, before the version existed; 2: release 0.2.0: optional
+#: capabilities, detected and checked one by one, and a train step that must wait for its work. An adapter says
+#: which version it was written against in :attr:`Adapter.api_version`.
 API_VERSION = 2
 
 #: the devices a precision is declared for (``auto`` is one of them, chosen in the worker)

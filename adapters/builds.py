@@ -12,8 +12,6 @@ from __future__ import annotations
 import importlib.metadata as md
 from dataclasses import dataclass
 
-from adapters._moved import deprecated_getattr
-
 
 @dataclass(frozen=True)
 class GpuBuild:
@@ -49,10 +47,3 @@ def nvidia_runtime() -> str | None:
             return ".".join(version.split(".")[:2])
     return None
 
-
-#: the per-framework readers that lived here until 0.2 (CHANGELOG)
-__getattr__ = deprecated_getattr(__name__, {
-    "pytorch_build": ("adapters.pytorch.build", "gpu_build"), "jax_build": ("adapters.jax.build", "gpu_build"),
-    "tensorflow_build": ("adapters.tensorflow.build", "gpu_build"),
-    "mxnet_build": ("adapters.mxnet.build", "gpu_build"),
-})

@@ -7,21 +7,58 @@ takes it off the cap, so the emulated card holds what a real one would; it repor
 training too (``MemoryStats.context_mib``: lazily loaded kernels and library handles add to it during the first
 steps), which the max-batch search adds to the allocator's peak.
 
-NVML is read directly (``pynvml``, batchscope's own dependency, not a framework): this process's used memory, on
-every device NVML lists it on, minus what the framework's allocator holds. Where NVML does not list the process
-(a container with its own PID namespace), the devices' used memory now minus before the context was created
+NVML is read directly (``pynvml``, from nvidia-ml-py: a driver binding, not a framework): this process's used
+memory, on every device NVML lists it on, minus what the framework's allocator holds. Where NVML does not list the
+process (a container with its own PID namespace), the devices' used memory now minus before the context was created
 (:func:`devices_used_mib`, taken first) stands in: it also counts any other process that allocated meanwhile,
-which the source says. Tests patch ``adapters.gpumem.pynvml``.
+which the source says.
+
+``pynvml`` is imported here on first use, only where a GPU's memory is read: a worker's interpreter needs nothing
+but its framework and numpy (docs/environments.md), so a user's own environment without nvidia-ml-py runs every CPU
+trial, and on a GPU the reading is unknown with a source that names what is missing. Tests patch
+``adapters.gpumem.pynvml`` (the module-level name, made on first use).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
-
-import pynvml  # from nvidia-ml-py: a driver binding, not a framework
+from typing import Any
 
 MIB = 1024.0 * 1024.0
+
+
+def nvml_module() -> Any | None:
+    """The ``pynvml`` module, imported on first use and kept as this module's ``pynvml``; None where it is not
+    installed (a worker's own environment need not have it: :func:`pynvml_missing` says so)."""
+    cached = globals().get("pynvml")
+    if cached is not None:
+        return cached
+    try:
+        import pynvml as lib  # from nvidia-ml-py: a driver binding, not a framework
+    except ImportError:
+        return None
+    globals()["pynvml"] = lib
+    return lib
+
+
+def pynvml_missing(what: str) -> str | None:
+    """Why ``what`` cannot be read through NVML in this worker (``pynvml`` is not installed in its interpreter),
+    or None where it can be tried."""
+    if nvml_module() is not None:
+        return None
+    return f"none: pynvml is not installed in this worker's interpreter ({sys.executable}); install nvidia-ml-py " \
+           f"there to read {what}"
+
+
+def __getattr__(name: str) -> Any:
+    """``adapters.gpumem.pynvml`` before its first use (a test patches it): imported then."""
+    if name == "pynvml":
+        lib = nvml_module()
+        if lib is not None:
+            return lib
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -32,18 +69,21 @@ class ContextReading:
     source: str
 
 
-def _devices() -> list[object]:
+def _devices(pynvml: Any) -> list[object]:
     return [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
 
 
 def devices_used_mib() -> float | None:
-    """The used memory of every GPU NVML lists, summed; None without NVML."""
+    """The used memory of every GPU NVML lists, summed; None without NVML (or without ``pynvml``)."""
+    pynvml = nvml_module()
+    if pynvml is None:
+        return None
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:
         return None
     try:
-        return sum(float(pynvml.nvmlDeviceGetMemoryInfo(h).used) for h in _devices()) / MIB
+        return sum(float(pynvml.nvmlDeviceGetMemoryInfo(h).used) for h in _devices(pynvml)) / MIB
     except pynvml.NVMLError:
         return None
     finally:
@@ -54,12 +94,15 @@ def process_used_mib(pid: int | None = None) -> float | None:
     """What process ``pid`` (this one by default) uses on the GPUs NVML lists, summed; None when NVML is missing or
     does not list the process on any device."""
     pid = os.getpid() if pid is None else pid
+    pynvml = nvml_module()
+    if pynvml is None:
+        return None
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:
         return None
     try:
-        used = [p.usedGpuMemory for h in _devices() for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+        used = [p.usedGpuMemory for h in _devices(pynvml) for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)
                 if p.pid == pid and p.usedGpuMemory is not None]
     except pynvml.NVMLError:
         return None
@@ -74,6 +117,9 @@ def context_mib(allocator_mib: float, before_mib: float | None = None) -> Contex
     ``before_mib``: :func:`devices_used_mib` taken before the context was created, for the fallback where NVML does
     not list this process.
     """
+    missing = pynvml_missing("the CUDA context's memory")
+    if missing:
+        return ContextReading(None, missing)
     own = process_used_mib()
     if own is not None:
         return ContextReading(max(0.0, own - allocator_mib), "NVML: this process's used memory - the allocator's")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapters._moved import deprecated_getattr
 from harness.config.precision import TF32_MIN_CAPABILITY
 
 
@@ -35,14 +34,3 @@ def has_tf32(capability: Any) -> bool | None:
     cap = _capability(capability) if capability is not None else None
     return None if cap is None else cap >= TF32_MIN_CAPABILITY
 
-
-#: the per-framework functions that lived here until 0.2 (CHANGELOG)
-__getattr__ = deprecated_getattr(__name__, {
-    "torch_apply": ("adapters.pytorch.mathmode", "apply"), "torch_flags": ("adapters.pytorch.mathmode", "flags"),
-    "torch_read": ("adapters.pytorch.mathmode", "read"), "tf_apply": ("adapters.tensorflow.mathmode", "apply"),
-    "tf_read": ("adapters.tensorflow.mathmode", "read"), "jax_apply": ("adapters.jax.mathmode", "apply"),
-    "jax_read": ("adapters.jax.mathmode", "read"), "JAX_PRECISIONS": ("adapters.jax.mathmode", "PRECISIONS"),
-    "mxnet_apply": ("adapters.mxnet.mathmode", "apply"), "mxnet_read": ("adapters.mxnet.mathmode", "read"),
-    "MXNET_TENSOR_CORE_VARS": ("adapters.mxnet.mathmode", "TENSOR_CORE_VARS"),
-    "MXNET_NOTE": ("adapters.mxnet.mathmode", "NOTE"),
-})

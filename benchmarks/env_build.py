@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from harness.envs.build import build, python_in  # noqa: E402
-from harness.envs.resolve import WORKER_PACKAGES, _code_dir, choose, forget  # noqa: E402
+from harness.envs.resolve import WORKER_PACKAGES, _code_dir, choose  # noqa: E402
 from harness.envs.spec import spec_for  # noqa: E402
 from harness.registry import adapter_class  # noqa: E402
 
@@ -94,7 +94,6 @@ def main() -> int:
                     times.setdefault((fw, "uv"), []).append(build_uv(fw, Path(tmp), uv))
         with tempfile.TemporaryDirectory() as tmp:  # all at once, as `run` builds them
             os.environ["BATCHSCOPE_ENVS"] = tmp
-            forget()
             t0 = time.monotonic()
             chosen = choose(frameworks, {}, "cpu")
             assert not any(i.problem for i in chosen.values()), [i.problem for i in chosen.values()]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, Protocol
@@ -320,9 +319,9 @@ class TrialOutcome:
 
 
 def _column(name: str, default: Any = None, *, json: bool = False) -> Any:
-    """A field of a max-batch record part, stored in the ``maxbatch`` column ``name`` (its flat name before issue 39,
-    and the name of the deprecated attribute of :class:`MaxBatchResult` that still reads it); ``json``: the column
-    holds the field as JSON text (the store alone writes and reads it: :mod:`harness.store.maxbatch_row`)."""
+    """A field of a max-batch record part, stored in the ``maxbatch`` column ``name`` (its flat name before issue 39);
+    ``json``: the column holds the field as JSON text (the store alone writes and reads it:
+    :mod:`harness.store.maxbatch_row`)."""
     meta = {"column": name, "json": json}
     if isinstance(default, (dict, list)):
         return field(default_factory=type(default), metadata=meta)
@@ -513,16 +512,13 @@ class MaxBatchResult:
     The search's own names are fields (what was searched, where, under which budget and setting, when); the rest are
     parts a reader looks for: the ``answer``, the ``recommendation``, the ``margin`` it leaves, the measured memory
     ``line``, the seed's ``formula``, the framework's ``estimate``, the ``probes``, the heap ``settling`` and the
-    ``verification``. Made by the prober (:func:`harness.maxbatch.probes.result_row`, then the settling and verifying
+    ``verification``. Made by the search (:func:`harness.maxbatch.answer.answer_record`, then the settling and verifying
     runs with :func:`dataclasses.replace`), written and read back by the store alone, which flattens it to the
     ``maxbatch`` table's columns (:mod:`harness.store.maxbatch_row`: one column per field of the record and of its
     parts, named by its ``column`` metadata, the JSON ones (de)serialised there). A field that may be None is one a
     row stored before its column existed (or a search that did not measure it) leaves NULL; the search's names
     (framework, strategy, budget kind) and its answer (max_batch) are always written, and read back as "" and 0 from
     a row made by hand without them, never a number that was not measured.
-
-    The flat names of the record before issue 39 (``row.max_batch``, ``row.probes_json``, ...) still read, with a
-    :class:`DeprecationWarning` naming the part that holds each (CHANGELOG, "For code that reads the store").
     """
 
     run_id: int | None = _column("run_id")
@@ -561,45 +557,6 @@ class MaxBatchResult:
         """A ``--verify`` run of the recommendation that did not complete."""
         return self.verification.failed
 
-    def __getattr__(self, name: str) -> Any:
-        """The record's flat names before issue 39, deprecated: each reads the field of the part that holds it (a
-        ``*_json`` name the field as the JSON text the store writes)."""
-        where = _FLAT_NAMES.get(name)
-        if where is None:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        part, attr, is_json = where
-        new = f"{part}.{attr}" if part else attr
-        warnings.warn(f"MaxBatchResult.{name} is deprecated: read MaxBatchResult.{new}"
-                      + (" (typed; the store alone writes its JSON)" if is_json else ""),
-                      DeprecationWarning, stacklevel=2)
-        value = getattr(getattr(self, part), attr) if part else getattr(self, attr)
-        return _json_text(name, value) if is_json else value
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> MaxBatchResult:
-        """Deprecated (issue 39): the store reads its rows (:func:`harness.store.maxbatch_record`)."""
-        warnings.warn("MaxBatchResult.from_row is deprecated: use harness.store.maxbatch_record(row), or read records "
-                      "with Store.maxbatch_answers()", DeprecationWarning, stacklevel=2)
-        flat: dict[str, Any] = {}
-        for name, value in row.items():
-            where = _FLAT_NAMES.get(name)
-            if where is None or value is None:
-                continue
-            part, attr, is_json = where
-            flat.setdefault(part, {})[attr] = _from_json_text(part, attr, value) if is_json else value
-        top = {k: v for k, v in flat.pop("", {}).items()}
-        parts = {p: MAXBATCH_PARTS[p](**values) for p, values in flat.items()}
-        return cls(**top, **parts)
-
-    def to_row(self) -> dict[str, Any]:
-        """Deprecated (issue 39): the store flattens records (:func:`harness.store.maxbatch_row`)."""
-        warnings.warn("MaxBatchResult.to_row is deprecated: use harness.store.maxbatch_row(result)", DeprecationWarning,
-                      stacklevel=2)
-        out = {}
-        for name, (part, attr, is_json) in _FLAT_NAMES.items():
-            value = getattr(getattr(self, part), attr) if part else getattr(self, attr)
-            out[name] = _json_text(name, value) if is_json else value
-        return out
 
 
 def maxbatch_fields(cls: type) -> tuple[tuple[str, str, bool], ...]:
@@ -610,34 +567,3 @@ def maxbatch_fields(cls: type) -> tuple[tuple[str, str, bool], ...]:
 
 MAXBATCH_PARTS.update({f.name: f.type if isinstance(f.type, type) else globals()[str(f.type)]
                        for f in fields(MaxBatchResult) if "column" not in f.metadata})
-#: each flat name (a ``maxbatch`` column) -> (the part holding it, "" for the record's own field; its field; JSON?)
-_FLAT_NAMES: dict[str, tuple[str, str, bool]] = {
-    column: (part, attr, is_json)
-    for part, cls in (("", MaxBatchResult), *MAXBATCH_PARTS.items())
-    for attr, column, is_json in maxbatch_fields(cls)}
-
-
-def _json_text(column: str, value: Any) -> str | None:
-    """Deprecated flat ``*_json`` names only: the field as JSON (the store's writer: harness.store.maxbatch_row)."""
-    import json
-
-    if value is None:
-        return None
-    if isinstance(value, tuple):
-        return json.dumps([asdict(v) for v in value]) if value or column == "probes_json" else None
-    return json.dumps(value, default=str, sort_keys=column == "adapter_options_json")
-
-
-def _from_json_text(part: str, attr: str, text: Any) -> Any:
-    """Deprecated :meth:`MaxBatchResult.from_row` only: a ``*_json`` column's text as the field's value."""
-    import json
-
-    try:
-        data = json.loads(text)
-    except (TypeError, ValueError):
-        return None if not part else ()
-    if part == "probes":
-        return tuple(ProbeResult.from_dict(p) for p in data if isinstance(p, dict))
-    if part == "settling":
-        return tuple(SettleRun(**known_fields(SettleRun, r)) for r in data if isinstance(r, dict))
-    return data if isinstance(data, dict) else None

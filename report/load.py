@@ -10,7 +10,6 @@ measurement in it would only look like one.
 from __future__ import annotations
 
 import sqlite3
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -191,12 +190,3 @@ def load(source_dir: str | Path) -> ReportInput:
     return ReportInput(source_dir=source_dir, store_path=path, experiments=tuple(experiments),
                        has_maxbatch_table=has_maxbatch)
 
-
-def __getattr__(name: str) -> Any:
-    """``report.load.Experiment``, this class's name before 0.9 (one name per class: the experiment file's is
-    ``harness.config.experiment.Experiment``), still found, with a warning."""
-    if name == "Experiment":
-        warnings.warn("report.load.Experiment is now report.load.StoredExperiment; import it by that name",
-                      DeprecationWarning, stacklevel=2)
-        return StoredExperiment
-    raise AttributeError(f"module 'report.load' has no attribute {name!r}")

@@ -36,32 +36,21 @@ from adapters.base import (
     Adapter,
     CompileStats,
     EvalResult,
-    LayerSite,
     MemoryStats,
     OptimizerSpec,
     PrecisionSeen,
     RuntimeConfig,
     SetupFacts,
-    WeightFeed,
     is_generic_oom,
 )
 from adapters.builds import GpuBuild
 from adapters.jax import build, mathmode
 from adapters.jax import gpu as jax_gpu
-from adapters.jax.parts import LayerFn, chain
+from adapters.jax.convert import aligned_copy
+from adapters.jax.layers import JaxLayers, LayerFn, chain
 from adapters.jax.threads import limit_threads, release_this_thread
 from harness.errors import ConfigError
-from harness.models import (
-    BatchNorm,
-    Conv2D,
-    Dense,
-    Flatten,
-    GlobalAvgPool,
-    MaxPool2D,
-    ModelDescription,
-    ReLU,
-    Residual,
-)
+from harness.models import ModelDescription
 
 MIB = 1024.0 * 1024.0
 MEMORY_MODES = ("growth", "preallocate")
@@ -71,25 +60,7 @@ MEMORY_MODES = ("growth", "preallocate")
 OOM_TEXTS = ("Out of memory allocating", "Out of memory while trying to allocate", "RESOURCE_EXHAUSTED")
 
 
-#: the host alignment XLA's CPU client takes a buffer at without copying it (its minimum alignment, 64 bytes)
-HOST_ALIGN = 64
-
-
-def aligned_copy(array: np.ndarray, dtype: Any, align: int = HOST_ALIGN) -> np.ndarray:
-    """``array`` as a C-contiguous ``dtype`` array whose data start at a multiple of ``align`` bytes: itself where it
-    is one already, else a copy into an aligned buffer (NumPy aligns to 16 bytes only, glibc's large blocks too)."""
-    a = np.asarray(array)
-    if a.dtype == dtype and a.flags.c_contiguous and a.ctypes.data % align == 0:
-        return a
-    out_bytes = a.size * np.dtype(dtype).itemsize
-    raw = np.empty(out_bytes + align, dtype=np.uint8)
-    start = -raw.ctypes.data % align
-    out = raw[start:start + out_bytes].view(dtype).reshape(a.shape)
-    out[...] = a
-    return out
-
-
-class JAXAdapter(Adapter):
+class JAXAdapter(JaxLayers, Adapter):
     """JAX/XLA, a hand-written NCHW network, a jitted SGD-momentum or Adam step."""
 
     name = "jax"
@@ -160,6 +131,10 @@ class JAXAdapter(Adapter):
         environ = jax_gpu.worker_environ()
         jaxlib = jax_gpu.installed_version("jaxlib")
         gpu = None if runtime.device == "cpu" else jax_gpu.visible_gpu(environ)
+        missing = None if runtime.device == "cpu" else gpumem.pynvml_missing("the GPU's memory (XLA's default "
+                                                                             "fraction, 75 %, applies)")
+        if missing:
+            info["gpu_memory_source"] = missing
         if gpu is not None and runtime.memory_limit_mib:
             mode = self._cap_gpu_memory(float(runtime.memory_limit_mib), gpu, jaxlib, info, runtime.context_hint_mib)
         elif gpu is not None:  # the whole card, not XLA's default 75 % of it
@@ -270,89 +245,6 @@ class JAXAdapter(Adapter):
         info["memory_budget"] = (f"{self.cap_mib:.0f} MiB preallocated of {gpu.label}'s {gpu.total_mib:.0f} MiB "
                                  f"(a {limit_mib:.0f} MiB card less {context.mib or 0:.0f} MiB of CUDA context)")
         return f"limit:{int(limit_mib)}"
-
-    # ---- the build template's hooks (Adapter.build walks the layers and calls these) ----------------
-
-    def begin_model(self, model: ModelDescription) -> None:
-        self._layers = []
-        self.model_input_shape: tuple[int, ...] = tuple(model.input_shape)
-        self._weights: list[np.ndarray] = []
-        self._state0: list[np.ndarray] = []
-        self._compiled = {}
-        self.trace_count = 0
-
-    def _add(self, fn: LayerFn, weights: list[np.ndarray] | None = None, state: list[np.ndarray] | None = None) -> None:
-        self._layers.append((fn, len(weights or ()), len(state or ())))
-        self._weights += weights or []
-        self._state0 += state or []
-
-    def layer_conv2d(self, layer: Conv2D, site: LayerSite, weights: WeightFeed) -> None:
-        lax = self.jax.lax
-        # explicit and symmetric, like the description (XLA's "SAME" pads more at the end at stride 2)
-        pad = layer.kernel // 2 if layer.padding == "same" else 0
-        padding, strides = ((pad, pad), (pad, pad)), (layer.stride, layer.stride)
-
-        def conv(p: list[Any], s: list[Any], x: Any, train: bool) -> tuple[Any, list[Any]]:
-            y = lax.conv_general_dilated(x, p[0], strides, padding, dimension_numbers=("NCHW", "OIHW", "NCHW"))
-            return (y + p[1][None, :, None, None] if layer.use_bias else y), s
-
-        self._add(conv, weights.take(1 + int(layer.use_bias)))
-
-    def layer_batchnorm(self, layer: BatchNorm, site: LayerSite, weights: WeightFeed) -> None:
-        jnp = self.jax.numpy
-        m, eps = layer.momentum, layer.eps
-        axes = (0, 2, 3) if len(site.in_shape) == 3 else (0,)
-        shape = (1, -1, 1, 1) if len(site.in_shape) == 3 else (1, -1)
-
-        def bn(p: list[Any], s: list[Any], x: Any, train: bool) -> tuple[Any, list[Any]]:
-            if train:
-                mean, var = x.mean(axis=axes), x.var(axis=axes)  # biased: what normalises the batch
-                n = x.size // x.shape[1]
-                # The running variance takes the unbiased estimate (PyTorch's convention, the reference)
-                s = [m * s[0] + (1 - m) * mean, m * s[1] + (1 - m) * var * (n / max(n - 1, 1))]
-            else:
-                mean, var = s
-            y = (x - mean.reshape(shape)) * (p[0] / jnp.sqrt(var + eps)).reshape(shape) + p[1].reshape(shape)
-            return y, s
-
-        channels = site.in_shape[0]
-        self._add(bn, weights.take(2), [np.zeros(channels, np.float32), np.ones(channels, np.float32)])
-
-    def layer_relu(self, layer: ReLU, site: LayerSite, weights: WeightFeed) -> None:
-        relu = self.jax.nn.relu
-        self._add(lambda p, s, x, train: (relu(x), s))
-
-    def layer_maxpool2d(self, layer: MaxPool2D, site: LayerSite, weights: WeightFeed) -> None:
-        lax, k, st, pad = self.jax.lax, layer.size, layer.stride or layer.size, layer.padding
-        padding = ((0, 0), (0, 0), (pad, pad), (pad, pad))  # padded with the init value, -inf: it never wins
-        self._add(lambda p, s, x, train: (lax.reduce_window(x, -np.inf, lax.max, (1, 1, k, k), (1, 1, st, st),
-                                                            padding), s))
-
-    def layer_globalavgpool(self, layer: GlobalAvgPool, site: LayerSite, weights: WeightFeed) -> None:
-        self._add(lambda p, s, x, train: (x.mean(axis=(2, 3)), s))
-
-    def layer_flatten(self, layer: Flatten, site: LayerSite, weights: WeightFeed) -> None:
-        self._add(lambda p, s, x, train: (x.reshape(x.shape[0], -1), s))  # NCHW: C-major, like the description
-
-    def layer_dense(self, layer: Dense, site: LayerSite, weights: WeightFeed) -> None:
-        self._add(lambda p, s, x, train: (x @ p[0] + p[1], s), weights.take(2))
-
-    def layer_residual(self, layer: Residual, site: LayerSite, weights: WeightFeed) -> None:
-        outer = self._layers
-        paths = []
-        for path in (layer.body, layer.shortcut):  # weights: the body's, then the shortcut's
-            self._layers = []
-            self.build_layers(path, site.in_shape, weights)
-            paths.append(chain(self._layers))
-        self._layers = outer
-        (body, nb, sb), (shortcut, ns, ss) = paths
-
-        def residual(p: list[Any], s: list[Any], x: Any, train: bool) -> tuple[Any, list[Any]]:
-            yb, s_body = body(p[:nb], s[:sb], x, train)
-            ys, s_short = shortcut(p[nb:], s[sb:], x, train)
-            return yb + ys, s_body + s_short
-
-        self._layers.append((residual, nb + ns, sb + ss))
 
     def make_sgd(self, spec: OptimizerSpec) -> Any:
         from adapters.jax.optim import sgd_momentum

@@ -2,8 +2,8 @@
 settings once, when its GPU backend starts): which memory-fraction variable the installed jaxlib reads, what
 fraction gives the trial its budget on the GPU the worker sees, and which ``jax[cuda..]`` extra fits this machine.
 
-Everything here reads package metadata, the environment and NVML (``pynvml``, batchscope's own dependency), and
-takes them as arguments where a test must stand in for them.
+Everything here reads package metadata, the environment and NVML (``pynvml``, where the worker's interpreter has
+it: :func:`adapters.gpumem.nvml_module`), and takes them as arguments where a test must stand in for them.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import re
 from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
+
+from adapters import gpumem
 
 MIB = 1024.0 * 1024.0
 NEW_FRACTION_VAR = "XLA_CLIENT_MEM_FRACTION"
@@ -90,10 +92,9 @@ class VisibleGPU:
 def visible_gpu(environ: MutableMapping[str, str], nvml: Any = None) -> VisibleGPU | None:
     """The first GPU ``CUDA_VISIBLE_DEVICES`` leaves the worker (by CUDA index, in the PCI bus order the worker runs
     under, or by UUID), not NVML's GPU 0. None where NVML has no driver or every GPU is hidden."""
-    if nvml is None:
-        import pynvml
-
-        nvml = pynvml
+    nvml = nvml if nvml is not None else gpumem.nvml_module()
+    if nvml is None:  # pynvml is not installed in this worker's interpreter: the adapter notes it (setup facts)
+        return None
     visible = environ.get("CUDA_VISIBLE_DEVICES")
     first = "0" if visible is None else visible.split(",")[0].strip()
     if first in ("", "-1", "none", "NoDevFiles"):
@@ -163,9 +164,10 @@ def cuda_extra(driver_cuda_version: Callable[[], int | None] | None = None,
 
 
 def _driver_cuda_version() -> int | None:
-    """The CUDA major version the driver supports (NVML), None without a driver."""
-    import pynvml
-
+    """The CUDA major version the driver supports (NVML), None without a driver (or without ``pynvml``)."""
+    pynvml = gpumem.nvml_module()
+    if pynvml is None:
+        return None
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:

@@ -1,11 +1,10 @@
-"""MXNet's adapter and everything it needs, one module per role as in every framework's package: ``adapter``
-(the :class:`~adapters.base.Adapter`), ``parts`` (framework-free pieces of the model), ``mathmode`` (its GPU math
-switches), ``build`` (which device the installed build can use, from metadata) and the lock files its managed
-environment is built from (``locks/``, docs/environments.md). Importing it imports no framework."""
+"""MXNet's adapter and everything it needs, one module per role, named as in every framework's package
+(docs/adapters.md, "Package layout"): ``adapter`` (the :class:`~adapters.base.Adapter`: setup, steps, memory, out-
+of-memory), ``layers`` (the build template's hooks as Gluon blocks), ``threads`` (one OpenMP thread for a copying
+thread), ``mathmode`` (its GPU math switches), ``build`` (which device the installed build can use, from metadata)
+and the lock files its managed environment is built from (``locks/``, docs/environments.md). Importing it imports no
+framework."""
 
-from adapters._moved import forwarding_getattr
 from adapters.mxnet.adapter import MXNetAdapter
 
 __all__ = ["MXNetAdapter"]
-#: the names the flat module adapters/mxnet.py had (before 0.2), found in .adapter with a DeprecationWarning
-__getattr__ = forwarding_getattr(__name__, "adapters.mxnet.adapter")

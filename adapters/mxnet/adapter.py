@@ -12,7 +12,6 @@ import importlib.metadata as md
 import os
 import sys
 import threading
-from functools import cache
 from typing import Any
 
 import numpy as np
@@ -21,29 +20,21 @@ from adapters import fpenv
 from adapters.base import (
     API_VERSION,
     Adapter,
-    LayerSite,
     MemoryStats,
     OptimizerSpec,
     PrecisionSeen,
     RuntimeConfig,
     SetupFacts,
-    WeightFeed,
     check_fits,
     is_generic_oom,
 )
 from adapters.builds import GpuBuild
 from adapters.mxnet import build, mathmode
+from adapters.mxnet.layers import GluonLayers
+from adapters.mxnet.threads import single_omp_thread_here
 from harness.errors import ConfigError
 from harness.models import (
-    BatchNorm,
-    Conv2D,
-    Dense,
-    Flatten,
-    GlobalAvgPool,
-    MaxPool2D,
     ModelDescription,
-    ReLU,
-    Residual,
 )
 
 MIB = 1024.0 * 1024.0
@@ -72,53 +63,7 @@ def import_mxnet() -> Any:
     return mxnet
 
 
-@cache
-def _residual_block() -> Any:
-    """``body(x) + shortcut(x)`` as a Gluon ``HybridBlock`` class (made on first use: mxnet is imported lazily)."""
-    from mxnet.gluon import nn
-
-    class ResidualBlock(nn.HybridBlock):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            with self.name_scope():
-                self.body = nn.HybridSequential()
-                self.shortcut = nn.HybridSequential()  # left empty: the identity
-
-        def hybrid_forward(self, F: Any, x: Any) -> Any:  # F: Gluon's name for the op namespace
-            return self.body(x) + (self.shortcut(x) if len(self.shortcut) else x)
-
-    return ResidualBlock
-
-
-@cache
-def _libgomp() -> Any:
-    """MXNet's OpenMP library (libgomp, which MXNet 1.9.1's wheel links), or None for a build with another one."""
-    import ctypes
-
-    try:
-        return ctypes.CDLL("libgomp.so.1")
-    except OSError:
-        return None
-
-
-def _single_omp_thread_here() -> bool:
-    """One OpenMP thread for this (the Python) thread; True when libgomp was found and told.
-
-    Why: a large NDArray <-> NumPy copy on the Python thread (``set_data(mx.nd.array(w))`` in build, any
-    big ``asnumpy()``) makes libgomp start a second OpenMP team for this thread, beside the engine's.
-    With more OpenMP threads than cores, libgomp's spin-waiting ones steal the cores the training needs
-    and training runs as if OMP_WAIT_POLICY=PASSIVE (measured by the lead: make bench 0.75 -> 0.93 at
-    bs 64 and 0.98 at bs 8 of a bare Gluon loop). The setting is per thread: the engine's threads keep theirs,
-    and a thread started later starts from ``OMP_NUM_THREADS`` again (the prefetch thread calls this too).
-    """
-    libgomp = _libgomp()
-    if libgomp is None:
-        return False  # an MXNet built with another OpenMP (or none): nothing to tell
-    libgomp.omp_set_num_threads(1)
-    return True
-
-
-class MXNetAdapter(Adapter):
+class MXNetAdapter(GluonLayers, Adapter):
     """MXNet 1.x Gluon, hybridised with static allocation, NCHW."""
 
     name = "mxnet"
@@ -197,7 +142,7 @@ class MXNetAdapter(Adapter):
         mathmode.apply(runtime.math_mode)  # before MXNet's operators first read their switches
         mx = import_mxnet()
         self.mx = mx
-        omp_told = _single_omp_thread_here()
+        omp_told = single_omp_thread_here()
         want_gpu = self.resolve_gpu(
             runtime,
             mx.context.num_gpus() > 0,
@@ -229,59 +174,6 @@ class MXNetAdapter(Adapter):
             free, total = mx.context.gpu_memory_info(0)
             info["gpu_total_mib"] = total / MIB
         return SetupFacts.from_dict(info)
-
-    # ---- the build template's hooks (Adapter.build walks the layers and calls these) ----------------
-
-    def begin_model(self, model: ModelDescription) -> None:
-        from mxnet.gluon import nn
-
-        self.nn = nn
-        self._net = nn.HybridSequential()
-        # (gluon Parameter, stored transposed?, canonical array) in canonical order
-        self._pending: list[tuple[Any, bool, np.ndarray]] = []
-        self._bn: list[Any] = []
-
-    def layer_conv2d(self, layer: Conv2D, site: LayerSite, weights: WeightFeed) -> None:
-        pad = layer.kernel // 2 if layer.padding == "same" else 0
-        block = self.nn.Conv2D(layer.filters, layer.kernel, strides=layer.stride, padding=pad,
-                               use_bias=layer.use_bias, in_channels=site.in_shape[0], layout="NCHW")
-        self._add(block, [(block.weight, False)] + [(block.bias, False)] * layer.use_bias, weights)
-
-    def layer_batchnorm(self, layer: BatchNorm, site: LayerSite, weights: WeightFeed) -> None:
-        # Gluon's momentum is the weight of the running statistic, like the description's.
-        block = self.nn.BatchNorm(axis=1, momentum=layer.momentum, epsilon=layer.eps, in_channels=site.in_shape[0])
-        self._add(block, [(block.gamma, False), (block.beta, False)], weights)
-        self._bn.append(block)
-
-    def layer_relu(self, layer: ReLU, site: LayerSite, weights: WeightFeed) -> None:
-        self._net.add(self.nn.Activation("relu"))
-
-    def layer_maxpool2d(self, layer: MaxPool2D, site: LayerSite, weights: WeightFeed) -> None:
-        self._net.add(self.nn.MaxPool2D(layer.size, layer.stride or layer.size, layer.padding))
-
-    def layer_globalavgpool(self, layer: GlobalAvgPool, site: LayerSite, weights: WeightFeed) -> None:
-        self._net.add(self.nn.GlobalAvgPool2D(), self.nn.Flatten())
-
-    def layer_flatten(self, layer: Flatten, site: LayerSite, weights: WeightFeed) -> None:
-        self._net.add(self.nn.Flatten())  # C-major, like the description: no permutation needed
-
-    def layer_dense(self, layer: Dense, site: LayerSite, weights: WeightFeed) -> None:
-        block = self.nn.Dense(layer.units, in_units=int(np.prod(site.in_shape)), flatten=True)
-        self._add(block, [(block.weight, True), (block.bias, False)], weights)  # Gluon stores (units, in)
-
-    def layer_residual(self, layer: Residual, site: LayerSite, weights: WeightFeed) -> None:
-        block = _residual_block()()
-        outer = self._net
-        for target, path in ((block.body, layer.body), (block.shortcut, layer.shortcut)):  # body's weights first
-            self._net = target
-            self.build_layers(path, site.in_shape, weights)
-        self._net = outer
-        self._net.add(block)
-
-    def _add(self, block: Any, params: list[tuple[Any, bool]], weights: WeightFeed) -> None:
-        self._net.add(block)
-        self._pending += [(p, transposed, a) for (p, transposed), a in zip(params, weights.take(len(params)),
-                                                                             strict=True)]
 
     def make_sgd(self, spec: OptimizerSpec) -> tuple[str, dict[str, Any]]:
         # MXNet SGD: state = m*state - lr*(rescale_grad*g + wd*w); w += state. That is Keras' form,
@@ -340,7 +232,7 @@ class MXNetAdapter(Adapter):
 
         Two things differ from :meth:`prepare_batch`, both so that it does not slow the step it overlaps:
 
-        * one OpenMP thread for this thread, set once per thread (:func:`_single_omp_thread_here`). A copy of over
+        * one OpenMP thread for this thread, set once per thread (:func:`single_omp_thread_here`). A copy of over
           MXNet's parallel-copy size (200,000 floats: batch 256 of 3x32x32) is an OpenMP loop, and on a thread that
           was not told, libgomp starts a team of ``OMP_NUM_THREADS`` for it beside the engine's (the pitfall of
           issue 12, which held the harness at 0.75 of a bare loop); told, the copy runs on this thread;
@@ -348,7 +240,7 @@ class MXNetAdapter(Adapter):
           serialise the two threads again. ``wait_to_read`` waits for these arrays' copies only.
         """
         if not getattr(self._ahead_thread, "omp_told", False):
-            _single_omp_thread_here()
+            single_omp_thread_here()
             self._ahead_thread.omp_told = True
         mx = self.mx
         xb = mx.nd.array(np.asarray(x, dtype=np.float32), ctx=self.ctx, dtype=np.float32)

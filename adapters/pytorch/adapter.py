@@ -20,37 +20,25 @@ from adapters import fpenv, gpumem
 from adapters.base import (
     API_VERSION,
     Adapter,
-    LayerSite,
     MemoryStats,
     OptimizerSpec,
     PrecisionSeen,
     RuntimeConfig,
     SetupFacts,
-    WeightFeed,
     check_fits,
     is_generic_oom,
 )
 from adapters.builds import GpuBuild
 from adapters.pytorch import build, mathmode
 from adapters.pytorch.gpu import ALLOC_CONF_VARS, ALLOCATOR_SETTINGS, MIN_SPLIT_MB, alloc_conf
-from adapters.pytorch.parts import residual_module
+from adapters.pytorch.layers import TorchLayers
 from harness.config.precision import set_setting, setting
 from harness.errors import ConfigError
-from harness.models import (
-    BatchNorm,
-    Conv2D,
-    Dense,
-    Flatten,
-    GlobalAvgPool,
-    MaxPool2D,
-    ModelDescription,
-    ReLU,
-    Residual,
-)
+from harness.models import ModelDescription
 
 MIB = 1024.0 * 1024.0
 
-class PyTorchAdapter(Adapter):
+class PyTorchAdapter(TorchLayers, Adapter):
     """PyTorch, eager mode, NCHW."""
 
     name = "pytorch"
@@ -247,59 +235,6 @@ class PyTorchAdapter(Adapter):
             return None
         scale = float(self.scaler.get_scale()) if self.scaler is not None else None
         return PrecisionSeen(str(self._seen_dtype).removeprefix("torch."), scale)
-
-    # ---- the build template's hooks (Adapter.build walks the layers and calls these) ----------------
-
-    def begin_model(self, model: ModelDescription) -> None:
-        self.model_input_shape = tuple(model.input_shape)
-        self._modules: list[Any] = []
-        self._params: list[tuple[Any, np.ndarray]] = []  # (tensor, canonical array), in weight order
-        self._bn: list[Any] = []
-
-    def layer_conv2d(self, layer: Conv2D, site: LayerSite, weights: WeightFeed) -> None:
-        pad = layer.kernel // 2 if layer.padding == "same" else 0
-        conv = self.torch.nn.Conv2d(site.in_shape[0], layer.filters, layer.kernel, stride=layer.stride, padding=pad,
-                                    bias=layer.use_bias)
-        self._params.append((conv.weight, weights.one()))
-        if layer.use_bias:
-            self._params.append((conv.bias, weights.one()))
-        self._modules.append(conv)
-
-    def layer_batchnorm(self, layer: BatchNorm, site: LayerSite, weights: WeightFeed) -> None:
-        # PyTorch's momentum is the weight of the new batch statistic: 1 - the description's
-        bn = self.torch.nn.BatchNorm2d(site.in_shape[0], eps=layer.eps, momentum=1.0 - layer.momentum)
-        gamma, beta = weights.take(2)
-        self._params += [(bn.weight, gamma), (bn.bias, beta)]
-        self._modules.append(bn)
-        self._bn.append(bn)
-
-    def layer_relu(self, layer: ReLU, site: LayerSite, weights: WeightFeed) -> None:
-        self._modules.append(self.torch.nn.ReLU())
-
-    def layer_maxpool2d(self, layer: MaxPool2D, site: LayerSite, weights: WeightFeed) -> None:
-        self._modules.append(self.torch.nn.MaxPool2d(layer.size, layer.stride or layer.size, layer.padding))
-
-    def layer_globalavgpool(self, layer: GlobalAvgPool, site: LayerSite, weights: WeightFeed) -> None:
-        self._modules += [self.torch.nn.AdaptiveAvgPool2d(1), self.torch.nn.Flatten()]
-
-    def layer_flatten(self, layer: Flatten, site: LayerSite, weights: WeightFeed) -> None:
-        self._modules.append(self.torch.nn.Flatten())  # C-major, like the description
-
-    def layer_dense(self, layer: Dense, site: LayerSite, weights: WeightFeed) -> None:
-        dense = self.torch.nn.Linear(site.in_shape[0], layer.units)
-        kernel, bias = weights.take(2)
-        self._params += [(dense.weight, kernel.T), (dense.bias, bias)]  # torch stores (out, in)
-        self._modules.append(dense)
-
-    def layer_residual(self, layer: Residual, site: LayerSite, weights: WeightFeed) -> None:
-        outer = self._modules
-        paths = []
-        for path in (layer.body, layer.shortcut):  # weights: the body's, then the shortcut's
-            self._modules = []
-            self.build_layers(path, site.in_shape, weights)
-            paths.append(self.torch.nn.Sequential(*self._modules))  # an empty shortcut returns its input
-        self._modules = outer
-        self._modules.append(residual_module(self.torch)(*paths))
 
     def make_sgd(self, spec: OptimizerSpec) -> Any:
         return lambda params: self.torch.optim.SGD(params, lr=spec.lr, momentum=spec.momentum)

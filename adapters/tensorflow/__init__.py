@@ -1,11 +1,10 @@
-"""TensorFlow's adapter and everything it needs, one module per role as in every framework's package: ``adapter``
-(the :class:`~adapters.base.Adapter`), ``parts`` (framework-free pieces of the model), ``mathmode`` (its GPU math
-switches), ``build`` (which device the installed build can use, from metadata) and the lock files its managed
-environment is built from (``locks/``, docs/environments.md). Importing it imports no framework."""
+"""TensorFlow's adapter and everything it needs, one module per role, named as in every framework's package
+(docs/adapters.md, "Package layout"): ``adapter`` (the :class:`~adapters.base.Adapter`: setup, steps, memory, out-
+of- memory), ``layers`` (the build template's hooks as Keras layers), ``convert`` (weight layouts between the
+description and Keras), ``mathmode`` (its GPU math switches), ``build`` (which device the installed build can use,
+from metadata) and the lock files its managed environment is built from (``locks/``, docs/environments.md).
+Importing it imports no framework."""
 
-from adapters._moved import forwarding_getattr
 from adapters.tensorflow.adapter import TensorFlowAdapter
 
 __all__ = ["TensorFlowAdapter"]
-#: the names the flat module adapters/tensorflow.py had (before 0.2), found in .adapter with a DeprecationWarning
-__getattr__ = forwarding_getattr(__name__, "adapters.tensorflow.adapter")

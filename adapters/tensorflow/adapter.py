@@ -35,11 +35,8 @@ from adapters.base import (
 )
 from adapters.builds import GpuBuild
 from adapters.tensorflow import build, mathmode
-from adapters.tensorflow.parts import (
-    Converter,
-    KerasLayers,
-    float32_logits,
-)
+from adapters.tensorflow.convert import Converter
+from adapters.tensorflow.layers import KerasLayers, float32_logits
 from harness.errors import ConfigError
 from harness.models import (
     ModelDescription,

@@ -6,9 +6,12 @@ environment exists exactly when its folder does, with its facts file in it. Two 
 environment at once build it once: the second waits on a file lock (``flock``), then finds it built.
 
 The installer is pip, run from the parent's interpreter into the new environment (``pip --python``), with the
-machine's pip configuration (this machine serves its CPU torch wheel that way) and ``--no-deps``: a lock lists every
-distribution, so nothing is resolved, and a missing one fails the import check instead of being fetched unpinned.
-docs/environments.md says why pip and not uv (measured).
+machine's pip configuration (this machine serves its CPU torch wheel that way) and, for a lock, ``--no-deps``: a
+lock lists every distribution, so nothing is resolved, and a missing one fails the import check instead of being
+fetched unpinned. A lock is installed with ``--require-hashes``: every file must match a hash the lock lists for it.
+A plugin's ``requirements`` are specifiers, not a lock: pip resolves their dependencies. uv can do the same install
+(``installer="uv"``, given pip's configuration as its own flags: it reads none of pip's); docs/environments.md says
+which is used and why (measured).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,6 +40,9 @@ FACTS_FILE = "batchscope-env.json"
 TAIL_LINES = 15
 #: an install longer than this is stopped (a TensorFlow CUDA set is ~3 GB of wheels on a slow link)
 INSTALL_TIMEOUT_S = 3600
+#: the installers a build can use, and batchscope's (docs/environments.md: measured against each other)
+INSTALLERS = ("pip", "uv")
+INSTALLER = "pip"
 
 
 class EnvironmentBuildError(BatchscopeError):
@@ -50,6 +57,75 @@ def python_in(env_dir: Path) -> Path:
 def is_built(env_dir: Path) -> bool:
     """Built and usable: the facts file (written last) and the interpreter are there."""
     return (env_dir / FACTS_FILE).is_file() and python_in(env_dir).exists()
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _installed(site: Path) -> dict[str, tuple[str, Path]]:
+    """Each distribution in ``site`` (normalised name) -> (its version, its ``.dist-info`` folder)."""
+    out: dict[str, tuple[str, Path]] = {}
+    for info in site.glob("*.dist-info"):
+        name, _, version = info.name[:-len(".dist-info")].partition("-")
+        out[_normal(name)] = (version, info)
+    return out
+
+
+def _first_file(info: Path) -> str | None:
+    """The first file of the distribution's own package that its ``RECORD`` lists (scripts and metadata skipped):
+    a hand-deleted package leaves its metadata behind, and this file with it."""
+    try:
+        with open(info / "RECORD", encoding="utf-8", errors="replace") as record:
+            for line in record:
+                path = line.split(",", 1)[0]
+                if path and not path.startswith("..") and ".dist-info/" not in path and "__pycache__" not in path:
+                    return path
+    except OSError:
+        return None
+    return None
+
+
+def damage(env_dir: Path, spec: EnvSpec) -> str | None:
+    """What is wrong with a built environment, or None: checked without starting it (a few ms, once per command).
+
+    Its interpreter must be there, its facts file must be this environment's (the same requirements), and every
+    requirement must be installed (a lock's at its pinned version), each with the first file of its package that
+    its ``RECORD`` lists (what ``pip check`` and a hand-made deletion have in common: a distribution removed, or
+    its files removed from under its metadata).
+    """
+    python = python_in(env_dir)
+    if not python.exists():
+        return f"its interpreter {python} is missing"
+    facts = read_facts(env_dir)
+    recorded = facts.get("requirements")
+    if not isinstance(recorded, list) or recorded != list(spec.requirements):
+        return f"its facts file ({FACTS_FILE}) is not this environment's (other requirements, or unreadable)"
+    sites = sorted(env_dir.glob("lib/python*/site-packages")) or sorted(env_dir.glob("Lib/site-packages"))
+    if not sites:
+        return "it has no site-packages folder"
+    installed = _installed(sites[0])
+    missing, broken = [], []
+    for requirement in spec.requirements:
+        name, pinned, version = requirement.partition("==")
+        name = _normal(re.split(r"[\[<>=!~; ]", name.strip(), maxsplit=1)[0])
+        found = installed.get(name)
+        wanted = version.split(";")[0].strip() if pinned else ""
+        if found is None or (wanted and found[0] != wanted and not found[0].startswith(f"{wanted}+")):
+            missing.append(f"{name} {wanted}".strip() + (f" (found {found[0]})" if found else ""))
+            continue
+        first = _first_file(found[1])
+        if first is not None and not (sites[0] / first).exists():
+            broken.append(f"{name} ({first} is gone)")
+    if missing or broken:
+        return "; ".join(filter(None, [f"not installed: {', '.join(missing)}" if missing else "",
+                                       f"files missing: {', '.join(broken)}" if broken else ""]))
+    return None
+
+
+def rebuild_command(spec: EnvSpec) -> str:
+    """The command that builds ``spec``'s environment anew."""
+    return f"batchscope env build --rebuild {spec.framework}" + (" --kind cuda" if spec.kind == "cuda" else "")
 
 
 def read_facts(env_dir: Path) -> dict[str, object]:
@@ -98,47 +174,156 @@ def _clear_leftovers(root: Path, spec: EnvSpec) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def _set_aside(final: Path, root: Path, spec: EnvSpec) -> None:
+    """Move ``final`` out of the way (a rename: nothing half-deleted is ever at its place), then delete it."""
+    if not final.exists() and not final.is_symlink():
+        return
+    aside = root / f".{spec.name}.building-{os.getpid()}-old"
+    try:
+        os.replace(final, aside)
+    except OSError:
+        aside = final
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def remove(spec: EnvSpec, root: Path) -> bool:
+    """Remove ``spec``'s environment under ``root`` (under its build lock: never from under a build); whether there
+    was one."""
+    final = spec.path(root)
+    if not final.exists():
+        return False
+    with _locked(root / f".{spec.name}.lock"):
+        _set_aside(final, root, spec)
+    return True
+
+
 def build(spec: EnvSpec, root: Path, pythonpath: tuple[str, ...], say: Callable[[str], None] = lambda line: None,
-          timeout_s: float = INSTALL_TIMEOUT_S) -> Path:
+          timeout_s: float = INSTALL_TIMEOUT_S, installer: str = "") -> Path:
     """The environment of ``spec`` under ``root``, built first where it is not yet (``say`` gets one line).
-    ``pythonpath``: where batchscope's code is for the import check (:mod:`harness.envs.facts`, run there).
+    ``pythonpath``: where batchscope's code is for the import check (:mod:`harness.envs.facts`, run there);
+    ``installer``: ``pip`` or ``uv`` (default :data:`INSTALLER`).
+
+    A built one is checked first (:func:`damage`: no process started, a few ms); a damaged one (a package removed
+    by hand) is said so and built anew from its lock.
 
     Raises:
         EnvironmentBuildError: the install or the import check failed; nothing usable is left behind.
     """
     final = spec.path(root)
-    if is_built(final):
+    if is_built(final) and damage(final, spec) is None:
         return final
     with _locked(root / f".{spec.name}.lock"):
-        if is_built(final):  # another process built it while this one waited
+        harm = damage(final, spec) if is_built(final) else None
+        if is_built(final) and harm is None:  # another process built it while this one waited
             return final
         _clear_leftovers(root, spec)
-        if final.exists():  # a folder without its facts file is not an environment (an old, broken one)
-            shutil.rmtree(final, ignore_errors=True)
-        t0 = time.monotonic()
-        say(f"building the {spec.framework} environment ({spec.kind}, {len(spec.requirements)} packages from "
-            f"{Path(spec.source).name if os.sep in spec.source else spec.source}) in {final}: once, reused while "
-            "its lock is unchanged")
-        tmp = root / f".{spec.name}.building-{os.getpid()}"
+        if harm is not None:
+            say(f"the {spec.framework} environment in {final} is damaged ({harm}): building it anew from its "
+                f"{'lock' if spec.complete else 'requirements'}")
+        _set_aside(final, root, spec)  # damaged, or a folder without its facts file (an old, broken one)
         try:
-            facts = _build_into(tmp, spec, pythonpath, timeout_s)
-            facts["build_s"] = round(time.monotonic() - t0, 1)
-            (tmp / FACTS_FILE).write_text(json.dumps(facts, indent=2))
-            os.replace(tmp, final)
-        except OSError as e:  # the venv, the requirements or the facts file could not be written (a full disk)
-            shutil.rmtree(tmp, ignore_errors=True)
-            why = "the disk is full" if e.errno == errno.ENOSPC else (e.strerror or str(e))
-            raise EnvironmentBuildError(f"{spec.label}: the environment could not be written in {root}: {why}; "
-                                        "nothing was left that looks built. Free space (or set BATCHSCOPE_ENVS to a "
-                                        "folder with room) and run again") from e
-        except BaseException:  # Ctrl-C, SIGTERM, a failed install: the temporary folder goes, nothing is renamed
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        say(f"built the {spec.framework} environment in {time.monotonic() - t0:.0f} s")
+            return _build_locked(spec, root, final, pythonpath, say, timeout_s, installer or INSTALLER)
+        except EnvironmentBuildError as e:
+            if harm is None:
+                raise
+            raise EnvironmentBuildError(f"{e}\n(it was damaged: {harm}; once the cause is fixed: "
+                                        f"{rebuild_command(spec)})") from e
+
+
+def _build_locked(spec: EnvSpec, root: Path, final: Path, pythonpath: tuple[str, ...], say: Callable[[str], None],
+                  timeout_s: float, installer: str) -> Path:
+    """:func:`build`'s work, under its lock, with nothing at ``final``."""
+    t0 = time.monotonic()
+    say(f"building the {spec.framework} environment ({spec.kind}, {len(spec.requirements)} packages from "
+        f"{Path(spec.source).name if os.sep in spec.source else spec.source}) in {final}: once, reused while "
+        f"its {'lock is' if spec.complete else 'requirements are'} unchanged")
+    tmp = root / f".{spec.name}.building-{os.getpid()}"
+    try:
+        facts = _build_into(tmp, spec, pythonpath, timeout_s, installer)
+        facts["build_s"] = round(time.monotonic() - t0, 1)
+        (tmp / FACTS_FILE).write_text(json.dumps(facts, indent=2))
+        os.replace(tmp, final)
+    except OSError as e:  # the venv, the requirements or the facts file could not be written (a full disk)
+        shutil.rmtree(tmp, ignore_errors=True)
+        why = "the disk is full" if e.errno == errno.ENOSPC else (e.strerror or str(e))
+        raise EnvironmentBuildError(f"{spec.label}: the environment could not be written in {root}: {why}; "
+                                    "nothing was left that looks built. Free space (or set BATCHSCOPE_ENVS to a "
+                                    "folder with room) and run again") from e
+    except BaseException:  # Ctrl-C, SIGTERM, a failed install: the temporary folder goes, nothing is renamed
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    say(f"built the {spec.framework} environment in {time.monotonic() - t0:.0f} s")
     return final
 
 
-def _build_into(tmp: Path, spec: EnvSpec, pythonpath: tuple[str, ...], timeout_s: float) -> dict[str, object]:
+def pip_config() -> list[tuple[str, str]]:
+    """This machine's pip configuration as (key, value) pairs (``global.find-links``, ``:env:.constraint``...):
+    files and ``PIP_*`` variables, as ``pip config list`` shows them."""
+    done = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=120)
+    out = []
+    for line in done.stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out.append((key.strip(), value.strip().strip("'\"")))
+    return out
+
+
+def uv_flags(config: list[tuple[str, str]], constraints: bool = True) -> list[str]:
+    """pip's configuration as uv's flags, for what decides which files are installed: the index, the extra indexes,
+    find-links, constraints, ``no-index``. uv reads none of pip's files or variables; and where pip takes the best
+    version across all its indexes, uv by default stops at the first index that has a package
+    (``--index-strategy unsafe-best-match`` makes it do as pip). ``constraints=False`` leaves pip's constraint files
+    out: uv refuses any that is not an exact pin in ``--require-hashes`` mode (this machine's caps torch at
+    ``<=2.14.1``), and a lock pins every distribution exactly anyway."""
+    flags: list[str] = ["--index-strategy", "unsafe-best-match"]
+    seen: set[tuple[str, str]] = set()
+    options = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links"}
+    if constraints:
+        options["constraint"] = "--constraint"
+    for key, value in config:
+        option = key.rpartition(".")[2]
+        if option == "no-index" and value.lower() in ("1", "true", "yes", "on"):
+            flags.append("--no-index")
+        elif option in options:
+            for item in value.split():
+                if (option, item) not in seen:
+                    seen.add((option, item))
+                    flags += [options[option], item]
+    return flags
+
+
+def uv_binary() -> str:
+    """uv beside this interpreter (installed with batchscope's dev tools), else on ``PATH``.
+
+    Raises:
+        EnvironmentBuildError: no uv.
+    """
+    beside = Path(sys.executable).with_name("uv")
+    found = str(beside) if beside.exists() else shutil.which("uv")
+    if not found:
+        raise EnvironmentBuildError(f"no uv beside {sys.executable} or on PATH (pip install uv)")
+    return found
+
+
+def install_command(installer: str, python: Path, requirements: Path, locked: bool, no_deps: bool = True
+                    ) -> list[str]:
+    """The command that installs ``requirements`` into the environment of ``python``: ``--no-deps`` where they are
+    the whole set (a lock; a plugin's specifiers have their dependencies resolved), ``--require-hashes`` for a lock
+    (every file checked against the lock's hashes)."""
+    hashes = ["--require-hashes"] if locked else []
+    deps = ["--no-deps"] if no_deps else []
+    if installer == "pip":
+        return [sys.executable, "-m", "pip", "--python", str(python), "install", *deps, *hashes,
+                "--no-input", "--disable-pip-version-check", "-r", str(requirements)]
+    if installer == "uv":
+        return [uv_binary(), "pip", "install", "--python", str(python), *deps, *hashes,
+                *uv_flags(pip_config(), constraints=not locked), "-r", str(requirements)]
+    raise ValueError(f"installer {installer!r}: expected one of {', '.join(INSTALLERS)}")
+
+
+def _build_into(tmp: Path, spec: EnvSpec, pythonpath: tuple[str, ...], timeout_s: float,
+                installer: str = INSTALLER) -> dict[str, object]:
     """Create the venv in ``tmp``, install the lock, check the framework imports; returns the facts to record."""
     try:
         venv.EnvBuilder(with_pip=False, symlinks=os.name != "nt").create(tmp)
@@ -147,8 +332,8 @@ def _build_into(tmp: Path, spec: EnvSpec, pythonpath: tuple[str, ...], timeout_s
     requirements = tmp / "batchscope-requirements.txt"
     requirements.write_text("\n".join(spec.requirements) + "\n")
     python = python_in(tmp)
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-input",
-          "--disable-pip-version-check", "-r", str(requirements)], "pip install", spec, {}, timeout_s)
+    _run(install_command(installer, python, requirements, spec.locked, no_deps=spec.complete),
+         f"{installer} install", spec, {}, timeout_s)
     env = {"PYTHONPATH": os.pathsep.join(pythonpath)}
     out = _run([str(python), "-m", "harness.envs.facts", spec.target, "--import"],
                f"the import check (import {spec.import_name})", spec, env, 600)
@@ -159,5 +344,6 @@ def _build_into(tmp: Path, spec: EnvSpec, pythonpath: tuple[str, ...], timeout_s
     if imported.get("problem"):
         raise EnvironmentBuildError(f"{spec.label}: the import check failed: {imported['problem']}")
     return {"framework": spec.framework, "kind": spec.kind, "digest": spec.digest, "lock": spec.source,
-            "requirements": list(spec.requirements), "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "installer": installer, "requirements": list(spec.requirements),
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
             **{k: imported.get(k) for k in ("python", "numpy", "framework_version", "distribution")}}

@@ -1,8 +1,13 @@
 """Which environment a framework's workers need: its lock (or a plugin's requirements), its kind and its name.
 
 An environment is named by what decides its contents: the framework, the kind (``cpu`` or ``cuda``), and a hash of
-the lock's requirement lines (comments left out, so a regenerated lock with the same pins keeps its environment),
-the interpreter's version and the machine. Change any of them and a new environment is built beside the old one.
+the lock's requirements (each pin with its hashes; comments left out, so a regenerated lock with the same pins and
+files keeps its environment), the interpreter's version and the machine. Change any of them and a new environment is
+built beside the old one.
+
+A lock lists every distribution as ``name==version`` followed by the sha256 of each file pip may take for it
+(``--hash=sha256:...``, on continuation lines as pip-compile writes them): the builder installs it with pip's
+``--require-hashes``, so a changed or substituted wheel is refused instead of installed.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,14 +26,16 @@ from harness.errors import ConfigError
 KINDS = ("cpu", "cuda")
 #: overrides the kind for every framework (``make quick GPU=1`` sets it to ``cuda``)
 KIND_VAR = "BATCHSCOPE_ENV_KIND"
+_COMMENT = re.compile(r"(^|\s+)#.*$")
 
 
 @dataclass(frozen=True)
 class EnvSpec:
     """A managed environment: what it is built from and where it lives.
 
-    ``requirements``: the pip requirement lines (exact pins for a lock); ``source``: the file they came from, or the
-    adapter's ``requirements`` attribute for a plugin; ``import_name``: the module a successful build must import.
+    ``requirements``: the pip requirement lines (for a lock: one per distribution, ``name==version --hash=...``);
+    ``source``: the file they came from, or the adapter's ``requirements`` attribute for a plugin; ``import_name``:
+    the module a successful build must import; ``locked``: built from a lock (installed with ``--require-hashes``).
     """
 
     framework: str
@@ -38,6 +46,11 @@ class EnvSpec:
     #: the adapter (``module:Class``) whose framework a build must import (its own way: ``import_framework``)
     target: str = ""
     python_tag: str = f"{sys.implementation.name}{sys.version_info[0]}.{sys.version_info[1]}"
+    #: built from a lock with hashes (installed with ``--require-hashes``)
+    locked: bool = False
+    #: the requirements are the whole set (a lock: installed with ``--no-deps``); False for a plugin's specifiers,
+    #: whose dependencies pip resolves at build time (its framework's own: torch's sympy, filelock...)
+    complete: bool = True
 
     @property
     def digest(self) -> str:
@@ -60,13 +73,40 @@ class EnvSpec:
 
 
 def requirement_lines(text: str) -> tuple[str, ...]:
-    """The requirement lines of a lock or requirements file (comments and blank lines dropped)."""
-    out = []
-    for line in text.splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            out.append(line)
+    """The requirements of a lock or requirements file, one string each: comments and blank lines dropped, a
+    requirement continued over several lines (``\\`` at the end, as a lock's ``--hash`` lines are) joined into one
+    (``numpy==2.4.6 --hash=sha256:... --hash=sha256:...``)."""
+    out: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = _COMMENT.sub("", raw).strip()  # pip's rule: a comment starts at a '#' at the start or after a space
+        continued = line.endswith("\\")
+        line = line.rstrip("\\").strip()
+        pending = f"{pending} {line}".strip() if line else pending
+        if not continued and pending:
+            out.append(pending)
+            pending = ""
+    if pending:
+        out.append(pending)
     return tuple(out)
+
+
+def pin_of(requirement: str) -> tuple[str, str]:
+    """(name, version) of a lock's requirement (``torch==2.13.0+cpu --hash=...`` gives ``("torch", "2.13.0+cpu")``).
+
+    Raises:
+        ValueError: the requirement is not an exact pin.
+    """
+    head = requirement.split()[0] if requirement.split() else ""
+    name, sep, version = head.partition("==")
+    if not sep or not name or not version:
+        raise ValueError(f"not an exact pin (name==version): {requirement!r}")
+    return name.lower().replace("_", "-"), version
+
+
+def hashes_of(requirement: str) -> tuple[str, ...]:
+    """The sha256 digests a requirement line carries (``--hash=sha256:HEX``), in their order."""
+    return tuple(word.partition("sha256:")[2] for word in requirement.split() if word.startswith("--hash=sha256:"))
 
 
 def envs_root(cache_dir: Path | None = None) -> Path:
@@ -119,12 +159,13 @@ def spec_for(framework: str, adapter_cls: type, kind: str) -> EnvSpec | None:
             lock = locks / "cpu.txt"
         if lock.exists():
             chosen = "cpu" if lock.name == "cpu.txt" else kind
-            return EnvSpec(framework, chosen, requirement_lines(lock.read_text()), str(lock), import_name, target)
+            return EnvSpec(framework, chosen, requirement_lines(lock.read_text()), str(lock), import_name, target,
+                           locked=True)
     declared = getattr(adapter_cls, "requirements", None)
     if declared:
         if isinstance(declared, str) or not all(isinstance(r, str) and r.strip() for r in declared):
             raise ConfigError(f"adapter {framework!r}: requirements must be a list of pip requirement strings, "
                               f"got {declared!r}")
         return EnvSpec(framework, kind, tuple(r.strip() for r in declared), f"{adapter_cls.__module__}."
-                       f"{adapter_cls.__qualname__}.requirements", import_name, target)
+                       f"{adapter_cls.__qualname__}.requirements", import_name, target, complete=False)
     return None

@@ -46,7 +46,6 @@ the boundary, because nothing says it ran out of memory.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -679,14 +678,6 @@ class _Search:
                             fit=self.fit, capped=self.capped, resolution=self.res, spread_mib=spread,
                             spread_samples=samples, note=note, estimate=self.estimate, predicted_batch=self.predicted,
                             estimate_note=self.estimate_note, fit_source=self.fit_source())
-
-
-def __getattr__(name: str) -> object:
-    if name == "LinearFit":  # renamed (issue 39): one LinearFit in the project, the least-squares one
-        warnings.warn("harness.maxbatch.search.LinearFit is now SearchLine (harness.numbers.LinearFit is the "
-                      "least-squares line)", DeprecationWarning, stacklevel=2)
-        return SearchLine
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def search(probe: ProbeFn, settings: SearchSettings, progress: Progress | None = None) -> SearchResult:

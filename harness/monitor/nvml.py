@@ -9,6 +9,11 @@ driver timeout, unknown) becomes :class:`ProbeError`, which leaves a gap in that
 NVML is initialised once per parent process (:func:`session`), never per trial: ``nvmlInit`` costs
 tens of milliseconds and would otherwise sit in every trial's start-up.
 
+``pynvml`` (from nvidia-ml-py, a dependency of the parent, not of a framework's environment) is imported on the first
+NVML call (:func:`nvml_errors` makes sure of it), never by importing this module: a module a worker might import
+does not make its interpreter need nvidia-ml-py, and a parent that reads no GPU does not pay for it. Where it is not
+installed the call raises :class:`ProbeError` saying so, as a machine without a driver does.
+
 Tests patch the module-level name ``harness.monitor.nvml.pynvml`` (``autospec=True``, real constants), as
 Zeus does, so no GPU is needed to test this module.
 """
@@ -19,15 +24,17 @@ import atexit
 import functools
 import math
 import os
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
-
-import pynvml  # from nvidia-ml-py: a driver binding, not a framework
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness.errors import PartialReadingError, ProbeError, ProbeUnsupportedError
 from harness.monitor.fields import NVML_FIELDS
+
+if TYPE_CHECKING:  # bound at run time by the first NVML call (_pynvml), as this module's ``pynvml``
+    import pynvml
 
 MIB = 1024.0 * 1024.0
 NAN = math.nan
@@ -40,16 +47,46 @@ _UNSUPPORTED_NAMES = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _pynvml() -> Any:
+    """The ``pynvml`` module, imported on first use and kept as this module's ``pynvml`` (what tests patch).
+
+    Raises:
+        ProbeError: it is not installed in this interpreter.
+    """
+    cached = globals().get("pynvml")
+    if cached is not None:
+        return cached
+    try:
+        import pynvml as lib  # from nvidia-ml-py: a driver binding, not a framework
+    except ImportError as e:
+        raise ProbeError(f"NVML cannot be read: pynvml is not installed in {sys.executable} "
+                         "(pip install nvidia-ml-py)") from e
+    globals()["pynvml"] = lib
+    return lib
+
+
+def __getattr__(name: str) -> Any:
+    """``harness.monitor.nvml.pynvml`` before the first NVML call (a test patches it): imported then."""
+    if name == "pynvml":
+        try:
+            return _pynvml()
+        except ProbeError as e:
+            raise AttributeError(str(e)) from e
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def nvml_errors(func: F) -> F:
-    """Decorator: the one place that maps ``pynvml.NVMLError`` to :class:`ProbeError` (see module doc)."""
+    """Decorator: the one place that maps ``pynvml.NVMLError`` to :class:`ProbeError` (see module doc); it imports
+    ``pynvml`` first, so the function it wraps finds it as this module's ``pynvml``."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        lib = _pynvml()
         try:
             return func(*args, **kwargs)
-        except pynvml.NVMLError as e:
+        except lib.NVMLError as e:
             code = getattr(e, "value", None)
-            unsupported = {getattr(pynvml, name, None) for name in _UNSUPPORTED_NAMES}
+            unsupported = {getattr(lib, name, None) for name in _UNSUPPORTED_NAMES}
             cls = ProbeUnsupportedError if code in unsupported else ProbeError
             raise cls(f"NVML {func.__name__.lstrip('_')}: {e}") from e
 

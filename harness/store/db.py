@@ -24,7 +24,6 @@ import json
 import os
 import sqlite3
 import tempfile
-import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -375,15 +374,8 @@ class Store:
 
     def trials(self, where: str = "", params: Iterable[Any] = ()) -> list[TrialRecord]:
         """The stored trials as records, in store order (``where`` is an SQL condition on trials' columns). A record
-        still reads as its row (``record["status"]``); :meth:`trial_rows` gives plain dicts."""
+        still reads as its row (``record["status"]``)."""
         return [TrialRecord.from_row(row) for row in self._trial_rows(where, params)]
-
-    def trial_rows(self, where: str = "", params: Iterable[Any] = ()) -> list[dict[str, Any]]:
-        """Trial rows as dicts of column values, JSON columns as text: what :meth:`trials` returned before
-        records (issue 39), deprecated: read :meth:`trials`' records."""
-        warnings.warn("Store.trial_rows() is deprecated: Store.trials() returns typed records (harness.store."
-                      "TrialRecord), which also read as rows (record['column'])", DeprecationWarning, stacklevel=2)
-        return self._trial_rows(where, params)
 
     def _trial_rows(self, where: str, params: Iterable[Any]) -> list[dict[str, Any]]:
         sql = "SELECT * FROM trials" + (f" WHERE {where}" if where else "") + " ORDER BY rowid"
@@ -409,17 +401,10 @@ class Store:
         """The runs as records (their JSON parsed; each still reads as its row, ``run["command"]``)."""
         return [RunRecord.from_row(dict(r)) for r in self.conn.execute("SELECT * FROM runs ORDER BY run_id")]
 
-    def write_maxbatch(self, result: MaxBatchResult | Mapping[str, Any]) -> int:
+    def write_maxbatch(self, result: MaxBatchResult) -> int:
         """Store one max-batch answer (flattened to its columns here: :func:`harness.store.maxbatch_row.maxbatch_row`);
-        returns its ``result_id``. A mapping of column values is still taken, deprecated (issue 39): build the record,
-        e.g. with :func:`harness.store.maxbatch_record`."""
-        if isinstance(result, MaxBatchResult):
-            row = maxbatch_row(result)
-        else:
-            warnings.warn("Store.write_maxbatch(mapping) is deprecated: pass a harness.records.MaxBatchResult (from a "
-                          "mapping of column values: harness.store.maxbatch_record(mapping))", DeprecationWarning,
-                          stacklevel=2)
-            row = dict(result)
+        returns its ``result_id``."""
+        row = maxbatch_row(result)
         unknown = sorted(set(row) - set(MAXBATCH_COLUMN_NAMES))
         if unknown:
             raise StoreError(f"maxbatch row has unknown column(s) {unknown}; known: {MAXBATCH_COLUMN_NAMES}")

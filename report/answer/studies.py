@@ -21,7 +21,6 @@ judge (a variant missing, no repeats to tell noise) says so. Cells are keyed by 
 from __future__ import annotations
 
 import statistics
-import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -334,24 +333,3 @@ def study_findings(spec: dict[str, Any], trials: Sequence[Mapping[str, Any]]) ->
     if study == "oom_mitigations":
         return oom_mitigations(trials, variant_names(trials, spec))
     return []
-
-
-def _by_series(trials: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    return [{**t, "framework": series_label(t["framework"], t.get("variant"))} for t in trials]
-
-
-def _series_lines(trials: Iterable[Mapping[str, Any]]) -> dict[str, Series]:
-    return {series_label(t["framework"], t.get("variant")): Series.of(t).line for t in trials}
-
-
-def __getattr__(name: str) -> Any:
-    """``by_series`` and ``series_lines`` (before issue 39: a trial's ``framework`` overwritten by its line's label,
-    and a map back from the labels) still found, with a warning: the report now keys its lines by
-    :attr:`harness.cells.Series.line` and names them with :func:`line_label` where it draws text."""
-    old = {"by_series": _by_series, "series_lines": _series_lines}
-    if name in old:
-        warnings.warn(f"report.answer.studies.{name} is deprecated: group by harness.cells.Series.line (a trial's "
-                      "line is Series.of(trial).line) and name a line with line_label", DeprecationWarning,
-                      stacklevel=2)
-        return old[name]
-    raise AttributeError(f"module 'report.answer.studies' has no attribute {name!r}")

@@ -111,7 +111,7 @@ def test_aligned_copy_starts_at_64_bytes_keeps_the_values_and_copies_only_when_i
     """The host arrays the JAX adapter hands XLA on a CPU (issue 40): aligned, C-contiguous, the dtype asked for."""
     import numpy as np
 
-    from adapters.jax.adapter import HOST_ALIGN, aligned_copy
+    from adapters.jax.convert import HOST_ALIGN, aligned_copy
 
     raw = np.arange(64 * 784 + 4, dtype=np.float32)
     for offset in range(4):  # data at every 4-byte offset modulo 16

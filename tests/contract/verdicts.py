@@ -78,7 +78,7 @@ def isolated_layers(arrays: dict[str, np.ndarray]) -> str | None:
             return ("Flatten -> Dense logits differ from NumPy's x.reshape(N, -1) @ kernel + bias "
                     f"({_worst(got, want)}): the adapter flattens in another order than C-major (C, H, W), or "
                     "does not permute the Dense kernel's rows to its own flatten order (an NHWC framework must; "
-                    "see adapters/keras_parts.py, flatten_dense_converters)")
+                    "see adapters/tensorflow/convert.py, flatten_dense_converters)")
         if _close(got, numpy_logits(name, weights, x, bn_training=True), LOGITS_RTOL, LOGITS_ATOL):
             return ("predict() normalises with the batch's own mean and variance: BatchNorm runs in training "
                     "mode in predict(). Switch the model to inference mode there (model.eval(), training=False, "

@@ -1,5 +1,5 @@
-"""Issue 38, item 1: one package per framework with the same module names, the old import paths still working
-(with a DeprecationWarning where a name moved), and the parent environment holding no framework."""
+"""Issue 38, item 1 and issue 51 item 5: one package per framework with the same module name for the same role (the
+table in docs/adapters.md), and the parent environment holding no framework."""
 
 from __future__ import annotations
 
@@ -17,41 +17,46 @@ from tests import ROOT
 BUILTINS = ("pytorch", "tensorflow", "jax", "mxnet")
 
 
+def _layout_table() -> dict[str, dict[str, bool]]:
+    """docs/adapters.md's "Package layout" table: module -> {framework: has the module}."""
+    text = (ROOT / "docs" / "adapters.md").read_text()
+    rows = text.split("## Package layout", 1)[1].split("\n\n| module |", 1)[1].split("\n\n", 1)[0].splitlines()
+    header = [cell.strip(" `/") for cell in ("| module |" + rows[0]).strip("|").split("|")]
+    table: dict[str, dict[str, bool]] = {}
+    for row in rows[2:]:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        table[cells[0].strip("`")] = {fw: cells[header.index(fw)] != "—" for fw in BUILTINS}
+    return table
+
+
 @pytest.mark.parametrize("framework", BUILTINS)
 def test_each_framework_has_a_package_with_the_same_module_names(framework: str) -> None:
     package = ROOT / "adapters" / framework
-    for module in ("__init__.py", "adapter.py", "mathmode.py", "build.py", "locks/cpu.in", "locks/cpu.txt"):
+    for module in ("__init__.py", "adapter.py", "layers.py", "mathmode.py", "build.py", "locks/cpu.in",
+                   "locks/cpu.txt"):
         assert (package / module).is_file(), f"adapters/{framework}/{module}"
     assert adapter_target(framework) == f"adapters.{framework}:{adapter_class(framework).__name__}"
     assert adapter_class(framework).__module__ == f"adapters.{framework}.adapter"
     for role in ("read", "apply"):  # one math-mode API in every framework's package
         assert callable(getattr(importlib.import_module(f"adapters.{framework}.mathmode"), role))
     assert callable(importlib.import_module(f"adapters.{framework}.build").gpu_build)
+    # the build template's hooks live in layers.py, as a mixin the adapter inherits, in every package
+    hooks = vars(importlib.import_module(f"adapters.{framework}.layers"))
+    assert any(isinstance(v, type) and "layer_residual" in vars(v) and issubclass(adapter_class(framework), v)
+               for v in hooks.values()), f"adapters/{framework}/layers.py has no hooks mixin of the adapter"
 
 
-@pytest.mark.parametrize(("old", "name", "new"), [
-    ("adapters.mathmode", "torch_read", "adapters.pytorch.mathmode.read"),
-    ("adapters.mathmode", "MXNET_NOTE", "adapters.mxnet.mathmode.NOTE"),
-    ("adapters.builds", "jax_build", "adapters.jax.build.gpu_build"),
-    ("adapters", "keras_parts", "adapters.tensorflow.parts"),
-    ("adapters", "torch_parts", "adapters.pytorch.adapter"),
-    ("adapters.pytorch", "alloc_conf", "adapters.pytorch.gpu.alloc_conf"),
-    ("adapters.jax", "limit_threads", "adapters.jax.threads.limit_threads"),
-])
-def test_a_moved_name_is_found_at_its_old_place_with_a_deprecation_warning(old: str, name: str, new: str) -> None:
-    module_name, _, attr = new.rpartition(".")
-    expected = importlib.import_module(new) if attr in ("parts", "adapter") and module_name.count(".") == 1 \
-        else getattr(importlib.import_module(module_name), attr)
-    with pytest.warns(DeprecationWarning, match=name):
-        found = getattr(importlib.import_module(old), name)
-    assert found is expected
-
-
-def test_an_unknown_name_is_still_an_attribute_error() -> None:
-    import adapters.mathmode
-
-    with pytest.raises(AttributeError, match="no_such_name"):
-        adapters.mathmode.no_such_name  # noqa: B018 - the lookup is the test
+@pytest.mark.parametrize("framework", BUILTINS)
+def test_the_package_holds_exactly_the_modules_docs_adapters_md_lists_for_it(framework: str) -> None:
+    """One name per role (issue 51 item 5): a module outside the table, or one the table says is there and is not,
+    is a package that drifted from the layout the docs show."""
+    table = _layout_table()
+    assert {"adapter.py", "layers.py", "convert.py", "optim.py", "gpu.py", "threads.py"} <= set(table), table
+    listed = {module for module, has in table.items() if has[framework]}
+    package = ROOT / "adapters" / framework
+    present = {p.name for p in package.glob("*.py") if p.name != "__init__.py"}
+    present |= {p.name + "/" for p in package.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert present == listed, (sorted(present - listed), sorted(listed - present))
 
 
 @pytest.mark.process

@@ -6,9 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
-from harness.errors import StoreError
 from harness.records import (
     HeapSettling,
     MaxBatchResult,
@@ -81,26 +78,3 @@ def test_an_old_or_hand_made_row_reads_back_with_empty_values_where_it_has_none(
     # unreadable JSON reads as not recorded, never as an error in the report
     broken = maxbatch_record({"probes_json": "not json", "train_env_json": "[1", "heap_settle_json": "{}"})
     assert (broken.probes.items, broken.recommendation.train_env, broken.settling.runs) == ((), None, ())
-
-
-def test_the_flat_names_before_the_parts_still_read_with_a_deprecation_warning() -> None:
-    with pytest.warns(DeprecationWarning, match=r"MaxBatchResult.first_fail_batch is deprecated: read "
-                                                r"MaxBatchResult.answer.fail_batch"):
-        assert ANSWER.first_fail_batch == 456  # type: ignore[attr-defined]
-    with pytest.warns(DeprecationWarning, match="probes.items"):
-        assert json.loads(ANSWER.probes_json)[2]["peak_mib"] == 519.0  # type: ignore[attr-defined]
-    with pytest.warns(DeprecationWarning, match="from_row is deprecated"):
-        assert MaxBatchResult.from_row(maxbatch_row(ANSWER)) == ANSWER
-    with pytest.warns(DeprecationWarning, match="to_row is deprecated"):
-        assert ANSWER.to_row() == maxbatch_row(ANSWER)
-    with pytest.raises(AttributeError, match="no attribute 'max_batch_size'"):
-        ANSWER.max_batch_size  # type: ignore[attr-defined]  # noqa: B018
-
-
-def test_a_mapping_is_still_written_with_a_deprecation_warning_and_an_unknown_column_refused(tmp_path: Path) -> None:
-    with Store.open(tmp_path, create=True) as store:
-        with pytest.warns(DeprecationWarning, match=r"write_maxbatch\(mapping\) is deprecated"):
-            store.write_maxbatch({"experiment": "e", "framework": "pytorch", "max_batch": 96})
-        assert store.maxbatch_answers()[0].answer.max_batch == 96
-        with pytest.warns(DeprecationWarning), pytest.raises(StoreError, match="unknown column"):
-            store.write_maxbatch({"framework": "pytorch", "max_batch_size": 96})

@@ -101,18 +101,6 @@ def test_series_labels_and_variant_order():
     assert line_label(Series.of(row("", 16)).line) == "pytorch"
 
 
-def test_the_old_relabelling_is_still_found_with_a_warning():
-    import report.answer.studies as studies
-
-    with pytest.warns(DeprecationWarning, match="by_series is deprecated"):
-        relabelled = studies.by_series([row("b", 16)])
-    assert relabelled[0]["framework"] == "pytorch · b"
-    with pytest.warns(DeprecationWarning, match="series_lines is deprecated"):
-        assert studies.series_lines([row("b", 16)]) == {"pytorch · b": Series("pytorch", "b")}
-    with pytest.raises(AttributeError):
-        studies.no_such_name  # noqa: B018
-
-
 def test_compare_prints_the_study_table_and_verdicts():
     from harness.cli.compare import render_study
 

@@ -1,6 +1,6 @@
-"""Keras helpers of the TensorFlow adapter (:mod:`adapters.tensorflow`), framework-free at import: the weight
-layouts between the framework-neutral description and Keras (and back), max-pooling padding that never wins a max,
-and the float32 logits layer that records the dtype the model computed in. Keras is passed in, never imported here."""
+"""TensorFlow's model layers: the build template's hooks as Keras layers (:class:`KerasLayers`), max-pooling padding
+that never wins a max, and the float32 logits layer that records the dtype the model computed in. Keras is passed
+in, never imported here; the weight layouts between the description and Keras are :mod:`adapters.tensorflow.convert`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,13 @@ from typing import Any
 import numpy as np
 
 from adapters.building import LayerSite, WeightFeed
+from adapters.tensorflow.convert import (
+    IDENTITY,
+    ConverterPair,
+    conv_from_keras,
+    conv_to_keras,
+    flatten_dense_converters,
+)
 from harness.models import (
     BatchNorm,
     Conv2D,
@@ -22,39 +29,6 @@ from harness.models import (
     ReLU,
     Residual,
 )
-
-# Weight converters: canonical layout -> Keras layout, and back. One pair per kind of array.
-Converter = Callable[[np.ndarray], np.ndarray]
-ConverterPair = tuple[Converter, Converter]
-
-
-def identity(a: np.ndarray) -> np.ndarray:
-    return a
-
-
-def conv_to_keras(a: np.ndarray) -> np.ndarray:
-    return a.transpose(2, 3, 1, 0)  # (out, in, kh, kw) -> (kh, kw, in, out)
-
-
-def conv_from_keras(a: np.ndarray) -> np.ndarray:
-    return a.transpose(3, 2, 0, 1)
-
-
-IDENTITY: ConverterPair = (identity, identity)
-
-
-def flatten_dense_converters(chw: tuple[int, ...]) -> ConverterPair:
-    """Row permutation of a Dense kernel reading a Flatten: canonical rows are (c, h, w), Keras' (h, w, c)."""
-    c, h, w = chw
-
-    def to_keras(a: np.ndarray) -> np.ndarray:
-        return a.reshape(c, h, w, -1).transpose(1, 2, 0, 3).reshape(c * h * w, -1)
-
-    def from_keras(a: np.ndarray) -> np.ndarray:
-        return a.reshape(h, w, c, -1).transpose(2, 0, 1, 3).reshape(c * h * w, -1)
-
-    return to_keras, from_keras
-
 
 #: the lowest finite value of each compute dtype (float32 for fp32, bfloat16's for bf16, float16's for amp)
 LOWEST_FINITE = {"fp32": float(np.finfo(np.float32).min), "bf16": -3.3895313892515355e38,
