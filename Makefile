@@ -50,7 +50,8 @@ TEST_ENV := PYTHONDONTWRITEBYTECODE=
 # chaos soak, the GPU check's dry run); passed on a tree with nothing uncommitted, it records HEAD in
 # .ci/test-all-passed (commit that file). `make test-changed` (CI's second step): the heavy tests whose guarded code
 # changed since that commit (CHANGED_SINCE=REF for another); none selected (pytest's exit 5) is a pass.
-REQUIRE := BATCHSCOPE_REQUIRE_FRAMEWORKS=1
+# the frameworks that must really run (GPU=1: MXNet has no CUDA build, so none of its tests run there)
+REQUIRE := BATCHSCOPE_REQUIRE_FRAMEWORKS=$(if $(GPU),pytorch$(,)tensorflow$(,)jax,all)
 CHANGED_SINCE ?= recorded
 
 test: envs

@@ -97,3 +97,10 @@ def test_a_built_in_framework_that_missed_a_real_run_is_named(tmp_path: Path) ->
     assert tiers.missing(ran, ["jax", "pytorch", "mxnet"]) == {"jax": ["max-batch search"],
                                                                "mxnet": list(tiers.REQUIRED)}
     assert tiers.builtin_frameworks() == ["jax", "mxnet", "pytorch", "tensorflow"]
+
+
+def test_the_frameworks_required_are_all_or_those_named() -> None:
+    assert tiers.required_frameworks("") == []
+    assert tiers.required_frameworks("all") == ["jax", "mxnet", "pytorch", "tensorflow"]
+    # make test GPU=1: MXNet has no CUDA build
+    assert tiers.required_frameworks("pytorch,tensorflow,jax") == ["jax", "pytorch", "tensorflow"]

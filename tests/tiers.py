@@ -38,12 +38,17 @@ SEARCH_CODE = ("harness/maxbatch/", "harness/run/worker/", "harness/monitor/", "
 #: what a built-in framework must have really done in a full `make test` (:func:`ran`)
 REQUIRED = ("contract probe", "shared sweep", "max-batch search", "environment")
 REQUIRE_ENV = "BATCHSCOPE_REQUIRE_FRAMEWORKS"  # set by `make test`: a framework that missed one fails the run
+_REQUIRED = pytest.StashKey[str]()  # the controller's BATCHSCOPE_REQUIRE_FRAMEWORKS
 _RAN: set[str] = set()  # what ran in this process, where there is no run folder shared by workers (no xdist)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "heavy(*paths): in `make test-all` only; `.ci/run` also runs it when a file "
                                        "under one of the paths it guards changed (tests/tiers.py)")
+    if getattr(config, "workerinput", None) is None:
+        # read here and taken out of the environment: a pytest that a test starts (the legacy plugin's suite, the
+        # dummy suites of tests/test_scheduling.py) would inherit it and fail for running no framework
+        config.stash[_REQUIRED] = os.environ.pop(REQUIRE_ENV, "")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -186,20 +191,30 @@ def builtin_frameworks() -> list[str]:
     return sorted(n for n in registry.known_adapter_names() if registry.is_builtin(n))
 
 
+def required_frameworks(value: str) -> list[str]:
+    """The frameworks ``BATCHSCOPE_REQUIRE_FRAMEWORKS`` names: ``all``, or a comma-separated list (the Makefile's
+    GPU=1 leaves MXNet out, which has no CUDA build); none where it is empty."""
+    value = value.strip()
+    if not value:
+        return []
+    return builtin_frameworks() if value in ("1", "all") else sorted(f.strip() for f in value.split(",") if f.strip())
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
                             config: pytest.Config) -> None:
     if getattr(config, "workerinput", None) is not None:
         return
     done = what_ran(run_folder(config), _RAN)
     builtins = builtin_frameworks()
-    if not done and not os.environ.get(REQUIRE_ENV):
+    required = required_frameworks(config.stash.get(_REQUIRED, ""))
+    if not done and not required:
         return
     terminalreporter.section("frameworks that really ran (tests/tiers.py)")
     for framework in sorted(set(builtins) | set(done)):
         did = [w for w in REQUIRED if w in done.get(framework, set())]
         terminalreporter.write_line(f"{framework}: {', '.join(did) if did else 'nothing'}")
-    lacking = missing(done, builtins)
-    if os.environ.get(REQUIRE_ENV) and lacking:
+    lacking = missing(done, required)
+    if lacking:
         for framework, what in lacking.items():
             terminalreporter.write_line(f"{framework} did not really run its {', '.join(what)} in this run: `make test`"
                                         " must run every built-in framework (tests/tiers.py)", red=True)
@@ -207,8 +222,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if getattr(session.config, "workerinput", None) is not None or not os.environ.get(REQUIRE_ENV):
+    if getattr(session.config, "workerinput", None) is not None:
         return
-    lacking = missing(what_ran(run_folder(session.config), _RAN), builtin_frameworks())
+    required = required_frameworks(session.config.stash.get(_REQUIRED, ""))
+    lacking = missing(what_ran(run_folder(session.config), _RAN), required)
     if lacking and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
