@@ -141,7 +141,8 @@ def pytest_report_header(config: pytest.Config) -> str | None:
         return f"heavy tests kept for the changed files given: {files}"
     changed = changed_since(since, Path(str(config.rootpath)))
     if changed is None:
-        return f"--changed-since {since}: git cannot tell what changed; every heavy test is kept"
+        what = f"no commit recorded in {PASSED_FILE}, or" if since == "recorded" else "commit"
+        return f"--changed-since {since}: {what} one git cannot find here; every heavy test is kept"
     shown = ", ".join(changed[:12]) + (f", ... ({len(changed)} in all)" if len(changed) > 12 else "")
     return f"heavy tests kept where they guard a file changed since {since}: {shown or 'none changed'}"
 
