@@ -112,7 +112,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     root = Path(str(config.rootpath))
     changed = [p.strip() for p in files.split(",") if p.strip()] if files is not None else changed_since(since, root)
     if changed is None:
-        _say(config, f"--changed-since {since}: git cannot tell what changed; every heavy test is kept")
+        _say(config, f"--changed-since {since}: no commit recorded, or one git cannot find here; every heavy test "
+                     "is kept")
         return
     keep, drop = [], []
     for item in items:
