@@ -1,7 +1,7 @@
 """How much a lock downloads: each pin's wheel size, recorded beside the lock (``<kind>.sizes.json``).
 
 A CUDA environment is several GB of wheels; before anything is fetched for one on a machine where NVML sees no GPU,
-batchscope refuses and says how much it would have downloaded (:func:`harness.envs.guard.refuse_cuda_without_gpu`).
+batchscope refuses and says how much it would have downloaded (:func:`harness.envs.guard.managed_kind`).
 The figure comes from a table, not from the network at that moment: ``python -m harness.envs.sizes`` (run by
 ``make locks`` after the locks are resolved) asks the package index's JSON API (PEP 691, sizes per PEP 700: a few KB
 per distribution, nothing downloaded) for the wheel each pin installs on Linux x86-64 and CPython of this version,
@@ -14,11 +14,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import re
 import sys
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+from harness.envs.spec import requirement_lines, requirement_name
 
 #: the index the CUDA locks are resolved against (harness.envs.locking: ``--isolated``, PyPI alone)
 INDEX = "https://pypi.org/simple"
@@ -56,17 +57,16 @@ def read_sizes(lock: Path) -> dict[str, int]:
     return {str(k): int(v) for k, v in sizes.items()} if isinstance(sizes, dict) else {}
 
 
-def _key(pin: str) -> str:
-    """``Typing_Extensions == 4.16.0`` -> ``typing-extensions==4.16.0`` (extras and markers dropped)."""
-    name, _, version = pin.split(";")[0].partition("==")
-    name = re.sub(r"[-_.]+", "-", name.split("[")[0].strip()).lower()
-    return f"{name}=={version.strip()}"
+def _keys(requirements: tuple[str, ...]) -> list[str]:
+    """``Typing_Extensions==4.16.0`` -> ``typing-extensions==4.16.0`` for each pin (extras, markers, hashes and lines
+    that name no distribution left out)."""
+    return [f"{name}=={version}" for r in requirements if (named := requirement_name(r)) for name, version in [named]]
 
 
 def download_size(requirements: tuple[str, ...], lock: Path) -> DownloadSize:
     """What installing ``requirements`` (a lock's pins) downloads, from ``lock``'s size table."""
     table = read_sizes(lock)
-    keys = [_key(r) for r in requirements]
+    keys = _keys(requirements)
     return DownloadSize(sum(table.get(k, 0) for k in keys), len(keys), tuple(k for k in keys if k not in table))
 
 
@@ -85,7 +85,7 @@ def _wheel_fits(filename: str, python_version: str) -> bool:
 
 def wheel_size(pin: str, python_version: str, index: str = INDEX, timeout_s: float = 30.0) -> int | None:
     """The size of the wheel ``pin`` installs here, from the index's JSON page (None: no fitting wheel listed)."""
-    name, _, version = _key(pin).partition("==")
+    name, _, version = _keys((pin,))[0].partition("==")
     request = urllib.request.Request(f"{index}/{name}/", headers={"Accept": ACCEPT})
     with urllib.request.urlopen(request, timeout=timeout_s) as response:
         files = json.load(response)["files"]
@@ -98,8 +98,6 @@ def wheel_size(pin: str, python_version: str, index: str = INDEX, timeout_s: flo
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.envs.spec import requirement_lines
-
     parser = argparse.ArgumentParser(prog="python -m harness.envs.sizes", description=__doc__)
     parser.add_argument("kinds", nargs="*", default=["cuda"], help="which locks (default: cuda)")
     parser.add_argument("--python-version", default=f"{sys.version_info[0]}.{sys.version_info[1]}")
@@ -110,11 +108,14 @@ def main(argv: list[str] | None = None) -> int:
             continue
         sizes, missing = {}, []
         for pin in requirement_lines(lock.read_text()):
-            size = wheel_size(pin, args.python_version)
+            keys = _keys((pin,))
+            if not keys:  # an option on a line of its own (a hash)
+                continue
+            key, size = keys[0], wheel_size(pin, args.python_version)
             if size is None:
-                missing.append(_key(pin))
+                missing.append(key)
             else:
-                sizes[_key(pin)] = size
+                sizes[key] = size
         sizes_file(lock).write_text(json.dumps({
             "about": f"the wheel each pin of {lock.name} installs on Linux x86-64, CPython {args.python_version}, "
                      f"as {INDEX} lists it (PEP 700 sizes), {datetime.date.today().isoformat()}: "

@@ -91,6 +91,20 @@ def requirement_lines(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def requirement_name(requirement: str) -> tuple[str, str] | None:
+    """(normalised distribution name, pinned version or ``""``) of one requirement line, or None for a line that
+    names no distribution (an option such as ``--hash=...`` on a line of its own). Whatever follows the specifier
+    (`` --hash=...``, a line continuation, an environment marker) is left out: ``Torch[extra]==2.14.1 \\`` ->
+    ``("torch", "2.14.1")``."""
+    text = requirement.strip()
+    if not text or text.startswith("-"):
+        return None
+    text = re.split(r"\s|;", text, maxsplit=1)[0]
+    name = re.split(r"[\[<>=!~@]", text, maxsplit=1)[0]
+    version = text.partition("==")[2] if "==" in text and "===" not in text else ""
+    return re.sub(r"[-_.]+", "-", name).lower(), version
+
+
 def pin_of(requirement: str) -> tuple[str, str]:
     """(name, version) of a lock's requirement (``torch==2.13.0+cpu --hash=...`` gives ``("torch", "2.13.0+cpu")``).
 

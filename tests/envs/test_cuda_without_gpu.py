@@ -16,7 +16,7 @@ from harness.envs.build import FACTS_FILE, EnvironmentBuildError, python_in
 from harness.envs.guard import cuda_downloads, deliberate, managed_kind
 from harness.envs.resolve import managed_spec
 from harness.envs.sizes import download_size, read_sizes
-from harness.envs.spec import KIND_VAR, requirement_lines, spec_for
+from harness.envs.spec import KIND_VAR, requirement_lines, requirement_name, spec_for
 from harness.errors import ConfigError
 from harness.monitor import environment
 from harness.registry import adapter_class
@@ -103,3 +103,12 @@ def test_every_pin_of_a_cuda_lock_has_a_recorded_size(framework: str) -> None:
     size = download_size(requirement_lines(lock.read_text()), lock)
     assert size.unknown == () and size.pins == len(read_sizes(lock)), size
     assert size.known_bytes > 1e9  # CUDA wheels: gigabytes (what the refusal is for)
+
+
+def test_a_pin_is_read_whatever_follows_it() -> None:
+    """A lock with hashes (pip's ``--require-hashes`` format) still names its pins, for the sizes and the check."""
+    assert requirement_name("Torch==2.14.1 \\") == ("torch", "2.14.1")
+    assert requirement_name("typing_extensions==4.16.0 --hash=sha256:abc") == ("typing-extensions", "4.16.0")
+    assert requirement_name("jax[cuda12]==0.10.2; python_version >= '3.10'") == ("jax", "0.10.2")
+    assert requirement_name("numpy>=2") == ("numpy", "")
+    assert requirement_name("    --hash=sha256:abc") is None and requirement_name("") is None

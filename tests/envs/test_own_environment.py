@@ -20,7 +20,6 @@ import pytest
 
 from harness import registry
 from harness.cli import main
-from harness.envs import resolve
 from harness.store import Store
 from tests.envs.test_faults import _toml
 from tests.helpers.shared import RUNS, once
@@ -60,9 +59,7 @@ def torch_only_plugin(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     eps["torchonly"] = md.EntryPoint(name="torchonly", value="tests.fakes.env_adapters:TorchOnlyPlugin",
                                      group=registry.GROUP)
     monkeypatch.setattr(registry, "_entry_points", lambda: eps)
-    resolve.forget()
     yield
-    resolve.forget()
 
 
 def test_a_venv_with_only_torch_and_numpy_runs_a_trial(own_venv: str, tmp_path: Path,
