@@ -107,3 +107,11 @@ def test_a_scheduled_fake_trial_runs_through_a_worker(tiny_data, tmp_path):
     assert [p.samples_seen for p in outcome.curve] == [32, 64, 96, 128]  # by samples, not steps
     assert [r.b_small for r in outcome.gradient_noise] == [4, 16, 16, 16]
     assert outcome.metrics.epochs_done == 2.0
+
+
+def test_the_progress_line_names_a_schedules_sizes():
+    from harness.cli.progress import trial_label
+
+    trial = make_trial(batch_size=16, batch_schedule=((0.0, 16, 0.1), (0.3, 64, 0.1)), variant="ramp")
+    assert "ramp bs=16→64 rep 0" in trial_label(trial)
+    assert "bs=16    rep 0" in trial_label(make_trial(batch_size=16))
