@@ -37,7 +37,10 @@ def ramp_trials(exp: Experiment, store: Store, trials: Sequence[TrialSpec], n_tr
             why[framework] = "no constant-size trial finished with gradient-noise rows"
             continue
         totals = {t.trial_hash: t.epochs * n_train for t in mine}
-        ramp, reason = ramp_from(along_training(rows, totals), sorted({t.batch_size for t in mine}))
+        fits = [r.answer.max_batch for r in store.maxbatch_answers() if r.framework == framework
+                and r.answer.max_batch]  # a search stored before (a resumed run): the ramp stays below it
+        ramp, reason = ramp_from(along_training(rows, totals), sorted({t.batch_size for t in mine}),
+                                 cap=int(fits[-1]) if fits else None)
         if ramp is None:
             why[framework] = reason
             continue
