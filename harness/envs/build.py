@@ -6,9 +6,10 @@ environment exists exactly when its folder does, with its facts file in it. Two 
 environment at once build it once: the second waits on a file lock (``flock``), then finds it built.
 
 The installer is pip, run from the parent's interpreter into the new environment (``pip --python``), with the
-machine's pip configuration (this machine serves its CPU torch wheel that way) and ``--no-deps``: a lock lists every
-distribution, so nothing is resolved, and a missing one fails the import check instead of being fetched unpinned. A
-lock is installed with ``--require-hashes``: every file must match a hash the lock lists for it. uv can do the same
+machine's pip configuration (this machine serves its CPU torch wheel that way) and, for a lock, ``--no-deps``: a
+lock lists every distribution, so nothing is resolved, and a missing one fails the import check instead of being
+fetched unpinned; and ``--require-hashes``: every file must match a hash the lock lists for it. A plugin's
+``requirements`` are specifiers, not a lock: pip resolves their dependencies. uv can do the same
 install (``installer="uv"``, given pip's configuration as its own flags: it reads none of pip's);
 docs/environments.md says which is used and why (measured).
 """
@@ -194,16 +195,18 @@ def uv_binary() -> str:
     return found
 
 
-def install_command(installer: str, python: Path, requirements: Path, locked: bool) -> list[str]:
-    """The command that installs ``requirements`` into the environment of ``python``: ``--no-deps`` (a lock is the
-    whole set), ``--require-hashes`` for a lock (every file checked against the lock's hashes)."""
-    hashes = ["--require-hashes"] if locked else []
+def install_command(installer: str, python: Path, requirements: Path, complete: bool) -> list[str]:
+    """The command that installs ``requirements`` into the environment of ``python``. A lock (``complete``): with
+    ``--no-deps`` (it is the whole set: nothing is resolved, and a missing one fails the import check instead of
+    being fetched unpinned) and ``--require-hashes`` (every file checked against the lock's hashes). A plugin's
+    specifiers: resolved, their dependencies with them."""
+    lock = ["--no-deps", "--require-hashes"] if complete else []
     if installer == "pip":
-        return [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", *hashes,
-                "--no-input", "--disable-pip-version-check", "-r", str(requirements)]
+        return [sys.executable, "-m", "pip", "--python", str(python), "install", *lock, "--no-input",
+                "--disable-pip-version-check", "-r", str(requirements)]
     if installer == "uv":
-        return [uv_binary(), "pip", "install", "--python", str(python), "--no-deps", *hashes,
-                *uv_flags(pip_config(), constraints=not locked), "-r", str(requirements)]
+        return [uv_binary(), "pip", "install", "--python", str(python), *lock,
+                *uv_flags(pip_config(), constraints=not complete), "-r", str(requirements)]
     raise ValueError(f"installer {installer!r}: expected one of {', '.join(INSTALLERS)}")
 
 
@@ -215,9 +218,10 @@ def _build_into(tmp: Path, spec: EnvSpec, pythonpath: tuple[str, ...], timeout_s
     except OSError as e:
         raise EnvironmentBuildError(f"{spec.label}: the virtual environment could not be created in {tmp}: {e}") from e
     requirements = tmp / "batchscope-requirements.txt"
-    requirements.write_text("\n".join(spec.requirements) + "\n")
+    requirements.write_text("\n".join(spec.install_lines) + "\n")
     python = python_in(tmp)
-    _run(install_command(installer, python, requirements, spec.locked), f"{installer} install", spec, {}, timeout_s)
+    _run(install_command(installer, python, requirements, spec.complete), f"{installer} install", spec, {},
+         timeout_s)
     env = {"PYTHONPATH": os.pathsep.join(pythonpath)}
     out = _run([str(python), "-m", "harness.envs.facts", spec.target, "--import"],
                f"the import check (import {spec.import_name})", spec, env, 600)

@@ -33,9 +33,10 @@ _COMMENT = re.compile(r"(^|\s+)#.*$")
 class EnvSpec:
     """A managed environment: what it is built from and where it lives.
 
-    ``requirements``: the pip requirement lines (for a lock: one per distribution, ``name==version --hash=...``);
-    ``source``: the file they came from, or the adapter's ``requirements`` attribute for a plugin; ``import_name``:
-    the module a successful build must import; ``locked``: built from a lock (installed with ``--require-hashes``).
+    ``requirements``: the pip requirements (exact pins ``name==version`` for a lock); ``source``: the file they
+    came from, or the adapter's ``requirements`` attribute for a plugin; ``import_name``: the module a successful
+    build must import; ``hashes``: for a lock, the sha256 digests each requirement's file may have (in the same
+    order), installed with ``--require-hashes`` (:attr:`install_lines`).
     """
 
     framework: str
@@ -46,12 +47,24 @@ class EnvSpec:
     #: the adapter (``module:Class``) whose framework a build must import (its own way: ``import_framework``)
     target: str = ""
     python_tag: str = f"{sys.implementation.name}{sys.version_info[0]}.{sys.version_info[1]}"
-    locked: bool = False
+    #: the requirements are the whole set (a lock: installed with ``--no-deps``); False for a plugin's specifiers,
+    #: whose dependencies pip resolves at build time (its framework's own: torch's sympy, filelock...)
+    complete: bool = True
+    #: a lock's hashes: ``hashes[i]`` are the sha256 digests ``requirements[i]``'s file may have (empty: none)
+    hashes: tuple[tuple[str, ...], ...] = ()
+
+    @property
+    def install_lines(self) -> tuple[str, ...]:
+        """What the installer reads: each requirement with its hashes (``numpy==2.4.6 --hash=sha256:...``)."""
+        hashes = self.hashes or ((),) * len(self.requirements)
+        return tuple(" ".join([req, *(f"--hash=sha256:{h}" for h in digests)])
+                     for req, digests in zip(self.requirements, hashes, strict=True))
 
     @property
     def digest(self) -> str:
-        """12 hex digits of the requirements, the interpreter's version and the machine."""
-        text = "\n".join([self.python_tag, platform.machine(), *sorted(self.requirements)])
+        """12 hex digits of the requirements (a lock's with their hashes: another file is another environment), the
+        interpreter's version and the machine."""
+        text = "\n".join([self.python_tag, platform.machine(), *sorted(self.install_lines)])
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
     @property
@@ -105,6 +118,11 @@ def hashes_of(requirement: str) -> tuple[str, ...]:
     return tuple(word.partition("sha256:")[2] for word in requirement.split() if word.startswith("--hash=sha256:"))
 
 
+def without_hashes(requirement: str) -> str:
+    """A requirement line without its ``--hash`` options (``numpy==2.4.6``)."""
+    return " ".join(word for word in requirement.split() if not word.startswith("--hash="))
+
+
 def envs_root(cache_dir: Path | None = None) -> Path:
     """Where managed environments live: ``$BATCHSCOPE_ENVS``, else ``envs/`` in the cache."""
     if os.environ.get("BATCHSCOPE_ENVS"):
@@ -155,13 +173,14 @@ def spec_for(framework: str, adapter_cls: type, kind: str) -> EnvSpec | None:
             lock = locks / "cpu.txt"
         if lock.exists():
             chosen = "cpu" if lock.name == "cpu.txt" else kind
-            return EnvSpec(framework, chosen, requirement_lines(lock.read_text()), str(lock), import_name, target,
-                           locked=True)
+            lines = requirement_lines(lock.read_text())
+            return EnvSpec(framework, chosen, tuple(without_hashes(line) for line in lines), str(lock), import_name,
+                           target, hashes=tuple(hashes_of(line) for line in lines))
     declared = getattr(adapter_cls, "requirements", None)
     if declared:
         if isinstance(declared, str) or not all(isinstance(r, str) and r.strip() for r in declared):
             raise ConfigError(f"adapter {framework!r}: requirements must be a list of pip requirement strings, "
                               f"got {declared!r}")
         return EnvSpec(framework, kind, tuple(r.strip() for r in declared), f"{adapter_cls.__module__}."
-                       f"{adapter_cls.__qualname__}.requirements", import_name, target)
+                       f"{adapter_cls.__qualname__}.requirements", import_name, target, complete=False)
     return None
