@@ -66,12 +66,14 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/harness_overhead.py
 	$(BIN)/python benchmarks/trial_fixed_cost.py
 
-# the parent's pins (constraints.txt) from .venv as it is; `make locks`: each framework's lock resolved anew
+# the parent's pins (constraints.txt) from .venv as it is; `make locks`: each framework's lock resolved anew, with
+# the hashes of its files (the current pins held where they still fit; `make locks UPGRADE=1`: newest versions)
+UPGRADE ?=
 lock: $(STAMP)
 	$(BIN)/python -m pip freeze --exclude-editable > constraints.txt.new && mv constraints.txt.new constraints.txt
 
 locks: $(STAMP)
-	$(BIN)/python -m harness.envs.locking
+	$(BIN)/python -m harness.envs.locking $(if $(UPGRADE),--upgrade)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -10,7 +10,7 @@ machine's pip configuration (this machine serves its CPU torch wheel that way) a
 lock lists every distribution, so nothing is resolved, and a missing one fails the import check instead of being
 fetched unpinned; and ``--require-hashes``: every file must match a hash the lock lists for it. A plugin's
 ``requirements`` are specifiers, not a lock: pip resolves their dependencies. uv can do the same
-install (``installer="uv"``, given pip's configuration as its own flags: it reads none of pip's);
+install (``BATCHSCOPE_INSTALLER=uv``, given pip's configuration as its own flags: it reads none of pip's);
 docs/environments.md says which is used and why (measured).
 """
 
@@ -42,6 +42,8 @@ INSTALL_TIMEOUT_S = 3600
 #: the installers a build can use, and batchscope's (docs/environments.md: measured against each other)
 INSTALLERS = ("pip", "uv")
 INSTALLER = "pip"
+#: names the installer for every build (``pip`` or ``uv``)
+INSTALLER_VAR = "BATCHSCOPE_INSTALLER"
 
 
 class EnvironmentBuildError(BatchscopeError):
@@ -105,10 +107,9 @@ def _clear_leftovers(root: Path, spec: EnvSpec) -> None:
 
 
 def build(spec: EnvSpec, root: Path, pythonpath: tuple[str, ...], say: Callable[[str], None] = lambda line: None,
-          timeout_s: float = INSTALL_TIMEOUT_S, installer: str = "") -> Path:
+          timeout_s: float = INSTALL_TIMEOUT_S) -> Path:
     """The environment of ``spec`` under ``root``, built first where it is not yet (``say`` gets one line).
-    ``pythonpath``: where batchscope's code is for the import check (:mod:`harness.envs.facts`, run there);
-    ``installer``: ``pip`` or ``uv`` (default :data:`INSTALLER`).
+    ``pythonpath``: where batchscope's code is for the import check (:mod:`harness.envs.facts`, run there).
 
     Raises:
         EnvironmentBuildError: the install or the import check failed; nothing usable is left behind.
@@ -128,7 +129,7 @@ def build(spec: EnvSpec, root: Path, pythonpath: tuple[str, ...], say: Callable[
             "its lock is unchanged")
         tmp = root / f".{spec.name}.building-{os.getpid()}"
         try:
-            facts = _build_into(tmp, spec, pythonpath, timeout_s, installer or INSTALLER)
+            facts = _build_into(tmp, spec, pythonpath, timeout_s)
             facts["build_s"] = round(time.monotonic() - t0, 1)
             (tmp / FACTS_FILE).write_text(json.dumps(facts, indent=2))
             os.replace(tmp, final)
@@ -195,6 +196,18 @@ def uv_binary() -> str:
     return found
 
 
+def chosen_installer() -> str:
+    """The installer a build uses: ``$BATCHSCOPE_INSTALLER`` where set, else :data:`INSTALLER`.
+
+    Raises:
+        EnvironmentBuildError: the variable names no installer.
+    """
+    installer = (os.environ.get(INSTALLER_VAR, "") or INSTALLER).strip().lower()
+    if installer not in INSTALLERS:
+        raise EnvironmentBuildError(f"{INSTALLER_VAR}={installer!r}: expected one of {', '.join(INSTALLERS)}")
+    return installer
+
+
 def install_command(installer: str, python: Path, requirements: Path, complete: bool) -> list[str]:
     """The command that installs ``requirements`` into the environment of ``python``. A lock (``complete``): with
     ``--no-deps`` (it is the whole set: nothing is resolved, and a missing one fails the import check instead of
@@ -204,15 +217,15 @@ def install_command(installer: str, python: Path, requirements: Path, complete: 
     if installer == "pip":
         return [sys.executable, "-m", "pip", "--python", str(python), "install", *lock, "--no-input",
                 "--disable-pip-version-check", "-r", str(requirements)]
-    if installer == "uv":
-        return [uv_binary(), "pip", "install", "--python", str(python), *lock,
+    if installer == "uv":  # bytecode compiled at install, as pip does (uv leaves it to the first import otherwise)
+        return [uv_binary(), "pip", "install", "--python", str(python), *lock, "--compile-bytecode",
                 *uv_flags(pip_config(), constraints=not complete), "-r", str(requirements)]
     raise ValueError(f"installer {installer!r}: expected one of {', '.join(INSTALLERS)}")
 
 
-def _build_into(tmp: Path, spec: EnvSpec, pythonpath: tuple[str, ...], timeout_s: float,
-                installer: str = INSTALLER) -> dict[str, object]:
+def _build_into(tmp: Path, spec: EnvSpec, pythonpath: tuple[str, ...], timeout_s: float) -> dict[str, object]:
     """Create the venv in ``tmp``, install the lock, check the framework imports; returns the facts to record."""
+    installer = chosen_installer()
     try:
         venv.EnvBuilder(with_pip=False, symlinks=os.name != "nt").create(tmp)
     except OSError as e:

@@ -106,6 +106,7 @@ def test_the_builder_installs_a_lock_with_require_hashes_and_no_deps(installer: 
     assert "--require-hashes" not in plugin and "--no-deps" not in plugin  # a plugin's specifiers are resolved
     if installer == "uv":
         assert locked[:3] == ["/opt/uv/bin/uv", "pip", "install"] and "--find-links" in locked
+        assert "--compile-bytecode" in locked  # as pip does: a worker's first import compiles nothing
     else:
         assert locked[:3] == [sys.executable, "-m", "pip"]
     with pytest.raises(ValueError, match="expected one of pip, uv"):
@@ -129,8 +130,9 @@ def test_the_builder_passes_what_the_lock_says_to_the_installer(tmp_path: Path,
     assert spec is not None
     target = tmp_path / "env"
     target.mkdir()
+    monkeypatch.setenv("BATCHSCOPE_INSTALLER", "pip")
     with pytest.raises(EnvironmentBuildError):
-        build_mod._build_into(target, spec, (), 60, "pip")
+        build_mod._build_into(target, spec, (), 60)
     assert "--require-hashes" in seen[0]
     written = (target / "batchscope-requirements.txt").read_text().splitlines()
     assert tuple(written) == spec.install_lines and all("--hash=sha256:" in line for line in written)
@@ -182,3 +184,13 @@ def test_a_file_whose_hash_the_lock_does_not_list_is_refused(envs_dir: Path) -> 
         build(spec, envs_dir, (str(_code_dir([*WORKER_PACKAGES, "tests"])),))
     assert "pip install failed" in str(e.value)
     assert not spec.path(envs_dir).exists() and not list(envs_dir.glob(".*.building-*"))
+
+
+def test_the_installer_is_named_by_a_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BATCHSCOPE_INSTALLER", raising=False)
+    assert build_mod.chosen_installer() == build_mod.INSTALLER
+    monkeypatch.setenv("BATCHSCOPE_INSTALLER", "UV")
+    assert build_mod.chosen_installer() == "uv"
+    monkeypatch.setenv("BATCHSCOPE_INSTALLER", "conda")
+    with pytest.raises(EnvironmentBuildError, match="BATCHSCOPE_INSTALLER='conda': expected one of pip, uv"):
+        build_mod.chosen_installer()
