@@ -72,8 +72,11 @@ UPGRADE ?=
 lock: $(STAMP)
 	$(BIN)/python -m pip freeze --exclude-editable > constraints.txt.new && mv constraints.txt.new constraints.txt
 
+# the locks resolved anew, then the CUDA locks' download sizes (the refusal of GPU=1 on a machine without a GPU
+# names them: harness/envs/sizes.py; PyPI's JSON index, nothing downloaded)
 locks: $(STAMP)
 	$(BIN)/python -m harness.envs.locking $(if $(UPGRADE),--upgrade)
+	$(BIN)/python -m harness.envs.sizes cuda
 
 clean-venv:
 	rm -rf $(VENV)

@@ -23,6 +23,7 @@ from pathlib import Path
 from common import machine_facts
 
 from harness.data import DataRequest, prepare
+from harness.envs.runtime import resolve_runtimes
 from harness.maxbatch.probes import WorkerProber
 from harness.maxbatch.request import MaxBatchRequest, resolve_budget
 from harness.run.executor import LocalExecutor
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     steps = [int(s) for s in args.steps.split(",")]
     print(machine_facts())
+    runtime = resolve_runtimes(["pytorch"], {}, "cpu")["pytorch"]  # its managed environment, as the CLI's probes run
     with tempfile.TemporaryDirectory() as tmp:
         data = prepare(DataRequest(name="synthetic", synthetic_shape=SHAPE, synthetic_samples=512), Path(tmp))
         print(f"batch {args.batch}, limit {args.limit_mib:g} MiB, "
@@ -51,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
             req = MaxBatchRequest(framework="pytorch", model="tiny_cnn", device="cpu",
                                   memory_limit_mib=args.limit_mib, threads=1, momentum=0.9,
                                   synthetic_shape=SHAPE, synthetic_samples=512, confirm_steps=n)
-            prober = WorkerProber(req, resolve_budget(req, []), data, LocalExecutor(log_dir=Path(tmp) / "logs"))
+            prober = WorkerProber(req, resolve_budget(req, [], runtime), data,
+                                  LocalExecutor(log_dir=Path(tmp) / "logs"), runtime=runtime)
             if args.fixed_threshold:
                 prober.env = {**prober.env, "MALLOC_MMAP_THRESHOLD_": "131072"}
             peaks = []

@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from harness.envs.runtime import unchecked_runtime  # noqa: E402
 from harness.errors import ConfigError  # noqa: E402
 from harness.monitor import environment  # noqa: E402
 from harness.registry import list_adapters  # noqa: E402
@@ -65,8 +66,9 @@ def resolution(frameworks: list[str], gpu_present: bool, failed: list[str]) -> d
     """Step 1: each framework's device, checked against its build."""
     out = {}
     for fw in frameworks:
-        gpu, _ = build_of(fw)
-        r = resolve(fw, "auto", gpu_present)
+        runtime = unchecked_runtime(fw)  # this interpreter's build, as the parent reads it
+        gpu, _ = build_of(runtime)
+        r = resolve(runtime, "auto", gpu_present)
         want = "cpu" if gpu is False or not gpu_present else "gpu"
         check(f"{fw} resolves to its build's device", r.device == want, r.line(), failed)
         out[fw] = r

@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from harness.envs.build import INSTALLER_VAR, build, python_in, uv_binary  # noqa: E402
-from harness.envs.resolve import WORKER_PACKAGES, _code_dir, choose, forget  # noqa: E402
+from harness.envs.resolve import WORKER_PACKAGES, _code_dir, choose  # noqa: E402
 from harness.envs.spec import spec_for  # noqa: E402
 from harness.registry import adapter_class  # noqa: E402
 
@@ -117,7 +117,6 @@ def main() -> int:
         if args.side_by_side:
             with tempfile.TemporaryDirectory() as tmp:  # all at once, as `run` builds them
                 os.environ["BATCHSCOPE_ENVS"] = tmp
-                forget()
                 key = ("all", "pip", "side by side")
                 loads.setdefault(key, []).append(load())
                 t0 = time.monotonic()

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from harness.data import DataRequest, prepare
-from harness.envs.resolve import choose
+from harness.envs.runtime import FrameworkRuntime, resolve_runtimes
 from harness.envs.spec import chosen_kind
 from harness.errors import BatchscopeError
 from harness.maxbatch.request import MaxBatchRequest
@@ -65,7 +65,8 @@ def parse_env(items: list[str]) -> tuple[tuple[str, str], ...]:
 
 
 def search_once(framework: str, model: str, strategy: str, budget: float, env: tuple[tuple[str, str], ...],
-                granularity: str, data: object, cache: Path, device: str = "cpu") -> dict[str, object]:
+                granularity: str, data: object, cache: Path, device: str = "cpu",
+                runtime: FrameworkRuntime | None = None) -> dict[str, object]:
     """One search; its figures as a JSON-able dict (``error`` set where it failed)."""
     req = MaxBatchRequest(framework=framework, model=model, device=device, strategy=strategy, memory_limit_mib=budget,
                           threads=1 if device == "cpu" else 0, momentum=0.9, synthetic_shape=SHAPE,
@@ -78,7 +79,8 @@ def search_once(framework: str, model: str, strategy: str, budget: float, env: t
         try:
             # on a GPU the machine's environment (its GPUs decide the budget's kind); on CPU none is needed
             machine = environment.capture() if device == "gpu" else {"gpus": []}
-            out = MaxBatchSearch.build(req, machine, data=data, log_dir=cache / "logs").run(store, 0)  # type: ignore[arg-type]
+            out = MaxBatchSearch.build(req, machine, runtime=runtime, data=data,  # type: ignore[arg-type]
+                                       log_dir=cache / "logs").run(store, 0)
         except BatchscopeError as e:
             out_row.update(error=str(e)[:500], wall_s=round(time.monotonic() - t0, 1))
             return out_row
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     env = parse_env(args.env)
     # each framework's managed environment (built on first use), of the kind the device needs
-    choose(args.frameworks.split(","), {}, chosen_kind(args.device == "gpu"))
+    runtimes = resolve_runtimes(args.frameworks.split(","), {}, chosen_kind(args.device == "gpu"))
     cache = Path(tempfile.mkdtemp(prefix="mb-bench-"))
     data = prepare(DataRequest(name="synthetic", synthetic_shape=SHAPE, synthetic_samples=512), cache)
     where = ("CPU, one thread, RLIMIT_DATA on each probe" if args.device == "cpu" else
@@ -130,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             answers = {}
             for strategy in args.strategies.split(","):
                 row = search_once(framework, model, strategy, budget, env, args.granularity, data, cache,
-                                  args.device)
+                                  args.device, runtimes[framework])
                 if args.out:
                     with args.out.open("a") as f:
                         f.write(json.dumps(row) + "\n")

@@ -39,6 +39,7 @@ from typing import Any
 from common import machine_facts
 
 from harness.data import DataRequest, prepare
+from harness.envs.runtime import resolve_runtimes
 from harness.errors import BatchscopeError
 from harness.maxbatch.advice import train_advice
 from harness.maxbatch.request import MaxBatchRequest
@@ -99,7 +100,8 @@ def one_run(args: argparse.Namespace, run: int, data_dir: str, probe_data: Any, 
     t0 = time.monotonic()
     with Store.open(work / f"batchscope-{run}") as store:
         try:
-            found = MaxBatchSearch.build(req, {}, data=probe_data, log_dir=work / "logs").run(store, 1)
+            runtime = resolve_runtimes(["pytorch"], {}, "cpu")["pytorch"]  # its managed environment, as the CLI's
+            found = MaxBatchSearch.build(req, {}, runtime=runtime, data=probe_data, log_dir=work / "logs").run(store, 1)
         except BatchscopeError as e:
             rows.append(f"| {run} | batchscope maxbatch | - | - | failed: {e} | - |")
             found = None

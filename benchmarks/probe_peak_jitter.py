@@ -24,7 +24,7 @@ from common import machine_facts
 
 from harness.cli.maxbatch import shape_arg
 from harness.data import DataRequest, prepare
-from harness.envs.resolve import choose
+from harness.envs.runtime import resolve_runtimes
 from harness.maxbatch.advice import cpu_peak_jitter_mib
 from harness.maxbatch.probes import WorkerProber
 from harness.maxbatch.request import MaxBatchRequest, resolve_budget
@@ -48,14 +48,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--env takes KEY=VALUE, not {bad[0]!r}")
     extra = dict(item.split("=", 1) for item in args.env)
     print(machine_facts())
-    choose([args.framework], {}, "cpu")  # the framework's managed environment, as `batchscope maxbatch` runs it
+    # the framework's managed environment, as `batchscope maxbatch` runs it
+    runtime = resolve_runtimes([args.framework], {}, "cpu")[args.framework]
     with tempfile.TemporaryDirectory(prefix="batchscope-jitter-") as tmp:
         data = prepare(DataRequest(name="synthetic", synthetic_shape=args.shape, synthetic_classes=10,
                                    synthetic_samples=512), Path(tmp) / "cache")
         req = MaxBatchRequest(framework=args.framework, model=args.model, device="cpu",
                               memory_limit_mib=args.limit_mib, threads=1, momentum=0.9, synthetic_shape=args.shape,
                               synthetic_samples=512, timeout_s=300.0, experiment="jitter")
-        prober = WorkerProber(req, resolve_budget(req, []), data, LocalExecutor(log_dir=Path(tmp) / "logs"))
+        prober = WorkerProber(req, resolve_budget(req, [], runtime), data, LocalExecutor(log_dir=Path(tmp) / "logs"),
+                              runtime=runtime)
         prober.env = {**prober.env, **extra}
         peaks: collections.Counter[float] = collections.Counter()
         ends: collections.Counter[float] = collections.Counter()

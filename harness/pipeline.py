@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from harness.config.experiment import Experiment
-from harness.data import PreparedData
+from harness.envs.runtime import FrameworkRuntime
 from harness.errors import DoesNotFitError, SearchAborted
 from harness.maxbatch.request import MaxBatchRequest, resolve_budget
 from harness.maxbatch.searching import MaxBatchSearch
@@ -33,9 +33,10 @@ def run_experiment(exp: Experiment, out_dir: Path, options: SweepOptions | None 
     if not exp.max_batch:
         return run_sweep(exp, out_dir, options, listener)
 
-    def preflight(env: dict[str, Any]) -> None:
+    def preflight(env: dict[str, Any], runtimes: Mapping[str, FrameworkRuntime]) -> None:
         for framework in exp.frameworks:
-            resolve_budget(MaxBatchRequest.from_experiment(exp, framework), list(env.get("gpus") or []))
+            resolve_budget(MaxBatchRequest.from_experiment(exp, framework), list(env.get("gpus") or []),
+                           runtimes[framework])
 
     def searches(ctx: SweepContext, result: SweepResult) -> None:
         max_batch_searches(exp, ctx, result)
@@ -46,23 +47,41 @@ def run_experiment(exp: Experiment, out_dir: Path, options: SweepOptions | None 
 def max_batch_searches(exp: Experiment, ctx: SweepContext, result: SweepResult) -> None:
     """``max_batch = true``: after the sweep, the max-batch search per framework, stored in ``maxbatch``.
 
-    A framework whose result is already stored for this experiment is skipped (``--resume``). A search
-    that finds nothing (the model does not fit at batch 1, a probe keeps crashing) is noted, and the
-    other frameworks still run: the sweep's own results are never lost to it.
+    Each search runs its probes in the framework's runtime as the sweep resolved it (the managed environment or the
+    user's ``--python``), here or, on Ray, on a node: the search travels there whole, runtime included. A framework
+    whose result is already stored for this experiment is skipped (``--resume``). A search that finds nothing (the
+    model does not fit at batch 1) is noted; one that could not search (its probes failed, its task was lost) is
+    noted as an error too (``result.maxbatch_errors``: the command exits 1). The other frameworks still run: the
+    sweep's own results are never lost to it.
     """
     done = {r.framework for r in ctx.store.maxbatch_answers("experiment = ?", (exp.name,))}
+    todo = [f for f in exp.frameworks if f not in done]
     if hasattr(ctx.executor, "map_on_nodes"):  # Ray: one search per framework, side by side
-        _searches_on_ray(exp, ctx, result, [f for f in exp.frameworks if f not in done])
+        _searches_on_ray(ctx, result, {f: _search(exp, ctx, f) for f in todo})
         return
-    for framework in exp.frameworks:
-        if framework in done:
-            continue
+    for framework in todo:
         try:
-            found = MaxBatchSearch.build(MaxBatchRequest.from_experiment(exp, framework), ctx.env, data=ctx.data,
-                                         log_dir=ctx.out_dir / "logs", monitor_factory=ctx.monitor_factory)
-            result.maxbatch.append(found.run(ctx.store, ctx.run_id).row)
-        except (DoesNotFitError, SearchAborted) as e:
+            found = _search(exp, ctx, framework).run(ctx.store, ctx.run_id)
+            result.maxbatch.append(found.row)
+        except DoesNotFitError as e:
             result.maxbatch_notes.append(f"{framework}: {e}")
+        except SearchAborted as e:
+            _failed(result, framework, str(e))
+
+
+def _search(exp: Experiment, ctx: SweepContext, framework: str) -> MaxBatchSearch:
+    """The max-batch search of ``framework`` after the sweep: its request from the experiment, in the framework's
+    runtime, on the sweep's data and machine."""
+    return MaxBatchSearch.build(MaxBatchRequest.from_experiment(exp, framework), ctx.env,
+                                runtime=ctx.runtimes[framework], data=ctx.data, log_dir=ctx.out_dir / "logs",
+                                monitor_factory=ctx.monitor_factory)
+
+
+def _failed(result: SweepResult, framework: str, why: str) -> None:
+    """A search that gave no answer for a reason other than the model not fitting: said, and an error."""
+    line = f"{framework}: the search failed: {why}"
+    result.maxbatch_notes.append(line)
+    result.maxbatch_errors.append(line)
 
 
 class _Collected:
@@ -81,38 +100,50 @@ class _Collected:
         return 0
 
 
-def _search_on_node(req: MaxBatchRequest, run_id: int, data: PreparedData, log_dir: Path,
-                    monitor_factory: Any, env: dict[str, Any]) -> tuple[list[TrialOutcome], MaxBatchResult | None, str]:
-    """The body of one search's Ray task: (its probes, its maxbatch row, why it gave no answer or "")."""
+@dataclasses.dataclass(frozen=True)
+class NodeSearch:
+    """What one search's Ray task sends back: its probes, its maxbatch row, and why it gave no answer ("" when it
+    gave one); ``failed``: it could not search (its probes failed), as against finding that nothing fits."""
+
+    trials: list[TrialOutcome]
+    row: MaxBatchResult | None
+    note: str = ""
+    failed: bool = False
+
+
+def search_on_node(search: MaxBatchSearch, run_id: int) -> NodeSearch:
+    """The body of one search's Ray task: the search, built on the driver and sent whole (its runtime says which
+    interpreter every probe runs in), run against a store that only collects."""
     collected = _Collected()
-    note = ""
     try:
-        found = MaxBatchSearch.build(req, env, data=data, log_dir=log_dir, monitor_factory=monitor_factory)
-        found.run(cast(Store, collected), run_id)
-    except (DoesNotFitError, SearchAborted) as e:
-        note = str(e)
-    return collected.trials, collected.row, note
+        search.run(cast(Store, collected), run_id)
+    except DoesNotFitError as e:
+        return NodeSearch(collected.trials, collected.row, str(e))
+    except SearchAborted as e:
+        return NodeSearch(collected.trials, collected.row, str(e), failed=True)
+    return NodeSearch(collected.trials, collected.row)
 
 
-def _searches_on_ray(exp: Experiment, ctx: SweepContext, result: SweepResult, frameworks: list[str]) -> None:
-    """The searches of ``frameworks`` as Ray tasks side by side (a GPU, or a whole CPU node, each); the driver
-    writes each one's probes (with where they ran) and its result as it comes back."""
-    gpus = list(ctx.env.get("gpus") or [])
-    reqs = [MaxBatchRequest.from_experiment(exp, f) for f in frameworks]
-    on_gpu = any(r.device == "gpu" or (r.device == "auto" and gpus) for r in reqs)
-    calls = [(req, ctx.run_id, ctx.data, ctx.out_dir / "logs", ctx.monitor_factory, ctx.env) for req in reqs]
-    answers = ctx.executor.map_on_nodes(_search_on_node, calls, gpu=on_gpu)  # type: ignore[union-attr]
-    for framework, answer in zip(frameworks, answers, strict=True):
+def _searches_on_ray(ctx: SweepContext, result: SweepResult, searches: Mapping[str, MaxBatchSearch]) -> None:
+    """The ``searches`` as Ray tasks side by side (a GPU, or a whole CPU node, each); the driver writes each one's
+    probes (with where they ran) and its result as it comes back."""
+    on_gpu = any(s.budget.device == "gpu" for s in searches.values())
+    calls = [(search, ctx.run_id) for search in searches.values()]
+    answers = ctx.executor.map_on_nodes(search_on_node, calls, gpu=on_gpu)  # type: ignore[union-attr]
+    for framework, answer in zip(searches, answers, strict=True):
         if isinstance(answer, str):
-            result.maxbatch_notes.append(f"{framework}: {answer}")
+            _failed(result, framework, answer)
             continue
-        (probes, row, note), placement = answer
-        for outcome in probes:
+        found, placement = answer
+        for outcome in found.trials:
             outcome.placement = dataclasses.replace(placement, attempt=1)
             ctx.store.write_trial(outcome, ctx.run_id, ctx.env)
-        if row is not None:
-            ctx.store.write_maxbatch(row)
-        if note or row is None:
-            result.maxbatch_notes.append(f"{framework}: {note or 'the search gave no result'}")
+        if found.row is not None:
+            ctx.store.write_maxbatch(found.row)
+        if found.failed or (found.row is None and not found.note):
+            _failed(result, framework, found.note or "the search gave no result")
+        elif found.note:
+            result.maxbatch_notes.append(f"{framework}: {found.note}")
         else:
-            result.maxbatch.append(row)
+            assert found.row is not None
+            result.maxbatch.append(found.row)

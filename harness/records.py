@@ -512,7 +512,7 @@ class MaxBatchResult:
     The search's own names are fields (what was searched, where, under which budget and setting, when); the rest are
     parts a reader looks for: the ``answer``, the ``recommendation``, the ``margin`` it leaves, the measured memory
     ``line``, the seed's ``formula``, the framework's ``estimate``, the ``probes``, the heap ``settling`` and the
-    ``verification``. Made by the prober (:func:`harness.maxbatch.probes.result_row`, then the settling and verifying
+    ``verification``. Made by the search (:func:`harness.maxbatch.answer.answer_record`, then the settling and verifying
     runs with :func:`dataclasses.replace`), written and read back by the store alone, which flattens it to the
     ``maxbatch`` table's columns (:mod:`harness.store.maxbatch_row`: one column per field of the record and of its
     parts, named by its ``column`` metadata, the JSON ones (de)serialised there). A field that may be None is one a

@@ -146,8 +146,19 @@ def adapter_target(name: str) -> str:
 
 
 def adapter_class(name: str) -> type[Adapter]:
-    """Load an adapter class (imports its module, never its framework)."""
-    target = adapter_target(name)
+    """Load the adapter class registered as ``name`` (imports its module, never its framework). A command resolves
+    each framework once (:class:`harness.envs.runtime.FrameworkRuntime`) and reads the class from that record;
+    this is for what comes before one (the experiment's checks, the listing)."""
+    return load_adapter(adapter_target(name), name)
+
+
+def load_adapter(target: str, name: str) -> type[Adapter]:
+    """The adapter class at ``target`` (``module:Class``), registered as ``name``: the one place a class is loaded
+    and checked (imports its module, never its framework).
+
+    Raises:
+        AdapterError: the module cannot be imported, or the class is not an adapter.
+    """
     module_name, _, attr = target.partition(":")
     try:
         cls = getattr(importlib.import_module(module_name), attr)

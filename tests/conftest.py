@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -144,6 +145,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from tests.helpers.processes import FAST_ENV, guard_process_starts
 
     if os.environ.get(FAST_ENV):
+        # platform.uname()'s processor is read once per interpreter by running `uname -p` (platform.platform(), in
+        # every run's machine facts): read here, before the guard, so that no test is charged with the interpreter's
+        # first read, whichever test runs first in a worker
+        platform.uname().processor  # noqa: B018
         guard_process_starts()
 
 

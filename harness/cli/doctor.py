@@ -100,10 +100,11 @@ def print_environments(frameworks: list[str], kind: str, gpu_present: bool = Fal
             continue
         if spec is None:
             print(f"  {name:<11} the parent's interpreter ({sys.executable}): the adapter declares no environment")
+            from harness.envs.runtime import unchecked_runtime
             from harness.run.devices import build_of
 
             try:
-                gpu, words = build_of(name)
+                gpu, words = build_of(unchecked_runtime(name))  # the parent's interpreter: its build read here
             except Exception as e:  # noqa: BLE001 - a broken plugin's metadata must not stop the rest of the report
                 gpu, words = None, f"unknown ({type(e).__name__}: {e})"
             label, note = _build_note(name, gpu, words, gpu_present)

@@ -37,6 +37,7 @@ from harness.maxbatch.listener import MaxBatchListener
 
 if TYPE_CHECKING:  # the search's modules are imported when a command runs
     from harness.config.trial import TrialSpec
+    from harness.envs.runtime import FrameworkRuntime
     from harness.maxbatch.listener import Bracket
     from harness.maxbatch.request import MaxBatchRequest
     from harness.maxbatch.searching import MaxBatchSearch
@@ -145,8 +146,8 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     req = _request(args)
     out = Path(args.out or Path("results") / "maxbatch")
     env = environment.capture()
-    _choose_interpreter(args, req, env)
-    plan = _plan(args, req, env, out)
+    runtime = _runtime(args, req, env)
+    plan = _plan(args, req, env, out, runtime)
     listener = _Printer(make_progress(quiet=args.quiet), req, plan.searches[0].budget.kind)
     command = "batchscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     # the adapter, the data and the model's fit to it were checked above, before the store is created
@@ -172,25 +173,24 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     return 1 if outcome.row.verify_failed else 0
 
 
-def _choose_interpreter(args: argparse.Namespace, req: MaxBatchRequest, env: dict[str, Any]) -> None:
-    """The framework's interpreter (harness.envs): ``--python FRAMEWORK=PATH`` (checked there, exit 2 where it cannot
-    run it) or its managed environment, built on first use; one line says which. A failed build is exit 1."""
-    from harness.envs.resolve import choose, parse_python_options
-    from harness.envs.spec import chosen_kind
-    from harness.errors import BatchscopeError, ConfigError
+def _runtime(args: argparse.Namespace, req: MaxBatchRequest, env: dict[str, Any]) -> FrameworkRuntime:
+    """The framework resolved once (harness.envs.runtime): its adapter, and its interpreter, ``--python
+    FRAMEWORK=PATH`` (checked there, exit 2 where it cannot run it; exit 2 too for a framework this search does not
+    run) or its managed environment, built on first use (``cuda`` where NVML sees no GPU: exit 2, nothing
+    downloaded); one line says which. A failed build is exit 1."""
+    from harness.envs.guard import managed_kind
+    from harness.envs.resolve import parse_python_options
+    from harness.envs.runtime import FLAG, resolve_runtimes
+    from harness.errors import BatchscopeError
 
-    named = parse_python_options(args.python)
-    unknown = sorted(set(named) - {req.framework})
-    if unknown:
-        raise ConfigError(f"--python {unknown[0]}=...: this search runs {req.framework!r} only")
-    if not named and req.python:
-        named = {req.framework: req.python}
-    where = {fw: (path, f"--python {fw}") for fw, path in named.items()}
-    interpreter = choose([req.framework], where, chosen_kind(bool(env.get("gpus"))),
-                         say=lambda line: print(f"environment {line}", flush=True))[req.framework]
-    if interpreter.problem:
-        raise BatchscopeError(f"{req.framework}'s environment could not be built: {interpreter.problem}")
-    print(f"environment {interpreter.line()}", flush=True)
+    named = {fw: (path, f"{FLAG} {fw}") for fw, path in parse_python_options(args.python).items()}
+    kind = managed_kind([fw for fw in [req.framework] if fw not in named], bool(env.get("gpus")))
+    runtime = resolve_runtimes([req.framework], named, kind,
+                               say=lambda line: print(f"environment {line}", flush=True))[req.framework]
+    if runtime.interpreter.problem:
+        raise BatchscopeError(f"{req.framework}'s environment could not be built: {runtime.interpreter.problem}")
+    print(f"environment {runtime.line()}", flush=True)
+    return runtime
 
 
 def _request(args: argparse.Namespace) -> MaxBatchRequest:
@@ -232,27 +232,26 @@ class _Plan:
     compare: bool
 
 
-def _plan(args: argparse.Namespace, req: MaxBatchRequest, env: dict[str, Any], out: Path) -> _Plan:
+def _plan(args: argparse.Namespace, req: MaxBatchRequest, env: dict[str, Any], out: Path,
+          runtime: FrameworkRuntime) -> _Plan:
     """Resolve the budget and refuse what cannot apply under it, build the search on it (the data, the model's
     description: once, for every setting), and print what will run (the forecast)."""
     from harness.gpu_peaks import refuse_tf32_without_units
     from harness.maxbatch import whathelps
     from harness.maxbatch.request import resolve_budget
     from harness.maxbatch.searching import DataSource, MaxBatchSearch
-    from harness.registry import adapter_class
-
-    budget = resolve_budget(req, list(env.get("gpus") or []))  # refuse bad options before writing anything
+    budget = resolve_budget(req, list(env.get("gpus") or []), runtime)  # refuse bad options before writing anything
     refuse_tf32_without_units([req.math_mode], list(env.get("gpus") or []), "--math-mode")
     compare = whathelps.asks_what_helps(req.precision, req.accumulate_steps, req.adapter_options, req.env)
-    adapter = adapter_class(req.framework)  # a registered adapter that cannot be loaded is refused here
+    adapter = runtime.adapter_class
     reqs = (whathelps.setting_requests(req, adapter, budget.device, budget.trial_limit_mib,
                                        include_plain=not args.no_plain) if compare else [req])
     if args.no_plain and not compare:
         raise ConfigError("--no-plain applies only with a setting to try (--accumulate-steps K > 1, --precision "
                           "other than fp32, --adapter-option, --env); add one or leave --no-plain out")
     # data and model before the store: a bad file or a model that does not fit the input leaves nothing written
-    built = MaxBatchSearch.build(req, env, budget=budget, data=DataSource(args.data_dir, args.data_layout),
-                                 log_dir=out / "logs")
+    built = MaxBatchSearch.build(req, env, runtime=runtime, budget=budget,
+                                 data=DataSource(args.data_dir, args.data_layout), log_dir=out / "logs")
     print(f"maxbatch: {req.framework} {req.model} on {budget.device}, budget {budget.mib:.0f} MiB "
           f"({budget.kind}), strategy {req.strategy}, resolution {req.resolution(budget.device).label}; every probe "
           "is a fresh worker", flush=True)

@@ -66,6 +66,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                                executor=executor)
         result = run_experiment(exp, out, options, _Shown(display))
     _say_result(result, exp.name, out)
+    if result.maxbatch_errors:  # a search asked for (max_batch = true) that could not search: the run failed
+        print(f"batchscope: {len(result.maxbatch_errors)} max-batch search(es) failed (see 'max batch' above); the "
+              "sweep's trials are stored", file=sys.stderr)
+        return 1
     return 0
 
 

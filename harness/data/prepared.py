@@ -6,8 +6,10 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 import warnings
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -253,6 +255,33 @@ class DataRequest:
         return base + (f"-first{self.train_samples}" if self.train_samples else "")
 
 
-def default_cache_dir() -> Path:
-    """``$BATCHSCOPE_CACHE`` or ``~/.cache/batchscope``."""
-    return Path(os.environ.get("BATCHSCOPE_CACHE", Path.home() / ".cache" / "batchscope"))
+#: the cache's folder under the platform's cache directory
+CACHE_NAME = "batchscope"
+
+
+def default_cache_dir(environ: Mapping[str, str] | None = None, platform: str | None = None) -> Path:
+    """batchscope's cache (prepared data, managed environments, compiled programs): ``$BATCHSCOPE_CACHE`` where it
+    is set, else the platform's cache directory, as ``platformdirs.user_cache_dir("batchscope")`` names it:
+
+    - Linux and other POSIX systems: ``$XDG_CACHE_HOME/batchscope`` (an absolute path: the XDG Base Directory
+      specification ignores a relative one), else ``~/.cache/batchscope``;
+    - macOS: ``~/Library/Caches/batchscope``;
+    - Windows: ``%LOCALAPPDATA%\\batchscope\\Cache``.
+
+    Followed here by hand, not through platformdirs: a worker reads this too (its compilation cache), and a
+    framework's environment holds the framework and numpy alone (docs/environments.md). The worker inherits the
+    parent's environment variables, so both name the same folder. ``environ`` and ``platform`` (``sys.platform``)
+    stand in for the process's in tests.
+    """
+    environ = os.environ if environ is None else environ
+    platform = sys.platform if platform is None else platform
+    if environ.get("BATCHSCOPE_CACHE"):
+        return Path(environ["BATCHSCOPE_CACHE"])
+    home = Path(environ.get("HOME") or Path.home())
+    if platform == "darwin":
+        return home / "Library" / "Caches" / CACHE_NAME
+    if platform.startswith("win"):
+        local = environ.get("LOCALAPPDATA") or str(home / "AppData" / "Local")
+        return Path(local) / CACHE_NAME / "Cache"
+    xdg = environ.get("XDG_CACHE_HOME", "")
+    return (Path(xdg) if xdg and Path(xdg).is_absolute() else home / ".cache") / CACHE_NAME

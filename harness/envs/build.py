@@ -8,10 +8,10 @@ environment at once build it once: the second waits on a file lock (``flock``), 
 The installer is pip, run from the parent's interpreter into the new environment (``pip --python``), with the
 machine's pip configuration (this machine serves its CPU torch wheel that way) and, for a lock, ``--no-deps``: a
 lock lists every distribution, so nothing is resolved, and a missing one fails the import check instead of being
-fetched unpinned; and ``--require-hashes``: every file must match a hash the lock lists for it. A plugin's
-``requirements`` are specifiers, not a lock: pip resolves their dependencies. uv can do the same
-install (``BATCHSCOPE_INSTALLER=uv``, given pip's configuration as its own flags: it reads none of pip's);
-docs/environments.md says which is used and why (measured).
+fetched unpinned. A lock is installed with ``--require-hashes``: every file must match a hash the lock lists for it.
+A plugin's ``requirements`` are specifiers, not a lock: pip resolves their dependencies. uv can do the same install
+(``BATCHSCOPE_INSTALLER=uv``, given pip's configuration as its own flags: it reads none of pip's);
+docs/environments.md says which is the default and why (measured).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,7 +31,7 @@ import venv
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from harness.envs.spec import EnvSpec
+from harness.envs.spec import EnvSpec, requirement_name
 from harness.errors import BatchscopeError
 
 #: the facts file: written last, inside the temporary folder, before the rename
@@ -58,6 +59,78 @@ def python_in(env_dir: Path) -> Path:
 def is_built(env_dir: Path) -> bool:
     """Built and usable: the facts file (written last) and the interpreter are there."""
     return (env_dir / FACTS_FILE).is_file() and python_in(env_dir).exists()
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _installed(site: Path) -> dict[str, tuple[str, Path]]:
+    """Each distribution in ``site`` (normalised name) -> (its version, its ``.dist-info`` folder)."""
+    out: dict[str, tuple[str, Path]] = {}
+    for info in site.glob("*.dist-info"):
+        name, _, version = info.name[:-len(".dist-info")].partition("-")
+        out[_normal(name)] = (version, info)
+    return out
+
+
+def _package_files(info: Path) -> list[str]:
+    """One file of each top-level folder or module the distribution's ``RECORD`` lists (scripts and metadata
+    skipped): a package deleted by hand leaves its metadata behind, and these files go with it."""
+    firsts: dict[str, str] = {}
+    try:
+        with open(info / "RECORD", encoding="utf-8", errors="replace") as record:
+            for line in record:
+                path = line.split(",", 1)[0]
+                if path and not path.startswith("..") and ".dist-info/" not in path and "__pycache__" not in path:
+                    firsts.setdefault(path.split("/", 1)[0], path)
+    except OSError:
+        return []
+    return list(firsts.values())
+
+
+def damage(env_dir: Path, spec: EnvSpec) -> str | None:
+    """What is wrong with a built environment, or None: checked without starting it (a few ms, once per command).
+
+    Its interpreter must be there, its facts file must be this environment's (the same requirements), and every
+    requirement must be installed (a lock's at its pinned version), with one file of each top-level package or
+    module its ``RECORD`` lists (what ``pip check`` and a hand-made deletion have in common: a distribution
+    removed, or its files removed from under its metadata). Measured: 4-30 ms for each CPU environment (the
+    2-core development machine, loaded; most of it reading torch's and TensorFlow's RECORD files).
+    """
+    python = python_in(env_dir)
+    if not python.exists():
+        return f"its interpreter {python} is missing"
+    facts = read_facts(env_dir)
+    recorded = facts.get("requirements")
+    if not isinstance(recorded, list) or recorded != list(spec.requirements):
+        return f"its facts file ({FACTS_FILE}) is not this environment's (other requirements, or unreadable)"
+    sites = sorted(env_dir.glob("lib/python*/site-packages")) or sorted(env_dir.glob("Lib/site-packages"))
+    if not sites:
+        return "it has no site-packages folder"
+    installed = _installed(sites[0])
+    missing, broken = [], []
+    for requirement in spec.requirements:
+        named = requirement_name(requirement)
+        if named is None:
+            continue
+        name, wanted = named
+        found = installed.get(name)
+        if found is None or (wanted and found[0] != wanted and not found[0].startswith(f"{wanted}+")):
+            missing.append(f"{name} {wanted}".strip() + (f" (found {found[0]})" if found else ""))
+            continue
+        gone = [path for path in _package_files(found[1]) if not (sites[0] / path).exists()]
+        if gone:
+            broken.append(f"{name} ({gone[0]} is gone)")
+    if missing or broken:
+        return "; ".join(filter(None, [f"not installed: {', '.join(missing)}" if missing else "",
+                                       f"files missing: {', '.join(broken)}" if broken else ""]))
+    return None
+
+
+def rebuild_command(spec: EnvSpec) -> str:
+    """The command that builds ``spec``'s environment anew."""
+    return f"batchscope env build --rebuild {spec.framework}" + (" --kind cuda" if spec.kind == "cuda" else "")
 
 
 def read_facts(env_dir: Path) -> dict[str, object]:
@@ -106,43 +179,85 @@ def _clear_leftovers(root: Path, spec: EnvSpec) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def _set_aside(final: Path, root: Path, spec: EnvSpec) -> None:
+    """Move ``final`` out of the way (a rename: nothing half-deleted is ever at its place), then delete it."""
+    if not final.exists() and not final.is_symlink():
+        return
+    aside = root / f".{spec.name}.building-{os.getpid()}-old"
+    try:
+        os.replace(final, aside)
+    except OSError:
+        aside = final
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def remove(spec: EnvSpec, root: Path) -> bool:
+    """Remove ``spec``'s environment under ``root`` (under its build lock: never from under a build); whether there
+    was one."""
+    final = spec.path(root)
+    if not final.exists():
+        return False
+    with _locked(root / f".{spec.name}.lock"):
+        _set_aside(final, root, spec)
+    return True
+
+
 def build(spec: EnvSpec, root: Path, pythonpath: tuple[str, ...], say: Callable[[str], None] = lambda line: None,
-          timeout_s: float = INSTALL_TIMEOUT_S) -> Path:
+          timeout_s: float = INSTALL_TIMEOUT_S, installer: str = "") -> Path:
     """The environment of ``spec`` under ``root``, built first where it is not yet (``say`` gets one line).
-    ``pythonpath``: where batchscope's code is for the import check (:mod:`harness.envs.facts`, run there).
+    ``pythonpath``: where batchscope's code is for the import check (:mod:`harness.envs.facts`, run there);
+    ``installer``: ``pip`` or ``uv`` (default: :func:`chosen_installer`).
+
+    A built one is checked first (:func:`damage`: no process started, a few ms); a damaged one (a package removed
+    by hand) is said so and built anew from its lock.
 
     Raises:
         EnvironmentBuildError: the install or the import check failed; nothing usable is left behind.
     """
     final = spec.path(root)
-    if is_built(final):
+    if is_built(final) and damage(final, spec) is None:
         return final
     with _locked(root / f".{spec.name}.lock"):
-        if is_built(final):  # another process built it while this one waited
+        harm = damage(final, spec) if is_built(final) else None
+        if is_built(final) and harm is None:  # another process built it while this one waited
             return final
         _clear_leftovers(root, spec)
-        if final.exists():  # a folder without its facts file is not an environment (an old, broken one)
-            shutil.rmtree(final, ignore_errors=True)
-        t0 = time.monotonic()
-        say(f"building the {spec.framework} environment ({spec.kind}, {len(spec.requirements)} packages from "
-            f"{Path(spec.source).name if os.sep in spec.source else spec.source}) in {final}: once, reused while "
-            "its lock is unchanged")
-        tmp = root / f".{spec.name}.building-{os.getpid()}"
+        if harm is not None:
+            say(f"the {spec.framework} environment in {final} is damaged ({harm}): building it anew from its "
+                f"{'lock' if spec.complete else 'requirements'}")
+        _set_aside(final, root, spec)  # damaged, or a folder without its facts file (an old, broken one)
         try:
-            facts = _build_into(tmp, spec, pythonpath, timeout_s)
-            facts["build_s"] = round(time.monotonic() - t0, 1)
-            (tmp / FACTS_FILE).write_text(json.dumps(facts, indent=2))
-            os.replace(tmp, final)
-        except OSError as e:  # the venv, the requirements or the facts file could not be written (a full disk)
-            shutil.rmtree(tmp, ignore_errors=True)
-            why = "the disk is full" if e.errno == errno.ENOSPC else (e.strerror or str(e))
-            raise EnvironmentBuildError(f"{spec.label}: the environment could not be written in {root}: {why}; "
-                                        "nothing was left that looks built. Free space (or set BATCHSCOPE_ENVS to a "
-                                        "folder with room) and run again") from e
-        except BaseException:  # Ctrl-C, SIGTERM, a failed install: the temporary folder goes, nothing is renamed
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        say(f"built the {spec.framework} environment in {time.monotonic() - t0:.0f} s")
+            return _build_locked(spec, root, final, pythonpath, say, timeout_s, chosen_installer(installer))
+        except EnvironmentBuildError as e:
+            if harm is None:
+                raise
+            raise EnvironmentBuildError(f"{spec.label} in {final} was damaged ({harm}) and could not be built "
+                                        f"anew; once the cause below is fixed: {rebuild_command(spec)}\n{e}") from e
+
+
+def _build_locked(spec: EnvSpec, root: Path, final: Path, pythonpath: tuple[str, ...], say: Callable[[str], None],
+                  timeout_s: float, installer: str) -> Path:
+    """:func:`build`'s work, under its lock, with nothing at ``final``."""
+    t0 = time.monotonic()
+    say(f"building the {spec.framework} environment ({spec.kind}, {len(spec.requirements)} packages from "
+        f"{Path(spec.source).name if os.sep in spec.source else spec.source}) in {final}: once, reused while "
+        f"its {'lock is' if spec.complete else 'requirements are'} unchanged")
+    tmp = root / f".{spec.name}.building-{os.getpid()}"
+    try:
+        facts = _build_into(tmp, spec, pythonpath, timeout_s, installer)
+        facts["build_s"] = round(time.monotonic() - t0, 1)
+        (tmp / FACTS_FILE).write_text(json.dumps(facts, indent=2))
+        os.replace(tmp, final)
+    except OSError as e:  # the venv, the requirements or the facts file could not be written (a full disk)
+        shutil.rmtree(tmp, ignore_errors=True)
+        why = "the disk is full" if e.errno == errno.ENOSPC else (e.strerror or str(e))
+        raise EnvironmentBuildError(f"{spec.label}: the environment could not be written in {root}: {why}; "
+                                    "nothing was left that looks built. Free space (or set BATCHSCOPE_ENVS to a "
+                                    "folder with room) and run again") from e
+    except BaseException:  # Ctrl-C, SIGTERM, a failed install: the temporary folder goes, nothing is renamed
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    say(f"built the {spec.framework} environment in {time.monotonic() - t0:.0f} s")
     return final
 
 
@@ -196,45 +311,46 @@ def uv_binary() -> str:
     return found
 
 
-def chosen_installer() -> str:
-    """The installer a build uses: ``$BATCHSCOPE_INSTALLER`` where set, else :data:`INSTALLER`.
+def chosen_installer(asked: str = "") -> str:
+    """The installer a build uses: ``asked``, else ``$BATCHSCOPE_INSTALLER``, else :data:`INSTALLER`.
 
     Raises:
-        EnvironmentBuildError: the variable names no installer.
+        EnvironmentBuildError: it names no installer.
     """
-    installer = (os.environ.get(INSTALLER_VAR, "") or INSTALLER).strip().lower()
+    installer = (asked or os.environ.get(INSTALLER_VAR, "") or INSTALLER).strip().lower()
     if installer not in INSTALLERS:
         raise EnvironmentBuildError(f"{INSTALLER_VAR}={installer!r}: expected one of {', '.join(INSTALLERS)}")
     return installer
 
 
-def install_command(installer: str, python: Path, requirements: Path, complete: bool) -> list[str]:
-    """The command that installs ``requirements`` into the environment of ``python``. A lock (``complete``): with
-    ``--no-deps`` (it is the whole set: nothing is resolved, and a missing one fails the import check instead of
-    being fetched unpinned) and ``--require-hashes`` (every file checked against the lock's hashes). A plugin's
-    specifiers: resolved, their dependencies with them."""
-    lock = ["--no-deps", "--require-hashes"] if complete else []
+def install_command(installer: str, python: Path, requirements: Path, locked: bool, no_deps: bool = True
+                    ) -> list[str]:
+    """The command that installs ``requirements`` into the environment of ``python``: ``--no-deps`` where they are
+    the whole set (a lock; a plugin's specifiers have their dependencies resolved), ``--require-hashes`` for a lock
+    (every file checked against the lock's hashes)."""
+    hashes = ["--require-hashes"] if locked else []
+    deps = ["--no-deps"] if no_deps else []
     if installer == "pip":
-        return [sys.executable, "-m", "pip", "--python", str(python), "install", *lock, "--no-input",
-                "--disable-pip-version-check", "-r", str(requirements)]
+        return [sys.executable, "-m", "pip", "--python", str(python), "install", *deps, *hashes,
+                "--no-input", "--disable-pip-version-check", "-r", str(requirements)]
     if installer == "uv":  # bytecode compiled at install, as pip does (uv leaves it to the first import otherwise)
-        return [uv_binary(), "pip", "install", "--python", str(python), *lock, "--compile-bytecode",
-                *uv_flags(pip_config(), constraints=not complete), "-r", str(requirements)]
+        return [uv_binary(), "pip", "install", "--python", str(python), *deps, *hashes, "--compile-bytecode",
+                *uv_flags(pip_config(), constraints=not locked), "-r", str(requirements)]
     raise ValueError(f"installer {installer!r}: expected one of {', '.join(INSTALLERS)}")
 
 
-def _build_into(tmp: Path, spec: EnvSpec, pythonpath: tuple[str, ...], timeout_s: float) -> dict[str, object]:
+def _build_into(tmp: Path, spec: EnvSpec, pythonpath: tuple[str, ...], timeout_s: float,
+                installer: str = INSTALLER) -> dict[str, object]:
     """Create the venv in ``tmp``, install the lock, check the framework imports; returns the facts to record."""
-    installer = chosen_installer()
     try:
         venv.EnvBuilder(with_pip=False, symlinks=os.name != "nt").create(tmp)
     except OSError as e:
         raise EnvironmentBuildError(f"{spec.label}: the virtual environment could not be created in {tmp}: {e}") from e
     requirements = tmp / "batchscope-requirements.txt"
-    requirements.write_text("\n".join(spec.install_lines) + "\n")
+    requirements.write_text("\n".join(spec.requirements) + "\n")
     python = python_in(tmp)
-    _run(install_command(installer, python, requirements, spec.complete), f"{installer} install", spec, {},
-         timeout_s)
+    _run(install_command(installer, python, requirements, spec.locked, no_deps=spec.complete),
+         f"{installer} install", spec, {}, timeout_s)
     env = {"PYTHONPATH": os.pathsep.join(pythonpath)}
     out = _run([str(python), "-m", "harness.envs.facts", spec.target, "--import"],
                f"the import check (import {spec.import_name})", spec, env, 600)

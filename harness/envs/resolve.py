@@ -273,17 +273,14 @@ def existing_managed(framework: str, kind: str, root: Path | None = None) -> tup
     return spec, env_dir if is_built(env_dir) else None
 
 
-#: the interpreters chosen by this process's command, by framework (what :func:`chosen` returns)
-_CHOSEN: dict[str, Interpreter] = {}
-
-
 def choose(frameworks: Iterable[str], named: Mapping[str, tuple[str, str]], kind: str,
            say: Callable[[str], None] = lambda line: None) -> dict[str, Interpreter]:
     """The interpreter of each of ``frameworks``: ``named`` maps a framework to (its path, where the user named it).
+    Returned, never kept: a command holds them in its :class:`harness.envs.runtime.FrameworkRuntime` records, made by
+    :func:`harness.envs.runtime.resolve_runtimes` (which also refuses names for frameworks not in the run).
 
     Raises:
-        ConfigError: a named interpreter that cannot run its framework (exit 2, before anything is written), or a
-            name for a framework that is not in the run.
+        ConfigError: a named interpreter that cannot run its framework (exit 2, before anything is written).
     """
     frameworks = list(dict.fromkeys(frameworks))
     out: dict[str, Interpreter] = {}
@@ -303,16 +300,4 @@ def choose(frameworks: Iterable[str], named: Mapping[str, tuple[str, str]], kind
             built = dict(zip(managed, pool.map(lambda fw: managed_interpreter(fw, kind, say_whole), managed),
                              strict=True))
         out.update(built)
-    out = {fw: out[fw] for fw in frameworks}
-    _CHOSEN.update(out)
-    return out
-
-
-def chosen(framework: str) -> Interpreter | None:
-    """The interpreter this process chose for ``framework`` (None: none chosen yet)."""
-    return _CHOSEN.get(framework)
-
-
-def forget() -> None:
-    """Forget the interpreters chosen (tests; a long-lived process that runs several commands)."""
-    _CHOSEN.clear()
+    return {fw: out[fw] for fw in frameworks}

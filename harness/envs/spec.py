@@ -33,10 +33,9 @@ _COMMENT = re.compile(r"(^|\s+)#.*$")
 class EnvSpec:
     """A managed environment: what it is built from and where it lives.
 
-    ``requirements``: the pip requirements (exact pins ``name==version`` for a lock); ``source``: the file they
-    came from, or the adapter's ``requirements`` attribute for a plugin; ``import_name``: the module a successful
-    build must import; ``hashes``: for a lock, the sha256 digests each requirement's file may have (in the same
-    order), installed with ``--require-hashes`` (:attr:`install_lines`).
+    ``requirements``: the pip requirement lines (for a lock: one per distribution, ``name==version --hash=...``);
+    ``source``: the file they came from, or the adapter's ``requirements`` attribute for a plugin; ``import_name``:
+    the module a successful build must import; ``locked``: built from a lock (installed with ``--require-hashes``).
     """
 
     framework: str
@@ -47,24 +46,16 @@ class EnvSpec:
     #: the adapter (``module:Class``) whose framework a build must import (its own way: ``import_framework``)
     target: str = ""
     python_tag: str = f"{sys.implementation.name}{sys.version_info[0]}.{sys.version_info[1]}"
+    #: built from a lock with hashes (installed with ``--require-hashes``)
+    locked: bool = False
     #: the requirements are the whole set (a lock: installed with ``--no-deps``); False for a plugin's specifiers,
     #: whose dependencies pip resolves at build time (its framework's own: torch's sympy, filelock...)
     complete: bool = True
-    #: a lock's hashes: ``hashes[i]`` are the sha256 digests ``requirements[i]``'s file may have (empty: none)
-    hashes: tuple[tuple[str, ...], ...] = ()
-
-    @property
-    def install_lines(self) -> tuple[str, ...]:
-        """What the installer reads: each requirement with its hashes (``numpy==2.4.6 --hash=sha256:...``)."""
-        hashes = self.hashes or ((),) * len(self.requirements)
-        return tuple(" ".join([req, *(f"--hash=sha256:{h}" for h in digests)])
-                     for req, digests in zip(self.requirements, hashes, strict=True))
 
     @property
     def digest(self) -> str:
-        """12 hex digits of the requirements (a lock's with their hashes: another file is another environment), the
-        interpreter's version and the machine."""
-        text = "\n".join([self.python_tag, platform.machine(), *sorted(self.install_lines)])
+        """12 hex digits of the requirements, the interpreter's version and the machine."""
+        text = "\n".join([self.python_tag, platform.machine(), *sorted(self.requirements)])
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
     @property
@@ -100,6 +91,20 @@ def requirement_lines(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def requirement_name(requirement: str) -> tuple[str, str] | None:
+    """(normalised distribution name, pinned version or ``""``) of one requirement line, or None for a line that
+    names no distribution (an option such as ``--hash=...`` on a line of its own). Whatever follows the specifier
+    (`` --hash=...``, a line continuation, an environment marker) is left out: ``Torch[extra]==2.14.1 \\`` ->
+    ``("torch", "2.14.1")``."""
+    text = requirement.strip()
+    if not text or text.startswith("-"):
+        return None
+    text = re.split(r"\s|;", text, maxsplit=1)[0]
+    name = re.split(r"[\[<>=!~@]", text, maxsplit=1)[0]
+    version = text.partition("==")[2] if "==" in text and "===" not in text else ""
+    return re.sub(r"[-_.]+", "-", name).lower(), version
+
+
 def pin_of(requirement: str) -> tuple[str, str]:
     """(name, version) of a lock's requirement (``torch==2.13.0+cpu --hash=...`` gives ``("torch", "2.13.0+cpu")``).
 
@@ -116,11 +121,6 @@ def pin_of(requirement: str) -> tuple[str, str]:
 def hashes_of(requirement: str) -> tuple[str, ...]:
     """The sha256 digests a requirement line carries (``--hash=sha256:HEX``), in their order."""
     return tuple(word.partition("sha256:")[2] for word in requirement.split() if word.startswith("--hash=sha256:"))
-
-
-def without_hashes(requirement: str) -> str:
-    """A requirement line without its ``--hash`` options (``numpy==2.4.6``)."""
-    return " ".join(word for word in requirement.split() if not word.startswith("--hash="))
 
 
 def envs_root(cache_dir: Path | None = None) -> Path:
@@ -173,9 +173,8 @@ def spec_for(framework: str, adapter_cls: type, kind: str) -> EnvSpec | None:
             lock = locks / "cpu.txt"
         if lock.exists():
             chosen = "cpu" if lock.name == "cpu.txt" else kind
-            lines = requirement_lines(lock.read_text())
-            return EnvSpec(framework, chosen, tuple(without_hashes(line) for line in lines), str(lock), import_name,
-                           target, hashes=tuple(hashes_of(line) for line in lines))
+            return EnvSpec(framework, chosen, requirement_lines(lock.read_text()), str(lock), import_name, target,
+                           locked=True)
     declared = getattr(adapter_cls, "requirements", None)
     if declared:
         if isinstance(declared, str) or not all(isinstance(r, str) and r.strip() for r in declared):

@@ -131,15 +131,12 @@ def _formula_part(req: MaxBatchRequest, budget: Budget, answer: int, model: Mode
                    analytic_mib_per_sample=analytic_mib)
 
 
-def estimate_capable(framework: str) -> bool:
-    """Whether ``framework``'s adapter offers a step-memory estimate (capability ``step_memory_estimate``: it overrides
+def estimate_capable(adapter: type) -> bool:
+    """Whether the adapter class offers a step-memory estimate (capability ``step_memory_estimate``: it overrides
     ``estimate_step_memory``; read from its class, no framework imported)."""
     from harness.config.experiment import has_hook
 
-    try:
-        return has_hook(adapter_class(framework), "estimate_step_memory")
-    except Exception:  # noqa: BLE001 - an adapter that cannot be read offers nothing: the search fits from probes
-        return False
+    return has_hook(adapter, "estimate_step_memory")
 
 
 def estimate_part(req: MaxBatchRequest, result: SearchResult) -> tuple[StoredEstimate, str | None]:
@@ -151,7 +148,7 @@ def estimate_part(req: MaxBatchRequest, result: SearchResult) -> tuple[StoredEst
     if est is None:
         if result.strategy != "model":
             return StoredEstimate(note=f"not asked for: strategy {result.strategy}"), None
-        if carrier is None and not estimate_capable(req.framework):
+        if carrier is None and not _offers_estimate(req.framework):
             return StoredEstimate(note=f"the {req.framework} adapter offers no step-memory estimate (no public one in "
                                        "the framework): the line was fitted from probes"), None
         return StoredEstimate(note=f"none: {result.estimate_note or (carrier.estimate_note if carrier else '')}"), None
@@ -168,6 +165,14 @@ def estimate_part(req: MaxBatchRequest, result: SearchResult) -> tuple[StoredEst
         fixed_cost_mib=(measured - est.memory_mib(first)) if measured is not None else None,
         note=f"{req.framework}'s estimate at batch {sizes}, fixed cost from the probe at {first}: "
              f"{result.estimate_note}"), result.fit_source or None
+
+
+def _offers_estimate(framework: str) -> bool:
+    """Whether ``framework``'s adapter offers an estimate, for the stored note; False where it cannot be loaded."""
+    try:
+        return framework in known_adapter_names() and estimate_capable(adapter_class(framework))
+    except Exception:  # noqa: BLE001 - an adapter that cannot be read offers nothing: the search fits from probes
+        return False
 
 
 def _default_options(framework: str) -> dict[str, Any]:
@@ -192,7 +197,7 @@ def cuda_context_mib(outcomes: Sequence[TrialOutcome]) -> float | None:
 
 
 def settled(row: MaxBatchResult, runs: Sequence[SettleRun], steps: int) -> MaxBatchResult:
-    """The answer with the recommendation after the heap settling (prober.settle_heap), the heap allowance it leaves
+    """The answer with the recommendation after the heap settling (probes.settle_heap), the heap allowance it leaves
     (in MiB by the fitted slope, on top of jitter and growth), and the runs that decided it."""
     size = runs[-1].batch if runs else 0
     per_sample = float(row.line.b_mib_per_sample or row.formula.per_sample_mib or 0.0)

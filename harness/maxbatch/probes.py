@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -26,16 +25,15 @@ from typing import Any
 from harness.config.limits import MAX_TIMEOUT_S
 from harness.config.trial import OptimizerSpec, TrialSpec
 from harness.data import PreparedData
-from harness.envs.resolve import chosen
+from harness.envs.runtime import FrameworkRuntime, unchecked_runtime
 from harness.maxbatch.advice import CPU_HEAP_ALLOWANCE, NONE_SETTLED, NOT_SETTLED
 from harness.maxbatch.answer import cuda_context_mib as cuda_context_mib  # its home; the probes read it here too
 from harness.maxbatch.answer import estimate_capable as estimate_capable
 from harness.maxbatch.request import Budget, MaxBatchRequest
 from harness.maxbatch.search import GPU_CENSOR_PCT, ProbeResult, SearchSettings
 from harness.records import SettleRun, TrialOutcome, TrialUnit, WorkerMetrics
-from harness.registry import adapter_class, adapter_target
 from harness.run import gpufaults
-from harness.run.executor import LocalExecutor, adapter_worker_env
+from harness.run.executor import LocalExecutor
 
 MIB = 1024.0 * 1024.0
 #: a failure to load the framework's libraries for want of memory: an ImportError, not a MemoryError
@@ -138,9 +136,11 @@ def probe_growth_mib(outcome: TrialOutcome, budget_kind: str) -> float | None:
     return float(m.framework_peak_mib)
 
 
-def search_settings(req: MaxBatchRequest, budget: Budget) -> SearchSettings:
+def search_settings(req: MaxBatchRequest, budget: Budget, runtime: FrameworkRuntime | None = None) -> SearchSettings:
     """How ``req`` is searched under ``budget``: its strategy, its resolution (the device's default unless asked),
-    and on a GPU a reserved figure within GPU_CENSOR_PCT of the budget taken as censored."""
+    and on a GPU a reserved figure within GPU_CENSOR_PCT of the budget taken as censored. ``runtime``: the framework
+    as the command resolved it (whether its adapter offers an estimate); without one, a test's, read by name."""
+    runtime = runtime or unchecked_runtime(req.framework, req.python)
     # on CPU a probe's peak is what RLIMIT_DATA counts, so fresh processes' peaks out of order are the boundary
     # moving between processes: the search stops at that spread (issue 43); a GPU figure's noise moves no boundary
     return SearchSettings(strategy=req.strategy, budget_mib=budget.mib,
@@ -148,7 +148,7 @@ def search_settings(req: MaxBatchRequest, budget: Budget) -> SearchSettings:
                           resolution=req.resolution(budget.device),
                           censor_pct=GPU_CENSOR_PCT if budget.device == "gpu" else 0.0,
                           spread_from_peaks=budget.device == "cpu",
-                          expect_estimate=req.strategy == "model" and estimate_capable(req.framework),
+                          expect_estimate=req.strategy == "model" and estimate_capable(runtime.adapter_class),
                           # the answer's own confirm-length probe confirms it only where a fresh process's boundary
                           # repeats: never on CPU, where it moves between fresh processes by more than the resolution
                           # even under a fixed mmap threshold (measured 2026-11-28, docs/maxbatch.md: PyTorch tiny_cnn's
@@ -168,12 +168,16 @@ def control_limit_mib(budget_mib: float) -> float:
 
 
 class WorkerProber:
-    """The probe function of :func:`harness.maxbatch.search.search`: each call is a fresh worker."""
+    """The probe function of :func:`harness.maxbatch.search.search`: each call is a fresh worker, in the interpreter
+    of ``runtime`` (the framework as the command resolved it: the managed environment or the user's ``--python``;
+    without one, a test's or a benchmark's, the request's ``python`` unchecked or this interpreter)."""
 
     def __init__(self, req: MaxBatchRequest, budget: Budget, data: PreparedData, executor: LocalExecutor,
                  on_outcome: Callable[[TrialOutcome], None] | None = None,
-                 on_event: Callable[[TrialSpec, Any], None] | None = None) -> None:
+                 on_event: Callable[[TrialSpec, Any], None] | None = None,
+                 runtime: FrameworkRuntime | None = None) -> None:
         self.req, self.budget, self.data, self.executor = req, budget, data, executor
+        self.runtime = runtime or unchecked_runtime(req.framework, req.python)
         self.on_outcome, self.on_event = on_outcome, on_event
         self.outcomes: list[TrialOutcome] = []
         self.order_path = str(data.write_order(req.seed, 0))
@@ -181,10 +185,10 @@ class WorkerProber:
         # defaults, whose heap variation the recommendation's margin covers: advice.Margin); only what the adapter's
         # settings need at import (PyTorch's CUDA allocator settings) and a "what helps" setting's variables
         # (``--env``), each part of the answer, stored and printed with it (advice.answer_env)
-        self.env: dict[str, str] = adapter_worker_env(req.framework, req.adapter_options, budget.device)
+        self.env: dict[str, str] = self.runtime.worker_env(req.adapter_options, budget.device)
         self.env |= dict(req.env)
         #: issue 41: the next (short) probe asks the adapter for its step-memory estimate; only the search's first
-        self.estimate_pending = req.strategy == "model" and estimate_capable(req.framework)
+        self.estimate_pending = req.strategy == "model" and estimate_capable(self.runtime.adapter_class)
         self._carry_estimate = False
 
     def trial(self, batch: int, confirm: bool) -> TrialSpec:
@@ -234,19 +238,7 @@ class WorkerProber:
     def _unit(self, trial: TrialSpec, os_limit_mib: float | None) -> TrialUnit:
         """A fresh worker for ``trial`` under the OS memory limit ``os_limit_mib`` and the search's allocator
         settings (a probe, a verify run, a settling run)."""
-        interpreter = chosen(self.req.framework)  # the command chose it before the first probe (harness.envs)
-        if interpreter is None or (self.req.python and interpreter.python != self.req.python):
-            return TrialUnit(trial=trial, data=self.data, order_path=self.order_path,
-                             adapter_target=adapter_target(self.req.framework),
-                             python=self.req.python or sys.executable,
-                             oom_patterns=adapter_class(self.req.framework).oom_stderr_patterns,
-                             os_memory_limit_mib=os_limit_mib, env=dict(self.env))
-        return TrialUnit(trial=trial, data=self.data, order_path=self.order_path,
-                         adapter_target=adapter_target(self.req.framework), python=interpreter.python,
-                         oom_patterns=adapter_class(self.req.framework).oom_stderr_patterns,
-                         os_memory_limit_mib=os_limit_mib, env=dict(self.env), pythonpath=interpreter.pythonpath,
-                         environment=interpreter.environment, env_spec=interpreter.spec,
-                         unavailable=interpreter.problem)
+        return self.runtime.unit(trial, self.data, self.order_path, os_limit_mib, self.env)
 
     def verify(self, batch: int, steps: int) -> TrialOutcome:
         """Train ``batch`` for ``steps`` timed steps (after one warm-up), then eval, in a fresh worker.

@@ -27,6 +27,7 @@ from harness.config.choices import (
 )
 from harness.config.experiment import Experiment
 from harness.config.limits import DEFAULT_SETTLE_STEPS, MAX_MEMORY_LIMIT_MIB, MAX_THREADS, MAX_TIMEOUT_S, SQLITE_INT_MAX
+from harness.envs.runtime import FrameworkRuntime, unchecked_runtime
 from harness.errors import BatchscopeWarning, ConfigError
 from harness.maxbatch.search import CPU_RESOLUTION, GPU_RESOLUTION, STRATEGIES, Resolution
 from harness.run.devices import resolve
@@ -153,14 +154,9 @@ class MaxBatchRequest:
             raise ConfigError(f"--dataset {self.dataset!r} is not a known data set; known: "
                               f"{', '.join(sorted(DATASETS))}, or npz:FILE")
 
-    def _check_precision_runs(self) -> None:
+    def _check_precision_runs(self, cls: type[Any]) -> None:
         """Refuse a precision the adapter would not run on this device, and adapter settings that would do nothing
         there (a probe must never be recorded under a setting it did not use)."""
-        from harness.registry import adapter_class, known_adapter_names
-
-        if self.framework not in known_adapter_names():
-            return  # the command line names the unknown framework itself, with the known ones
-        cls = adapter_class(self.framework)
         from harness.config.precision import as_flags, validate_math_mode
 
         with as_flags():  # the refusals name the flags the user types, not the experiment file's keys
@@ -177,14 +173,12 @@ class MaxBatchRequest:
             if check is not None and self.adapter_options:
                 check(self.adapter_options, self.device)
 
-    def _check_accumulation_runs(self) -> None:
+    def _check_accumulation_runs(self, cls: type[Any]) -> None:
         """Refuse accumulation in an adapter without it, as the sweep's planner does: k plain steps are not one
         accumulated update, and their peak would be recorded as if they were."""
-        from harness.registry import adapter_class, known_adapter_names
-
-        if self.accumulate_steps == 1 or self.framework not in known_adapter_names():
+        if self.accumulate_steps == 1:
             return
-        if not getattr(adapter_class(self.framework), "supports_accumulation", False):
+        if not getattr(cls, "supports_accumulation", False):
             raise ConfigError(f"--accumulate-steps {self.accumulate_steps}: the {self.framework} adapter does not "
                               "implement gradient accumulation; leave --accumulate-steps out for it")
 
@@ -213,8 +207,12 @@ class MaxBatchRequest:
         self._check_dataset()
         if isinstance(self.granularity, str):  # parsed here, once: refused before anything runs
             object.__setattr__(self, "granularity", Resolution.parse(self.granularity) if self.granularity else None)
-        self._check_precision_runs()
-        self._check_accumulation_runs()
+        from harness.registry import adapter_class, known_adapter_names
+
+        if self.framework in known_adapter_names():  # else the command line names the unknown one, with the known
+            cls = adapter_class(self.framework)  # read once for both checks
+            self._check_precision_runs(cls)
+            self._check_accumulation_runs(cls)
         if self.memory_limit_mib and self.margin_mib >= self.memory_limit_mib:
             raise ConfigError(f"--margin-mib {self.margin_mib:g} leaves nothing of the "
                               f"{self.memory_limit_mib:g} MiB budget; give a smaller margin")
@@ -276,12 +274,19 @@ def _check_machine_memory(limit_mib: float) -> None:
                       "crashed probe) before it fails an allocation", BatchscopeWarning, stacklevel=3)
 
 
-def resolve_budget(req: MaxBatchRequest, gpus: list[dict[str, Any]]) -> Budget:
-    """Where the search runs and how its budget is enforced. Refuses what cannot be enforced."""
+def resolve_budget(req: MaxBatchRequest, gpus: list[dict[str, Any]], runtime: FrameworkRuntime | None = None
+                   ) -> Budget:
+    """Where the search runs and how its budget is enforced. Refuses what cannot be enforced. ``runtime``: the
+    framework as the command resolved it (the build a device is resolved from is the one its probes run in);
+    without one, a test's: this interpreter's."""
     # device = "auto" resolved per framework, as the sweep does (issue 29): a CPU-only build beside a GPU searches
     # on the CPU, under the budget the CPU needs, never told "gpu"
-    on_gpu = req.device == "gpu" or (req.device == "auto" and bool(gpus)
-                                     and resolve(req.framework, "auto", True).device == "gpu")
+    def auto_device() -> str:
+        if runtime is not None and runtime.device is not None:  # the sweep resolved it already
+            return runtime.device
+        return resolve(runtime or unchecked_runtime(req.framework, req.python), "auto", True).device
+
+    on_gpu = req.device == "gpu" or (req.device == "auto" and bool(gpus) and auto_device() == "gpu")
     if req.device == "gpu" and not gpus:
         raise ConfigError("--device gpu was asked for, but NVML sees no GPU here; use --device cpu with "
                           "--memory-limit-mib N (a budget the OS enforces on each probe)")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.data import DataRequest, PreparedData, default_cache_dir, prepare
+from harness.envs.runtime import FrameworkRuntime, unchecked_runtime
 from harness.errors import DoesNotFitError, SearchAborted
 from harness.maxbatch.advice import answer_env, cap_skips_settling, glibc_heap_varies
 from harness.maxbatch.answer import ModelSize, Provenance, answer_record, settled, verified
@@ -65,14 +66,17 @@ class MaxBatchOutcome:
 
 @dataclass(frozen=True)
 class MaxBatchSearch:
-    """One max-batch search, resolved: the request (checked when it was made), the budget it runs under, the prepared
-    data and the model's description (None for a native model: the framework's own, no description). Made once by
-    :meth:`build`; a "what helps" run makes one per setting with :meth:`with_request` (same budget, data and model).
+    """One max-batch search, resolved: the request (checked when it was made), the framework's runtime (its adapter
+    and the interpreter every probe runs in: the managed environment or the user's ``--python``), the budget it runs
+    under, the prepared data and the model's description (None for a native model: the framework's own, no
+    description). Made once by :meth:`build`; a "what helps" run makes one per setting with :meth:`with_request`
+    (same runtime, budget, data and model). It pickles: on Ray the whole search travels to a node as this value.
 
     ``env``: the machine (harness.monitor.environment.capture), stored with every probe and the answer.
     """
 
     request: MaxBatchRequest
+    runtime: FrameworkRuntime
     budget: Budget
     data: PreparedData
     description: ModelDescription | None
@@ -83,18 +87,22 @@ class MaxBatchSearch:
     settings_asked: SearchSettings | None = None
 
     @classmethod
-    def build(cls, req: MaxBatchRequest, env: Mapping[str, Any], *, budget: Budget | None = None,
-              data: PreparedData | DataSource | None = None, log_dir: Path | None = None,
-              monitor_factory: Callable[[TrialUnit], Monitor] | None = None) -> MaxBatchSearch:
+    def build(cls, req: MaxBatchRequest, env: Mapping[str, Any], *, runtime: FrameworkRuntime | None = None,
+              budget: Budget | None = None, data: PreparedData | DataSource | None = None,
+              log_dir: Path | None = None, monitor_factory: Callable[[TrialUnit], Monitor] | None = None
+              ) -> MaxBatchSearch:
         """Resolve the budget on ``env``'s GPUs (refusing one that cannot be enforced; ``budget``: resolved already,
         by a caller that checked the request against it first), prepare the data (``data``: a sweep's, or where to
         find it; by default the request's own) and describe the model for it (a model that does not fit the input is
-        refused): nothing is written yet."""
-        budget = budget if budget is not None else resolve_budget(req, list(env.get("gpus") or []))
+        refused): nothing is written yet. ``runtime``: the framework as the command resolved it (the command line
+        and the pipeline always give it; without one, a test's or a benchmark's, the request's ``python`` unchecked
+        or this interpreter)."""
+        runtime = runtime or unchecked_runtime(req.framework, req.python)
+        budget = budget if budget is not None else resolve_budget(req, list(env.get("gpus") or []), runtime)
         if not isinstance(data, PreparedData):
             data = (data or DataSource()).prepare(req)
         desc = None if is_native_model(req.model) else build_description(req.model, data.input_shape, data.classes)
-        return cls(req, budget, data, desc, env, log_dir, monitor_factory)
+        return cls(req, runtime, budget, data, desc, env, log_dir, monitor_factory)
 
     def with_request(self, req: MaxBatchRequest) -> MaxBatchSearch:
         """The same search under another setting of the same model, data and budget ("what helps")."""
@@ -103,7 +111,7 @@ class MaxBatchSearch:
     @property
     def settings(self) -> SearchSettings:
         """How the request is searched under the budget (strategy, resolution, censoring)."""
-        return self.settings_asked or search_settings(self.request, self.budget)
+        return self.settings_asked or search_settings(self.request, self.budget, self.runtime)
 
     def run(self, store: Store, run_id: int, listener: MaxBatchListener | None = None) -> MaxBatchOutcome:
         """Search, store every probe (trials, purpose ``probe``) and the answer (maxbatch), and return them; settle the
@@ -122,7 +130,8 @@ class MaxBatchSearch:
 
         prober = WorkerProber(req, budget, self.data, LocalExecutor(monitor_factory=self.monitor_factory,
                                                                     log_dir=self.log_dir),
-                              on_outcome=record, on_event=heard.on_probe_message if listener is not None else None)
+                              on_outcome=record, on_event=heard.on_probe_message if listener is not None else None,
+                              runtime=self.runtime)
         result = search(prober, self.settings, lambda probe, lo, hi: heard.on_bracket(Bracket(probe, lo, hi)))
         row = answer_record(req, budget, result, prober.outcomes, self._model_size(prober.outcomes),
                             Provenance(run_id, env, answer_env(prober.env, dict(os.environ))))

@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from harness.envs.resolve import chosen
+from harness.envs.runtime import FrameworkRuntime
 from harness.errors import ConfigError
-from harness.registry import adapter_class
 
 #: the fix printed with a refused mixed-device run
 MIXED_FIX = ("install the frameworks' GPU builds (README, \"On a GPU machine\"), or leave the CPU-only ones out "
@@ -34,34 +33,23 @@ class ResolvedDevice:
         return f"{self.framework} on the {'GPU' if self.device == 'gpu' else 'CPU'}: {self.why}"
 
 
-def build_of(framework: str) -> tuple[bool | None, str]:
+def build_of(runtime: FrameworkRuntime) -> tuple[bool | None, str]:
     """(can its build use a GPU: True / False / None for unknown, the build in words): the build in the interpreter
-    chosen for ``framework`` (its managed environment or the user's: harness.envs), read there; for an adapter that
-    runs in this interpreter, read here."""
-    interpreter = chosen(framework)
-    if interpreter is not None and interpreter.source != "parent":
-        label = interpreter.facts.get("build")
-        if not label:
-            return None, "its build is unknown to batchscope" + (" (its environment could not be built)"
-                                                                 if interpreter.problem else "")
-        gpu = interpreter.facts.get("gpu")
-        return (gpu if isinstance(gpu, bool) else None), str(label)
-    hook = getattr(adapter_class(framework), "gpu_build", None)  # a duck-typed plugin may lack it
-    build = hook() if hook is not None else None
-    if build is None:
-        return None, "its build is unknown to batchscope"
-    return build.gpu, build.label
+    the command chose for the framework (its managed environment or the user's, read there); for an adapter that
+    runs in this interpreter, read here (:meth:`harness.envs.runtime.FrameworkRuntime.gpu_build`)."""
+    return runtime.gpu_build()
 
 
-def resolve(framework: str, requested: str, gpu_present: bool, gpu_note: str = "") -> ResolvedDevice:
-    """Where ``framework``'s trials run under ``device = requested`` on a machine that has a GPU or not.
+def resolve(runtime: FrameworkRuntime, requested: str, gpu_present: bool, gpu_note: str = "") -> ResolvedDevice:
+    """Where ``runtime``'s framework's trials run under ``device = requested`` on a machine that has a GPU or not.
 
     Raises:
         ConfigError: ``device = "gpu"`` for a build that is CPU only.
     """
+    framework = runtime.framework
     if requested == "cpu":
         return ResolvedDevice(framework, "cpu", "device = \"cpu\" was asked for")
-    gpu, label = build_of(framework)
+    gpu, label = build_of(runtime)
     if requested == "gpu":
         if gpu is False:
             raise ConfigError(f"device = \"gpu\" was asked for, but the installed {framework} is {label}: install "
@@ -77,10 +65,11 @@ def resolve(framework: str, requested: str, gpu_present: bool, gpu_note: str = "
     return ResolvedDevice(framework, "gpu", label)
 
 
-def resolve_experiment(frameworks: Sequence[str], requested: Iterable[str], gpu_present: bool, gpu_note: str = ""
-                       ) -> dict[tuple[str, str], ResolvedDevice]:
+def resolve_experiment(runtimes: Sequence[FrameworkRuntime], requested: Iterable[str], gpu_present: bool,
+                       gpu_note: str = "") -> dict[tuple[str, str], ResolvedDevice]:
     """Each (framework, device asked for) of a run (an experiment's variants may ask for different devices)."""
-    return {(fw, req): resolve(fw, req, gpu_present, gpu_note) for req in dict.fromkeys(requested) for fw in frameworks}
+    return {(rt.framework, req): resolve(rt, req, gpu_present, gpu_note) for req in dict.fromkeys(requested)
+            for rt in runtimes}
 
 
 def check_one_device(devices: Mapping[str, str], allow_mixed: bool, source: str) -> None:

@@ -50,17 +50,6 @@ WORKER_CUDA_DEVICE_ORDER = "PCI_BUS_ID"
 OWN_PROCESS_GROUP: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
 
 
-def adapter_worker_env(framework: str, options: Mapping[str, Any], device: str) -> dict[str, str]:
-    """The environment ``framework``'s adapter needs for its settings before its framework is imported (PyTorch's
-    CUDA allocator settings: ``adapters.base.Adapter.worker_env``); none for a plugin without the hook."""
-    if not options:
-        return {}
-    from harness.registry import adapter_class
-
-    hook = getattr(adapter_class(framework), "worker_env", None)
-    return dict(hook(options, device)) if hook is not None else {}
-
-
 def classify(report: WorkerReport, returncode: int | None, timed_out: bool, timeout_s: float,
              stderr_tail: str, oom_patterns: tuple[str, ...]) -> tuple[Status, str]:
     """(status, reason) of a finished worker. Pure: tested on its own."""
@@ -138,6 +127,18 @@ class LocalExecutor:
 
     def run(self, unit: TrialUnit, on_event: Callable[[Message], None] | None = None) -> TrialOutcome:
         """Run one unit to completion (or timeout) and classify it. Never raises for a trial's failure.
+
+        A trial whose managed environment vanished or was damaged as it started (its worker could not start, or
+        failed, and the environment is no longer whole) is run once more, after the environment is rebuilt: the
+        trial is not lost to what happened to its environment (issue 50, item 5).
+        """
+        outcome = self._run_once(unit, on_event)
+        if outcome.status in ("crashed", "error") and _environment_harmed(unit):
+            outcome = self._run_once(_environment_ready(unit, whole=True), on_event)
+        return outcome
+
+    def _run_once(self, unit: TrialUnit, on_event: Callable[[Message], None] | None = None) -> TrialOutcome:
+        """One attempt at ``unit`` (:meth:`run`).
 
         Long on purpose: spawn, watch and clean-up share one try/finally that must see every handle (process,
         pipe, reader thread, monitor), so that no path leaves a worker or a thread behind.
@@ -314,10 +315,11 @@ def _not_started(unit: TrialUnit, error: OSError, started_at: str, t_start: floa
                         environment=unit.environment)
 
 
-def _environment_ready(unit: TrialUnit) -> TrialUnit:
+def _environment_ready(unit: TrialUnit, whole: bool = False) -> TrialUnit:
     """``unit`` with its managed environment there: rebuilt from its lock where it is missing (deleted during the
-    sweep, or a Ray node that has not built it yet); a build that fails makes the unit unavailable, with why."""
-    if unit.env_spec is None or unit.unavailable is not None or Path(unit.python).exists():
+    sweep, or a Ray node that has not built it yet) or, with ``whole``, damaged (:func:`harness.envs.build.damage`);
+    a build that fails makes the unit unavailable, with why."""
+    if unit.env_spec is None or unit.unavailable is not None or (Path(unit.python).exists() and not whole):
         return unit
     from harness.envs.build import EnvironmentBuildError, build
 
@@ -326,6 +328,17 @@ def _environment_ready(unit: TrialUnit) -> TrialUnit:
     except EnvironmentBuildError as e:
         return dataclasses.replace(unit, unavailable=f"its environment was missing and could not be rebuilt: {e}")
     return unit
+
+
+def _environment_harmed(unit: TrialUnit) -> bool:
+    """Whether ``unit``'s managed environment is no longer whole (gone, half-deleted, a package removed) after its
+    trial failed: then the failure is the environment's, not the trial's."""
+    if unit.env_spec is None or unit.unavailable is not None:
+        return False
+    from harness.envs.build import damage, is_built
+
+    env_dir = Path(unit.python).parents[1]
+    return not is_built(env_dir) or damage(env_dir, unit.env_spec) is not None
 
 
 def _unavailable(unit: TrialUnit) -> TrialOutcome:

@@ -6,7 +6,6 @@ import dataclasses
 import functools
 import json
 import os
-import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,18 +19,16 @@ from harness.config.trial import TrialSpec
 from harness.data import PreparedData, default_cache_dir, prepare
 from harness.data.footprint import require_disk
 from harness.diskfull import write_atomically
-from harness.envs.resolve import Interpreter
-from harness.envs.resolve import choose as choose_envs
-from harness.envs.spec import chosen_kind
+from harness.envs.guard import managed_kind
+from harness.envs.runtime import FrameworkRuntime, resolve_runtimes, unchecked_runtime
 from harness.errors import BatchscopeWarning, ConfigError, StoreError
 from harness.gpu_peaks import refuse_tf32_without_units
 from harness.models import build_description, is_native_model
 from harness.monitor import environment
 from harness.records import Executor, MaxBatchResult, Monitor, TrialOutcome, TrialUnit, allocator_env
-from harness.registry import adapter_class, adapter_target
 from harness.run.chains import oom_limits
 from harness.run.devices import check_one_device, resolve_experiment
-from harness.run.executor import LocalExecutor, adapter_worker_env
+from harness.run.executor import LocalExecutor
 from harness.run.listener import SweepListener
 from harness.run.planner import data_request, plan
 from harness.run.scheduler import Backend, SerialBackend, known_durations, run_chains
@@ -50,13 +47,16 @@ class SweepResult:
     total: int = 0
     maxbatch: list[MaxBatchResult] = field(default_factory=list)  # the stored answers (max_batch = true)
     maxbatch_notes: list[str] = field(default_factory=list)  # searches that did not give an answer, and why
+    #: of those, the searches that could not search (their probes failed, their task was lost): the run failed
+    maxbatch_errors: list[str] = field(default_factory=list)
     not_run: int = 0  # trials left unrun because no executor slot was left (every Ray node gone): --resume
     peak_in_flight: int = 0  # the most trials that ran at once
 
 
 @dataclass(frozen=True)
 class SweepContext:
-    """What a step after the trials needs: the open store, this run's id, the prepared data, the environment."""
+    """What a step after the trials needs: the open store, this run's id, the prepared data, the environment, and
+    each framework as the sweep resolved it (its runtime: adapter, interpreter, build, device)."""
 
     store: Store
     run_id: int
@@ -65,6 +65,7 @@ class SweepContext:
     out_dir: Path
     monitor_factory: Callable[[TrialUnit], Monitor] | None
     executor: Executor | None = None  # the sweep's (a RayExecutor runs the max-batch searches side by side too)
+    runtimes: Mapping[str, FrameworkRuntime] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,8 @@ class SweepOptions:
 
     ``resume``: finish a sweep already in the store (without it such a store is refused). ``executor`` defaults to
     a :class:`LocalExecutor` logging into ``out_dir/logs``, with ``monitor_factory``'s sampler per trial.
-    ``preflight(env)`` runs before anything is written and may refuse the run; ``after_trials`` runs with the store
-    still open (the max-batch searches of :func:`harness.pipeline.run_experiment`).
+    ``preflight(env, runtimes)`` runs before anything is written and may refuse the run; ``after_trials`` runs with
+    the store still open (the max-batch searches of :func:`harness.pipeline.run_experiment`).
     """
 
     resume: bool = False
@@ -83,22 +84,23 @@ class SweepOptions:
     command: str = ""  # the command line, stored with the run
     monitor_factory: Callable[[TrialUnit], Monitor] | None = None
     executor: Executor | None = None
-    preflight: Callable[[dict[str, Any]], None] | None = None
+    preflight: Callable[[dict[str, Any], Mapping[str, FrameworkRuntime]], None] | None = None
     after_trials: Callable[[SweepContext, SweepResult], None] | None = None
 
 
 @dataclass(frozen=True)
 class _Prepared:
-    """Everything known before anything is written: the environment, the data, the plan, the resolved spec."""
+    """Everything known before anything is written: the environment, the data, the plan, the resolved spec, each
+    framework's runtime."""
 
     env: dict[str, Any]
     data: PreparedData
     trials: list[TrialSpec]
     spec: dict[str, Any]
-    interpreters: dict[str, Interpreter] = dataclasses.field(default_factory=dict)
+    runtimes: dict[str, FrameworkRuntime] = dataclasses.field(default_factory=dict)
 
 
-def worker_env(trial: TrialSpec, env: dict[str, Any]) -> dict[str, str]:
+def worker_env(trial: TrialSpec, env: dict[str, Any], runtime: FrameworkRuntime | None = None) -> dict[str, str]:
     """What a trial's worker gets in its environment on top of the parent's: only what the adapter's settings need
     before its framework is imported (PyTorch's CUDA allocator settings: ``adapters.base.Adapter.worker_env``).
 
@@ -107,9 +109,10 @@ def worker_env(trial: TrialSpec, env: dict[str, Any]) -> dict[str, str]:
     helps" setting now (``maxbatch --env``). The benchmarks build their harness trials' environment with this very
     function (benchmarks/common.py), so a setting added here shows in ``make bench`` too.
     ``env``: the captured environment (unused today; kept so a setting can depend on the device found).
+    ``runtime``: the framework as the command resolved it (without one, a test's or a benchmark's: this interpreter).
     """
     del env
-    return adapter_worker_env(trial.framework, trial.adapter_options, trial.run_device)
+    return (runtime or unchecked_runtime(trial.framework)).worker_env(trial.adapter_options, trial.run_device)
 
 
 def worker_allocator_env(unit_env: dict[str, str], parent_env: dict[str, str] | None = None) -> dict[str, str]:
@@ -119,35 +122,29 @@ def worker_allocator_env(unit_env: dict[str, str], parent_env: dict[str, str] | 
 
 
 def unit_for(exp: Experiment, trial: TrialSpec, data: PreparedData, os_memory_limit_mib: float | None = None,
-             env: dict[str, str] | None = None, interpreter: Interpreter | None = None) -> TrialUnit:
-    """The unit that runs ``trial``: its interpreter (``interpreter``, chosen before the first trial; without one,
-    the experiment's named interpreter or this one), adapter, out-of-memory patterns and extra environment."""
+             env: dict[str, str] | None = None, runtime: FrameworkRuntime | None = None) -> TrialUnit:
+    """The unit that runs ``trial``: its framework's runtime (``runtime``, resolved before the first trial; without
+    one, a test's: the experiment's named interpreter unchecked, or this one), out-of-memory patterns and extra
+    environment."""
     order_path = data.write_order(trial.seed, trial.epochs)
-    if interpreter is None:
+    if runtime is None:
         settings = exp.adapters.get(trial.framework)
-        python = settings.python if settings and settings.python else sys.executable
-        interpreter = Interpreter(trial.framework, python, "user" if python != sys.executable else "parent",
-                                  "user" if python != sys.executable else "parent")
-    return TrialUnit(trial=trial, data=data, order_path=str(order_path),
-                     adapter_target=adapter_target(trial.framework), python=interpreter.python,
-                     oom_patterns=adapter_class(trial.framework).oom_stderr_patterns,
-                     os_memory_limit_mib=os_memory_limit_mib, env=dict(env or {}), pythonpath=interpreter.pythonpath,
-                     environment=interpreter.environment, env_spec=interpreter.spec,
-                     unavailable=interpreter.problem)
+        runtime = unchecked_runtime(trial.framework, settings.python if settings else None)
+    return runtime.unit(trial, data, str(order_path), os_memory_limit_mib, env)
 
 
-def choose_interpreters(exp: Experiment, gpu_present: bool, say: Callable[[str], None]) -> dict[str, Interpreter]:
-    """Each framework's interpreter (harness.envs): the user's where the experiment or ``--python`` names one (checked
-    there: ConfigError, exit 2, nothing written), else its managed environment, built on first use (``say`` gets a
-    line per build and one per framework)."""
+def choose_runtimes(exp: Experiment, gpu_present: bool, say: Callable[[str], None]) -> dict[str, FrameworkRuntime]:
+    """Each framework resolved once (harness.envs.runtime): its adapter, and its interpreter: the user's where the
+    experiment or ``--python`` names one (checked there: ConfigError, exit 2, nothing written; ``--python`` for a
+    framework not run is refused too), else its managed environment, built on first use (``say`` gets a line per
+    build and one per framework)."""
     named = {fw: (s.python, s.python_from or f"{exp.source}: adapters.{fw}.python")
-             for fw, s in exp.adapters.items() if s.python and fw in exp.frameworks}
-    chosen = choose_envs(exp.frameworks, named, chosen_kind(gpu_present), say)
-    for interpreter in chosen.values():
-        say(f"{interpreter.line()}" if not interpreter.problem else
-            f"{interpreter.framework}: its environment could not be built, so its trials are stored as errors: "
-            f"{interpreter.problem.splitlines()[0]}")
-    return chosen
+             for fw, s in exp.adapters.items() if s.python}
+    kind = managed_kind([fw for fw in exp.frameworks if fw not in named], gpu_present)  # cuda without a GPU: exit 2
+    runtimes = resolve_runtimes(exp.frameworks, named, kind, say)
+    for runtime in runtimes.values():
+        say(runtime.line())
+    return runtimes
 
 
 class ConcurrentExecutor(Protocol):
@@ -209,8 +206,6 @@ def _refuse_a_finished_store(exp: Experiment, out_dir: Path, resume: bool, reado
 
 def _prepare(exp: Experiment, options: SweepOptions, listener: SweepListener) -> _Prepared:
     """Every check that can be made before anything is written, in order; the data prepared and the trials planned."""
-    for framework in exp.frameworks:
-        adapter_class(framework)  # an adapter that cannot be loaded: AdapterError (exit 2)
     env = environment.capture()
     # stored with the run: the allocator settings the CPU workers ran with, as they ran (the sweep sets none of its
     # own on CPU: these are what the user's shell gave every worker; {} means glibc's and the frameworks' defaults)
@@ -219,19 +214,22 @@ def _prepare(exp: Experiment, options: SweepOptions, listener: SweepListener) ->
         raise ConfigError(f"{exp.source}: device = \"gpu\" was asked for, but NVML sees no GPU here "
                           f"({env.get('gpu_note') or 'no GPU'}); use device = \"cpu\" or \"auto\", or run "
                           "where a GPU is visible")
-    # each framework's interpreter, before its device: the build a device is resolved from is the one it runs
-    interpreters = choose_interpreters(exp, bool(env.get("gpus")), listener.on_environment)
+    # each framework resolved once (its adapter loaded: AdapterError, exit 2), its interpreter before its device:
+    # the build a device is resolved from is the one it runs
+    runtimes = choose_runtimes(exp, bool(env.get("gpus")), listener.on_environment)
     env["interpreters"] = {fw: {"python": i.python, "environment": i.environment, "problem": i.problem,
                                 **{k: i.facts.get(k) for k in ("python_version", "framework_version", "numpy",
                                                                "build") if i.facts.get(k)}}
-                           for fw, i in interpreters.items()}
+                           for fw, i in ((fw, rt.interpreter) for fw, rt in runtimes.items())}
     # one device per comparison (issue 29): each framework's device, decided here and printed before any trial
-    resolved = resolve_experiment(exp.frameworks, [v.device for _, v in exp.resolved_variants()],
+    resolved = resolve_experiment(list(runtimes.values()), [v.device for _, v in exp.resolved_variants()],
                                   bool(env.get("gpus")), str(env.get("gpu_note") or ""))
     listener.on_devices(list(dict.fromkeys(resolved.values())))
+    runtimes = {fw: rt.on(resolved[(fw, exp.device)].device) if (fw, exp.device) in resolved else rt
+                for fw, rt in runtimes.items()}
     refuse_tf32_without_units([v.math_mode for _, v in exp.resolved_variants()], env.get("gpus") or [], exp.source)
     if options.preflight is not None:  # e.g. refuse a budget that cannot be enforced, before anything is written
-        options.preflight(env)
+        options.preflight(env, runtimes)
     # data before the store: a data error (no network, corrupt archive) must leave nothing written
     data = prepare(data_request(exp, options.data_dir), options.cache_dir or default_cache_dir())
     if not is_native_model(exp.model):  # a native model has no description: its adapter checks it in the worker
@@ -242,7 +240,7 @@ def _prepare(exp: Experiment, options: SweepOptions, listener: SweepListener) ->
     require_disk(data.order_bytes(exp.epochs) * exp.repeats, Path(data.directory),
                  f"the shuffle orders of {exp.repeats} repeat(s) x {max(exp.epochs, 1)} epoch(s)", "lower epochs")
     spec = exp.to_dict() | {"data": {k: v for k, v in data.to_dict().items() if k != "directory"}}
-    return _Prepared(env=env, data=data, trials=trials, spec=spec, interpreters=interpreters)
+    return _Prepared(env=env, data=data, trials=trials, spec=spec, runtimes=runtimes)
 
 
 def _run_trials(exp: Experiment, out_dir: Path, store: Store, ready: _Prepared, options: SweepOptions,
@@ -271,8 +269,8 @@ def _run_trials(exp: Experiment, out_dir: Path, store: Store, ready: _Prepared, 
     listener.on_plan(todo, ready.data)
 
     def unit(trial: TrialSpec) -> TrialUnit:
-        return unit_for(exp, trial, ready.data, env=worker_env(trial, ready.env),
-                        interpreter=ready.interpreters.get(trial.framework))
+        runtime = ready.runtimes[trial.framework]
+        return unit_for(exp, trial, ready.data, env=worker_env(trial, ready.env, runtime), runtime=runtime)
 
     def finished(outcome: TrialOutcome) -> None:  # the driver writes every row, one transaction each
         store.write_trial(outcome, run_id, ready.env)
@@ -287,7 +285,7 @@ def _run_trials(exp: Experiment, out_dir: Path, store: Store, ready: _Prepared, 
     result.not_run, result.peak_in_flight = stats.not_run, stats.peak_in_flight
     if options.after_trials is not None:
         options.after_trials(SweepContext(store, run_id, ready.data, ready.env, out_dir, options.monitor_factory,
-                                          executor), result)
+                                          executor, ready.runtimes), result)
     return result
 
 

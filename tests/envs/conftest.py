@@ -8,21 +8,18 @@ from pathlib import Path
 import pytest
 
 from harness import registry
-from harness.envs import resolve
 
 
 @pytest.fixture()
 def env_fakes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fake adapter and the two with requirements, registered as plugins; chosen interpreters forgotten."""
+    """The fake adapter and the two with requirements, registered as plugins."""
     eps = dict(registry._entry_points())
     for name, value in (("fake", "tests.fakes.adapter:FakeAdapter"),
                         ("npenv", "tests.fakes.env_adapters:NumpyEnvAdapter"),
                         ("brokenenv", "tests.fakes.env_adapters:BrokenEnvAdapter")):
         eps[name] = md.EntryPoint(name=name, value=value, group=registry.GROUP)
     monkeypatch.setattr(registry, "_entry_points", lambda: eps)
-    resolve.forget()
     yield
-    resolve.forget()
 
 
 @pytest.fixture()

@@ -67,30 +67,25 @@ def test_the_cpu_torch_lock_holds_this_machines_cpu_wheel_alone() -> None:
 @pytest.mark.parametrize("kind", ["cpu", "cuda"])
 def test_a_framework_environment_comes_from_a_hashed_lock(framework: str, kind: str) -> None:
     spec = spec_for(framework, adapter_class(framework), kind)
-    assert spec is not None and spec.complete and spec.source.endswith(".txt")
-    assert len(spec.hashes) == len(spec.requirements) and all(spec.hashes)
-    assert all("--hash" not in r for r in spec.requirements)  # the pins alone: what a facts file and a check compare
-    lock = requirement_lines(Path(spec.source).read_text())
-    assert sorted(spec.install_lines) == sorted(lock)  # what the installer reads is the lock, hashes and all
+    assert spec is not None and spec.locked and spec.source.endswith(".txt")
+    assert all(hashes_of(r) for r in spec.requirements)
 
 
 def test_a_plugins_requirements_are_not_a_lock() -> None:
     """A plugin's specifiers are resolved at build time: no hashes, so no --require-hashes."""
     spec = spec_for(NumpyEnvAdapter.name, NumpyEnvAdapter, "cpu")
-    assert spec is not None and not spec.complete and spec.hashes == ()
-    assert spec.install_lines == spec.requirements
+    assert spec is not None and not spec.locked
 
 
 def test_the_hashes_name_the_environment() -> None:
     """Another file for the same pin (a hash changed) is another environment, built beside the old one."""
     spec = spec_for("mxnet", adapter_class("mxnet"), "cpu")
     assert spec is not None
-    other = EnvSpec(spec.framework, spec.kind, spec.requirements, spec.source, spec.import_name, spec.target,
-                    hashes=(("0" * 64,), *spec.hashes[1:]))
+    first = spec.requirements[0]
+    changed = first.replace(hashes_of(first)[0], "0" * 64)
+    other = EnvSpec(spec.framework, spec.kind, (changed, *spec.requirements[1:]), spec.source, spec.import_name,
+                    spec.target, locked=True)
     assert other.digest != spec.digest
-    same = EnvSpec(spec.framework, spec.kind, spec.requirements, spec.source, spec.import_name, spec.target,
-                   hashes=spec.hashes)
-    assert same.digest == spec.digest
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
@@ -99,10 +94,10 @@ def test_the_builder_installs_a_lock_with_require_hashes_and_no_deps(installer: 
     monkeypatch.setattr(build_mod, "uv_binary", lambda: "/opt/uv/bin/uv")
     monkeypatch.setattr(build_mod, "pip_config", lambda: [("global.find-links", "/opt/wheels")])
     python, requirements = tmp_path / "bin/python", tmp_path / "req.txt"
-    locked = install_command(installer, python, requirements, complete=True)
+    locked = install_command(installer, python, requirements, locked=True)
     assert "--require-hashes" in locked and "--no-deps" in locked
     assert locked[-2:] == ["-r", str(requirements)] and str(python) in locked
-    plugin = install_command(installer, python, requirements, complete=False)
+    plugin = install_command(installer, python, requirements, locked=False, no_deps=False)
     assert "--require-hashes" not in plugin and "--no-deps" not in plugin  # a plugin's specifiers are resolved
     if installer == "uv":
         assert locked[:3] == ["/opt/uv/bin/uv", "pip", "install"] and "--find-links" in locked
@@ -110,7 +105,7 @@ def test_the_builder_installs_a_lock_with_require_hashes_and_no_deps(installer: 
     else:
         assert locked[:3] == [sys.executable, "-m", "pip"]
     with pytest.raises(ValueError, match="expected one of pip, uv"):
-        install_command("conda", python, requirements, complete=True)
+        install_command("conda", python, requirements, locked=True)
 
 
 def test_the_builder_passes_what_the_lock_says_to_the_installer(tmp_path: Path,
@@ -130,12 +125,11 @@ def test_the_builder_passes_what_the_lock_says_to_the_installer(tmp_path: Path,
     assert spec is not None
     target = tmp_path / "env"
     target.mkdir()
-    monkeypatch.setenv("BATCHSCOPE_INSTALLER", "pip")
     with pytest.raises(EnvironmentBuildError):
-        build_mod._build_into(target, spec, (), 60)
+        build_mod._build_into(target, spec, (), 60, "pip")
     assert "--require-hashes" in seen[0]
     written = (target / "batchscope-requirements.txt").read_text().splitlines()
-    assert tuple(written) == spec.install_lines and all("--hash=sha256:" in line for line in written)
+    assert tuple(written) == spec.requirements and all("--hash=sha256:" in line for line in written)
 
 
 def test_pips_configuration_becomes_uvs_flags() -> None:
@@ -178,8 +172,8 @@ def test_the_tags_a_cuda_lock_takes_are_linux_x86_64_for_its_python() -> None:
 @pytest.mark.process
 def test_a_file_whose_hash_the_lock_does_not_list_is_refused(envs_dir: Path) -> None:
     """pip's hash-checking mode, as the builder runs it: numpy of the right version, but not the lock's file."""
-    spec = EnvSpec("npenv", "cpu", (f"numpy=={np.__version__}",), "test lock", "numpy",
-                   "tests.fakes.env_adapters:NumpyEnvAdapter", hashes=(("0" * 64,),))
+    spec = EnvSpec("npenv", "cpu", (f"numpy=={np.__version__} --hash=sha256:{'0' * 64}",), "test lock", "numpy",
+                   "tests.fakes.env_adapters:NumpyEnvAdapter", locked=True)
     with pytest.raises(EnvironmentBuildError, match="(?i)hash") as e:
         build(spec, envs_dir, (str(_code_dir([*WORKER_PACKAGES, "tests"])),))
     assert "pip install failed" in str(e.value)
@@ -188,9 +182,9 @@ def test_a_file_whose_hash_the_lock_does_not_list_is_refused(envs_dir: Path) -> 
 
 def test_the_installer_is_named_by_a_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("BATCHSCOPE_INSTALLER", raising=False)
-    assert build_mod.chosen_installer() == build_mod.INSTALLER
+    assert build_mod.chosen_installer() == build_mod.INSTALLER == "pip"  # measured: docs/environments.md
     monkeypatch.setenv("BATCHSCOPE_INSTALLER", "UV")
-    assert build_mod.chosen_installer() == "uv"
+    assert build_mod.chosen_installer() == "uv" and build_mod.chosen_installer("pip") == "pip"
     monkeypatch.setenv("BATCHSCOPE_INSTALLER", "conda")
     with pytest.raises(EnvironmentBuildError, match="BATCHSCOPE_INSTALLER='conda': expected one of pip, uv"):
         build_mod.chosen_installer()

@@ -12,15 +12,9 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.envs import resolve
 from harness.store import Store
 from tests.envs.test_faults import _toml
 from tests.helpers.envs import python_for
-
-
-@pytest.fixture(autouse=True)
-def _fresh_choice() -> None:
-    resolve.forget()
 
 
 def _refused(capsys: pytest.CaptureFixture[str], argv: list[str], *words: str) -> None:

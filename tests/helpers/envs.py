@@ -8,6 +8,7 @@ import sys
 from functools import cache
 
 from harness.envs.resolve import managed_interpreter, shared_builtin
+from harness.envs.runtime import FrameworkRuntime
 from harness.envs.spec import chosen_kind
 from harness.monitor.environment import gpus
 
@@ -16,6 +17,18 @@ from harness.monitor.environment import gpus
 def kind() -> str:
     """The lock kind this machine uses (``cpu`` here; ``cuda`` where NVML sees a GPU)."""
     return chosen_kind(bool(gpus()[0]))
+
+
+@cache
+def runtime_for(name: str) -> FrameworkRuntime:
+    """Registered adapter ``name`` as a command resolves it: in its framework's managed environment (built on first
+    use), for a test that runs a probe or a search of its own (passed explicitly: nothing remembers a choice)."""
+    from harness.registry import adapter_target
+
+    interpreter = managed_interpreter(name, kind())
+    if interpreter.problem:
+        raise RuntimeError(interpreter.problem)
+    return FrameworkRuntime(name, adapter_target(name), interpreter)
 
 
 @cache

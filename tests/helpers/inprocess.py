@@ -61,18 +61,15 @@ def _adapters(spec: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _fresh_process_state() -> Iterator[None]:
-    """The module-level memories a new process starts without: interpreters chosen, user models described."""
-    from harness.envs import resolve
+    """The module-level memories a new process starts without: user models described (the interpreters a command
+    chose are no module's memory: each command holds its own runtimes)."""
     from harness.models import sandbox
 
-    chosen, described = dict(resolve._CHOSEN), dict(sandbox._DESCRIBED)
-    resolve._CHOSEN.clear()
+    described = dict(sandbox._DESCRIBED)
     sandbox._DESCRIBED.clear()
     try:
         yield
     finally:
-        resolve._CHOSEN.clear()
-        resolve._CHOSEN.update(chosen)
         sandbox._DESCRIBED.clear()
         sandbox._DESCRIBED.update(described)
 

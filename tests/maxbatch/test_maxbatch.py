@@ -44,6 +44,7 @@ from harness.run.executor import LocalExecutor
 from harness.store import MAXBATCH_COLUMN_NAMES, Store
 from harness.store.maxbatch_row import maxbatch_record
 from tests.conftest import make_trial
+from tests.helpers.envs import runtime_for
 from tests.helpers.shared import RUNS
 from tests.maxbatch.conftest import FIXED_THRESHOLD, fixed_threshold
 
@@ -273,7 +274,8 @@ def test_real_boundary_on_cpu_holds_in_fresh_workers_either_side_of_it(real_sear
                           momentum=0.9, synthetic_shape=SHAPE)
     data = prepare(DataRequest(name="synthetic", synthetic_shape=SHAPE, synthetic_classes=req.synthetic_classes,
                                synthetic_samples=req.synthetic_samples), cache_dir)
-    prober = WorkerProber(req, resolve_budget(req, []), data, LocalExecutor(log_dir=tmp_path / "scan"))
+    prober = WorkerProber(req, resolve_budget(req, []), data, LocalExecutor(log_dir=tmp_path / "scan"),
+                          runtime=runtime_for("pytorch"))  # its managed environment, as the command's probes ran
     assert FIXED_THRESHOLD.items() <= json.loads(real_search.row["train_env_json"]).items()  # what its workers had
     # A fresh process's peak at one size moves by whole 1 MiB CPython arenas (docs/maxbatch.md; seen in CI: the
     # answer 384 passed the search's confirm run, then failed in a fresh worker). So the boundary is checked up to

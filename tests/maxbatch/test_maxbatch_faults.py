@@ -134,3 +134,50 @@ def test_on_a_concurrent_executor_each_framework_searches_on_a_node_and_the_driv
     assert rows["pytorch"]["max_batch"] == rows["tensorflow"]["max_batch"] == 28  # LinearMemory's law
     assert probes and {p["node_id"] for p in probes} == {"id0", "id1"}
     assert {p["host"] for p in probes if p["framework"] == "tensorflow"} == {"node1"}
+
+
+def _mb_toml(path: Any, frameworks: list[str]) -> Any:
+    path.write_text(f'name = "mbfail"\nframeworks = {json.dumps(frameworks)}\nmodel = "tiny_cnn"\nbatch_sizes = [4]\n'
+                    'device = "cpu"\nthreads = 1\nwarmup_steps = 1\ntimed_steps = 2\nsynthetic_shape = [1, 8, 8]\n'
+                    f'synthetic_samples = 64\neval_points = 0\nmax_batch = true\nmemory_limit_mib = {BUDGET_MIB:g}\n')
+    return path
+
+
+def test_a_sweeps_search_whose_probes_cannot_run_fails_the_run(fake_executor, tmp_path, capsys, monkeypatch,
+                                                               cache_dir):
+    """Issue 50, item 2: a search whose every probe fails for a reason other than memory (its workers cannot start)
+    gave no answer; ``run`` says so and exits 1 (it exited 0), the sweep's trials still stored."""
+    from tests.fakes.registry import register_fake
+
+    register_fake(monkeypatch)
+    fake_executor(failing_purpose="probe", failing_status="error")
+    out = tmp_path / "out"
+    code = main(["run", str(_mb_toml(tmp_path / "mb.toml", ["fake"])), "--out", str(out), "--quiet"])
+    captured = capsys.readouterr()
+    assert code == 1, captured.out + captured.err
+    assert "max batch fake: the search failed:" in captured.out
+    assert "1 max-batch search(es) failed" in captured.err
+    with Store.open(out, create=False) as store:
+        assert [t["status"] for t in store.trials("purpose = 'sweep'")] == ["ok"]
+        assert {t["status"] for t in store.trials("purpose = 'probe'")} == {"error"}
+
+
+def test_a_search_task_that_raised_on_its_node_fails_the_run(tmp_path, fake_executor, cache_dir):
+    """On Ray, a search's task that raised (or was lost with its node) is a failed search, not a note."""
+    from harness.config.experiment import parse_experiment
+    from harness.pipeline import run_experiment
+    from tests.fakes.memory_executor import LinearMemory
+
+    fake_executor()
+
+    class Raising(LinearMemory):
+        def map_on_nodes(self, fn, calls, gpu):  # type: ignore[no-untyped-def]
+            return ["raised on its node: ModuleNotFoundError: No module named 'torch'" for _ in calls]
+
+    exp = parse_experiment({"name": "mbraise", "frameworks": ["pytorch"], "model": "tiny_cnn", "batch_sizes": [8],
+                            "device": "cpu", "threads": 1, "warmup_steps": 1, "timed_steps": 2,
+                            "synthetic_shape": [1, 8, 8], "synthetic_samples": 64, "max_batch": True,
+                            "memory_limit_mib": 385}, source="inline")
+    result = run_experiment(exp, tmp_path, SweepOptions(cache_dir=cache_dir, executor=Raising()))
+    assert result.maxbatch == [] and result.maxbatch_errors == [
+        "pytorch: the search failed: raised on its node: ModuleNotFoundError: No module named 'torch'"]

@@ -36,7 +36,7 @@ def test_the_search_resolves_its_budget_once_and_tells_its_listener_in_order(fak
     resolved: list[str] = []
     real = request.resolve_budget
     monkeypatch.setattr(searching, "resolve_budget",
-                        lambda req, gpus: resolved.append(req.framework) or real(req, gpus))
+                        lambda req, gpus, runtime=None: resolved.append(req.framework) or real(req, gpus, runtime))
     search = MaxBatchSearch.build(REQ, {"gpus": []}, data=DataSource(cache_dir=tmp_path / "cache"))
     assert resolved == ["pytorch"] and search.budget.kind == "cpu-rlimit-data" and search.description is not None
     heard = Recorder()

@@ -23,6 +23,7 @@ from harness.registry import adapter_class
 from harness.store import Store
 from harness.store.maxbatch_row import maxbatch_record
 from tests.fakes.memory_executor import BUDGET_MIB
+from tests.helpers.envs import runtime_for
 
 
 def _maxbatch(out: Path, *extra: str, framework: str = "pytorch", budget: float = BUDGET_MIB) -> int:
@@ -315,7 +316,8 @@ def test_accumulation_keeps_the_peak_at_the_micro_batch_on_a_real_pytorch_worker
                               # not glibc's heap (which moves 20-45 MiB between fresh workers: docs/maxbatch.md)
                               env={"MALLOC_MMAP_THRESHOLD_": "131072"})
         budget = resolve_budget(req, [])
-        prober = WorkerProber(req, budget, data, LocalExecutor(log_dir=tmp_path / f"k{k}"))
+        prober = WorkerProber(req, budget, data, LocalExecutor(log_dir=tmp_path / f"k{k}"),
+                              runtime=runtime_for("pytorch"))
         # plain: the confirm run (1 + 8 steps), accumulated: a probe (1 + 2 updates of 4): as many passes or more
         result = prober(micro, k == 1)
         assert result.status == "ok", result.reason

@@ -30,7 +30,9 @@ def test_the_bench_trial_gets_the_sweeps_worker_env(tmp_path):
 
 def test_a_setting_the_sweep_gives_its_workers_reaches_the_bench_too(tmp_path, monkeypatch):
     # whatever the sweep's function starts to add, the bench's trials get it: there is no second copy to forget
-    monkeypatch.setattr(sweep, "adapter_worker_env", lambda *a: {"MALLOC_ARENA_MAX": "2"})
+    from harness.envs.runtime import FrameworkRuntime
+
+    monkeypatch.setattr(FrameworkRuntime, "worker_env", lambda *a: {"MALLOC_ARENA_MAX": "2"})
     unit = _unit(tmp_path)
     assert unit.env == {"MALLOC_ARENA_MAX": "2"} == sweep.worker_env(unit.trial, {})
 

@@ -20,6 +20,7 @@ from harness.cells import summary_rows
 from harness.cli import main
 from harness.config.experiment import load_experiment
 from harness.config.trial import OptimizerSpec, TrialSpec
+from harness.envs.runtime import unchecked_runtime
 from harness.errors import ConfigError
 from harness.run import devices, sweep
 from harness.run.sweep import SweepOptions, run_sweep
@@ -121,17 +122,18 @@ def test_this_machines_builds_are_read_without_importing_a_framework() -> None:
 
 
 # ---------------------------------------------------------------- resolution
-def test_auto_resolves_per_framework(fakes: None) -> None:
-    assert devices.resolve("fakecpu", "auto", gpu_present=True).device == "cpu"
-    assert devices.resolve("fakegpu", "auto", gpu_present=True).device == "gpu"
-    assert devices.resolve("fakegpu", "auto", gpu_present=False).device == "cpu"
-    assert devices.resolve("fake", "auto", gpu_present=True).device == "gpu"  # unknown build: assumed, said so
-    assert "assumed" in devices.resolve("fake", "auto", gpu_present=True).why
-    assert devices.resolve("fakegpu", "cpu", gpu_present=True).device == "cpu"
-    line = devices.resolve("fakecpu", "auto", gpu_present=True).line()
+def test_auto_resolves_per_framework(fakes: None) -> None:  # fakes run in this interpreter: builds read here
+    assert devices.resolve(unchecked_runtime("fakecpu"), "auto", gpu_present=True).device == "cpu"
+    assert devices.resolve(unchecked_runtime("fakegpu"), "auto", gpu_present=True).device == "gpu"
+    assert devices.resolve(unchecked_runtime("fakegpu"), "auto", gpu_present=False).device == "cpu"
+    # unknown build: assumed, said so
+    assert devices.resolve(unchecked_runtime("fake"), "auto", gpu_present=True).device == "gpu"
+    assert "assumed" in devices.resolve(unchecked_runtime("fake"), "auto", gpu_present=True).why
+    assert devices.resolve(unchecked_runtime("fakegpu"), "cpu", gpu_present=True).device == "cpu"
+    line = devices.resolve(unchecked_runtime("fakecpu"), "auto", gpu_present=True).line()
     assert line.startswith("fakecpu on the CPU: CPU only (fakecpu-cpu 1.0 is installed), beside a GPU it cannot")
     with pytest.raises(ConfigError, match="CPU only"):
-        devices.resolve("fakecpu", "gpu", gpu_present=True)
+        devices.resolve(unchecked_runtime("fakecpu"), "gpu", gpu_present=True)
 
 
 def _spec(**kw: Any) -> TrialSpec:
