@@ -112,8 +112,10 @@ class Probe:
         # math_mode as a worker asks by default: on the CPU an adapter with the capability reads back "n/a"
         # and a persistent compilation cache, as a sweep's worker has one: the probe builds the same models several
         # times (a program compiled once is read back, never run differently), and the probes of one test session
-        # share it (JAX: 100 s of compiling without it, issue 30)
-        cache = str(self.out.parent / COMPILE_CACHE) if self.out is not None else None
+        # share it (JAX: 100 s of compiling without it, issue 30); under pytest, the one kept between sessions
+        # (tests/conftest.py, BATCHSCOPE_TEST_COMPILE_CACHE)
+        kept = os.environ.get("BATCHSCOPE_TEST_COMPILE_CACHE")
+        cache = kept or (str(self.out.parent / COMPILE_CACHE) if self.out is not None else None)
         got = self.adapter.setup(RuntimeConfig(device="cpu", threads=1, math_mode="ieee", compile_cache_dir=cache))
         # a record, or the flat mapping of an adapter written before 0.9: the worker reads either
         return {"facts": SetupFacts.of(got).to_dict(), "returned": type(got).__name__,
