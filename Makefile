@@ -87,14 +87,16 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/harness_overhead.py
 	$(BIN)/python benchmarks/trial_fixed_cost.py
 
-# the parent's pins (constraints.txt) from .venv as it is; `make locks`: each framework's lock resolved anew
+# the parent's pins (constraints.txt) from .venv as it is; `make locks`: each framework's lock resolved anew, with
+# the hashes of its files (the current pins held where they still fit; `make locks UPGRADE=1`: newest versions)
+UPGRADE ?=
 lock: $(STAMP)
 	$(BIN)/python -m pip freeze --exclude-editable > constraints.txt.new && mv constraints.txt.new constraints.txt
 
 # the locks resolved anew, then the CUDA locks' download sizes (the refusal of GPU=1 on a machine without a GPU
 # names them: harness/envs/sizes.py; PyPI's JSON index, nothing downloaded)
 locks: $(STAMP)
-	$(BIN)/python -m harness.envs.locking
+	$(BIN)/python -m harness.envs.locking $(if $(UPGRADE),--upgrade)
 	$(BIN)/python -m harness.envs.sizes cuda
 
 clean-venv:

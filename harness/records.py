@@ -143,6 +143,52 @@ class TrialUnit:
 
 
 @dataclass(frozen=True)
+class StepEstimate:
+    """A max-batch probe's framework estimate (issue 41; ``TrialSpec.estimate_batches``): the adapter's figure for one
+    training step's peak at each of ``batches`` (``mib``, in the same order) and the ``seconds`` it took; or, where
+    the adapter has none or it failed, ``error`` saying why (the probe's own result stands either way). Typed in the
+    worker's result and the stored record; the store keeps it as JSON in ``step_estimate_json``, read and written
+    there only."""
+
+    batches: tuple[int, ...] = ()
+    mib: tuple[float, ...] = ()
+    seconds: float | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (the protocol's and the store's JSON): the error alone where there is one."""
+        if self.error is not None:
+            return {"error": self.error}
+        return {"batches": list(self.batches), "mib": list(self.mib), "seconds": self.seconds}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StepEstimate:
+        """From plain data (a protocol message, a stored column).
+
+        Raises:
+            ValueError: data that is no estimate (sizes and figures of different lengths, or not numbers).
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"an estimate is a mapping, not {type(data).__name__}")
+        if data.get("error") is not None:
+            return cls(error=str(data["error"]))
+        try:
+            batches = tuple(int(b) for b in data.get("batches") or ())
+            mib = tuple(float(m) for m in data.get("mib") or ())
+            seconds = None if data.get("seconds") is None else float(data["seconds"])
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"unreadable estimate {dict(data)!r}: {e}") from None
+        if len(batches) != len(mib):
+            raise ValueError(f"unreadable estimate {dict(data)!r}: {len(batches)} sizes, {len(mib)} figures")
+        return cls(batches, mib, seconds)
+
+    @property
+    def points(self) -> tuple[tuple[int, float], ...]:
+        """((batch, MiB), ...); () where there is an error."""
+        return tuple(zip(self.batches, self.mib, strict=True))
+
+
+@dataclass(frozen=True)
 class WorkerMetrics:
     """What the worker measured in one trial, as it sends it to the parent (one field per ``trials`` column).
 
@@ -228,23 +274,32 @@ class WorkerMetrics:
     #: seconds a fresh process without the cache would compile: compile_s where cold, compile_s plus the compile
     #: time the cache saved (the framework's own record of it) where warm: the start-up the user pays
     compile_cold_s: float | None = None
-    #: a max-batch probe's framework estimate (issue 41; TrialSpec.estimate_batches): JSON
-    #: ``{"batches": [..], "mib": [..], "seconds": s}`` (the adapter's estimate of one training step's peak at each
-    #: size), or ``{"error": "..."}`` where the adapter has none or it failed; None where none was asked for
-    step_estimate_json: str | None = None
+    #: a max-batch probe's framework estimate (issue 41; TrialSpec.estimate_batches), or why there is none; None
+    #: where none was asked for. Stored as JSON in the trials column ``step_estimate_json`` (its ``column``)
+    step_estimate: StepEstimate | None = field(default=None, metadata={"column": "step_estimate_json"})
     #: a batch-size schedule's trial (issue 52): JSON, one object per stretch at one size: ``batch``, ``lr``,
     #: ``first_step``, ``first_sample``, ``steps``, ``step_ms_median`` and ``step_samples_per_s`` (its post-warm-up
     #: steps), ``switch_s`` (the change before it, off the training clock); None for a constant size
     schedule_json: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for the protocol message."""
-        return asdict(self)
+        """Plain data for the protocol message (the estimate as its own plain data)."""
+        out = asdict(self)
+        out["step_estimate"] = self.step_estimate.to_dict() if self.step_estimate is not None else None
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WorkerMetrics:
-        """From a protocol message; keys this version does not know (a newer worker) are dropped."""
-        return cls(**known_fields(cls, data))
+        """From a protocol message; keys this version does not know (a newer worker) are dropped. An estimate that
+        cannot be read is kept as one whose error says so (it is advice: the probe's figures stand)."""
+        known = known_fields(cls, data)
+        estimate = known.get("step_estimate")
+        if estimate is not None and not isinstance(estimate, StepEstimate):
+            try:
+                known["step_estimate"] = StepEstimate.from_dict(estimate)
+            except ValueError as e:
+                known["step_estimate"] = StepEstimate(error=str(e)[:500])
+        return cls(**known)
 
 
 @dataclass(frozen=True)

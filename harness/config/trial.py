@@ -98,7 +98,7 @@ class TrialSpec:
 
     #: a max-batch probe (issue 41): after its own steps and evaluation, the worker asks the adapter for its estimate of
     #: a training step's peak at these batch sizes (``Adapter.estimate_step_memory``) and reports it
-    #: (``WorkerMetrics.step_estimate_json``); () for every other trial. Not part of the hash: it measures nothing
+    #: (``WorkerMetrics.step_estimate``); () for every other trial. Not part of the hash: it measures nothing
     #: the trial's own figures depend on (it runs after them)
     estimate_batches: tuple[int, ...] = ()
 

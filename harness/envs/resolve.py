@@ -170,13 +170,14 @@ def read_interpreter_facts(python: str, target: str, pythonpath: tuple[str, ...]
         return {"problem": f"batchscope's worker code does not run there (exit {done.returncode}: {tail})"}
 
 
-def user_interpreter(framework: str, path: str, where: str) -> Interpreter:
+def user_interpreter(framework: str, path: str, where: str, target: str | None = None) -> Interpreter:
     """The user's interpreter for ``framework``, checked: refused (ConfigError, exit 2) where it cannot run it.
 
-    ``where``: how the user named it, for the message (``--python`` or the experiment's key).
+    ``where``: how the user named it, for the message (``--python`` or the experiment's key). ``target``: the
+    adapter's ``module:Class`` where the caller resolved it already (else read from the registry).
     """
     python = check_interpreter(where, path)  # the file itself, as the experiment's reader checks it
-    target = adapter_target(framework)
+    target = target or adapter_target(framework)
     pythonpath = (str(_code_dir([*WORKER_PACKAGES, target.partition(":")[0]])),)
     facts = read_interpreter_facts(python, target, pythonpath, do_import=True)
     if facts.get("problem"):
@@ -194,10 +195,11 @@ def shared_builtin(adapter_cls: type) -> str | None:
     return None
 
 
-def managed_spec(framework: str, kind: str) -> EnvSpec | None:
+def managed_spec(framework: str, kind: str, cls: type | None = None) -> EnvSpec | None:
     """The managed environment ``framework`` runs in: its own lock or requirements, else (a plugin of a built-in
-    framework) that framework's; None: the parent's interpreter."""
-    cls = adapter_class(framework)
+    framework) that framework's; None: the parent's interpreter. ``cls``: its adapter class where the caller loaded
+    it already (else read from the registry)."""
+    cls = cls or adapter_class(framework)
     spec = spec_for(framework, cls, kind)
     if spec is None and not is_builtin(framework):
         shared = shared_builtin(cls)
@@ -206,12 +208,12 @@ def managed_spec(framework: str, kind: str) -> EnvSpec | None:
 
 
 def managed_interpreter(framework: str, kind: str, say: Callable[[str], None] = lambda line: None,
-                        root: Path | None = None) -> Interpreter:
+                        root: Path | None = None, adapter: tuple[str, type] | None = None) -> Interpreter:
     """``framework``'s managed environment (built where it is not yet), or the parent's interpreter for an adapter
-    that has none. A failed build is not raised: the interpreter carries it as its ``problem``."""
-    cls = adapter_class(framework)
-    target = adapter_target(framework)
-    spec = managed_spec(framework, kind)
+    that has none. A failed build is not raised: the interpreter carries it as its ``problem``. ``adapter``: its
+    (``module:Class``, class) where the caller resolved them already (else read from the registry)."""
+    target, cls = adapter or (adapter_target(framework), adapter_class(framework))
+    spec = managed_spec(framework, kind, cls)
     modules = [*WORKER_PACKAGES, target.partition(":")[0]]  # a plugin's own package too, made importable there
     if spec is None:
         return Interpreter(framework, sys.executable, "parent", "parent")
@@ -274,8 +276,11 @@ def existing_managed(framework: str, kind: str, root: Path | None = None) -> tup
 
 
 def choose(frameworks: Iterable[str], named: Mapping[str, tuple[str, str]], kind: str,
-           say: Callable[[str], None] = lambda line: None) -> dict[str, Interpreter]:
-    """The interpreter of each of ``frameworks``: ``named`` maps a framework to (its path, where the user named it).
+           say: Callable[[str], None] = lambda line: None,
+           adapters: Mapping[str, tuple[str, type]] | None = None) -> dict[str, Interpreter]:
+    """The interpreter of each of ``frameworks``: ``named`` maps a framework to (its path, where the user named it);
+    ``adapters``: each one's (``module:Class``, class) where the caller resolved them (the registry is then not read
+    again).
     Returned, never kept: a command holds them in its :class:`harness.envs.runtime.FrameworkRuntime` records, made by
     :func:`harness.envs.runtime.resolve_runtimes` (which also refuses names for frameworks not in the run).
 
@@ -283,11 +288,13 @@ def choose(frameworks: Iterable[str], named: Mapping[str, tuple[str, str]], kind
         ConfigError: a named interpreter that cannot run its framework (exit 2, before anything is written).
     """
     frameworks = list(dict.fromkeys(frameworks))
+    known = dict(adapters or {})
     out: dict[str, Interpreter] = {}
     for framework in frameworks:  # the user's first: a refusal comes before any build
         if framework in named:
             path, where = named[framework]
-            out[framework] = user_interpreter(framework, path, where)
+            target = known[framework][0] if framework in known else None
+            out[framework] = user_interpreter(framework, path, where, target)
     managed = [fw for fw in frameworks if fw not in named]
     if managed:  # built side by side: mostly downloading and unpacking wheels, so they overlap well on 2 cores
         said = threading.Lock()
@@ -297,7 +304,8 @@ def choose(frameworks: Iterable[str], named: Mapping[str, tuple[str, str]], kind
                 say(line)
 
         with ThreadPoolExecutor(max_workers=min(4, len(managed)), thread_name_prefix="env-build") as pool:
-            built = dict(zip(managed, pool.map(lambda fw: managed_interpreter(fw, kind, say_whole), managed),
-                             strict=True))
+            built = dict(zip(managed, pool.map(
+                lambda fw: managed_interpreter(fw, kind, say_whole, adapter=known.get(fw)), managed),
+                strict=True))
         out.update(built)
     return {fw: out[fw] for fw in frameworks}

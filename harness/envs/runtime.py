@@ -159,8 +159,8 @@ def resolve_runtimes(frameworks: Iterable[str], named: Mapping[str, tuple[str, s
     for line in unused_interpreters(named, frameworks):
         say(line)
     named = {fw: how for fw, how in named.items() if fw in frameworks}
-    targets = {fw: adapter_target(fw) for fw in frameworks}
-    for fw, target in targets.items():
-        load_adapter(target, fw)  # a registered adapter that cannot be loaded is refused before any build
-    interpreters = choose(frameworks, named, kind, say)
+    targets = {fw: adapter_target(fw) for fw in frameworks}  # the registry, once per framework
+    # a registered adapter that cannot be loaded is refused before any build
+    adapters = {fw: (target, load_adapter(target, fw)) for fw, target in targets.items()}
+    interpreters = choose(frameworks, named, kind, say, adapters)
     return {fw: FrameworkRuntime(fw, targets[fw], interpreters[fw]) for fw in frameworks}

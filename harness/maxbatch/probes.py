@@ -16,7 +16,6 @@ Budgets are real, never numbers compared in the parent:
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import replace
@@ -57,18 +56,16 @@ def estimate_batches(batch: int) -> tuple[int, ...]:
 
 
 def parse_estimate(outcome: TrialOutcome) -> tuple[tuple[tuple[int, float], ...], str]:
-    """The estimate a probe's worker reported (``step_estimate_json``): ((batch, MiB), ...) and why none ("")."""
-    text = outcome.metrics.step_estimate_json if outcome.metrics is not None else None
-    if not text:
+    """The estimate a probe's worker reported (``metrics.step_estimate``): ((batch, MiB), ...) and why none ("")."""
+    estimate = outcome.metrics.step_estimate if outcome.metrics is not None else None
+    if estimate is None:
         return (), (f"the probe ended {outcome.status} before its estimate" if outcome.status != "ok" else
                     "the worker reported no estimate")
-    try:
-        data = json.loads(text)
-        if "error" in data:
-            return (), str(data["error"])
-        points = tuple((int(b), float(m)) for b, m in zip(data["batches"], data["mib"], strict=True))
-    except (ValueError, KeyError, TypeError) as exc:
-        return (), f"unreadable estimate {text[:200]!r}: {exc}"
+    if estimate.error is not None:
+        return (), estimate.error
+    points = estimate.points
+    if not points:
+        return (), "the worker reported an estimate at no size"
     if not all(math.isfinite(m) and m > 0 for _, m in points):
         return (), f"the estimate is not a positive size: {points}"
     return points, ""

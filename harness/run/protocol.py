@@ -58,7 +58,9 @@ __all__ = ["EVENTS", "PHASES", "PROGRESS_INTERVAL_S", "PROTOCOL_VERSION", "Chann
 #: 8: the request's trial carries ``estimate_batches`` (a max-batch probe asks the adapter for its step-memory
 #:    estimate after its own figures, in the ``finish`` phase; issue 41), and ``result``'s metrics
 #:    ``step_estimate_json``
-PROTOCOL_VERSION = 8
+#: 9: ``result``'s metrics carry ``step_estimate`` as an object (``harness.records.StepEstimate.to_dict``), not
+#:    ``step_estimate_json`` text (issue 51, item 3)
+PROTOCOL_VERSION = 9
 PHASES = ("setup", "warmup", "timed", "train", "eval", "steady", "finish")
 
 

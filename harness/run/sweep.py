@@ -250,10 +250,10 @@ def _run_trials(exp: Experiment, out_dir: Path, store: Store, ready: _Prepared, 
     existing = _refuse_a_finished_store(exp, out_dir, options.resume, store=store)  # filled since the first look?
     if existing:
         _refuse_changed_experiment(store, exp, ready.spec, out_dir)
-        gone = superseded(ready.trials, {r["trial_hash"] for r in existing})
+        gone = superseded(ready.trials, {r.trial_hash for r in existing})
         if gone:  # run again on the device the framework now resolves to, never kept beside it
             store.drop_trials(gone)
-            existing = [r for r in existing if r["trial_hash"] not in gone]
+            existing = [r for r in existing if r.trial_hash not in gone]
             warnings.warn(f"--resume: {len(gone)} stored trial(s) ran on another device than their framework "
                           "resolves to now (device = \"auto\", after an install): removed, and run again here",
                           BatchscopeWarning, stacklevel=3)
@@ -330,11 +330,11 @@ def changed_settings(stored: dict[str, Any], now: dict[str, Any]) -> list[str]:
 def _refuse_changed_experiment(store: Store, exp: Experiment, spec: dict[str, Any], out_dir: Path) -> None:
     """--resume of a store made with other settings would mix two experiments under one name (two rows per
     cell, and medians over both): refuse, naming what changed (issue 13, item 3)."""
-    runs = [r for r in store.runs() if r["experiment"] == exp.name and r["spec_json"]]
+    runs = [r for r in store.runs() if r.experiment == exp.name and r.spec]
     if not runs:
         return
-    stored = json.loads(runs[-1]["spec_json"])
-    changes = changed_settings(stored, json.loads(json.dumps(spec, default=str)))
+    stored = dict(runs[-1].spec or {})  # the store parsed it: the record's field, never its JSON text again
+    changes = changed_settings(stored, json.loads(json.dumps(spec, default=str)))  # this run's, as it will be stored
     if changes:
         raise ConfigError(f"--resume: {out_dir} holds experiment {exp.name!r} run with other settings "
                           f"({'; '.join(changes)}); resume with the same settings, or run into another --out "

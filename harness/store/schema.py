@@ -47,9 +47,24 @@ _SQL_TYPES: dict[Any, str] = {bool: "INTEGER", int: "INTEGER", float: "REAL", st
 
 
 def record_columns(cls: type) -> tuple[tuple[str, str], ...]:
-    """(name, SQL type) of each field of the dataclass ``cls``, in field order."""
+    """(name, SQL type) of each field of the dataclass ``cls``, in field order; a field that is a record of its own
+    names its JSON column in its metadata (``column``: ``WorkerMetrics.step_estimate`` is ``step_estimate_json``)."""
     hints = typing.get_type_hints(cls)
-    return tuple((f.name, sql_type(hints[f.name])) for f in dataclasses.fields(cls))
+    return tuple((f.metadata["column"], "TEXT") if "column" in f.metadata else (f.name, sql_type(hints[f.name]))
+                 for f in dataclasses.fields(cls))
+
+
+def metric_values(metrics: WorkerMetrics) -> dict[str, Any]:
+    """The trials columns of what the worker measured: each field's value, a record field as JSON text in its
+    column (the store's side of the boundary: readers get the record back, :mod:`harness.store.trial_record`)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(metrics):
+        value = getattr(metrics, f.name)
+        if "column" in f.metadata:
+            out[f.metadata["column"]] = None if value is None else json.dumps(value.to_dict())
+        else:
+            out[f.name] = value
+    return out
 
 
 #: what the worker measured: one trials column per :class:`~harness.records.WorkerMetrics` field, named and typed
@@ -170,7 +185,7 @@ CREATE TABLE IF NOT EXISTS gradient_noise ({", ".join(f"{n} {t}" for n, t in NOI
 def outcome_row(outcome: TrialOutcome, run_id: int, env: Mapping[str, Any]) -> dict[str, Any]:
     """The trials row for one outcome (metrics the worker or the monitor gave, or NULL)."""
     t = outcome.trial
-    m = outcome.metrics.to_dict() if outcome.metrics is not None else {}
+    m = metric_values(outcome.metrics) if outcome.metrics is not None else {}
     mon = outcome.monitor.aggregates
     rss = [v for v in (m.get("maxrss_mib"), mon.get("rss_peak_mib")) if v is not None]
     head = TrialHead(

@@ -1,10 +1,11 @@
 """A trials row as the store hands it back: a typed record of typed parts (issue 39).
 
 The store alone turns a row into a :class:`TrialRecord` and back: a ``*_json`` column is a parsed value here
-(``versions``, ``env``, ``setup``, ``spec``, ``monitor``, ``step_estimate``), the worker's figures are a
-:class:`~harness.records.WorkerMetrics`, where it ran a :class:`~harness.records.Placement`, the sampler's
-aggregates a mapping by column name, and the trial's settings a :class:`TrialSettings`. Its :attr:`series` is the
-report's grouping key.
+(``versions``, ``env``, ``setup``, ``spec``, ``monitor``: mappings), the worker's figures are a
+:class:`~harness.records.WorkerMetrics` (its ``step_estimate`` a :class:`~harness.records.StepEstimate`, read from
+the ``step_estimate_json`` column here, the one place it is parsed), where it ran a
+:class:`~harness.records.Placement`, the sampler's aggregates a mapping by column name, and the trial's settings a
+:class:`TrialSettings`. Its :attr:`series` is the report's grouping key.
 
 A record still reads as the row it came from (``record["batch_size"]``, ``record.get("spec_json")``, ``dict(record)``:
 the ``*_json`` names give JSON text again): the path readers of the store's dict rows (notebooks, plugins, scripts)
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harness.monitor.fields import TRIAL_COLUMNS as SAMPLER_TRIAL_COLUMNS
-from harness.records import Placement, WorkerMetrics
+from harness.records import Placement, StepEstimate, WorkerMetrics
 from harness.series import Series, device_of
 
 
@@ -49,7 +50,11 @@ class TrialSettings:
 JSON_COLUMNS: Mapping[str, str] = {"versions_json": "versions", "env_json": "env", "device_json": "setup",
                                    "spec_json": "spec", "monitor_json": "monitor"}
 _SETTINGS = tuple(f.name for f in fields(TrialSettings))
-_METRICS = tuple(f.name for f in fields(WorkerMetrics))
+#: the trials columns of WorkerMetrics: a field's own name, or (a record of its own) the JSON column its metadata names
+_METRICS = tuple(f.metadata.get("column", f.name) for f in fields(WorkerMetrics))
+#: WorkerMetrics' record fields by their JSON column, and how each is read from its parsed JSON
+_METRIC_RECORDS: Mapping[str, tuple[str, Any]] = {"step_estimate_json": ("step_estimate", StepEstimate.from_dict)}
+assert set(_METRIC_RECORDS) == {f.metadata["column"] for f in fields(WorkerMetrics) if "column" in f.metadata}
 _PLACEMENT = tuple(f.name for f in fields(Placement))
 _SAMPLER = tuple(name for name, _ in SAMPLER_TRIAL_COLUMNS if name != "rss_peak_mib")  # rss_peak_mib: the head's
 
@@ -64,8 +69,31 @@ def _parsed(text: Any) -> Any:
         return None
 
 
+def _mapping(text: Any) -> dict[str, Any] | None:
+    """A JSON column that holds an object, as a dict; None where it is NULL, not JSON or not an object."""
+    value = _parsed(text)
+    return value if isinstance(value, dict) else None
+
+
 def _text(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
+
+
+def _metrics(row: Mapping[str, Any]) -> WorkerMetrics:
+    """The worker's figures of a trials row: plain columns as stored (NULL reads as None), a record's JSON column
+    parsed into it (one that cannot be read: an estimate whose error says so, never a crash of the reader)."""
+    values: dict[str, Any] = {}
+    for column in _METRICS:
+        if column in _METRIC_RECORDS:
+            name, read = _METRIC_RECORDS[column]
+            parsed = _parsed(row.get(column))
+            try:
+                values[name] = None if parsed is None else read(parsed)
+            except ValueError as e:
+                values[name] = StepEstimate(error=f"unreadable stored estimate: {e}"[:500])
+        else:
+            values[column] = row.get(column)
+    return WorkerMetrics(**values)
 
 
 @dataclass(frozen=True)
@@ -101,15 +129,14 @@ class TrialRecord(Mapping[str, Any]):
     python: str | None = None
     environment: str | None = None
     #: parsed JSON columns: the libraries the worker imported, the machine, the adapter's setup facts
-    #: (``device_json``), the resolved trial spec, the monitor's summary
-    versions: Any = None
-    env: Any = None
-    setup: Any = None
-    spec: Any = None
-    monitor: Any = None
-    #: what the worker measured (its ``step_estimate_json`` is :attr:`step_estimate`, parsed)
+    #: (``device_json``), the resolved trial spec (``TrialSpec.to_dict``), the monitor's summary; None where NULL
+    versions: Mapping[str, Any] | None = None
+    env: Mapping[str, Any] | None = None
+    setup: Mapping[str, Any] | None = None
+    spec: Mapping[str, Any] | None = None
+    monitor: Mapping[str, Any] | None = None
+    #: what the worker measured (its ``step_estimate_json`` column is ``metrics.step_estimate``, a record)
     metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
-    step_estimate: Any = None
     sampler: Mapping[str, Any] = field(default_factory=dict)  # the sampler's aggregates, by column
     placement: Placement = field(default_factory=Placement)
     #: columns this version does not know (a newer writer's), as read
@@ -118,16 +145,14 @@ class TrialRecord(Mapping[str, Any]):
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> TrialRecord:
         """The record of one trials row (the store's reader; a column the row lacks reads as NULL)."""
-        own = {f.name for f in fields(cls)} - {"settings", "metrics", "sampler", "placement", "extra", "step_estimate",
+        own = {f.name for f in fields(cls)} - {"settings", "metrics", "sampler", "placement", "extra",
                                                *JSON_COLUMNS.values()}
-        metrics = {k: row.get(k) for k in _METRICS if k != "step_estimate_json"}
         known = {*own, *_SETTINGS, *_METRICS, *_PLACEMENT, *_SAMPLER, *JSON_COLUMNS}
         return cls(
             **{k: row.get(k) for k in own},  # type: ignore[arg-type]  # NULL columns read as None
             settings=TrialSettings(**{k: row.get(k) for k in _SETTINGS}),
-            **{attr: _parsed(row.get(col)) for col, attr in JSON_COLUMNS.items()},
-            metrics=WorkerMetrics(**metrics),  # type: ignore[arg-type]  # as stored: NULL reads as None
-            step_estimate=_parsed(row.get("step_estimate_json")),
+            **{attr: _mapping(row.get(col)) for col, attr in JSON_COLUMNS.items()},  # type: ignore[arg-type]
+            metrics=_metrics(row),
             sampler={k: row.get(k) for k in _SAMPLER},
             placement=Placement(**{k: row.get(k) for k in _PLACEMENT}),
             extra={k: v for k, v in row.items() if k not in known},
@@ -138,6 +163,11 @@ class TrialRecord(Mapping[str, Any]):
         """``trial`` itself where it is a record, else the record of a dict row (a caller's own rows, as tests
         build)."""
         return trial if isinstance(trial, TrialRecord) else cls.from_row(trial)
+
+    @property
+    def step_estimate(self) -> StepEstimate | None:
+        """A max-batch probe's framework estimate (``metrics.step_estimate``), None where none was asked for."""
+        return self.metrics.step_estimate
 
     @property
     def series(self) -> Series:
@@ -154,8 +184,9 @@ class TrialRecord(Mapping[str, Any]):
         name that is no column of this row."""
         if name in JSON_COLUMNS:
             return _text(getattr(self, JSON_COLUMNS[name]))
-        if name == "step_estimate_json":
-            return _text(self.step_estimate)
+        if name in _METRIC_RECORDS:
+            value = getattr(self.metrics, _METRIC_RECORDS[name][0])
+            return None if value is None else json.dumps(value.to_dict())
         if name in _SETTINGS:
             return getattr(self.settings, name)
         if name in _SAMPLER:
@@ -202,16 +233,16 @@ class RunRecord(Mapping[str, Any]):
     experiment: str | None = None
     command: str | None = None
     started_at: str | None = None
-    spec: Any = None  # the resolved experiment
-    env: Any = None  # the parent's capture of the machine
+    spec: Mapping[str, Any] | None = None  # the resolved experiment
+    env: Mapping[str, Any] | None = None  # the parent's capture of the machine
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> RunRecord:
         """The record of one runs row."""
         return cls(run_id=row.get("run_id"), experiment=row.get("experiment"), command=row.get("command"),
-                   started_at=row.get("started_at"), spec=_parsed(row.get("spec_json")),
-                   env=_parsed(row.get("env_json")), extra={k: v for k, v in row.items() if k not in _RUN_COLUMNS})
+                   started_at=row.get("started_at"), spec=_mapping(row.get("spec_json")),
+                   env=_mapping(row.get("env_json")), extra={k: v for k, v in row.items() if k not in _RUN_COLUMNS})
 
     @classmethod
     def of(cls, run: Mapping[str, Any]) -> RunRecord:
@@ -237,7 +268,7 @@ class RunRecord(Mapping[str, Any]):
 _RUN_COLUMNS = ("run_id", "experiment", "spec_json", "command", "env_json", "started_at")
 
 _HEAD = tuple(f.name for f in fields(TrialRecord)
-              if f.name not in {"settings", "metrics", "sampler", "placement", "extra", "step_estimate",
+              if f.name not in {"settings", "metrics", "sampler", "placement", "extra",
                                 *JSON_COLUMNS.values()})
 
 

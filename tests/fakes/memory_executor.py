@@ -5,13 +5,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from harness.records import TrialOutcome, TrialUnit, WorkerMetrics
+from harness.records import StepEstimate, TrialOutcome, TrialUnit, WorkerMetrics
 
 BUDGET_MIB = 385.0  # with a peak of 100 + 10 * batch MiB: batch 28 fits (380), 29 does not (390)
 
@@ -59,14 +58,14 @@ class LinearMemory:
             if self.estimate_kills:
                 return TrialOutcome(trial=unit.trial, status="crashed", reason="killed by SIGSEGV in phase finish")
             if self.estimate_error is not None:
-                estimate = json.dumps({"error": self.estimate_error})
+                estimate = StepEstimate(error=self.estimate_error)
             elif self.estimate_factor is not None:  # what a step allocates, without the process's fixed 100 MiB
                 sizes = list(unit.trial.estimate_batches)
-                estimate = json.dumps({"batches": sizes, "mib": [8.0 + per_sample * self.estimate_factor * b
-                                                                 for b in sizes], "seconds": 0.1})
+                estimate = StepEstimate(tuple(sizes), tuple(8.0 + per_sample * self.estimate_factor * b
+                                                            for b in sizes), 0.1)
         return TrialOutcome(trial=unit.trial, status="ok",
                             metrics=WorkerMetrics(vmdata_peak_mib=peak, step_samples_per_s=speed,
-                                                  step_estimate_json=estimate))
+                                                  step_estimate=estimate))
 
 
 def install(monkeypatch: pytest.MonkeyPatch, make: Callable[[], Any]) -> list[Any]:

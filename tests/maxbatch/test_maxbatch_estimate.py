@@ -8,7 +8,6 @@ failing one changes only how many probes the search takes, never its answer.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from dataclasses import replace
@@ -21,8 +20,8 @@ from harness.maxbatch.answer import estimate_part
 from harness.maxbatch.probes import search_settings
 from harness.maxbatch.request import Budget, MaxBatchRequest
 from harness.maxbatch.search import ProbeResult, SearchSettings, search
-from harness.records import MaxBatchResult, StoredEstimate
-from harness.run.worker.estimate import step_estimate_json
+from harness.records import MaxBatchResult, StepEstimate, StoredEstimate
+from harness.run.worker.estimate import step_estimate
 from harness.store import Store
 from harness.store.maxbatch_row import maxbatch_record
 from tests import ROOT
@@ -301,14 +300,13 @@ def test_a_first_probe_at_the_cap_that_fits_ends_the_search_before_the_confirm_r
 
 
 def test_the_worker_reports_the_estimate_or_why_there_is_none():
-    good = json.loads(step_estimate_json(EstimatingFakeAdapter(), (16, 256)))
-    assert good["batches"] == [16, 256] and good["mib"] == pytest.approx([5.0, 65.0])
-    assert json.loads(step_estimate_json(FakeAdapter(), (16, 256))) == {
-        "error": "the fake adapter offers no step-memory estimate"}
+    good = step_estimate(EstimatingFakeAdapter(), (16, 256))
+    assert good.batches == (16, 256) and good.mib == pytest.approx((5.0, 65.0)) and good.error is None
+    assert step_estimate(FakeAdapter(), (16, 256)) == StepEstimate(
+        error="the fake adapter offers no step-memory estimate")
     raising = EstimatingFakeAdapter()
     raising.behaviour = "estimate_raises"
-    assert json.loads(step_estimate_json(raising, (16,)))["error"] == (
-        "builtins.RuntimeError: the fake tracer cannot trace this model")
+    assert step_estimate(raising, (16,)).error == "builtins.RuntimeError: the fake tracer cannot trace this model"
 
     class NoneAt(EstimatingFakeAdapter):
         def estimate_step_memory(self, batch: int) -> int | None:
@@ -316,8 +314,8 @@ def test_the_worker_reports_the_estimate_or_why_there_is_none():
                 raise MemoryError("refused under RLIMIT_DATA")
             return None if batch == 16 else super().estimate_step_memory(batch)
 
-    assert "no estimate at batch 16" in json.loads(step_estimate_json(NoneAt(), (16, 256)))["error"]
-    assert "out of memory while estimating" in json.loads(step_estimate_json(NoneAt(), (8, 256)))["error"]
+    assert "no estimate at batch 16" in (step_estimate(NoneAt(), (16, 256)).error or "")
+    assert "out of memory while estimating" in (step_estimate(NoneAt(), (8, 256)).error or "")
 
 
 def _estimating_fake(tiny_data, tmp_path, behaviour: str = "ok") -> Any:
@@ -340,11 +338,12 @@ def test_a_real_worker_estimates_after_its_own_figures_and_a_failure_there_leave
     outcome = _estimating_fake(tiny_data, tmp_path, behaviour)
     assert outcome.status == "ok", outcome.reason
     assert outcome.metrics is not None and outcome.metrics.timed_steps_n == 2
-    estimate = json.loads(outcome.metrics.step_estimate_json or "{}")
+    estimate = outcome.metrics.step_estimate  # a record, as the worker sent it: nothing to parse
+    assert isinstance(estimate, StepEstimate)
     if behaviour == "ok":
-        assert estimate["batches"] == [8, 248] and estimate["mib"] == pytest.approx([3.0, 63.0])
+        assert estimate.batches == (8, 248) and estimate.mib == pytest.approx((3.0, 63.0))
     else:
-        assert "cannot trace" in estimate["error"]
+        assert "cannot trace" in (estimate.error or "")
 
 
 def test_the_report_table_shows_predicted_formula_and_measured_side_by_side():

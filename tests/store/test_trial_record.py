@@ -74,3 +74,61 @@ def test_a_run_comes_back_parsed_and_still_reads_as_its_row(tmp_path: Path) -> N
     assert run.spec == {"name": "test"} and run.env == {"cpu_model": "x"} and run.command == "batchscope run x"
     assert json.loads(run["spec_json"]) == {"name": "test"} and run.get("experiment") == "test"
     assert list(run) == ["run_id", "experiment", "spec_json", "command", "env_json", "started_at"]
+
+
+def test_a_probes_step_estimate_is_a_record_on_the_wire_and_in_the_store(tmp_path: Path) -> None:
+    """Issue 51, item 3: the worker's estimate is a typed part of its result (no JSON text inside the record); the
+    wire carries it as an object and the store as JSON text in its column, each parsed where it is read."""
+    from harness.records import StepEstimate
+    from harness.run.protocol import Result, decode, encode
+
+    estimate = StepEstimate((8, 248), (3.0, 63.0), 0.25)
+    sent = Result(metrics=WorkerMetrics(step_samples_per_s=10.0, step_estimate=estimate), step_times_ms=(1.0,),
+                  phase_steps={"timed": 1})
+    got = decode(encode(sent))
+    assert isinstance(got, Result) and got.metrics.step_estimate == estimate
+    assert json.loads(encode(sent))["metrics"]["step_estimate"] == {"batches": [8, 248], "mib": [3.0, 63.0],
+                                                                    "seconds": 0.25}
+    failed = StepEstimate(error="the fake adapter offers no step-memory estimate")
+    with Store.open(tmp_path) as store:
+        run = store.begin_run("test", {"name": "test"}, "x", {})
+        for batch, est in ((4, estimate), (8, failed), (16, None)):
+            store.write_trial(TrialOutcome(trial=make_trial(batch_size=batch, purpose="probe"), status="ok",
+                                           metrics=WorkerMetrics(step_estimate=est)), run, {})
+        by = {r.settings.batch_size: r for r in store.trials()}
+        text = store.conn.execute("SELECT step_estimate_json FROM trials WHERE batch_size = 4").fetchone()[0]
+    assert by[4].metrics.step_estimate == estimate and by[4].step_estimate == estimate
+    assert by[8].metrics.step_estimate == failed and by[16].metrics.step_estimate is None
+    assert json.loads(text) == estimate.to_dict() and json.loads(by[4]["step_estimate_json"]) == estimate.to_dict()
+    assert by[16]["step_estimate_json"] is None
+
+
+def test_an_unreadable_stored_estimate_reads_as_one_that_says_so(tmp_path: Path) -> None:
+    path = _store(tmp_path)
+    conn = sqlite3.connect(path / "results.sqlite")
+    conn.execute("""UPDATE trials SET step_estimate_json = '{"batches": [8], "mib": []}'""")
+    conn.commit()
+    conn.close()
+    with Store.open(path, create=False, readonly=True) as store:
+        (rec,) = store.trials()
+    assert rec.metrics.step_estimate is not None and "unreadable stored estimate" in (rec.metrics.step_estimate.error
+                                                                                       or "")
+
+
+def test_no_record_carries_json_text_for_its_reader_to_parse() -> None:
+    """The seam records (harness/records.py) hold parsed values; JSON text lives only in the store's own row
+    (``TrialHead``, whose ``*_json`` fields are columns) and on the wire."""
+    import dataclasses
+    import typing
+
+    from harness import records
+
+    found = []
+    for name, cls in vars(records).items():
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)) or cls.__module__ != records.__name__:
+            continue
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.name.endswith("_json") or (f.name.endswith("json") and hints[f.name] in (str, str | None)):
+                found.append(f"{name}.{f.name}")
+    assert not found, found

@@ -42,7 +42,7 @@ from harness.run.protocol import (
     SetupFacts,
     WorkerRequest,
 )
-from harness.run.worker.estimate import step_estimate_json
+from harness.run.worker.estimate import step_estimate
 from harness.run.worker.evaluation import EvalPoints, eval_steps, non_finite_weights
 from harness.run.worker.memory import VmDataWatcher, maxrss_mib, proc_status_mib
 from harness.run.worker.schedule import Switches, schedule_metrics, scheduled_eval_steps
@@ -278,7 +278,7 @@ def _train_and_evaluate(request: WorkerRequest, adapter: Adapter, setup: SetUp, 
     estimate: dict[str, Any] = {}
     if trial.estimate_batches:  # a max-batch probe (issue 41): after every figure of its own was taken
         phases.enter("finish")  # outside every window the trial's figures are taken over
-        estimate["step_estimate_json"] = step_estimate_json(adapter, trial.estimate_batches)
+        estimate["step_estimate"] = step_estimate(adapter, trial.estimate_batches)
     metrics = _metrics(trial, setup, plan, trained, runner, data.n_train, seen, mem,
                        {**memory, **evaluated, **compiled, **estimate, "target_outcome": target_outcome(trial, points)})
     metrics = dataclasses.replace(metrics, **schedule_metrics(trial, switches, trained.step_ms, plan.warmup_n,
