@@ -548,6 +548,12 @@ def _check_schedule(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> 
     for _, b in exp.batch_schedule:
         if b > MAX_SIZE:
             raise bad("batch_schedule", f"batch size {b:,} is more than the largest usable value ({MAX_SIZE:,})")
+    for _, b in exp.batch_schedule:  # each size trains at its lr_policy rate: every one must be usable
+        rate = exp.lr_for(b)
+        if not (math.isfinite(rate) and rate > 0):
+            raise bad("batch_schedule", f"batch size {b} trains at learning_rate {exp.learning_rate:g} scaled by "
+                                        f"lr_policy = {exp.lr_policy!r} from lr_base_batch {exp.lr_base_batch}: "
+                                        f"{rate!r}, not a finite number > 0")
     if len({exp.lr_for(b) for _, b in exp.batch_schedule}) > 1:  # the rate changes with the size: the adapter must
         from harness.registry import adapter_class
 

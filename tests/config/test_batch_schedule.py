@@ -75,6 +75,10 @@ def test_a_variant_schedule_runs_beside_constant_sizes(tiny_data):
     ({"batch_schedule": [[0, 4]], "accumulate_steps": 2}, "accumulate_steps"),
     ({"batch_schedule": [[0, 4]], "max_batch": True}, "max_batch"),
     ({"batch_schedule": [[0, 4], [0.5, 100]], "train_samples": 50}, "more than the 50 training samples"),
+    ({"batch_schedule": [[0, 4], [0.5, 10**12]], "learning_rate": 1e300, "lr_policy": "linear", "lr_base_batch": 1},
+     "largest usable value"),
+    ({"batch_schedule": [[0, 4], [0.5, 8]], "learning_rate": 1e308, "lr_policy": "linear", "lr_base_batch": 4},
+     "not a finite number > 0"),
 ])
 def test_a_bad_schedule_is_refused_naming_the_key(keys, words):
     with pytest.raises(ConfigError) as e:
