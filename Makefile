@@ -14,7 +14,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OUT ?= $(if $(GPU),results/quick-gpu,results/quick)
 
-.PHONY: quick test test-fast test-durations lint bench lock locks envs clean-venv
+.PHONY: quick test test-all test-changed test-fast test-durations lint bench lock locks envs clean-venv
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -44,8 +44,29 @@ XDIST := -n $(TEST_WORKERS) --dist loadfile
 # (~0.07 s a start). The caches are __pycache__ folders in the checkout, which git ignores (docs/benchmarks.md).
 TEST_ENV := PYTHONDONTWRITEBYTECODE=
 
+# Two tiers (tests/tiers.py). `make test`: every test but the `heavy` ones; every built-in framework really runs
+# (the run fails if one missed its contract probe, shared sweep, max-batch search or environment). `make test-all`:
+# all of it, the heavy tests too (exhaustive searches, --verify, CUDA lock resolutions, Ray's simulated nodes, the
+# chaos soak, the GPU check's dry run); passed on a tree with nothing uncommitted, it records HEAD in
+# .ci/test-all-passed (commit that file). `make test-changed` (CI's second step): the heavy tests whose guarded code
+# changed since that commit (CHANGED_SINCE=REF for another); none selected (pytest's exit 5) is a pass.
+# the frameworks that must really run (GPU=1: MXNet has no CUDA build, so none of its tests run there)
+REQUIRE := BATCHSCOPE_REQUIRE_FRAMEWORKS=$(if $(GPU),pytorch$(,)tensorflow$(,)jax,all)
+CHANGED_SINCE ?= recorded
+
 test: envs
-	$(TEST_ENV) $(BIN)/python -m pytest $(XDIST)
+	$(TEST_ENV) $(REQUIRE) $(BIN)/python -m pytest $(XDIST) -m 'not heavy'
+
+test-all: envs
+	$(TEST_ENV) $(REQUIRE) $(BIN)/python -m pytest $(XDIST)
+	@if git diff --quiet HEAD -- && [ -z "$$(git ls-files --others --exclude-standard)" ]; then \
+		echo "$$(git rev-parse HEAD)  # make test-all passed here, $$(date -u +%Y-%m-%dT%H:%MZ)" > .ci/test-all-passed; \
+		echo "recorded in .ci/test-all-passed: commit it, so that CI's heavy tests count changes from here"; \
+	else echo "not recorded in .ci/test-all-passed: the tree has changes not committed"; fi
+
+test-changed: envs
+	$(TEST_ENV) $(BIN)/python -m pytest $(XDIST) -m heavy --changed-since=$(CHANGED_SINCE); \
+		rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
 
 test-durations: envs
 	$(TEST_ENV) $(BIN)/python -m pytest $(XDIST) --update-durations
@@ -66,14 +87,16 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/harness_overhead.py
 	$(BIN)/python benchmarks/trial_fixed_cost.py
 
-# the parent's pins (constraints.txt) from .venv as it is; `make locks`: each framework's lock resolved anew
+# the parent's pins (constraints.txt) from .venv as it is; `make locks`: each framework's lock resolved anew, with
+# the hashes of its files (the current pins held where they still fit; `make locks UPGRADE=1`: newest versions)
+UPGRADE ?=
 lock: $(STAMP)
 	$(BIN)/python -m pip freeze --exclude-editable > constraints.txt.new && mv constraints.txt.new constraints.txt
 
 # the locks resolved anew, then the CUDA locks' download sizes (the refusal of GPU=1 on a machine without a GPU
 # names them: harness/envs/sizes.py; PyPI's JSON index, nothing downloaded)
 locks: $(STAMP)
-	$(BIN)/python -m harness.envs.locking
+	$(BIN)/python -m harness.envs.locking $(if $(UPGRADE),--upgrade)
 	$(BIN)/python -m harness.envs.sizes cuda
 
 clean-venv:

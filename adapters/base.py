@@ -403,6 +403,15 @@ class Adapter(ABC):
         """One optimizer update with the accumulated gradients, then clear them. Returns once the device is idle."""
         raise NotImplementedError(f"adapter {self.name!r} does not implement gradient accumulation")
 
+    def set_learning_rate(self, lr: float) -> None:
+        """Optional (capability ``lr_change``): train the next steps at ``lr``, keeping everything else (weights,
+        optimizer state such as momentum and Adam's moments and step count, BatchNorm statistics). The worker calls it
+        off the training clock where a batch-size schedule (``batch_schedule``, issue 52) moves to a size whose
+        ``lr_policy`` rate differs; a new batch *shape* needs nothing: every step takes the batch it is given (an
+        adapter that compiles per shape compiles the new one in :meth:`prepare_batch`, as for an epoch's short last
+        batch). Without it a schedule whose rate changes is refused in the parent."""
+        raise NotImplementedError(f"adapter {self.name!r} cannot change its learning rate")
+
     def flat_gradient(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """The gradient of the mean loss over the batch (x: float32 NCHW, y: int64) at the current weights, as
         one float64 array: every trainable weight's gradient in :meth:`get_weights`' order and layouts, flattened
@@ -487,6 +496,9 @@ CAPABILITIES: tuple[Capability, ...] = (
     Capability("step_memory_estimate", ("estimate_step_memory",),
                "estimates a training step's peak memory without running it (the max-batch search's first guess)",
                required=False),
+    # issue 52: a batch-size schedule whose lr_policy rate changes with the size; the contract's batch_change case
+    Capability("lr_change", ("set_learning_rate",),
+               "changes the learning rate mid-training, state kept (a batch-size schedule under lr_policy)"),
     Capability("own_build", ("build",), "builds models in its own build(): which layers it builds is found by "
                "trying, not declared by hooks", required=False),
 )

@@ -8,7 +8,7 @@ per test, the wall time and the CPU time of the pytest worker (``RUSAGE_SELF``) 
 
 Usage::
 
-    BATCHSCOPE_SUITE_CPU=/tmp/suite-cpu .venv/bin/python -m pytest -n 2 --dist loadgroup -p benchmarks.suite_cpu
+    BATCHSCOPE_SUITE_CPU=/tmp/suite-cpu .venv/bin/python -m pytest -n 2 --dist loadfile -p benchmarks.suite_cpu
     python benchmarks/suite_cpu.py /tmp/suite-cpu [--top 30]
 
 CPU time of a process nobody waited for (a daemon, a worker killed and never reaped) is not counted, so the

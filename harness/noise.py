@@ -25,7 +25,7 @@ which matters only where a batch is a large share of the data.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -57,6 +57,9 @@ class NoiseRecord:
     small_n: int
     big_n: int
     noise_s: float
+    #: each group's [mean of its BIG_FACTOR small squared norms, its big squared norm] as JSON (issue 52): the units
+    #: the point's uncertainty is read from (:func:`pooled`); None in a store made before it
+    groups_json: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (the protocol's ``result.gradient_noise`` items, the store's row)."""
@@ -192,3 +195,161 @@ def format_estimate(est: NoiseEstimate | None) -> str:
 
 def _sizes(values: tuple[int, ...]) -> str:
     return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
+
+
+# ------------------------------------------------------------------------------------------- along the training
+#: B_simple along the training (issue 52) is read at every :data:`ALONG_GRID` of the training (10 %, 20 %, ... of its
+#: samples) and smoothed over the points within :data:`SMOOTH_WINDOW` of the training on either side: the estimate at
+#: 40 % pools every point of the series from 30 % to 50 %, of every repeat and batch size, before its ratio is taken
+#: (the sizes of a sweep evaluate at different sample counts, so a grid is where they meet)
+SMOOTH_WINDOW = 0.1
+ALONG_GRID = 0.1
+
+
+@dataclass(frozen=True)
+class AlongPoint:
+    """B_simple at one place in the training (issue 52): ``fraction`` of the training's samples, pooled over the
+    series' points within :data:`SMOOTH_WINDOW` of it. ``se``: its jackknife standard error over the measurement's
+    units (each group of BIG_FACTOR gradients; a row where its groups were not stored), None where fewer than two
+    units or a left-out unit leaves |G|² not positive."""
+
+    fraction: float
+    samples_seen: int  # the mean samples seen of the points pooled
+    b_simple: float | None
+    se: float | None
+    points_n: int
+    units_n: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (``--json``)."""
+        return asdict(self)
+
+
+def _units(row: Mapping[str, Any]) -> list[tuple[float, float, float]]:
+    """(weight, |G|², tr(Σ)) of each independent unit of a row: its groups where stored, else the row itself."""
+    b_small, b_big = int(row["b_small"]), int(row["b_big"])
+    groups = row.get("groups_json")
+    if groups:
+        import json
+
+        out = []
+        for small, big in json.loads(groups):
+            if finite_or_none(small) is not None and finite_or_none(big) is not None:
+                out.append((1.0, *terms(b_small, float(small), b_big, float(big))))
+        if out:
+            return out
+    g2, trace = terms(b_small, float(row["x_small_mean"]), b_big, float(row["x_big_mean"]))
+    return [(float(max(int(row.get("big_n") or 1), 1)), g2, trace)]
+
+
+def pooled(units: list[tuple[float, float, float]]) -> tuple[float | None, float | None]:
+    """B_simple over ``units`` (ratio of the weighted means) and its delete-one jackknife standard error."""
+    w = sum(u[0] for u in units)
+    g2 = sum(u[0] * u[1] for u in units)
+    trace = sum(u[0] * u[2] for u in units)
+    if w <= 0 or g2 <= 0:
+        return None, None
+    b = trace / g2
+    if len(units) < 2:
+        return b, None
+    leave_out = []
+    for uw, ug, ut in units:
+        g_rest = g2 - uw * ug
+        if g_rest <= 0:
+            return b, None
+        leave_out.append((trace - uw * ut) / g_rest)
+    n = len(leave_out)
+    mean = sum(leave_out) / n
+    return b, math.sqrt((n - 1) / n * sum((x - mean) ** 2 for x in leave_out))
+
+
+def along_training(rows: Iterable[Mapping[str, Any]], total_samples: Mapping[str, int],
+                   window: float = SMOOTH_WINDOW, grid: float = ALONG_GRID) -> list[AlongPoint]:
+    """B_simple at every ``grid`` share of the training (a share of each row's trial's ``total_samples``, by
+    ``trial_hash``; rows of a trial without one are left out) with rows within ``window`` of it, each pooled over
+    those rows, with its jackknife standard error (:func:`pooled`)."""
+    usable = []
+    for r in rows:
+        total = total_samples.get(str(r.get("trial_hash")))
+        if not total or finite_or_none(r.get("x_small_mean")) is None or finite_or_none(r.get("x_big_mean")) is None:
+            continue
+        if int(r.get("b_small") or 0) <= 0 or int(r.get("b_big") or 0) <= int(r.get("b_small") or 0):
+            continue
+        usable.append((int(r.get("samples_seen") or 0) / total, r))
+    out = []
+    for at in [round(i * grid, 4) for i in range(1, round(1 / grid) + 1)]:
+        near = [(f, r) for f, r in usable if abs(f - at) <= window + 1e-9]
+        if not near:
+            continue
+        units = [u for _, r in near for u in _units(r)]
+        b, se = pooled(units)
+        out.append(AlongPoint(fraction=at, samples_seen=round(sum(int(r["samples_seen"]) for _, r in near) / len(near)),
+                              b_simple=b, se=se, points_n=len(near), units_n=len(units)))
+    return out
+
+
+#: the ramp moves to the next size where the smoothed B_simple passes this multiple of the current size
+RAMP_FACTOR = 2.0
+
+
+@dataclass(frozen=True)
+class Ramp:
+    """A recommended batch-size schedule and why: ``schedule`` as the ``batch_schedule`` key writes it."""
+
+    schedule: tuple[tuple[float, int], ...]
+    reasons: tuple[str, ...]
+    capped_at: int | None = None  # the max-batch answer that stopped it, where it did
+
+    @property
+    def text(self) -> str:
+        """``16 → 64 at 30 % → 256 at 60 %``."""
+        return " → ".join([str(self.schedule[0][1])] + [f"{b} at {f * 100:g} %" for f, b in self.schedule[1:]])
+
+    @property
+    def toml(self) -> str:
+        """The experiment key that trains it."""
+        return "batch_schedule = [" + ", ".join(f"[{f:g}, {b}]" for f, b in self.schedule) + "]"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (``--json``)."""
+        return {"schedule": [list(e) for e in self.schedule], "text": self.text, "toml": self.toml,
+                "reasons": list(self.reasons), "capped_at": self.capped_at, "factor": RAMP_FACTOR}
+
+
+def ramp_from(points: Sequence[AlongPoint], sizes: Sequence[int], cap: int | None = None) -> tuple[Ramp | None, str]:
+    """The ramp the smoothed B_simple ``points`` recommend over the measured ``sizes`` (module docstring), capped at
+    ``cap``; (None, why) where none can be."""
+    usable = [p for p in points if p.b_simple is not None]
+    allowed = sorted(b for b in set(sizes) if cap is None or b <= cap)
+    if not usable:
+        return None, "B_simple was not estimable at any point (raise gradient_noise)"
+    if len(allowed) < 2:
+        return None, f"fewer than two measured sizes to ramp between ({', '.join(map(str, allowed)) or 'none'})"
+    first = usable[0]
+    assert first.b_simple is not None
+    start = [b for b in allowed if RAMP_FACTOR * b <= first.b_simple]
+    current = start[-1] if start else allowed[0]
+    schedule: list[tuple[float, int]] = [(0.0, current)]
+    reasons = [f"starts at {current}: B_simple {_b(first)} at {first.fraction:.0%} of the training"
+               + (f" ≥ {RAMP_FACTOR:g} × {current}" if start else " (the smallest size measured)")]
+    for p in usable[1:]:
+        assert p.b_simple is not None
+        nxt = current
+        while any(b > nxt for b in allowed) and p.b_simple >= RAMP_FACTOR * nxt:
+            nxt = min(b for b in allowed if b > nxt)
+        if nxt != current and p.fraction < 1.0:
+            reasons.append(f"{nxt} from {p.fraction:.0%}: B_simple {_b(p)} ≥ {RAMP_FACTOR:g} × {current}")
+            schedule.append((round(p.fraction, 2), nxt))
+            current = nxt
+    capped = cap if cap is not None and any(b > cap for b in sizes) and current == allowed[-1] else None
+    if capped is not None:
+        reasons.append(f"capped at {cap}: the largest size that fits (max-batch search)")
+    if len(schedule) == 1:
+        return None, (f"B_simple never passed {RAMP_FACTOR:g} × the size the training was at ({current}); "
+                      + "; ".join(reasons))
+    return Ramp(schedule=tuple(schedule), reasons=tuple(reasons), capped_at=capped), ""
+
+
+def _b(p: AlongPoint) -> str:
+    assert p.b_simple is not None
+    return f"{p.b_simple:,.0f}" + (f" ± {p.se:,.0f}" if p.se is not None else "")

@@ -277,6 +277,10 @@ class WorkerMetrics:
     #: a max-batch probe's framework estimate (issue 41; TrialSpec.estimate_batches), or why there is none; None
     #: where none was asked for. Stored as JSON in the trials column ``step_estimate_json`` (its ``column``)
     step_estimate: StepEstimate | None = field(default=None, metadata={"column": "step_estimate_json"})
+    #: a batch-size schedule's trial (issue 52): JSON, one object per stretch at one size: ``batch``, ``lr``,
+    #: ``first_step``, ``first_sample``, ``steps``, ``step_ms_median`` and ``step_samples_per_s`` (its post-warm-up
+    #: steps), ``switch_s`` (the change before it, off the training clock); None for a constant size
+    schedule_json: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for the protocol message (the estimate as its own plain data)."""

@@ -13,7 +13,7 @@ from adapters.base import OptimizerSpec
 from harness.config.trial import TrialSpec
 from harness.data import DataRequest, PreparedData, prepare
 
-pytest_plugins = ["tests.scheduling"]  # xdist units, their order, the `alone` lock (make test)
+pytest_plugins = ["tests.scheduling", "tests.tiers"]  # xdist units, their order, the `alone` lock; the tiers
 
 # Tests point BATCHSCOPE_CACHE at temporary folders (each its own data cache); the frameworks' managed environments
 # stay where `make test` built them (`batchscope env build`), so no test rebuilds one. A test of the build itself
@@ -22,6 +22,15 @@ if not os.environ.get("BATCHSCOPE_ENVS"):
     from harness.envs.spec import envs_root
 
     os.environ["BATCHSCOPE_ENVS"] = str(envs_root())
+
+# JAX's persistent compilation cache, kept from one test session to the next beside the environments (issue 53): a
+# program is compiled once per JAX version, device and program, not once per session. The session's data cache
+# (`cache_dir`: the sweeps' workers) and the contract probes use it; the tests of compiling itself (a cold then warm
+# cache, tests/adapters/test_jax_adapter.py) and the max-batch probes (compile_cache=False) keep folders of their
+# own. Entries are the compiler's output, so what a test computes is the same warm or cold.
+COMPILE_CACHE_ENV = "BATCHSCOPE_TEST_COMPILE_CACHE"
+if not os.environ.get(COMPILE_CACHE_ENV):
+    os.environ[COMPILE_CACHE_ENV] = str(Path(os.environ["BATCHSCOPE_ENVS"]).parent / "test-compile-cache")
 
 
 def _gpu_reason() -> str | None:
@@ -117,6 +126,9 @@ def _no_refused_process_start(request: pytest.FixtureRequest) -> Iterator[None]:
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("cache")
+    shared = Path(os.environ[COMPILE_CACHE_ENV])
+    shared.mkdir(parents=True, exist_ok=True)
+    (path / "compile").symlink_to(shared, target_is_directory=True)  # harness.run.worker.trial.compile_cache_dir
     os.environ["BATCHSCOPE_CACHE"] = str(path)
     return path
 

@@ -220,25 +220,38 @@ def unit_of(nodeid: str) -> str:
     return module
 
 
-def check_units(items: list[pytest.Item], root: Path) -> list[str]:
-    """Each test that requests a shared run's fixture from a module not listed with it: one line per module."""
+def check_units(items: list[pytest.Item]) -> dict[str, str]:
+    """The tests that request a shared run's fixture from a module not listed with it: nodeid -> what to do."""
     wrong: dict[str, str] = {}
     for item in items:
         module = _plain(item.nodeid).split("::", 1)[0]
         for name, unit in SHARED_UNITS.items():
             used = sorted(set(unit.fixtures) & set(getattr(item, "fixturenames", ())))
-            if used and module not in unit.modules and module not in wrong:
-                wrong[module] = (f"{module} requests {', '.join(used)} (the shared run {name!r}) but is not one of "
-                                 f"its modules in tests/scheduling.py's SHARED_UNITS: add it there, so that one "
-                                 "worker runs every reader of that run")
-    return list(wrong.values())
+            if used and module not in unit.modules:
+                wrong[item.nodeid] = (f"{module} requests {', '.join(used)} (the shared run {name!r}) but is not one "
+                                      "of its modules in tests/scheduling.py's SHARED_UNITS: add it there, so that "
+                                      "one worker runs every reader of that run")
+    return wrong
+
+
+_WRONG_UNIT = pytest.StashKey[str]()
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    wrong = check_units(items, Path(str(config.rootpath)))
-    if wrong:
-        raise pytest.UsageError("\n".join(wrong))
+    wrong = check_units(items)
+    for item in items:
+        if item.nodeid in wrong:
+            item.stash[_WRONG_UNIT] = wrong[item.nodeid]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test outside its shared run's unit fails before its fixtures run (in a worker, a raise at collection would
+    crash it instead of saying why)."""
+    message = item.stash.get(_WRONG_UNIT, None)
+    if message is not None:
+        pytest.fail(message, pytrace=False)
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)

@@ -27,7 +27,7 @@ from tests.helpers.shared import once
 
 pytest_plugins = ["tests.scheduling"]
 scheduling.SHARED_UNITS.clear()
-scheduling.SHARED_UNITS["pair"] = scheduling.SharedUnit(("shared",), ("test_a.py", "test_b.py"))
+scheduling.SHARED_UNITS["pair"] = scheduling.SharedUnit(("shared",), PAIR_MODULES)
 
 
 @pytest.fixture(scope="session")
@@ -50,10 +50,11 @@ def _module(name: str, shared: bool) -> str:
     return "import time\n\n" + "".join(f"\ndef test_{name}{i}({arg}):\n{body}" for i in range(4))
 
 
-def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
+def _run(tmp_path: Path, *args: str, unit: tuple[str, ...] = ("test_a.py", "test_b.py"),
+         ) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
     suite = tmp_path / "suite"
     suite.mkdir()
-    (suite / "conftest.py").write_text(textwrap.dedent(CONFTEST))
+    (suite / "conftest.py").write_text(textwrap.dedent(CONFTEST).replace("PAIR_MODULES", repr(unit)))
     (suite / "pytest.ini").write_text("[pytest]\n")
     for name, shared in (("a", True), ("b", True), ("c", False), ("d", False)):
         (suite / f"test_{name}.py").write_text(_module(name, shared))
@@ -96,11 +97,19 @@ def _item(nodeid: str, *fixtures: str) -> SimpleNamespace:
 def test_a_module_reading_a_shared_fixture_unlisted_is_named() -> None:
     items = [_item("tests/contract/test_contract.py::test_x[jax]", "probe"),
              _item("tests/contract/test_new.py::test_y", "tmp_path", "probe"),
-             _item("tests/contract/test_new.py::test_z", "probe"),
              _item("tests/run/test_other.py::test_w", "tmp_path")]
-    wrong = scheduling.check_units(items, ROOT)  # type: ignore[arg-type]
-    assert len(wrong) == 1, wrong
-    assert wrong[0].startswith("tests/contract/test_new.py requests probe (the shared run 'contract')")
+    wrong = scheduling.check_units(items)  # type: ignore[arg-type]
+    assert list(wrong) == ["tests/contract/test_new.py::test_y"], wrong
+    assert wrong["tests/contract/test_new.py::test_y"].startswith(
+        "tests/contract/test_new.py requests probe (the shared run 'contract')")
+
+
+@pytest.mark.process
+def test_under_xdist_a_test_outside_its_shared_unit_fails_saying_so(tmp_path: Path) -> None:
+    proc, _ = _run(tmp_path, "--dist", "loadfile", unit=("test_a.py",))  # test_b.py reads the run too, unlisted
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert "test_b.py requests shared (the shared run 'pair') but is not one of its modules" in proc.stdout
+    assert "INTERNALERROR" not in proc.stdout + proc.stderr
 
 
 def test_units_are_modules_or_the_shared_units_named() -> None:

@@ -22,6 +22,7 @@ Three things differ from the other adapters and are why this module looks the wa
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata as md
 import os
 import threading
@@ -95,6 +96,8 @@ class JAXAdapter(JaxLayers, Adapter):
         self._layers: list[tuple[LayerFn, int, int]] = []  # (function, parameters taken, state entries)
         self._compiled: dict[int, Any] = {}
         self._step: Any = None
+        self._loss_fn: Any = None
+        self._opt_spec: Any = None  # the spec make_optimizer built from (set_learning_rate rebuilds from it)
         self._infer: Any = None
         self.trace_count = 0  # compilations of the train step: one per batch size seen
         self._ahead_thread = threading.local()  # per thread: released from the CPUs XLA's pools were narrowed to
@@ -249,12 +252,23 @@ class JAXAdapter(JaxLayers, Adapter):
     def make_sgd(self, spec: OptimizerSpec) -> Any:
         from adapters.jax.optim import sgd_momentum
 
+        self._opt_spec = spec
         return sgd_momentum(self.jax, spec)
 
     def make_adam(self, spec: OptimizerSpec) -> Any:
         from adapters.jax.optim import adam
 
+        self._opt_spec = spec
         return adam(self.jax, spec)
+
+    def set_learning_rate(self, lr: float) -> None:
+        """The rate is a constant of the compiled step: a new step function with the new rate's update (the optimizer
+        state, of the same structure, is kept), compiled for each batch size when one is next prepared."""
+        if lr == self._opt_spec.lr:
+            return
+        _, update = self.make_optimizer(dataclasses.replace(self._opt_spec, lr=lr))
+        self._jit_step(update)
+        self._compiled.clear()
 
     def end_model(self, model: ModelDescription, optimizer: Any) -> None:
         jax = self.jax
@@ -271,6 +285,16 @@ class JAXAdapter(JaxLayers, Adapter):
             logp = jax.nn.log_softmax(logits)
             return -jax.numpy.take_along_axis(logp, y[:, None], axis=1).mean(), new_state
 
+        self._loss_fn = loss_fn
+        self._jit_step(update)
+        self._infer = jax.jit(lambda params, state, x: forward(params, state, x, False)[0])
+        # the gradient alone: the BatchNorm state it returns (as aux) is dropped, the parameters are not donated
+        self._gradient = jax.jit(lambda params, state, x, y: jax.grad(loss_fn, has_aux=True)(params, state, x, y)[0])
+
+    def _jit_step(self, update: Any) -> None:
+        """The jitted train step with the optimizer update ``update`` (its learning rate is a constant in it)."""
+        jax, loss_fn = self.jax, self._loss_fn
+
         def step(params: list[Any], state: list[Any], opt_state: Any, x: Any, y: Any) -> tuple[Any, ...]:
             (loss, new_state), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, state, x, y)
             new_params, new_opt = update(params, grads, opt_state)
@@ -279,9 +303,6 @@ class JAXAdapter(JaxLayers, Adapter):
         # Donating the old parameters and optimizer state lets XLA update them in place, as the other
         # frameworks' optimizers do: without it the step's peak memory holds two copies of both.
         self._step = jax.jit(step, donate_argnums=(0, 1, 2))
-        self._infer = jax.jit(lambda params, state, x: forward(params, state, x, False)[0])
-        # the gradient alone: the BatchNorm state it returns (as aux) is dropped, the parameters are not donated
-        self._gradient = jax.jit(lambda params, state, x, y: jax.grad(loss_fn, has_aux=True)(params, state, x, y)[0])
 
     def precision_seen(self) -> PrecisionSeen | None:
         return PrecisionSeen(self._seen_dtype) if self._seen_dtype is not None else None

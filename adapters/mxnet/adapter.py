@@ -253,6 +253,9 @@ class MXNetAdapter(GluonLayers, Adapter):
         self.train_step_queued(batch)
         self.mx.nd.waitall()  # the engine is asynchronous: the update must be done before the clock is read
 
+    def set_learning_rate(self, lr: float) -> None:
+        self.trainer.set_learning_rate(lr)  # the optimizer's states (momentum, Adam's moments) are kept
+
     def train_step_queued(self, batch: Any) -> None:
         """The step pushed to MXNet's engine, not waited for: the worker queues a few and waits once
         (:meth:`wait_steps`), as a Gluon loop that reads its loss every few batches does. A wait after every step

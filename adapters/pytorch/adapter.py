@@ -324,6 +324,10 @@ class PyTorchAdapter(TorchLayers, Adapter):
         if self.cuda:
             self.torch.cuda.synchronize()  # the clock is read after this: the GPU must be idle
 
+    def set_learning_rate(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:  # the optimizer's state (momentum, Adam's moments) is kept
+            group["lr"] = lr
+
     def accumulate_gradients(self, batch: Any, weight: float) -> None:
         x, y = batch
         if not self._accumulating:

@@ -319,6 +319,10 @@ class TensorFlowAdapter(KerasLayers, Adapter):
             # and makes "the update is finished" explicit rather than an executor detail.
             loss.numpy()
 
+    def set_learning_rate(self, lr: float) -> None:
+        # a variable the traced step reads (a LossScaleOptimizer passes it to its inner one): no retrace, state kept
+        self.optimizer.learning_rate.assign(lr)
+
     def _make_accumulate_fns(self) -> tuple[Any, Any]:
         """Gradient sums in non-trainable variables beside the weights, and the two traced functions."""
         tf, net, opt = self.tf, self.model, self.optimizer

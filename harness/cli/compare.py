@@ -112,7 +112,8 @@ def render(trials: Sequence[Mapping[str, Any]], file: Any = None) -> None:
         print(f"  [{verdict}] {f['finding']}\n      {f['evidence']}", file=file)
 
 
-def render_study(trials: Sequence[Mapping[str, Any]], spec: dict[str, Any], file: Any = None) -> None:
+def render_study(trials: Sequence[Mapping[str, Any]], spec: dict[str, Any], file: Any = None,
+                 curves: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> None:
     """A study (variants and/or ``study = ...``): per framework x variant x batch, then the study's verdicts."""
     from harness.cli.table import print_table
     from harness.run.sweep import summarise
@@ -138,7 +139,7 @@ def render_study(trials: Sequence[Mapping[str, Any]], spec: dict[str, Any], file
                        ("step_samples_per_s", "step samples/s", ""), ("e2e_samples_per_s", "e2e samples/s", ""),
                        ("rss_peak_mib", "RSS MiB", ""), ("framework_peak_mib", "fw peak MiB", ""),
                        ("accuracy_pct", "accuracy %", "")], file=file)
-    verdicts = study_findings(spec, sweep)
+    verdicts = study_findings(spec, sweep, curves)
     if verdicts:
         print("\nThe study's findings, computed from these trials:", file=file)
         for f in verdicts:
@@ -160,6 +161,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     with Store.open(args.dir, create=False, readonly=True) as store:
         trials = store.trials()
         runs = store.runs()
+        curves: dict[str, list[dict[str, Any]]] = {}
+        for row in store.curves():  # the learning curves a study's time to target is read from (batch_ramp)
+            curves.setdefault(str(row["trial_hash"]), []).append(row)
     experiments = sorted({str(t.settings.experiment) for t in trials})
     if args.experiment:
         if args.experiment not in experiments:
@@ -174,7 +178,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     chosen = [t for t in trials if str(t.settings.experiment) == experiments[0]]
     spec = _spec(runs, experiments[0])
     if spec.get("study") or any(t.settings.variant for t in chosen):
-        render_study(chosen, spec)  # the thesis compared one setting per framework: variants would be mixed
+        # the thesis compared one setting per framework: variants would be mixed
+        render_study(chosen, spec, curves=curves)
     else:
         render(chosen)
     return 0

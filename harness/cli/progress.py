@@ -155,9 +155,10 @@ def _num(value: float | None) -> str:
 
 
 def trial_label(trial: TrialSpec) -> str:
-    """``pytorch     bs=64    rep 1``."""
+    """``pytorch     bs=64    rep 1``; a batch-size schedule's sizes as ``bs=16→64→256``."""
     variant = f" {trial.variant}" if trial.variant else ""
-    return f"{trial.framework:<11}{variant} bs={trial.batch_size:<5} rep {trial.repeat}"
+    sizes = "→".join(str(b) for _, b, _ in trial.batch_schedule) if trial.batch_schedule else str(trial.batch_size)
+    return f"{trial.framework:<11}{variant} bs={sizes:<5} rep {trial.repeat}"
 
 
 def _live_text(eta: Eta, trial_hash: str, steps: bool = True) -> str:

@@ -17,21 +17,28 @@ from harness.cli.table import TARGET_HELP, path_arg, print_table, target_accurac
 def cmd_recommend(args: argparse.Namespace) -> int:
     """Print the recommendation of every experiment in the store."""
     from harness.noise import format_estimate
+    from report.answer.along import noise_along
     from report.answer.critical_batch import studies, study_lines
     from report.answer.environments import environment_notes, environments_dict
     from report.answer.recommend import RULE_TEXT, Summary, recommend
     from report.answer.recommend_table import TABLE_COLUMNS, show_variants, table_rows
+    from report.answer.studies import study_findings
     from report.load import load
 
     data = load(Path(args.dir))  # StoreError (exit 2) for no store, an empty one, another schema
     summary = Summary(tuple((exp.name, tuple(recommend(exp, target_accuracy=args.target_accuracy)))
                               for exp in data.experiments))
     found = {exp.name: studies(exp, target_accuracy=args.target_accuracy) for exp in data.experiments}
+    along = {exp.name: noise_along(exp) for exp in data.experiments}  # issue 52: B_simple along the training, a ramp
+    ramp_verdicts = {exp.name: {f.framework: f"[{f.verdict}] {f.evidence}"
+                                for f in study_findings(exp.spec, exp.trials, exp.curves)}
+                     for exp in data.experiments if exp.spec.get("study") == "batch_ramp"}
     if args.json:
         out = summary.to_dict()
         by_name = {exp.name: exp for exp in data.experiments}
         for entry in out["experiments"]:  # issue 33: each size at its best rate, the fit, the regimes, the verdict
             entry["critical_studies"] = [s.to_dict() for s in found.get(entry["experiment"], [])]
+            entry["noise_along"] = [a.to_dict() for a in along.get(entry["experiment"], [])]
             exp = by_name.get(entry["experiment"])
             if exp is not None:  # issue 38: where each framework ran, and what differs between them
                 entry["environments"] = environments_dict(exp)
@@ -57,6 +64,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                 print(f"  to be sure: {what}")
         for study in found.get(name, []):
             print("\n" + "\n".join(study_lines(study)))
+        for series in along.get(name, []):
+            print("\n" + "\n".join(series.lines(ramp_verdicts.get(name, {}).get(series.framework, ""))))
         print()
     print(f"rule: {RULE_TEXT}")
     return 0

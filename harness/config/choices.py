@@ -19,7 +19,7 @@ Denormals = Literal["flush", "framework-default"]
 #: harness-side augmentation, identical for every framework (harness/data/augment.py)
 Augment = Literal["none", "crop", "flip", "crop_flip"]
 #: what a study's file says it tests (the report computes that study's findings); "" for no study
-Study = Literal["", "optimizer_batch", "augmentation", "lr_scaling", "batch_shapes", "oom_mitigations"]
+Study = Literal["", "optimizer_batch", "augmentation", "lr_scaling", "batch_shapes", "oom_mitigations", "batch_ramp"]
 #: fp32: float32 throughout; amp: float16 autocast with loss scaling; bf16: bfloat16 mixed precision
 Precision = Literal["fp32", "amp", "bf16"]
 #: the arithmetic of float32 convolutions and matmuls on a GPU: ieee (true float32 everywhere), tf32 (TensorFloat-32

@@ -76,7 +76,8 @@ else:  # pragma: no cover
 #: keys a variant may set: the settings that define a study (the rest is shared by every variant)
 VARIANT_KEYS = ("optimizer", "learning_rate", "momentum", "lr_policy", "lr_base_batch", "augment",
                 "augment_pad_px", "precision", "denormals", "math_mode", "accumulate_steps", "adapters",
-                "batch_sizes")  # e.g. smaller micro-batches where a variant accumulates to the same effective batch
+                "batch_sizes",  # e.g. smaller micro-batches where a variant accumulates to the same effective batch
+                "batch_schedule")  # a ramp beside constant sizes (issue 52): the variant's sizes are its schedule's
 
 #: CLI flags by field, so a refused override names the flag the user typed, not the experiment file
 _FLAGS = {"skip_larger_after_oom": "--no-skip-larger"}
@@ -195,6 +196,10 @@ class Experiment:
     #: current step trains, as users' input pipelines do (harness/run/worker/prefetch.py); false: serially
     prefetch: bool = True
     study: Study = ""
+    #: a batch-size schedule (issue 52; harness/config/schedule.py): ``[[fraction, batch], ...]`` at fractions of the
+    #: training's samples; each trial then changes its batch size as it trains, its learning rate following
+    #: ``lr_policy`` at each size. Empty: a constant size per trial (``batch_sizes``)
+    batch_schedule: tuple[tuple[float, int], ...] = ()
     adapters: Mapping[str, AdapterSettings] = field(default_factory=dict)
     variants: tuple[Variant, ...] = ()
     source: str = "<inline>"
@@ -222,6 +227,12 @@ class Experiment:
         out = []
         for v in self.variants:
             changes = dict(v.settings)
+            if changes.get("batch_schedule"):
+                if "batch_sizes" in changes:
+                    raise ConfigError(f"{self.source}: variants.{v.name}: batch_schedule: cannot be combined with "
+                                      "batch_sizes in one variant (a scheduled trial's sizes are its schedule's); "
+                                      "leave batch_sizes out of this variant")
+                changes["batch_sizes"] = (changes["batch_schedule"][0][1],)
             adapters = dict(self.adapters)
             for fw, settings in changes.pop("adapters", {}).items():
                 base = adapters.get(fw, AdapterSettings())
@@ -469,6 +480,8 @@ def validate(exp: Experiment) -> None:
     _check_granularity(exp, bad)
     _check_target_mode(exp, bad)
     _check_rates(exp, bad)
+    _check_schedule(exp, bad)
+    _check_ramp_study(exp, bad)
     _check_device_settings(exp, bad)
     if len(exp.synthetic_shape) != 3 or min(exp.synthetic_shape) <= 0:
         raise bad("synthetic_shape", f"{list(exp.synthetic_shape)!r} must be [channels, height, width], all > 0")
@@ -501,6 +514,70 @@ def _check_fields(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> No
         if m.get("le") is not None and value > m["le"]:
             shown, limit = (f"{value:,}", f"{m['le']:,}") if isinstance(value, int) else (f"{value:g}", f"{m['le']:g}")
             raise bad(f.name, f"{shown} is more than the largest usable value ({limit} {m['unit']})".replace(" )", ")"))
+
+
+def _check_schedule(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:
+    """A batch-size schedule: well formed (harness.config.schedule.check_schedule), alone where it defines the sizes,
+    over a training it can be a fraction of, one update per micro-batch. A size above the data set is refused when
+    the data set's size is known (harness.run.planner.plan)."""
+    from harness.config.schedule import check_schedule
+
+    if not exp.batch_schedule:
+        return
+    try:
+        check_schedule(exp.batch_schedule)
+    except ValueError as e:
+        raise bad("batch_schedule", str(e)) from None
+    first = exp.batch_schedule[0][1]
+    if tuple(exp.batch_sizes) != (first,):
+        raise bad("batch_schedule", f"cannot be combined with batch_sizes = {list(exp.batch_sizes)} (a scheduled "
+                                    "trial's sizes are its schedule's); leave batch_sizes out, or put the schedule in "
+                                    "a [variants.NAME] table beside constant-size variants")
+    if exp.epochs <= 0:
+        raise bad("batch_schedule", "needs epochs > 0: its fractions are of the training's samples (epochs x the "
+                                    "training set)")
+    if exp.accumulate_steps != 1:
+        raise bad("batch_schedule", f"cannot be combined with accumulate_steps = {exp.accumulate_steps}: each "
+                                    "scheduled size is one update of that many samples")
+    if exp.max_batch:
+        raise bad("batch_schedule", "cannot be combined with max_batch = true (the search finds one size); run the "
+                                    "search in an experiment of its own")
+    if exp.train_samples and max(b for _, b in exp.batch_schedule) > exp.train_samples:
+        raise bad("batch_schedule", f"batch size {max(b for _, b in exp.batch_schedule)} is more than the "
+                                    f"{exp.train_samples} training samples (train_samples)")
+    for _, b in exp.batch_schedule:
+        if b > MAX_SIZE:
+            raise bad("batch_schedule", f"batch size {b:,} is more than the largest usable value ({MAX_SIZE:,})")
+    for _, b in exp.batch_schedule:  # each size trains at its lr_policy rate: every one must be usable
+        rate = exp.lr_for(b)
+        if not (math.isfinite(rate) and rate > 0):
+            raise bad("batch_schedule", f"batch size {b} trains at learning_rate {exp.learning_rate:g} scaled by "
+                                        f"lr_policy = {exp.lr_policy!r} from lr_base_batch {exp.lr_base_batch}: "
+                                        f"{rate!r}, not a finite number > 0")
+    if len({exp.lr_for(b) for _, b in exp.batch_schedule}) > 1:  # the rate changes with the size: the adapter must
+        from harness.registry import adapter_class
+
+        for fw in exp.frameworks:
+            if not has_hook(adapter_class(fw), "set_learning_rate"):
+                raise bad("batch_schedule", f"under lr_policy = {exp.lr_policy!r} the learning rate changes with the "
+                                            f"size, but the {fw} adapter has no set_learning_rate() (the capability "
+                                            "`lr_change`); use lr_policy = 'fixed', or run it without a schedule")
+
+
+def _check_ramp_study(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:
+    """``study = "batch_ramp"`` (issue 52): constant sizes trained to a target with the gradient noise measured, so
+    that the ramp B_simple recommends can be planned from them and judged beside them (harness/run/ramp.py)."""
+    if exp.study != "batch_ramp":
+        return
+    needs = [(not exp.train_to_target, "train_to_target = true (the verdict is the time to the target)"),
+             (not exp.gradient_noise, "gradient_noise > 0 (the ramp is read from B_simple along the training)"),
+             (len(exp.batch_sizes) < 2, "two or more batch_sizes (the ramp moves between measured sizes)"),
+             (bool(exp.batch_schedule), "no batch_schedule (the ramp is the one B_simple recommends)"),
+             (bool(exp.variants or exp.learning_rates or exp.lr_factors), "no variants or rate grids (the ramp "
+                                                                         "runs as the variant 'ramp')")]
+    missing = [what for lacking, what in needs if lacking]
+    if missing:
+        raise bad("study", f"'batch_ramp' needs {'; '.join(missing)}")
 
 
 def _check_precision(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:
@@ -623,13 +700,13 @@ def _toml_type(hint: Any) -> type | tuple[type, ...]:
 #: which are scalars and of which TOML type, and the allowed values of each enumerated (Literal) setting
 _HINTS = field_hints(Experiment)
 #: parsed on their own; "source" is where the file came from
-_TABLES = ("adapters", "variants", "environments", "source")
+_TABLES = ("adapters", "variants", "environments", "source", "batch_schedule")  # batch_schedule: pairs, read on its own
 _LISTS: dict[str, type] = {k: typing.get_args(h)[0] for k, h in _HINTS.items()
                            if typing.get_origin(h) is tuple and k not in _TABLES}
 _SCALARS: dict[str, type | tuple[type, ...]] = {k: _toml_type(h) for k, h in _HINTS.items()
                                                 if k not in _LISTS and k not in _TABLES}
 _CHOICES: dict[str, tuple[str, ...]] = choice_fields(Experiment)
-VALID_KEYS = tuple(sorted([*_SCALARS, *_LISTS, "adapters", "variants", "environments"]))
+VALID_KEYS = tuple(sorted([*_SCALARS, *_LISTS, "adapters", "variants", "environments", "batch_schedule"]))
 
 
 def _plain(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -644,6 +721,13 @@ def _read_value(source: str, key: str, value: Any) -> Any:
     """A top-level or variant key's TOML value, type-checked and converted once, where the file is read: an integer
     where a float is expected (``lr_factors = [0.5, 1, 2]``, ``learning_rate = 1``) becomes that float, in a list as in
     a scalar, so each value then meets its own check's message (issue 43) rather than a type error."""
+    if key == "batch_schedule":
+        from harness.config.schedule import parse_schedule
+
+        try:
+            return parse_schedule(value)
+        except ValueError as e:
+            raise ConfigError(f"{source}: batch_schedule: {e}") from None
     if key in _LISTS:
         if not isinstance(value, list):
             raise ConfigError(f"{source}: {key}: {value!r} should be a list")
@@ -776,6 +860,8 @@ def parse_experiment(data: Mapping[str, Any], source: str = "<inline>") -> Exper
     if unknown:
         raise ConfigError(f"{source}: unknown key {unknown[0]!r}; valid keys: {', '.join(VALID_KEYS)}")
     for key in ("name", "frameworks", "batch_sizes"):
+        if key == "batch_sizes" and "batch_schedule" in data:
+            continue  # the schedule's sizes (filled in below)
         if key not in data:
             raise ConfigError(f"{source}: missing required key {key!r}")
     kwargs: dict[str, Any] = {"source": source}
@@ -794,6 +880,8 @@ def parse_experiment(data: Mapping[str, Any], source: str = "<inline>") -> Exper
     if kwargs.get("eval") is False and kwargs.get("eval_points"):  # asked for, and would not be applied
         raise ConfigError(f"{source}: eval_points: {kwargs['eval_points']!r} evaluation points were asked for, but "
                           "eval = false turns evaluation off; leave eval_points out, or set eval = true")
+    if "batch_schedule" in kwargs and "batch_sizes" not in kwargs:  # a scheduled trial's first size is its batch_size
+        kwargs["batch_sizes"] = (kwargs["batch_schedule"][0][1],)
     if "environments" in data:
         kwargs["adapters"] = _parse_environments(source, data["environments"], kwargs.get("adapters", {}))
     return Experiment(**kwargs)

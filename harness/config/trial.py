@@ -102,6 +102,23 @@ class TrialSpec:
     #: the trial's own figures depend on (it runs after them)
     estimate_batches: tuple[int, ...] = ()
 
+    #: a batch-size schedule (issue 52; harness/config/schedule.py): ``(fraction, batch, lr)`` per entry, the rate
+    #: ``lr_policy`` gives that size; ``batch_size`` is the first entry's. (): one size all along
+    batch_schedule: tuple[tuple[float, int, float], ...] = ()
+    #: train-to-target mode with a schedule: evaluate every this many samples (the schedule's steps are not of one
+    #: size, so ``eval_every_steps`` cannot say it); 0: not used
+    eval_every_samples: int = 0
+
+    @property
+    def schedule(self) -> tuple[tuple[float, int], ...]:
+        """The schedule as (fraction, batch) pairs (harness.config.schedule); () for a constant size."""
+        return tuple((f, b) for f, b, _ in self.batch_schedule)
+
+    @property
+    def max_batch_size(self) -> int:
+        """The largest batch the trial trains (its schedule's largest, or ``batch_size``)."""
+        return max((b for _, b, _ in self.batch_schedule), default=self.batch_size)
+
     @property
     def run_device(self) -> Device:
         """The device the worker is told to use: the resolved one under ``auto``, else the one asked for."""
@@ -129,6 +146,8 @@ class TrialSpec:
         names = {f.name for f in fields(cls)}
         if "estimate_batches" in data:  # JSON has lists
             data["estimate_batches"] = tuple(int(b) for b in data["estimate_batches"] or ())
+        if data.get("batch_schedule"):  # JSON has lists
+            data["batch_schedule"] = tuple((float(f), int(b), float(lr)) for f, b, lr in data["batch_schedule"])
         if "math_mode" not in data:  # stored before math modes: what such a trial ran under on its device
             data["math_mode"] = legacy_math_mode(str(data.get("device", "auto")))
         return cls(optimizer=OptimizerSpec(**opt), **{k: v for k, v in data.items() if k in names})
@@ -162,4 +181,5 @@ class TrialSpec:
 #: fields left out of :attr:`TrialSpec.trial_hash` while they hold these defaults
 _HASHED_WHEN_SET: dict[str, Any] = {"variant": "", "augment": "none", "augment_pad_px": 4, "accumulate_steps": 1,
                                     "eval_points": 0, "gradient_noise": 0, "prefetch": True,
-                                    "stop_at_accuracy": 0.0, "eval_every_steps": 0}
+                                    "stop_at_accuracy": 0.0, "eval_every_steps": 0, "batch_schedule": (),
+                                    "eval_every_samples": 0}

@@ -10,8 +10,8 @@ machine's pip configuration (this machine serves its CPU torch wheel that way) a
 lock lists every distribution, so nothing is resolved, and a missing one fails the import check instead of being
 fetched unpinned. A lock is installed with ``--require-hashes``: every file must match a hash the lock lists for it.
 A plugin's ``requirements`` are specifiers, not a lock: pip resolves their dependencies. uv can do the same install
-(``installer="uv"``, given pip's configuration as its own flags: it reads none of pip's); docs/environments.md says
-which is used and why (measured).
+(``BATCHSCOPE_INSTALLER=uv``, given pip's configuration as its own flags: it reads none of pip's);
+docs/environments.md says which is the default and why (measured).
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ INSTALL_TIMEOUT_S = 3600
 #: the installers a build can use, and batchscope's (docs/environments.md: measured against each other)
 INSTALLERS = ("pip", "uv")
 INSTALLER = "pip"
+#: names the installer for every build (``pip`` or ``uv``)
+INSTALLER_VAR = "BATCHSCOPE_INSTALLER"
 
 
 class EnvironmentBuildError(BatchscopeError):
@@ -204,7 +206,7 @@ def build(spec: EnvSpec, root: Path, pythonpath: tuple[str, ...], say: Callable[
           timeout_s: float = INSTALL_TIMEOUT_S, installer: str = "") -> Path:
     """The environment of ``spec`` under ``root``, built first where it is not yet (``say`` gets one line).
     ``pythonpath``: where batchscope's code is for the import check (:mod:`harness.envs.facts`, run there);
-    ``installer``: ``pip`` or ``uv`` (default :data:`INSTALLER`).
+    ``installer``: ``pip`` or ``uv`` (default: :func:`chosen_installer`).
 
     A built one is checked first (:func:`damage`: no process started, a few ms); a damaged one (a package removed
     by hand) is said so and built anew from its lock.
@@ -225,7 +227,7 @@ def build(spec: EnvSpec, root: Path, pythonpath: tuple[str, ...], say: Callable[
                 f"{'lock' if spec.complete else 'requirements'}")
         _set_aside(final, root, spec)  # damaged, or a folder without its facts file (an old, broken one)
         try:
-            return _build_locked(spec, root, final, pythonpath, say, timeout_s, installer or INSTALLER)
+            return _build_locked(spec, root, final, pythonpath, say, timeout_s, chosen_installer(installer))
         except EnvironmentBuildError as e:
             if harm is None:
                 raise
@@ -309,6 +311,18 @@ def uv_binary() -> str:
     return found
 
 
+def chosen_installer(asked: str = "") -> str:
+    """The installer a build uses: ``asked``, else ``$BATCHSCOPE_INSTALLER``, else :data:`INSTALLER`.
+
+    Raises:
+        EnvironmentBuildError: it names no installer.
+    """
+    installer = (asked or os.environ.get(INSTALLER_VAR, "") or INSTALLER).strip().lower()
+    if installer not in INSTALLERS:
+        raise EnvironmentBuildError(f"{INSTALLER_VAR}={installer!r}: expected one of {', '.join(INSTALLERS)}")
+    return installer
+
+
 def install_command(installer: str, python: Path, requirements: Path, locked: bool, no_deps: bool = True
                     ) -> list[str]:
     """The command that installs ``requirements`` into the environment of ``python``: ``--no-deps`` where they are
@@ -319,8 +333,8 @@ def install_command(installer: str, python: Path, requirements: Path, locked: bo
     if installer == "pip":
         return [sys.executable, "-m", "pip", "--python", str(python), "install", *deps, *hashes,
                 "--no-input", "--disable-pip-version-check", "-r", str(requirements)]
-    if installer == "uv":
-        return [uv_binary(), "pip", "install", "--python", str(python), *deps, *hashes,
+    if installer == "uv":  # bytecode compiled at install, as pip does (uv leaves it to the first import otherwise)
+        return [uv_binary(), "pip", "install", "--python", str(python), *deps, *hashes, "--compile-bytecode",
                 *uv_flags(pip_config(), constraints=not locked), "-r", str(requirements)]
     raise ValueError(f"installer {installer!r}: expected one of {', '.join(INSTALLERS)}")
 

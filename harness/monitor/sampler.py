@@ -109,7 +109,12 @@ class Sampler:
                 self._notes.append(f"sampler thread still busy after {self._join_timeout_s:g} s "
                                    "(a probe call hung); the samples taken until then are kept")
         if not self.end_reason:
-            self.end_reason = "stopped when the executor saw the worker end"
+            # one last sample where the worker still lives: the executor stops the sampler as soon as the trial's
+            # result is in, before it ends the worker (issue 53); a worker already gone leaves things as they were
+            if self._thread is not None and self.tick():
+                self.end_reason = "stopped at the trial's result, after a last sample"
+            else:
+                self.end_reason = "stopped when the executor saw the worker end"
         for probe in self.probes:
             probe.close()
         with self._lock:

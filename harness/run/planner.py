@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.config.experiment import Experiment
+from harness.config.schedule import schedule_text, step_sizes
 from harness.config.trial import OptimizerSpec, TrialSpec
 from harness.data import DataRequest, PreparedData
 from harness.data.augment import check_applicable
@@ -31,11 +32,13 @@ def data_request(exp: Experiment, data_dir: str | None = None) -> DataRequest:
                        layout=exp.data_layout)
 
 
-def plan_steps(n_train: int, batch_size: int, epochs: int, warmup: int, timed: int) -> tuple[int, int, int]:
-    """(warm-up, timed, rest) step counts. With epochs, warm-up and timed steps come out of the epochs."""
+def plan_steps(n_train: int, batch_size: int, epochs: int, warmup: int, timed: int, total: int | None = None
+               ) -> tuple[int, int, int]:
+    """(warm-up, timed, rest) step counts. With epochs, warm-up and timed steps come out of the epochs (``total``:
+    the training's steps where they are not the epochs at ``batch_size``: a batch-size schedule's)."""
     if epochs == 0:
         return warmup, timed, 0
-    total = epochs * -(-n_train // batch_size)
+    total = total if total is not None else epochs * -(-n_train // batch_size)
     timed_n = min(timed, max(total - warmup, 1))
     warmup_n = min(warmup, total - timed_n)
     return warmup_n, timed_n, total - warmup_n - timed_n
@@ -45,8 +48,12 @@ def planned_steps(trial: TrialSpec, n_train: int) -> int:
     """How many training steps ``trial`` will run on ``n_train`` training samples (progress and ETAs).
 
     A step is one optimizer update of ``effective_batch_size`` samples, as the worker plans it
-    (harness/run/worker/trial.py): under gradient accumulation an epoch has fewer of them.
+    (harness/run/worker/trial.py): under gradient accumulation an epoch has fewer of them; under a batch-size
+    schedule, as many as the schedule cuts (harness.config.schedule.step_sizes).
     """
+    if trial.batch_schedule:
+        return sum(plan_steps(n_train, trial.batch_size, trial.epochs, trial.warmup_steps, trial.timed_steps,
+                              total=len(step_sizes(trial.schedule, n_train, trial.epochs))))
     return sum(plan_steps(n_train, trial.effective_batch_size, trial.epochs, trial.warmup_steps, trial.timed_steps))
 
 
@@ -74,6 +81,11 @@ def plan(exp: Experiment, data: PreparedData, devices: Mapping[tuple[str, str], 
                 raise ConfigError(f"{exp.source}: {where}accumulate_steps = {v.accumulate_steps}: the {framework} "
                                   "adapter does not implement gradient accumulation; use accumulate_steps = 1 "
                                   "for it (or run it in an experiment without that framework)")
+        if v.batch_schedule and max(b for _, b in v.batch_schedule) > data.n_train:
+            where = f"variants.{name}." if name else ""
+            biggest = max(b for _, b in v.batch_schedule)
+            raise ConfigError(f"{exp.source}: {where}batch_schedule: batch size {biggest} is more than the data set's "
+                              f"{data.n_train} training samples ({schedule_text(v.batch_schedule)})")
     trials: list[TrialSpec] = []
     for framework in exp.frameworks:
         for variant, v in variants:
@@ -148,12 +160,16 @@ def _trial(v: Experiment, variant: str, framework: str, batch_size: int, repeat:
         data_key=data.key, variant=variant, augment=v.augment, augment_pad_px=v.augment_pad_px,
         accumulate_steps=v.accumulate_steps,
         gradient_noise=v.gradient_noise if v.eval else 0,
-        steady_s=0.0 if v.device == "cpu" else v.steady_s,  # the worker skips it where the trial ran on a CPU
+        # the worker skips it where the trial ran on a CPU; a schedule has no one size to measure steadily
+        steady_s=0.0 if v.device == "cpu" or v.batch_schedule else v.steady_s,
         compile_cache=v.compile_cache,
         prefetch=v.prefetch,
         stop_at_accuracy=v.target_accuracy if v.train_to_target else 0.0,
         eval_every_steps=target_eval_every(v.target_eval_samples, batch_size * v.accumulate_steps)
-        if v.train_to_target else 0,
+        if v.train_to_target and not v.batch_schedule else 0,
+        # issue 52: each scheduled size trains at the rate lr_policy gives it; evaluations every target_eval_samples
+        batch_schedule=tuple((f, b, v.lr_for(b)) for f, b in v.batch_schedule),
+        eval_every_samples=v.target_eval_samples if v.train_to_target and v.batch_schedule else 0,
     )
 
 

@@ -31,6 +31,7 @@ from harness.run.devices import check_one_device, resolve_experiment
 from harness.run.executor import LocalExecutor
 from harness.run.listener import SweepListener
 from harness.run.planner import data_request, plan
+from harness.run.ramp import ramp_trials
 from harness.run.scheduler import Backend, SerialBackend, known_durations, run_chains
 from harness.store import Store, TrialRecord, store_path
 from harness.store.db import make_out_dir
@@ -277,12 +278,28 @@ def _run_trials(exp: Experiment, out_dir: Path, store: Store, ready: _Prepared, 
         result.outcomes.append(outcome)
         listener.on_trial_complete(index[outcome.trial.trial_hash], n, outcome)
 
-    backend = _backend(executor, unit, listener, todo)
-    stats = run_chains(todo, submit=backend.submit, wait=backend.wait, cancel=backend.cancel, slots=backend.slots,
-                       on_done=finished, on_start=lambda t, attempt: listener.on_trial_start(index[t.trial_hash], n, t),
-                       skip_larger=exp.skip_larger_after_oom, oom_at=oom_limits(existing),
-                       known=known_durations(existing))
-    result.not_run, result.peak_in_flight = stats.not_run, stats.peak_in_flight
+    def run(todo: list[TrialSpec]) -> None:
+        backend = _backend(executor, unit, listener, todo)
+        stats = run_chains(todo, submit=backend.submit, wait=backend.wait, cancel=backend.cancel, slots=backend.slots,
+                           on_done=finished,
+                           on_start=lambda t, attempt: listener.on_trial_start(index[t.trial_hash], n, t),
+                           skip_larger=exp.skip_larger_after_oom, oom_at=oom_limits(existing),
+                           known=known_durations(existing))
+        result.not_run += stats.not_run
+        result.peak_in_flight = max(result.peak_in_flight, stats.peak_in_flight)
+
+    run(todo)
+    if exp.study == "batch_ramp" and not result.not_run:  # issue 52: the ramp the stored constant trials recommend
+        ramps, why = ramp_trials(exp, store, trials, ready.data.n_train)
+        for framework, reason in why.items():
+            listener.on_environment(f"batch_ramp: no ramp for {framework}: {reason}")
+        more = [t for t in ramps if t.trial_hash not in done]
+        index.update({t.trial_hash: i for i, t in enumerate(ramps, n + 1)})
+        n += len(ramps)
+        result.total, result.already_done = n, result.already_done + len(ramps) - len(more)
+        if more:
+            listener.on_plan(more, ready.data)
+            run(more)
     if options.after_trials is not None:
         options.after_trials(SweepContext(store, run_id, ready.data, ready.env, out_dir, options.monitor_factory,
                                           executor, ready.runtimes), result)

@@ -426,8 +426,10 @@ def accuracy_unusable(spec: dict[str, Any]) -> str | None:
 
 
 def sweep_groups(exp: StoredExperiment) -> list[SeriesGroup]:
-    """The experiment's sweep trials by series and batch size (max-batch probes time too few steps to rank by)."""
-    return group([t for t in exp.trials if t.settings.purpose in (None, "sweep")], exp.frameworks)
+    """The experiment's sweep trials by series and batch size (max-batch probes time too few steps to rank by); a
+    trial with a batch-size schedule is no constant size's (its study judges it: report.answer.ramp_study)."""
+    return group([t for t in exp.trials if t.settings.purpose in (None, "sweep")
+                  and not (isinstance(t.spec, dict) and t.spec.get("batch_schedule"))], exp.frameworks)
 
 
 def recommend(exp: StoredExperiment, share: float = SHARE_OF_BEST, target_accuracy: float | None = None,

@@ -23,11 +23,13 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from harness.cells import Series, Stat, group
 from harness.store import TrialRecord
+from report.answer.finding import StudyFinding, _difference, _t95, series_label  # noqa: F401 - their home was here
+from report.answer.ramp_study import CLAIM as RAMP_CLAIM
+from report.answer.ramp_study import batch_ramp
 
 #: a memory saving smaller than this share of the baseline's peak is not called a saving
 MEMORY_FLOOR = 0.02
@@ -39,42 +41,8 @@ STUDY_CLAIMS = {
     "lr_scaling": "scaling the learning rate with the batch (linear or sqrt) keeps accuracy flatter than a fixed one",
     "batch_shapes": "batch 512 trains faster than 500 by more than the noise",
     "oom_mitigations": "the mitigation lowers peak memory at the same effective batch",
+    "batch_ramp": RAMP_CLAIM,
 }
-
-
-@dataclass(frozen=True)
-class StudyFinding:
-    """One verdict: the claim, for which framework (and variant, where the verdict is one variant's), whether it holds
-    (None: cannot be judged), the numbers."""
-
-    study: str
-    framework: str
-    claim: str
-    holds: bool | None
-    evidence: str
-    #: the variant whose verdict it is ("" for a framework's); where other settings split it too, the words that
-    #: tell its series apart (harness.cells.SeriesGroup.label)
-    variant: str = ""
-
-    @property
-    def name(self) -> str:
-        """Whose verdict, as a sentence names it: the framework, or ``framework · variant``."""
-        return series_label(self.framework, self.variant)
-
-    @property
-    def verdict(self) -> str:
-        """``holds``, ``does not hold`` or ``cannot be judged``."""
-        return {True: "holds", False: "does not hold", None: "cannot be judged"}[self.holds]
-
-    @property
-    def text(self) -> str:
-        """The finding as one sentence."""
-        return f"{self.name}: “{self.claim}” {self.verdict}: {self.evidence}"
-
-
-def series_label(framework: str, variant: str | None) -> str:
-    """The name of one line in the figures: the framework, and the variant when there is one."""
-    return f"{framework} · {variant}" if variant else framework
 
 
 def line_label(line: Series) -> str:
@@ -221,30 +189,6 @@ def lr_scaling(trials: Sequence[Mapping[str, Any]], spec: dict[str, Any]) -> lis
 
 #: two-sided 95 % critical values of Student's t by degrees of freedom (larger df: the next lower entry,
 #: which is conservative); scipy is not a dependency of the report
-_T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 15: 2.13,
-        20: 2.09, 30: 2.04, 60: 2.00, 120: 1.98}
-
-
-def _t95(df: float) -> float:
-    return _T95[max(k for k in _T95 if k <= max(df, 1.0))]
-
-
-def _difference(a: Stat, b: Stat) -> tuple[float, float | None]:
-    """(a - b, the noise: the half-width of Welch's 95 % interval of the difference; None without repeats).
-
-    With two repeats per size the interval is wide (t = 12.7 at one degree of freedom): that is the honest
-    answer to "is this more than noise" from two measurements, and why the study file asks for more.
-    """
-    if a.sd is None or b.sd is None:
-        return a.mean - b.mean, None
-    va, vb = a.sd**2 / a.n, b.sd**2 / b.n
-    se = (va + vb) ** 0.5
-    if se == 0:
-        return a.mean - b.mean, 0.0
-    df = (va + vb) ** 2 / ((va**2 / (a.n - 1)) + (vb**2 / (b.n - 1)))  # Welch-Satterthwaite
-    return a.mean - b.mean, _t95(df) * se
-
-
 def batch_shapes(trials: Sequence[Mapping[str, Any]]) -> list[StudyFinding]:
     """Per framework: throughput at 512 against 500, and multiples of 8 against the other sizes."""
     out = []
@@ -319,9 +263,13 @@ def oom_mitigations(trials: Sequence[Mapping[str, Any]], variants_in_order: Sequ
     return out
 
 
-def study_findings(spec: dict[str, Any], trials: Sequence[Mapping[str, Any]]) -> list[StudyFinding]:
-    """The findings of the experiment's ``study`` (its resolved spec) on ``trials``; empty without a study."""
+def study_findings(spec: dict[str, Any], trials: Sequence[Mapping[str, Any]],
+                   curves: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> list[StudyFinding]:
+    """The findings of the experiment's ``study`` (its resolved spec) on ``trials`` (and their learning ``curves`` by
+    trial hash, which ``batch_ramp`` reads its times to target from); empty without a study."""
     study = spec.get("study") or ""
+    if study == "batch_ramp":
+        return batch_ramp(trials, curves or {}, spec)
     if study == "optimizer_batch":
         return optimizer_batch(trials, spec)
     if study == "augmentation":

@@ -24,8 +24,10 @@ from harness.store import TrialRecord
 from harness.tmpnames import remove_stale, temporary_directory
 from report.answer import critical_batch, findings, recommend, studies
 from report.answer import thesis as compare
+from report.answer.along import noise_along
 from report.answer.studies import line_label
 from report.document import context, curves, figures, tables
+from report.document.along_figure import noise_along_figure
 from report.document.drift import drift_figure
 from report.document.pdf import PdfWriter, esc
 from report.load import ReportInput, StoredExperiment, load
@@ -169,7 +171,7 @@ def _what_ran(pdf: PdfWriter, exp: StoredExperiment) -> None:
 def _findings(pdf: PdfWriter, exp: StoredExperiment, cell_list: list[Any], variants: list[str],
               sweep: list[TrialRecord]) -> None:
     """The study's question and verdicts (with variants or a study), the findings, and the thesis's on this run."""
-    study = studies.study_findings(exp.spec, exp.trials)
+    study = studies.study_findings(exp.spec, exp.trials, exp.curves)
     if variants or study:
         pdf.heading("The study's question", 1)
         if variants:
@@ -206,6 +208,9 @@ def _figures(pdf: PdfWriter, exp: StoredExperiment, recs: list[recommend.Recomme
     predicted = {r.name: r.noise.b_simple for r in drawn if r.noise is not None and r.noise.b_simple is not None}
     answer_figures = [curves.learning_curve_figure(exp, recs),
                       curves.critical_figure(exp, drawn, predicted=predicted or None)]
+    along = noise_along(exp)  # issue 52: B_simple along the training, where the noise was measured
+    if along:
+        answer_figures.append(noise_along_figure(exp, along))
     for i, fig in enumerate([*figures.build_figures(exp, cell_list, reference), *answer_figures,
                              drift_figure(exp, cell_list)], 1):
         stem = f"{slug}-{i:02d}-{fig.key}"

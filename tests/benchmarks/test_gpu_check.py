@@ -93,6 +93,7 @@ def test_the_e2e_step_judges_each_trial_against_the_goal_only_on_a_gpu():
 
 
 @pytest.mark.slow
+@pytest.mark.heavy("benchmarks/gpu_check.py", "benchmarks/common.py")  # the GPU check's dry run
 def test_the_e2e_dry_run_runs_pytorch_and_jax_on_the_cpu_and_passes(tmp_path):
     """``gpu_check.py --dry-run --only e2e``: step 5's sweep on the CPU (short), its table written, exit 0."""
     out = tmp_path / "summary.md"

@@ -43,6 +43,15 @@ FAILING_STEP_HEADROOM_MIB = 256
 #: the flat-gradient check's models: deep_cnn has BatchNorm (batch statistics in the gradient, running ones that
 #: must not move), osu_cnn a Flatten -> Dense whose kernel an NHWC framework must permute back
 GRADIENT_MODELS = ("deep_cnn", "osu_cnn")
+#: the batch-size change check (issue 52): tiny_cnn (BatchNorm: its statistics carry over the change) trains
+#: BATCH_CHANGE_STEPS[0] steps at batch BATCH_CHANGE_SIZES[0], then a new learning rate and BATCH_CHANGE_STEPS[1]
+#: steps at batch BATCH_CHANGE_SIZES[1], each batch the next slice of one sample stream, with Adam and with plain SGD
+#: (rates by optimizer: before, after). Plain SGD: with momentum, Keras and MXNet keep the old rate in their velocity
+#: (v = m v - lr g) where PyTorch scales the whole buffer by the new one (docs/adapters.md, "Learning-rate changes")
+BATCH_CHANGE_MODEL = "tiny_cnn"
+BATCH_CHANGE_SIZES = (8, 16)
+BATCH_CHANGE_STEPS = (2, 2)
+BATCH_CHANGE_RATES = {"adam": (0.001, 0.003), "sgd": (0.05, 0.1)}
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,7 @@ CHECKS: tuple[Check, ...] = (
     Check("accumulation", "accumulation", builds=(ACCUMULATION_MODEL,), needs=("accumulation",)),
     Check("flat_gradient", "flat_gradient", builds=tuple(_BY_MODEL[m] for m in GRADIENT_MODELS),
           needs=("flat_gradient",)),
+    Check("batch_change", "batch_change", builds=(_BY_MODEL[BATCH_CHANGE_MODEL],), needs=("lr_change",)),
 )
 BY_NAME = {c.name: c for c in CHECKS}
 #: the checks the shared probe runs, in order (the others run in a process each)

@@ -28,6 +28,7 @@ from tests.contract.checks import FAILING_STEP_BATCH
 from tests.contract.probe import PROGRESS
 from tests.helpers.envs import kind, python_for
 from tests.helpers.shared import once
+from tests.tiers import ran
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PROBE_TIMEOUT_S = 600
@@ -251,6 +252,8 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], ProbeResu
                 with once(f"probe[{name}]"):
                     cache[name] = run_probe(name, out)
                 PROBE_DIRS[name] = out
+                if ":" not in name and is_builtin(name):
+                    ran(name, "contract probe")  # tests/tiers.py: make test lists the frameworks that really ran
         return cache[name]
 
     return get

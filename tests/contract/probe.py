@@ -33,6 +33,10 @@ import numpy as np
 from adapters.base import Adapter, OptimizerSpec, RuntimeConfig, SetupFacts, capabilities
 from harness.models import BatchNorm, build_description, init_weights
 from tests.contract.checks import (
+    BATCH_CHANGE_MODEL,
+    BATCH_CHANGE_RATES,
+    BATCH_CHANGE_SIZES,
+    BATCH_CHANGE_STEPS,
     BY_NAME,
     FAILING_STEP,
     FAILING_STEP_BATCH,
@@ -112,8 +116,10 @@ class Probe:
         # math_mode as a worker asks by default: on the CPU an adapter with the capability reads back "n/a"
         # and a persistent compilation cache, as a sweep's worker has one: the probe builds the same models several
         # times (a program compiled once is read back, never run differently), and the probes of one test session
-        # share it (JAX: 100 s of compiling without it, issue 30)
-        cache = str(self.out.parent / COMPILE_CACHE) if self.out is not None else None
+        # share it (JAX: 100 s of compiling without it, issue 30); under pytest, the one kept between sessions
+        # (tests/conftest.py, BATCHSCOPE_TEST_COMPILE_CACHE)
+        kept = os.environ.get("BATCHSCOPE_TEST_COMPILE_CACHE")
+        cache = kept or (str(self.out.parent / COMPILE_CACHE) if self.out is not None else None)
         got = self.adapter.setup(RuntimeConfig(device="cpu", threads=1, math_mode="ieee", compile_cache_dir=cache))
         # a record, or the flat mapping of an adapter written before 0.9: the worker reads either
         return {"facts": SetupFacts.of(got).to_dict(), "returned": type(got).__name__,
@@ -351,6 +357,31 @@ class Probe:
             self.arrays[f"accumulation/{i}/init"], self.arrays[f"accumulation/{i}/held"] = w0, w1
             self.arrays[f"accumulation/{i}/applied"], self.arrays[f"accumulation/{i}/whole"] = w2, whole[i]
         return {"weights": len(weights), "declared": bool(getattr(self.adapter, "supports_accumulation", False))}
+
+    def batch_change(self) -> dict[str, Any]:
+        """A batch-size schedule's change (issue 52): steps at one size, ``set_learning_rate``, steps at another, each
+        batch the next slice of one stream; the weights and BatchNorm statistics after every step, with Adam and with
+        plain SGD. Then the same without the rate change: that it changed the training is checked too."""
+        _, shape, classes = next(m for m in MODELS if m[0] == BATCH_CHANGE_MODEL)
+        (b1, b2), (k, m) = BATCH_CHANGE_SIZES, BATCH_CHANGE_STEPS
+        x, y = fixed_batch(shape, classes, b1 * k + b2 * m, seed=52)
+        sizes = [b1] * k + [b2] * m
+        for name in ("adam", "sgd", "adam_same_rate"):
+            optimizer = name.split("_")[0]
+            lr1, lr2 = BATCH_CHANGE_RATES[optimizer]
+            self._build(BATCH_CHANGE_MODEL, shape, classes, OptimizerSpec(name=optimizer, lr=lr1))  # type: ignore[arg-type]
+            start = 0
+            for i, size in enumerate(sizes):
+                if i == k and name != "adam_same_rate":
+                    self.adapter.set_learning_rate(lr2)
+                self.adapter.train_step(self.adapter.prepare_batch(x[start : start + size], y[start : start + size]))
+                start += size
+                for j, w in enumerate(self.adapter.get_weights()):
+                    self.arrays[f"batch_change/{name}/step{i}/w{j}"] = w
+                for j, (mean, var) in enumerate(self.adapter.batchnorm_state()):
+                    self.arrays[f"batch_change/{name}/step{i}/bn{j}/mean"] = mean
+                    self.arrays[f"batch_change/{name}/step{i}/bn{j}/var"] = var
+        return {"sizes": sizes, "rates": {o: list(r) for o, r in BATCH_CHANGE_RATES.items()}, "steps": len(sizes)}
 
     def flat_gradient(self) -> dict[str, Any]:
         """The gradient at the initial weights (which the first SGD step, momentum or not, subtracts times the

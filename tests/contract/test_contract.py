@@ -232,3 +232,14 @@ def test_the_probe_ran_once_in_this_worker(adapter_name, probe):
     probe(adapter_name)
     ran = RUNS[f"probe[{adapter_name}]"]
     assert ran == (0 if adapter_name in shared_probes() else 1), (adapter_name, dict(RUNS))
+
+
+def test_a_batch_size_change_trains_the_references_steps(adapter_name, probe):
+    """A batch-size schedule's change (issue 52): k steps at one size, a new learning rate (``set_learning_rate``,
+    capability ``lr_change``), m steps at another, equal to the reference step for step, BatchNorm statistics carried
+    over. An adapter without the capability is told "not supported"; it runs schedules whose rate does not change."""
+    this, ref = probe(adapter_name), probe(REFERENCE_ADAPTER)
+    record = this.check("batch_change")
+    ref.check("batch_change")
+    message = verdicts.batch_change(this.arrays, ref.arrays, record)
+    assert message is None, message

@@ -163,3 +163,18 @@ def test_the_queued_steps_check_needs_the_capability_and_tells_a_plugin_without_
     verdict = verdicts.capability_verdict({"missing": ["queued_steps"]}, False, "fake", "queued_steps")
     kind, message = verdict or ("", "")
     assert kind == "unsupported" and "train_step_queued(batch)" in message and "wait_steps()" in message
+
+
+def test_the_batch_change_verdict_finds_a_step_that_differs_and_a_rate_change_that_did_nothing():
+    from tests.contract.verdicts import batch_change
+
+    record = {"sizes": [8, 8, 16, 16], "rates": {"adam": [0.001, 0.003], "sgd": [0.05, 0.1]}, "steps": 4}
+    ref = {f"batch_change/{o}/step{i}/{w}": np.full(3, float(i) + (o == "adam_same_rate"), np.float32)
+           for o in ("adam", "sgd", "adam_same_rate") for i in range(4) for w in ("w0", "bn0/mean", "bn0/var")}
+    assert batch_change(dict(ref), ref, record) is None
+    off = dict(ref) | {"batch_change/sgd/step2/w0": ref["batch_change/sgd/step2/w0"] + 0.01}
+    assert "sgd, step 2 (after the change to batch 16 at lr 0.1): w0 differs" in str(batch_change(off, ref, record))
+    biased = dict(ref) | {"batch_change/adam/step1/bn0/var": ref["batch_change/adam/step1/bn0/var"] * 2}
+    assert batch_change(biased, ref, record) is None  # the variance's estimator is the batchnorm case's to judge
+    same = {k: (ref[k.replace("/adam_same_rate/", "/adam/")] if "/adam_same_rate/" in k else v) for k, v in ref.items()}
+    assert "changed nothing" in str(batch_change(same, same, record))

@@ -292,6 +292,8 @@ HOW_TO_ADD = {
     "accumulation": "accumulate_gradients(batch, weight) and apply_accumulated(), and supports_accumulation = True",
     "queued_steps": "train_step_queued(batch), which queues a step without waiting for it, and wait_steps() "
                     "(docs/adapters.md, 'Queued steps')",
+    "lr_change": "set_learning_rate(lr), which trains the next steps at lr keeping the optimizer state "
+                 "(docs/adapters.md, 'Learning-rate changes')",
     "flat_gradient": "flat_gradient(x, y) returning the mean loss's gradient as one float64 array in get_weights' "
                      "order, changing no weights, optimizer state or BatchNorm statistics (docs/noise.md)",
 }
@@ -347,3 +349,33 @@ def imports_no_framework(module: str, loaded: list[str]) -> str | None:
         return None
     return (f"importing {module} loaded {', '.join(loaded)}: import the framework inside the adapter's methods "
             "only; the parent imports adapter modules to list them and validate their options")
+
+
+def batch_change(this: dict[str, np.ndarray], ref: dict[str, np.ndarray], record: dict[str, Any]) -> str | None:
+    """A batch-size change mid-training (issue 52): the weights after every step, at one size, then at another under a
+    new learning rate, are the reference's step for step (Adam and plain SGD), the BatchNorm running means carry over
+    the change, and the rate change changed the training (against the same steps at the first rate)."""
+    k = record["sizes"].index(record["sizes"][-1])  # the first step at the second size
+    for optimizer in ("adam", "sgd"):
+        for step in range(record["steps"]):
+            where = f"{optimizer}, step {step} ({'after' if step >= k else 'before'} the change to batch " \
+                    f"{record['sizes'][-1]} at lr {record['rates'][optimizer][1]})"
+            prefix = f"batch_change/{optimizer}/step{step}/"
+            keys = sorted(key for key in ref if key.startswith(prefix))
+            if not keys:
+                return f"the reference recorded nothing for {prefix}"
+            for key in keys:
+                if key.endswith("/var"):  # biased or unbiased by declaration: the batchnorm case checks that rule
+                    continue
+                rtol, atol = (STATS_RTOL, STATS_ATOL) if key.endswith("/mean") else (WEIGHTS_RTOL, WEIGHTS_ATOL)
+                if key not in this:
+                    return f"{where}: {key.rsplit('/', 1)[-1]} not recorded"
+                if not _close(this[key], ref[key], rtol, atol):
+                    return f"{where}: {key[len(prefix):]} differs from the reference ({_worst(this[key], ref[key])})"
+    changed = [key for key in this if key.startswith(f"batch_change/adam/step{k}/w")
+               and not np.array_equal(this[key], this[key.replace("/adam/", "/adam_same_rate/")])]
+    if not changed:
+        rates = record["rates"]["adam"]
+        return (f"set_learning_rate({rates[1]}) changed nothing: the step after it trained the same weights as at lr "
+                f"{rates[0]}")
+    return None

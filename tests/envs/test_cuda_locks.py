@@ -49,6 +49,8 @@ def resolutions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[Path,
 
 
 @pytest.mark.slow
+@pytest.mark.heavy("harness/envs/", "adapters/pytorch/locks/", "adapters/tensorflow/locks/", "adapters/jax/locks/",
+                   "adapters/mxnet/locks/")  # the package index's time
 @pytest.mark.parametrize("lock", CUDA_LOCKS, ids=lambda p: p.parent.parent.name)
 def test_a_cuda_lock_resolves_for_linux_x86_64(
         lock: Path, resolutions: dict[Path, tuple[subprocess.Popen[str], Path]]) -> None:

@@ -97,10 +97,11 @@ def test_the_builder_installs_a_lock_with_require_hashes_and_no_deps(installer: 
     locked = install_command(installer, python, requirements, locked=True)
     assert "--require-hashes" in locked and "--no-deps" in locked
     assert locked[-2:] == ["-r", str(requirements)] and str(python) in locked
-    plugin = install_command(installer, python, requirements, locked=False)
-    assert "--require-hashes" not in plugin
+    plugin = install_command(installer, python, requirements, locked=False, no_deps=False)
+    assert "--require-hashes" not in plugin and "--no-deps" not in plugin  # a plugin's specifiers are resolved
     if installer == "uv":
         assert locked[:3] == ["/opt/uv/bin/uv", "pip", "install"] and "--find-links" in locked
+        assert "--compile-bytecode" in locked  # as pip does: a worker's first import compiles nothing
     else:
         assert locked[:3] == [sys.executable, "-m", "pip"]
     with pytest.raises(ValueError, match="expected one of pip, uv"):
@@ -177,3 +178,13 @@ def test_a_file_whose_hash_the_lock_does_not_list_is_refused(envs_dir: Path) -> 
         build(spec, envs_dir, (str(_code_dir([*WORKER_PACKAGES, "tests"])),))
     assert "pip install failed" in str(e.value)
     assert not spec.path(envs_dir).exists() and not list(envs_dir.glob(".*.building-*"))
+
+
+def test_the_installer_is_named_by_a_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BATCHSCOPE_INSTALLER", raising=False)
+    assert build_mod.chosen_installer() == build_mod.INSTALLER == "pip"  # measured: docs/environments.md
+    monkeypatch.setenv("BATCHSCOPE_INSTALLER", "UV")
+    assert build_mod.chosen_installer() == "uv" and build_mod.chosen_installer("pip") == "pip"
+    monkeypatch.setenv("BATCHSCOPE_INSTALLER", "conda")
+    with pytest.raises(EnvironmentBuildError, match="BATCHSCOPE_INSTALLER='conda': expected one of pip, uv"):
+        build_mod.chosen_installer()

@@ -38,7 +38,7 @@ GPU_FAULT_ERRORS = {
 BEHAVIOURS = ("ok", "hang", "sigkill", "oom", "error", "segfault", "exit0", "noisy", "oom_stderr",
               "hang_setup", "oom_large", "hang_large", "keeps_denormals", "ignores_precision",
               "diverges", "nan_weights", "flood", "flood_then_error", "hang_eval_large", "slow_steps",
-              "gpu_stats", "learns", "estimate_raises", *GPU_FAULT_ERRORS)
+              "gpu_stats", "learns", "estimate_raises", "slow_close", *GPU_FAULT_ERRORS)
 #: with behaviour "learns", the held-out accuracy after s training steps is min(1, s x LEARNS_PER_STEP) (to the
 #: nearest sample of each evaluation batch): a known learning curve, for train-to-target tests (issue 33)
 LEARNS_PER_STEP = 1 / 16
@@ -201,6 +201,10 @@ class FakeAdapter(Adapter):
             sys.stderr.flush()
             os.abort()
         time.sleep(0.001)
+
+    def close(self) -> None:
+        if self.behaviour == "slow_close":  # a teardown after the result that takes longer than the trial's limit
+            time.sleep(3600)
 
     def predict(self, batch: Any) -> np.ndarray:
         x, _ = batch

@@ -27,6 +27,7 @@ SEED = 3
 
 
 @pytest.mark.process
+@pytest.mark.heavy("harness/run/", "harness/store/", "benchmarks/chaos_soak.py")  # the soak
 def test_a_sweep_whose_workers_and_driver_are_killed_at_random_ends_with_every_trial_stored_once(
         tmp_path: Path) -> None:
     result = chaos_soak.soak(tmp_path, TRIALS, SEED, mean_gap_s=1.5)

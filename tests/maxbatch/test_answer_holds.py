@@ -31,6 +31,7 @@ from harness.records import ProbeResult
 from harness.store import Store
 from harness.store.maxbatch_row import maxbatch_record
 from tests.fakes.memory_executor import BUDGET_MIB
+from tests.tiers import SEARCH_CODE
 
 
 def _maxbatch(out: Path, *extra: str) -> int:
@@ -211,6 +212,7 @@ def test_sweep_workers_run_under_the_allocator_users_train_with(tmp_path, monkey
 
 
 @pytest.mark.slow
+@pytest.mark.heavy(*SEARCH_CODE)  # an exhaustive search, then --verify
 @pytest.mark.alone  # a peak under an OS memory limit, against a margin of a few MiB
 def test_verify_passes_on_a_real_pytorch_worker(tmp_path, capsys):
     # the real boundary under glibc's defaults (no allocator setting: what a user's plain process has), and the

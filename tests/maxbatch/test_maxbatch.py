@@ -47,6 +47,7 @@ from tests.conftest import make_trial
 from tests.helpers.envs import runtime_for
 from tests.helpers.shared import RUNS
 from tests.maxbatch.conftest import FIXED_THRESHOLD, fixed_threshold
+from tests.tiers import SEARCH_CODE
 
 GPU = [{"index": 0, "name": "Fake H100", "memory_total_mib": 81559.0}]
 AGREED_COLUMNS = (
@@ -232,6 +233,7 @@ def _request(**kw: object) -> MaxBatchRequest:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy(*SEARCH_CODE)  # the exhaustive (1 %) search
 @pytest.mark.alone  # peaks under an OS memory limit, checked to within a fresh process's jitter
 def test_real_boundary_on_cpu_holds_in_fresh_workers_either_side_of_it(real_search, cache_dir, tmp_path):
     # the search is the shared real one (tests/maxbatch/conftest.py: `batchscope maxbatch`, 400 MiB); the check
@@ -307,6 +309,7 @@ def test_budget_below_the_frameworks_overhead_exits_3(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy(*SEARCH_CODE)  # two exhaustive searches
 @pytest.mark.alone  # two runs' boundaries, compared to within a fresh process's peak jitter
 def test_model_and_double_bisect_agree_on_the_real_boundary(real_search, tmp_path):
     # the model strategy's answer is the shared real search's (tests/maxbatch/conftest.py: the default strategy,
@@ -388,6 +391,7 @@ def test_sweep_with_max_batch_on_cpu_without_a_limit_is_refused_before_running(t
 
 
 @pytest.mark.slow
+@pytest.mark.heavy(*SEARCH_CODE)  # reads the exhaustive search
 def test_the_shared_real_search_ran_once_in_this_worker(real_search):
     """Last of its group: the two tests above read the one real search (tests/helpers/shared.py counts its runs)."""
     assert real_search.code == 0

@@ -15,6 +15,7 @@ import pytest
 from harness.cli import main
 from harness.config.resolution import Resolution
 from harness.store import Store
+from tests.tiers import SEARCH_CODE
 
 #: the most probes (confirm runs included) the exact search of the moving boundary may take: the simulator's bound
 #: for its moving law (benchmarks/maxbatch_sim.py, MOVING_PROBES), plus retries of probes that crash
@@ -35,6 +36,7 @@ def _search(tmp_path: Path, *extra: str) -> tuple[int, str, dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy(*SEARCH_CODE)  # exact
 @pytest.mark.alone  # a boundary under an OS memory limit
 def test_an_exact_search_of_a_moving_boundary_stops_within_the_probe_bound(tmp_path):
     code, printed, row = _search(tmp_path, "--granularity", "exact")

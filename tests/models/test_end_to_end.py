@@ -9,6 +9,7 @@ import pytest
 from harness.cli import main
 from harness.store import Store
 from tests.helpers.user_models import GOOD, user_package
+from tests.tiers import ran
 
 FRAMEWORKS = ("pytorch", "tensorflow", "mxnet")
 
@@ -35,7 +36,7 @@ def test_run_resnet20_in_every_framework(tmp_path: Path, cache_dir: Path) -> Non
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("framework", (*FRAMEWORKS, "jax"))  # every built-in framework's real search (make test)
 def test_maxbatch_resnet20_prints_the_forecast_before_the_first_probe(framework: str, tmp_path: Path,
                                                                       cache_dir: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
@@ -53,6 +54,7 @@ def test_maxbatch_resnet20_prints_the_forecast_before_the_first_probe(framework:
     # more than the margin: recommended 1
     assert row["max_batch"] == 1 and row["recommended_batch"] == 1 and row["model"] == "resnet20"
     assert row["probes_n"] == 2 and not row["heap_settle_json"] and "not settled: at --max-batch-cap 1" in text
+    ran(framework, "max-batch search")  # tests/tiers.py: make test lists the frameworks that really ran
 
 
 @pytest.mark.slow

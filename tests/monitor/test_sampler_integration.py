@@ -72,6 +72,7 @@ eval_points = 0  # phases in one order, each once (a phase resumed after an eval
 
 
 @pytest.mark.slow
+@pytest.mark.heavy("harness/monitor/", "harness/run/ray_executor.py")  # Ray
 def test_sampler_travels_to_a_ray_node_and_samples_there(cache_dir: Path, tmp_path: Path):
     """RayExecutor pickles the monitor factory to the node: the sampler must be built and run there."""
     from harness.config.experiment import parse_experiment

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.shared import once
+from tests.tiers import ran
 
 #: the shared sweep's trials, by name: the settings each changes from the base. ``plain`` against ``points`` shows
 #: evaluation points leave the training as it was; ``points`` against ``prefetched`` shows prefetching changes no
@@ -59,6 +60,9 @@ def framework_sweep(tmp_path_factory: pytest.TempPathFactory,
                     with Store.open(out, create=False) as store:
                         (row,) = store.trials()
                     trials[name] = SharedTrial(outcome, row)
+            ran(framework, "shared sweep")  # tests/tiers.py: make test lists the frameworks that really ran
+            if all(str(t.row.get("environment") or "").startswith("managed ") for t in trials.values()):
+                ran(framework, "environment")  # its trials ran in its managed environment
             cache[framework] = trials
         return cache[framework]
 

@@ -80,6 +80,26 @@ def test_noisy_stdout_does_not_break_the_protocol(tiny_data, tmp_path):
 
 
 @pytest.mark.process
+def test_the_worker_is_done_at_its_result_after_the_samplers_last_sample(tiny_data, tmp_path):
+    """Its teardown (closing the adapter, the interpreter's exit) is nothing the trial measures (issue 53): the
+    trial ends at the result, ok, exit 0, the sampler having sampled the live worker once more first."""
+    from harness.monitor.probes import HostProbe
+    from harness.monitor.sampler import Sampler
+
+    trial = make_trial(adapter_options={"behaviour": "slow_close"}, timeout_s=30.0)
+    unit = TrialUnit(trial=trial, data=tiny_data, order_path=str(tiny_data.write_order(0, 0)),
+                     adapter_target=TARGET, oom_patterns=FakeAdapter.oom_stderr_patterns)
+    # one sample at the start, the next one 60 s later: only the last sample can add a second
+    executor = LocalExecutor(monitor_factory=lambda u: Sampler([HostProbe()], interval_s=60.0), log_dir=tmp_path)
+    outcome = executor.run(unit)
+    assert (outcome.status, outcome.exit_code) == ("ok", 0), outcome.reason
+    assert outcome.elapsed_s < 25, outcome.elapsed_s  # not the close's hour, nor the 30 s limit
+    assert outcome.monitor.end_reason == "stopped at the trial's result, after a last sample"
+    assert len(outcome.monitor.samples) == 2
+    assert outcome.monitor.samples[-1]["rss_mib"] > 0  # read from the live worker
+
+
+@pytest.mark.process
 def test_python_oom_is_oom(tiny_data, tmp_path):
     outcome, _ = run_fake(tiny_data, "oom", tmp_path=tmp_path)
     assert outcome.status == "oom"

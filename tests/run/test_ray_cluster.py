@@ -24,7 +24,8 @@ from harness.store import Store
 from tests.conftest import make_trial
 from tests.fakes.registry import register_fake
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow,  # Ray with simulated nodes: make test-all (tests/tiers.py)
+              pytest.mark.heavy("harness/run/", "harness/envs/", "harness/monitor/")]
 
 #: compared between the cluster's run and the serial one: everything but timings and placement
 SAME_COLUMNS = ("trial_hash", "framework", "batch_size", "repeat", "seed", "status", "param_count", "accuracy",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,6 +77,8 @@ class EvalPoints:
     training_peaks: list[MemoryStats] = field(default_factory=list)
     #: the gradient-noise measurement of each point (``trial.gradient_noise`` > 0; harness.run.worker.noise)
     noise: list[NoiseRecord] = field(default_factory=list)
+    #: the batch size the training is at after so many samples (a batch-size schedule's); None: the trial's
+    batch_at: Callable[[int], int] | None = None
 
     def at(self, step: int, samples_seen: int, train_s: float, final: bool = False) -> CurvePoint:
         """Evaluate after ``step`` updates (``train_s`` seconds of training so far), take the point's measurements
@@ -83,7 +86,8 @@ class EvalPoints:
         if not final:
             self.training_peaks.append(self.adapter.memory_stats())
         ctx = PointContext(point=len(self.curve), step=step, samples_seen=samples_seen, final=final, trial=self.trial,
-                           adapter=self.adapter, x_train=self.x_train, y_train=self.y_train, order=self.order)
+                           adapter=self.adapter, x_train=self.x_train, y_train=self.y_train, order=self.order,
+                           batch_size=self.batch_at(samples_seen) if self.batch_at else 0)
         t0 = time.perf_counter()
         ev = self.adapter.evaluate(np.asarray(self.x_test), np.asarray(self.y_test), self.trial.eval_batch_size)
         eval_s = time.perf_counter() - t0

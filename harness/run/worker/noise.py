@@ -12,6 +12,7 @@ vectors of the model's size on the host.
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -30,25 +31,31 @@ def measure_noise(ctx: PointContext, groups: int) -> NoiseRecord:
     t0 = time.perf_counter()
     trial, adapter = ctx.trial, ctx.adapter
     n = len(ctx.y_train)
-    b_small = min(trial.batch_size, B_SMALL_MAX, n)  # never more memory than the training, bounded cost
+    # never more memory than the training (at the size it is at: a schedule's), bounded cost
+    b_small = min(ctx.batch_size or trial.batch_size, B_SMALL_MAX, n)
     # the same batches for every framework at the same step of the same trial settings (seed, step)
     rng = np.random.default_rng([_STREAM, trial.seed, ctx.step])
     augment = Augmenter(trial.augment, trial.augment_pad_px, trial.seed, n)
     epoch = ctx.samples_seen // n if n else 0
     x_small_sum = x_big_sum = 0.0
+    kept: list[list[float | None]] = []  # per group: its small norms' mean, its big norm (the uncertainty's units)
     for _ in range(groups):
         total: np.ndarray | None = None
+        group_small = 0.0
         for _ in range(BIG_FACTOR):
             idx = np.sort(rng.choice(n, size=b_small, replace=False))
             g = np.asarray(adapter.flat_gradient(augment(ctx.x_train[idx], idx, epoch), ctx.y_train[idx]),
                            dtype=np.float64)
-            x_small_sum += float(g @ g)
+            group_small += float(g @ g)
             total = g.copy() if total is None else np.add(total, g, out=total)
         assert total is not None  # BIG_FACTOR > 0
         mean = total / BIG_FACTOR
-        x_big_sum += float(mean @ mean)
+        big = float(mean @ mean)
+        x_small_sum += group_small
+        x_big_sum += big
+        kept.append([finite_or_none(group_small / BIG_FACTOR), finite_or_none(big)])
     small_n, big_n = groups * BIG_FACTOR, groups
     return NoiseRecord(point=ctx.point, step=ctx.step, samples_seen=ctx.samples_seen, b_small=b_small,
                        b_big=b_small * BIG_FACTOR, x_small_mean=finite_or_none(x_small_sum / small_n),
                        x_big_mean=finite_or_none(x_big_sum / big_n), small_n=small_n, big_n=big_n,
-                       noise_s=time.perf_counter() - t0)
+                       noise_s=time.perf_counter() - t0, groups_json=json.dumps(kept))

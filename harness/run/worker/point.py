@@ -26,3 +26,5 @@ class PointContext:
     x_train: np.ndarray
     y_train: np.ndarray
     order: np.ndarray  # (epochs, n_train) sample indices: each epoch's order (harness.data.PreparedData.write_order)
+    #: the batch size the training is at here (a batch-size schedule's; issue 52); 0: the trial's ``batch_size``
+    batch_size: int = 0

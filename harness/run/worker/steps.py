@@ -10,13 +10,14 @@ so an epoch is still every training sample seen exactly once.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from adapters.base import CAPABILITIES, Adapter, capabilities
+from harness.config.schedule import step_sizes
 from harness.config.trial import TrialSpec
 from harness.data.augment import Augmenter
 from harness.run.protocol import ProgressTicker
@@ -37,6 +38,17 @@ def batch_indices(order: np.ndarray, batch_size: int, epochs: int, steps: int) -
     perm = order[0]
     for step in range(steps):
         yield perm[(step * batch_size + np.arange(batch_size)) % n]
+
+
+def scheduled_indices(order: np.ndarray, sizes: Sequence[tuple[int, int]]) -> Iterator[np.ndarray]:
+    """Index batches of a batch-size schedule (harness.config.schedule.step_sizes: (size, epoch) per update): cut
+    consecutively from each epoch's row of the seeded order, so a change of size continues the same sample stream."""
+    pos, epoch = 0, 0
+    for size, e in sizes:
+        if e != epoch:
+            pos, epoch = 0, e
+        yield order[e][pos : pos + size]
+        pos += size
 
 
 def epoch_of(step: int, n_train: int, batch_size: int, epochs: int) -> int:
@@ -67,12 +79,14 @@ class StepRunner:
         self.adapter, self.trial, self.x, self.y = adapter, trial, x, y
         self.augment = Augmenter(trial.augment, trial.augment_pad_px, trial.seed, n_train)
         self.n_train = n_train
+        #: a batch-size schedule's (size, epoch) of every update (issue 52); empty for a constant size
+        self.sizes = step_sizes(trial.schedule, n_train, trial.epochs) if trial.batch_schedule else []
         self.micro_batches_n = 0  # forward/backward passes run (equal to the updates without accumulation)
         #: the adapter moves a batch to the device ahead, on the background thread (its optional hook)
         self.device_ahead = bool(trial.prefetch) and trial.accumulate_steps == 1 and has_prepare_ahead(adapter)
         self.prefetcher = Prefetcher(self._gather_ahead, self._gather) if trial.prefetch else None
         #: post-warm-up steps queued between two clock readings (1: the clock is read after every step)
-        self.window = step_window(adapter, trial.batch_size, x.shape[1:]) if self.device_ahead else 1
+        self.window = step_window(adapter, trial.max_batch_size, x.shape[1:]) if self.device_ahead else 1
 
     def _host(self, idx: np.ndarray, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """The samples ``idx`` gathered from the training arrays and augmented as in ``epoch`` (NumPy only)."""
@@ -80,8 +94,25 @@ class StepRunner:
 
     def _gather(self, step: int, idx: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
         """Update ``step``'s micro-batches, gathered on the host."""
-        epoch = epoch_of(step, self.n_train, self.trial.effective_batch_size, self.trial.epochs)
-        return [self._host(part, epoch) for part in micro_batches(idx, self.trial.batch_size)]
+        return [self._host(part, self.epoch_at(step)) for part in micro_batches(idx, self.micro_size(idx))]
+
+    def epoch_at(self, step: int) -> int:
+        """The epoch update ``step`` belongs to (augmentation is drawn per epoch)."""
+        if self.sizes:
+            return self.sizes[min(step, len(self.sizes) - 1)][1]
+        return epoch_of(step, self.n_train, self.trial.effective_batch_size, self.trial.epochs)
+
+    def micro_size(self, idx: np.ndarray) -> int:
+        """The micro-batch an update of ``idx`` is cut into: the trial's batch under accumulation, else the update."""
+        return self.trial.batch_size if self.trial.accumulate_steps > 1 else max(len(idx), 1)
+
+    def batch_at(self, samples_seen: int) -> int:
+        """The size the training trains at after ``samples_seen`` samples: the schedule entry reached (the next
+        update's, where the point is at a change), or the trial's batch."""
+        total = self.trial.epochs * self.n_train
+        reached = [b for f, b in self.trial.schedule if round(f * total) <= samples_seen]
+        return reached[-1] if reached else self.trial.batch_size
+
 
     def _gather_ahead(self, step: int, idx: np.ndarray) -> list[Any]:
         """What the background thread prepares: the host micro-batches, or the adapter's batch where it moves one
@@ -109,12 +140,22 @@ class StepRunner:
         sizes = {len(part) for part in micro_batches(np.arange(last), t.batch_size)} if last else set()
         return sorted(sizes - {t.batch_size})
 
-    def warm_shapes(self) -> None:
+    def warm_shapes(self, sizes: Sequence[int] | None = None) -> None:
         """Prepare one batch of each of :meth:`other_shapes` (no training step: the weights do not change), and of
         the full (micro-)batch too where the adapter compiles per shape: its compilation is then start-up, outside
-        the training clock (``compile_s``), the same whether a compilation cache was warm or not (issue 31)."""
-        full = [self.trial.batch_size] if getattr(self.adapter, "compiles_per_shape", False) else []
-        for size in full + self.other_shapes():
+        the training clock (``compile_s``), the same whether a compilation cache was warm or not (issue 31).
+        ``sizes``: these instead, where the adapter compiles per shape (a scheduled stretch's, before its first step;
+        a scheduled trial's first stretch when None)."""
+        per_shape = getattr(self.adapter, "compiles_per_shape", False)
+        if sizes is None and self.sizes:
+            first = self.trial.batch_size
+            end = next((i for i, (s, _) in enumerate(self.sizes) if s > first), len(self.sizes))
+            sizes = [s for s, _ in self.sizes[:end]]
+        if sizes is not None:
+            todo = sorted(set(sizes)) if per_shape else []
+        else:
+            todo = ([self.trial.batch_size] if per_shape else []) + self.other_shapes()
+        for size in todo:
             idx = np.arange(size) % len(self.x)  # a batch larger than the data set cycles through it, as training does
             self.adapter.prepare_batch(self.x[idx], self.y[idx])
 
@@ -131,8 +172,8 @@ class StepRunner:
         t0 = time.perf_counter()
         if self.prefetcher is None:
             # one micro-batch on the host at a time, gathered just before its pass, as a plain training's loader would
-            epoch = epoch_of(step, self.n_train, self.trial.effective_batch_size, self.trial.epochs)
-            pieces = micro_batches(idx, self.trial.batch_size)
+            epoch = self.epoch_at(step)
+            pieces = micro_batches(idx, self.micro_size(idx))
             sizes = [len(p) for p in pieces]
 
             def part_at(i: int) -> Any:
@@ -309,19 +350,20 @@ class _Window:
 
 def train(runner: StepRunner, order: np.ndarray, plan: StepPlan, announce: Callable[[str], None],
           ticker: ProgressTicker, after_first_step: Callable[[], object], eval_at: Sequence[int] = (),
-          at_point: AtPoint | None = None) -> Trained:
+          at_point: AtPoint | None = None, switch_at: Mapping[int, Callable[[], object]] | None = None) -> Trained:
     """Run every step of ``plan`` through ``runner``, announcing each phase as its first step starts.
 
     ``after_first_step`` runs once, after the first step's clock (a precision that did not run fails there,
     not at the end); progress ticks come after each step's clock, so neither is timed. Before the step whose
     index is in ``eval_at`` (that many updates done), ``at_point`` runs off the training clock; the phase the
-    training is in is announced again after it, and training stops when it returns False.
+    training is in is announced again after it, and training stops when it returns False. Before the step whose index
+    is a key of ``switch_at`` (a batch-size schedule's change, after any evaluation there), its function runs off the
+    training clock too (a new learning rate; a compilation for the new size).
 
     Where ``runner.window`` > 1 (an adapter that queues steps), post-warm-up steps are queued and timed in windows
     (:class:`_Window`); a window also ends before an evaluation point, before a new phase and at the end, so every
     phase's steps are done when the next is announced. The first step is always waited for.
     """
-    t = runner.trial
     starts = plan.phase_starts()
     points = sorted(eval_at)
     phase = ""
@@ -334,10 +376,14 @@ def train(runner: StepRunner, order: np.ndarray, plan: StepPlan, announce: Calla
     queue_from = max(plan.warmup_n, 1) if runner.window > 1 else None  # the first step that may be queued
     window = _Window(runner, step_ms, lambda step, ms: ticker.tick(time.perf_counter(), step, phase, ms))
     # in-batch order does not change a mean loss; sorted reads are faster
-    updates = ((step, np.sort(idx)) for step, idx in
-               enumerate(batch_indices(order, t.effective_batch_size, t.epochs, plan.warmup_n + plan.timed_n)))
+    switches = dict(switch_at or {})
+    t = runner.trial
+    sizes = getattr(runner, "sizes", None)  # a batch-size schedule's (issue 52): the same stream, cut by it
+    batches = scheduled_indices(order, sizes) if sizes else batch_indices(order, t.effective_batch_size, t.epochs,
+                                                                          plan.warmup_n + plan.timed_n)
+    updates = ((step, np.sort(idx)) for step, idx in enumerate(batches))
     for (step, idx), following in with_next(updates):
-        if (points and points[0] == step) or (starts and starts[0][0] == step):
+        if (points and points[0] == step) or (starts and starts[0][0] == step) or step in switches:
             window.close()  # the steps before an evaluation or a new phase are done before it starts
         if points and points[0] == step:
             points.pop(0)
@@ -346,6 +392,8 @@ def train(runner: StepRunner, order: np.ndarray, plan: StepPlan, announce: Calla
                 break
             if not (starts and starts[0][0] == step):
                 announce(phase)  # back from the evaluation, into the phase it interrupted
+        if step in switches:
+            clock.pause(lambda change: bool(change()) or True, switches.pop(step))
         while starts and starts[0][0] == step:
             phase = starts.pop(0)[1]
             announce(phase)

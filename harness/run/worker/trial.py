@@ -7,6 +7,7 @@ adapter the request names (:func:`load_adapter`).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import sys
@@ -44,6 +45,7 @@ from harness.run.protocol import (
 from harness.run.worker.estimate import step_estimate
 from harness.run.worker.evaluation import EvalPoints, eval_steps, non_finite_weights
 from harness.run.worker.memory import VmDataWatcher, maxrss_mib, proc_status_mib
+from harness.run.worker.schedule import Switches, schedule_metrics, scheduled_eval_steps
 from harness.run.worker.steady import run_steady
 from harness.run.worker.steps import AtPoint, StepPlan, StepRunner, Trained, train, train_metrics
 
@@ -245,20 +247,25 @@ def _train_and_evaluate(request: WorkerRequest, adapter: Adapter, setup: SetUp, 
     chan.send(Ready(device=setup.facts, param_count=adapter.param_count(), model=setup.model_info))
     watcher = VmDataWatcher().start() if request.os_memory_limit_mib else None
     # a step is one optimizer update: effective_batch_size samples (batch_size x accumulate_steps)
+    runner = StepRunner(adapter, trial, setup.arrays[0], setup.arrays[1], data.n_train)
     plan = StepPlan(*plan_steps(data.n_train, trial.effective_batch_size, trial.epochs, trial.warmup_steps,
-                                trial.timed_steps))
+                                trial.timed_steps, total=len(runner.sizes) or None))  # a schedule's own steps
     ticker = ProgressTicker(chan, request.progress_interval_s, plan.total_n,
                             -(-data.n_train // trial.effective_batch_size), trial.epochs)
     adapter.reset_memory_stats()
-    runner = StepRunner(adapter, trial, setup.arrays[0], setup.arrays[1], data.n_train)
     runner.warm_shapes()  # e.g. JAX compiles its step for each batch size here, not inside the training clock
     compiled = compile_fields(adapter)  # before the first step whose time counts
     points, at_point = _eval_points(request, adapter, setup, phases)
+    switches = Switches(trial, adapter, runner, data.n_train)  # a batch-size schedule's changes (issue 52)
+    points.batch_at = runner.batch_at
     try:
         trained = train(runner, setup.order, plan, phases.enter, ticker, lambda: _precision_seen(trial, adapter),
-                        eval_at=trial_eval_steps(trial, plan.total_n), at_point=at_point)
+                        eval_at=scheduled_eval_steps(trial, runner) if trial.batch_schedule
+                        else trial_eval_steps(trial, plan.total_n), at_point=at_point, switch_at=switches.at())
     finally:
         runner.close()  # the training's last batch has been taken: nothing is prepared ahead past it
+    if trial.batch_schedule:  # the later sizes' compilations (off the training clock) count too
+        compiled = compile_fields(adapter)
     seen = _precision_seen(trial, adapter)  # again at the end: what is stored is the last step's
     # before evaluating: the training's peak, not evaluation's at its own batch size
     mem = points.training_peak(adapter.memory_stats())
@@ -274,6 +281,9 @@ def _train_and_evaluate(request: WorkerRequest, adapter: Adapter, setup: SetUp, 
         estimate["step_estimate"] = step_estimate(adapter, trial.estimate_batches)
     metrics = _metrics(trial, setup, plan, trained, runner, data.n_train, seen, mem,
                        {**memory, **evaluated, **compiled, **estimate, "target_outcome": target_outcome(trial, points)})
+    metrics = dataclasses.replace(metrics, **schedule_metrics(trial, switches, trained.step_ms, plan.warmup_n,
+                                                              trained.post_warmup_samples,
+                                                              metrics.train_flop_per_sample))
     phase_steps = trained.phase_steps(plan)
     if points.diverged is None:  # a steady state of a diverged training measures nothing (stopped: at the target)
         try:
