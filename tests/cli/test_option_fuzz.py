@@ -15,6 +15,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from harness.config.choices import DATA_LAYOUTS, DEVICES, MATH_MODES, OPTIMIZERS, PRECISIONS
+from harness.envs.runtime import unchecked_runtime
 from tests.helpers.fuzzing import (
     EDGE_FLOATS,
     EDGE_INTS,
@@ -97,7 +98,8 @@ def stubs(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     monkeypatch.setattr(harness.pipeline, "run_experiment", plan_only)
     reuse_parser(monkeypatch)
     monkeypatch.setattr(maxbatch_cli, "_run_searches", searches_only)
-    monkeypatch.setattr(maxbatch_cli, "_choose_interpreter", lambda args, req, env: None)
+    # the framework as the command would resolve it, without building or checking its environment
+    monkeypatch.setattr(maxbatch_cli, "_runtime", lambda args, req, env: unchecked_runtime(req.framework))
     monkeypatch.setattr(environment, "capture", lambda: {"gpus": [], "python": "3"})
     monkeypatch.setattr(searching, "prepare", lambda request, cache: prepared(shape=request.synthetic_shape))
     return plans

@@ -203,6 +203,7 @@ def test_a_runtime_is_a_value_that_travels(monkeypatch: pytest.MonkeyPatch, tiny
                           "tests.fakes.adapter:FakeAdapter", 100.0, {"X": "1"})
 
 
+@pytest.mark.process
 def test_a_runtime_made_in_one_process_runs_in_another(monkeypatch: pytest.MonkeyPatch) -> None:
     """The child chose nothing (no module of it remembers a choice): what it runs is the value it was sent."""
     register_fake(monkeypatch)

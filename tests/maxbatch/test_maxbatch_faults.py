@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from harness.cli import main
 from harness.cli.maxbatch import print_result
 from harness.maxbatch.advice import CPU_PEAK_JITTER_MIB, jitter_advice
@@ -143,6 +145,7 @@ def _mb_toml(path: Any, frameworks: list[str]) -> Any:
     return path
 
 
+@pytest.mark.process
 def test_a_sweeps_search_whose_probes_cannot_run_fails_the_run(fake_executor, tmp_path, capsys, monkeypatch,
                                                                cache_dir):
     """Issue 50, item 2: a search whose every probe fails for a reason other than memory (its workers cannot start)
