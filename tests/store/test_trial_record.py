@@ -144,23 +144,21 @@ def test_a_schedules_figures_are_records_on_the_wire_and_in_the_store(tmp_path: 
 
 
 def test_no_record_carries_json_text_for_its_reader_to_parse() -> None:
-    """The seam records (harness/records.py) hold parsed values; JSON text lives only in the store's own row
-    (``TrialHead``, whose ``*_json`` fields are columns) and on the wire. One open case is named, not hidden:
-    ``WorkerMetrics.schedule_json`` (issue 52's batch-size schedule, landed in the same wave) still carries JSON text
-    that ``report/answer/along.py`` reads; it is to become a record as the step estimate did (issue 51, item 3)."""
+    """The seam records (harness/records.py, and the gradient-noise row it carries, harness.noise.NoiseRecord) hold
+    parsed values; JSON text lives only in the store's own row (``TrialHead``, whose ``*_json`` fields are columns)
+    and on the wire."""
     import dataclasses
     import typing
 
-    from harness import records
+    from harness import noise, records
 
-    open_cases = {"WorkerMetrics.schedule_json"}
     found = []
-    for name, cls in vars(records).items():
-        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)) or cls.__module__ != records.__name__:
+    classes = [c for c in vars(records).values() if getattr(c, "__module__", None) == records.__name__]
+    for cls in [*classes, noise.NoiseRecord]:
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
             continue
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             if f.name.endswith("_json") or (f.name.endswith("json") and hints[f.name] in (str, str | None)):
-                found.append(f"{name}.{f.name}")
-    assert set(found) <= open_cases, sorted(set(found) - open_cases)
-    assert "WorkerMetrics.step_estimate_json" not in found
+                found.append(f"{cls.__name__}.{f.name}")
+    assert not found, found
