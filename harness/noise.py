@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from harness.numbers import finite_or_none
@@ -57,13 +57,47 @@ class NoiseRecord:
     small_n: int
     big_n: int
     noise_s: float
-    #: each group's [mean of its BIG_FACTOR small squared norms, its big squared norm] as JSON (issue 52): the units
-    #: the point's uncertainty is read from (:func:`pooled`); None in a store made before it
-    groups_json: str | None = None
+    #: each group's (mean of its BIG_FACTOR small squared norms, its big squared norm) (issue 52; None: not finite):
+    #: the units the point's uncertainty is read from (:func:`pooled`); None in a store made before it. Stored as
+    #: one JSON list in the ``gradient_noise`` column ``groups_json``, written and parsed by the store only
+    groups: tuple[tuple[float | None, float | None], ...] | None = field(default=None,
+                                                                        metadata={"column": "groups_json"})
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (the protocol's ``result.gradient_noise`` items, the store's row)."""
-        return asdict(self)
+        """Plain data (the protocol's ``result.gradient_noise`` items; the groups as a list of pairs)."""
+        out = asdict(self)
+        out["groups"] = None if self.groups is None else [list(g) for g in self.groups]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> NoiseRecord:
+        """From plain data (a protocol message's item; its groups as lists).
+
+        Raises:
+            ValueError: groups that are not pairs of numbers (:func:`groups_from_data`).
+        """
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        if values.get("groups") is not None:
+            values["groups"] = groups_from_data(values["groups"])
+        return cls(**values)
+
+
+def groups_from_data(data: object) -> tuple[tuple[float | None, float | None], ...]:
+    """A noise row's groups from plain data (a list of [small, big] pairs: the wire's, or a stored ``groups_json``
+    parsed by the store); a figure that is not a finite number reads as None (a unit left out, :func:`pooled`).
+
+    Raises:
+        ValueError: data that is not a list of pairs.
+    """
+    if not isinstance(data, list | tuple):
+        raise ValueError(f"a noise row's groups are a list, not {type(data).__name__}")
+    out = []
+    for pair in data:
+        if not isinstance(pair, list | tuple) or len(pair) != 2:
+            raise ValueError(f"a noise row's group is a [small, big] pair, not {pair!r}")
+        out.append((finite_or_none(pair[0]), finite_or_none(pair[1])))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -228,12 +262,10 @@ class AlongPoint:
 def _units(row: Mapping[str, Any]) -> list[tuple[float, float, float]]:
     """(weight, |G|², tr(Σ)) of each independent unit of a row: its groups where stored, else the row itself."""
     b_small, b_big = int(row["b_small"]), int(row["b_big"])
-    groups = row.get("groups_json")
+    groups = row.get("groups")  # parsed by the store (Store.gradient_noise), or a NoiseRecord's
     if groups:
-        import json
-
         out = []
-        for small, big in json.loads(groups):
+        for small, big in groups:
             if finite_or_none(small) is not None and finite_or_none(big) is not None:
                 out.append((1.0, *terms(b_small, float(small), b_big, float(big))))
         if out:

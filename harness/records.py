@@ -189,6 +189,62 @@ class StepEstimate:
 
 
 @dataclass(frozen=True)
+class ScheduleStretch:
+    """One stretch of a batch-size schedule's trial (issue 52) at one size: its ``batch`` and the rate ``lr`` that
+    ``lr_policy`` gives it, its ``first_step`` and the samples seen before it (``first_sample``), the ``steps`` it
+    trained, its post-warm-up steps' median time (``step_ms_median``) and samples per second of step time (None
+    where none of its steps was after the warm-up or ran), and ``switch_s``, what the change before it took (off the
+    training clock; None for the first stretch). Typed in the worker's result and the stored record; the store keeps
+    a trial's stretches as one JSON list in ``schedule_json``, read and written there only."""
+
+    batch: int
+    lr: float
+    first_step: int
+    first_sample: int
+    steps: int
+    step_ms_median: float | None = None
+    step_samples_per_s: float | None = None
+    switch_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (one item of the protocol's and the store's JSON list)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ScheduleStretch:
+        """From plain data (a protocol message, a stored column's item).
+
+        Raises:
+            ValueError: data that is no stretch (not a mapping, a figure missing or not a number).
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a schedule stretch is a mapping, not {type(data).__name__}")
+
+        def number(key: str) -> float | None:
+            return None if data.get(key) is None else float(data[key])
+
+        try:
+            return cls(batch=int(data["batch"]), lr=float(data["lr"]), first_step=int(data["first_step"]),
+                       first_sample=int(data["first_sample"]), steps=int(data["steps"]),
+                       step_ms_median=number("step_ms_median"), step_samples_per_s=number("step_samples_per_s"),
+                       switch_s=number("switch_s"))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"unreadable schedule stretch {dict(data)!r}: {e!r}") from None
+
+
+def schedule_from_data(data: object) -> tuple[ScheduleStretch, ...]:
+    """A trial's stretches from plain data (a list of :meth:`ScheduleStretch.to_dict` items: the wire's, or a stored
+    ``schedule_json`` column parsed by the store).
+
+    Raises:
+        ValueError: data that is no schedule (not a list, or an item that is no stretch).
+    """
+    if not isinstance(data, list | tuple):
+        raise ValueError(f"a schedule's figures are a list, not {type(data).__name__}")
+    return tuple(s if isinstance(s, ScheduleStretch) else ScheduleStretch.from_dict(s) for s in data)
+
+
+@dataclass(frozen=True)
 class WorkerMetrics:
     """What the worker measured in one trial, as it sends it to the parent (one field per ``trials`` column).
 
@@ -277,21 +333,22 @@ class WorkerMetrics:
     #: a max-batch probe's framework estimate (issue 41; TrialSpec.estimate_batches), or why there is none; None
     #: where none was asked for. Stored as JSON in the trials column ``step_estimate_json`` (its ``column``)
     step_estimate: StepEstimate | None = field(default=None, metadata={"column": "step_estimate_json"})
-    #: a batch-size schedule's trial (issue 52): JSON, one object per stretch at one size: ``batch``, ``lr``,
-    #: ``first_step``, ``first_sample``, ``steps``, ``step_ms_median`` and ``step_samples_per_s`` (its post-warm-up
-    #: steps), ``switch_s`` (the change before it, off the training clock); None for a constant size
-    schedule_json: str | None = None
+    #: a batch-size schedule's trial (issue 52): its figures per stretch at one size (:class:`ScheduleStretch`), in
+    #: training order; None for a constant size. Stored as one JSON list in the trials column ``schedule_json``
+    schedule: tuple[ScheduleStretch, ...] | None = field(default=None, metadata={"column": "schedule_json"})
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for the protocol message (the estimate as its own plain data)."""
+        """Plain data for the protocol message (the estimate and the schedule's stretches as their own plain data)."""
         out = asdict(self)
         out["step_estimate"] = self.step_estimate.to_dict() if self.step_estimate is not None else None
+        out["schedule"] = None if self.schedule is None else [s.to_dict() for s in self.schedule]
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WorkerMetrics:
         """From a protocol message; keys this version does not know (a newer worker) are dropped. An estimate that
-        cannot be read is kept as one whose error says so (it is advice: the probe's figures stand)."""
+        cannot be read is kept as one whose error says so (it is advice: the probe's figures stand); a schedule's
+        stretches that cannot be read are a ValueError (a malformed message)."""
         known = known_fields(cls, data)
         estimate = known.get("step_estimate")
         if estimate is not None and not isinstance(estimate, StepEstimate):
@@ -299,6 +356,8 @@ class WorkerMetrics:
                 known["step_estimate"] = StepEstimate.from_dict(estimate)
             except ValueError as e:
                 known["step_estimate"] = StepEstimate(error=str(e)[:500])
+        if known.get("schedule") is not None:
+            known["schedule"] = schedule_from_data(known["schedule"])  # ValueError: a malformed message
         return cls(**known)
 
 

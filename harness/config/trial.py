@@ -146,8 +146,8 @@ class TrialSpec:
         names = {f.name for f in fields(cls)}
         if "estimate_batches" in data:  # JSON has lists
             data["estimate_batches"] = tuple(int(b) for b in data["estimate_batches"] or ())
-        if data.get("batch_schedule"):  # JSON has lists
-            data["batch_schedule"] = tuple((float(f), int(b), float(lr)) for f, b, lr in data["batch_schedule"])
+        if "batch_schedule" in data:  # JSON has lists, an empty schedule's too (the hash compares it with ())
+            data["batch_schedule"] = tuple((float(f), int(b), float(lr)) for f, b, lr in data["batch_schedule"] or ())
         if "math_mode" not in data:  # stored before math modes: what such a trial ran under on its device
             data["math_mode"] = legacy_math_mode(str(data.get("device", "auto")))
         return cls(optimizer=OptimizerSpec(**opt), **{k: v for k, v in data.items() if k in names})

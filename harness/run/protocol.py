@@ -60,7 +60,9 @@ __all__ = ["EVENTS", "PHASES", "PROGRESS_INTERVAL_S", "PROTOCOL_VERSION", "Chann
 #:    ``step_estimate_json``
 #: 9: ``result``'s metrics carry ``step_estimate`` as an object (``harness.records.StepEstimate.to_dict``), not
 #:    ``step_estimate_json`` text (issue 51, item 3)
-PROTOCOL_VERSION = 9
+#: 10: ``result``'s metrics carry a schedule's ``schedule`` as a list of objects (``harness.records.ScheduleStretch``),
+#:     not ``schedule_json`` text, and a noise item its ``groups`` as a list of pairs, not ``groups_json`` text
+PROTOCOL_VERSION = 10
 PHASES = ("setup", "warmup", "timed", "train", "eval", "steady", "finish")
 
 
@@ -234,7 +236,7 @@ class Result(Message):
         return cls(metrics=WorkerMetrics.from_dict(dict(raw["metrics"])),
                    step_times_ms=tuple(raw["step_times_ms"]), phase_steps=dict(raw["phase_steps"]),
                    curve=tuple(CurvePoint(**p) for p in raw.get("curve", ())), diverged=raw.get("diverged"),
-                   gradient_noise=tuple(NoiseRecord(**p) for p in raw.get("gradient_noise", ())), t=raw["t"])
+                   gradient_noise=tuple(NoiseRecord.from_dict(p) for p in raw.get("gradient_noise", ())), t=raw["t"])
 
 
 @dataclass(frozen=True)

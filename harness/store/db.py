@@ -32,6 +32,7 @@ from typing import Any
 from harness.diskfull import KEPT_RESUME, disk_full, is_disk_full
 from harness.errors import BatchscopeError, OutputError, StoreError
 from harness.monitor.fields import SAMPLE_COLUMNS
+from harness.noise import groups_from_data
 from harness.records import UNFINISHED_STATUSES, MaxBatchResult, TrialOutcome
 from harness.store.maxbatch_row import maxbatch_record, maxbatch_row
 from harness.store.schema import (
@@ -49,6 +50,7 @@ from harness.store.schema import (
     TRIAL_COLUMN_NAMES,
     TRIAL_COLUMNS,
     outcome_row,
+    record_values,
 )
 from harness.store.trial_record import RunRecord, TrialRecord
 
@@ -370,7 +372,7 @@ class Store:
             self.conn.executemany(
                 f"INSERT INTO gradient_noise ({', '.join(NOISE_COLUMN_NAMES)}) "
                 f"VALUES ({', '.join('?' * len(NOISE_COLUMNS))})",
-                ((h, *(r.to_dict()[n] for n in NOISE_COLUMN_NAMES[1:])) for r in outcome.gradient_noise))
+                ((h, *(record_values(r)[n] for n in NOISE_COLUMN_NAMES[1:])) for r in outcome.gradient_noise))
 
     def trials(self, where: str = "", params: Iterable[Any] = ()) -> list[TrialRecord]:
         """The stored trials as records, in store order (``where`` is an SQL condition on trials' columns). A record
@@ -390,11 +392,13 @@ class Store:
 
     def gradient_noise(self, trial_hash: str | None = None) -> list[dict[str, Any]]:
         """Gradient-noise rows as dicts (of one trial, or of all), by trial and point; none in a store made before
-        the measurement existed (read-only: the table is not added)."""
+        the measurement existed (read-only: the table is not added). Each row's ``groups_json`` column is also
+        given parsed, as ``groups`` (``NoiseRecord.groups``: what :mod:`harness.noise` reads; None where the column
+        is NULL or cannot be read), the one place it is parsed."""
         if not self.has_table("gradient_noise"):
             return []
         where, params = ("WHERE trial_hash=?", (trial_hash,)) if trial_hash else ("", ())
-        return [dict(r) for r in self.conn.execute(
+        return [_noise_row(dict(r)) for r in self.conn.execute(
             f"SELECT * FROM gradient_noise {where} ORDER BY trial_hash, point", params)]
 
     def runs(self) -> list[RunRecord]:
@@ -432,3 +436,14 @@ class Store:
         """A transaction for callers that add tables of their own (e.g. max-batch results)."""
         with self.conn:
             yield self.conn
+
+
+def _noise_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A gradient-noise row with its ``groups_json`` column parsed into ``groups`` (None where NULL or unreadable: the
+    row's own means stand, :func:`harness.noise._units`)."""
+    try:
+        text = row.get("groups_json")
+        groups = None if text is None else groups_from_data(json.loads(text))
+    except (TypeError, ValueError):
+        groups = None
+    return {**row, "groups": groups}

@@ -54,17 +54,37 @@ def record_columns(cls: type) -> tuple[tuple[str, str], ...]:
                  for f in dataclasses.fields(cls))
 
 
-def metric_values(metrics: WorkerMetrics) -> dict[str, Any]:
-    """The trials columns of what the worker measured: each field's value, a record field as JSON text in its
-    column (the store's side of the boundary: readers get the record back, :mod:`harness.store.trial_record`)."""
+def plain(value: Any) -> Any:
+    """A record field's value as plain data: a record as its ``to_dict()``, a tuple of them (or of pairs) as a list."""
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, tuple | list):
+        return [plain(v) for v in value]
+    return value
+
+
+def json_column(value: Any) -> str | None:
+    """A record field's JSON column text (:func:`plain` data); None for None."""
+    return None if value is None else json.dumps(plain(value))
+
+
+def record_values(record: Any) -> dict[str, Any]:
+    """The columns of a dataclass record: each field's value, a field whose metadata names a ``column`` as JSON text
+    there (the store's side of the boundary: readers get the parsed value back, :mod:`harness.store.trial_record`,
+    :meth:`harness.store.Store.gradient_noise`)."""
     out: dict[str, Any] = {}
-    for f in dataclasses.fields(metrics):
-        value = getattr(metrics, f.name)
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
         if "column" in f.metadata:
-            out[f.metadata["column"]] = None if value is None else json.dumps(value.to_dict())
+            out[f.metadata["column"]] = json_column(value)
         else:
             out[f.name] = value
     return out
+
+
+def metric_values(metrics: WorkerMetrics) -> dict[str, Any]:
+    """The trials columns of what the worker measured (:func:`record_values`)."""
+    return record_values(metrics)
 
 
 #: what the worker measured: one trials column per :class:`~harness.records.WorkerMetrics` field, named and typed

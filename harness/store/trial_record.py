@@ -15,13 +15,14 @@ used before, kept so they go on working; new code reads the fields.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harness.monitor.fields import TRIAL_COLUMNS as SAMPLER_TRIAL_COLUMNS
-from harness.records import Placement, StepEstimate, WorkerMetrics
+from harness.records import Placement, StepEstimate, WorkerMetrics, schedule_from_data
 from harness.series import Series, device_of
+from harness.store.schema import json_column
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,13 @@ JSON_COLUMNS: Mapping[str, str] = {"versions_json": "versions", "env_json": "env
 _SETTINGS = tuple(f.name for f in fields(TrialSettings))
 #: the trials columns of WorkerMetrics: a field's own name, or (a record of its own) the JSON column its metadata names
 _METRICS = tuple(f.metadata.get("column", f.name) for f in fields(WorkerMetrics))
-#: WorkerMetrics' record fields by their JSON column, and how each is read from its parsed JSON
-_METRIC_RECORDS: Mapping[str, tuple[str, Any]] = {"step_estimate_json": ("step_estimate", StepEstimate.from_dict)}
+#: WorkerMetrics' record fields by their JSON column: the field, how it is read from the parsed JSON, and what it
+#: reads as where that fails (an estimate whose error says so; no schedule figures: the spec still names the schedule)
+_METRIC_RECORDS: Mapping[str, tuple[str, Callable[[Any], Any], Callable[[str], Any]]] = {
+    "step_estimate_json": ("step_estimate", StepEstimate.from_dict,
+                           lambda why: StepEstimate(error=f"unreadable stored estimate: {why}"[:500])),
+    "schedule_json": ("schedule", schedule_from_data, lambda why: None),
+}
 assert set(_METRIC_RECORDS) == {f.metadata["column"] for f in fields(WorkerMetrics) if "column" in f.metadata}
 _PLACEMENT = tuple(f.name for f in fields(Placement))
 _SAMPLER = tuple(name for name, _ in SAMPLER_TRIAL_COLUMNS if name != "rss_peak_mib")  # rss_peak_mib: the head's
@@ -85,12 +91,12 @@ def _metrics(row: Mapping[str, Any]) -> WorkerMetrics:
     values: dict[str, Any] = {}
     for column in _METRICS:
         if column in _METRIC_RECORDS:
-            name, read = _METRIC_RECORDS[column]
+            name, read, unreadable = _METRIC_RECORDS[column]
             parsed = _parsed(row.get(column))
             try:
                 values[name] = None if parsed is None else read(parsed)
             except ValueError as e:
-                values[name] = StepEstimate(error=f"unreadable stored estimate: {e}"[:500])
+                values[name] = unreadable(str(e))
         else:
             values[column] = row.get(column)
     return WorkerMetrics(**values)
@@ -185,8 +191,7 @@ class TrialRecord(Mapping[str, Any]):
         if name in JSON_COLUMNS:
             return _text(getattr(self, JSON_COLUMNS[name]))
         if name in _METRIC_RECORDS:
-            value = getattr(self.metrics, _METRIC_RECORDS[name][0])
-            return None if value is None else json.dumps(value.to_dict())
+            return json_column(getattr(self.metrics, _METRIC_RECORDS[name][0]))
         if name in _SETTINGS:
             return getattr(self.settings, name)
         if name in _SAMPLER:

@@ -75,7 +75,7 @@ def _point_text(p: AlongPoint) -> str:
 def is_scheduled(t: TrialRecord) -> bool:
     """Whether the trial trained with a batch-size schedule (its spec's ``batch_schedule``)."""
     spec = t.spec if isinstance(t.spec, dict) else {}
-    return bool(spec.get("batch_schedule")) or bool(t.metrics.schedule_json)
+    return bool(spec.get("batch_schedule")) or bool(t.metrics.schedule)
 
 
 def total_samples(exp: StoredExperiment, t: TrialRecord) -> int | None:

@@ -3,7 +3,6 @@ stored groups, and the ramp read from it."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -13,7 +12,7 @@ from tests.noise.test_estimator import _minibatch_gradients, _problem
 
 
 def _row(b_small: int, groups: int, seed: int, samples: int, trial: str = "t") -> dict:
-    """A stored row, its groups kept as the worker keeps them (groups_json)."""
+    """A stored row as Store.gradient_noise gives it, its groups parsed from their column (``groups``)."""
     a, delta, _, _ = _problem()
     rng = np.random.default_rng(seed)
     small = _minibatch_gradients(a, delta, 1.0, b_small, groups * BIG_FACTOR, rng).reshape(groups, BIG_FACTOR, -1)
@@ -22,7 +21,7 @@ def _row(b_small: int, groups: int, seed: int, samples: int, trial: str = "t") -
     return {"trial_hash": trial, "samples_seen": samples, "b_small": b_small, "b_big": b_small * BIG_FACTOR,
             "x_small_mean": float(np.mean([p[0] for p in per_group])), "x_big_mean": float(np.mean([p[1] for p in
                                                                                                      per_group])),
-            "small_n": groups * BIG_FACTOR, "big_n": groups, "groups_json": json.dumps(per_group)}
+            "small_n": groups * BIG_FACTOR, "big_n": groups, "groups": per_group}
 
 
 def test_the_pooled_estimate_is_the_closed_form_and_its_se_covers_the_error():
@@ -48,7 +47,7 @@ def test_points_fall_on_a_grid_and_pool_their_neighbours():
 
 def test_a_row_without_its_groups_is_one_unit_and_no_se_from_one_unit():
     row = _row(8, groups=4, seed=3, samples=500)
-    row.pop("groups_json")
+    row.pop("groups")
     point = along_training([row], {"t": 5000})[0]
     want = terms(8, row["x_small_mean"], 32, row["x_big_mean"])
     assert point.units_n == 1 and point.se is None

@@ -4,6 +4,7 @@ it could not run. No framework: the fake adapter's "gradient" is the batch's mea
 from __future__ import annotations
 
 import importlib.metadata as md
+import json
 import sqlite3
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,6 +18,7 @@ from harness import registry
 from harness.config.experiment import has_hook, parse_experiment
 from harness.errors import ConfigError
 from harness.noise import BIG_FACTOR, NoiseRecord, estimate_from_rows, noise_scale
+from harness.records import WorkerMetrics
 from harness.run.protocol import PROTOCOL_VERSION, Result
 from harness.run.worker.evaluation import PointContext
 from harness.run.worker.noise import measure_noise
@@ -69,7 +71,8 @@ def test_a_trial_measures_at_every_point_and_the_rows_are_stored_and_exported(ti
     with Store.open(out) as store:
         store.write_trial(outcome, store.begin_run("test", {"name": "test"}, "", {}), {})
         rows = store.gradient_noise(outcome.trial.trial_hash)
-    assert [NoiseRecord(**{k: v for k, v in r.items() if k != "trial_hash"}) for r in rows] == noise
+    assert [NoiseRecord.from_dict(r) for r in rows] == noise
+    assert all(r.groups is not None and len(r.groups) == 3 for r in noise)
     est = estimate_from_rows(rows)
     assert est is not None and est.points_n == 3 and est.trials_n == 1 and est.b_simple is not None
     assert est.b_simple > 0
@@ -94,6 +97,28 @@ def test_the_result_carries_the_rows_and_the_protocol_version_says_so():
     raw = {"metrics": {}, "step_times_ms": [1.0], "phase_steps": {}, "gradient_noise": [record.to_dict()], "t": 0.0}
     assert Result.from_dict(raw).gradient_noise == (record,)
     assert Result.from_dict({**raw, "gradient_noise": []}).gradient_noise == ()
+
+
+def test_a_rows_groups_are_a_record_on_the_wire_and_parsed_by_the_store(tmp_path: Path):
+    """Issue 51, item 3: the groups (the uncertainty's units, issue 52) are pairs in the record, a list on the wire
+    and JSON text in the ``groups_json`` column, parsed by the store (``groups``) for harness.noise to read."""
+    from harness.records import TrialOutcome
+    from harness.run.protocol import decode, encode
+
+    groups = ((3.0, 1.5), (None, 2.0))  # a figure that was not finite is None
+    record = NoiseRecord(point=0, step=5, samples_seen=40, b_small=8, b_big=32, x_small_mean=3.0, x_big_mean=1.5,
+                         small_n=8, big_n=2, noise_s=0.1, groups=groups)
+    got = decode(encode(Result(metrics=WorkerMetrics(), step_times_ms=(1.0,), phase_steps={},
+                               gradient_noise=(record,))))
+    assert isinstance(got, Result) and got.gradient_noise == (record,)
+    with Store.open(tmp_path) as store:
+        run = store.begin_run("test", {"name": "test"}, "", {})
+        old = NoiseRecord(**{**record.to_dict(), "groups": None, "step": 6, "point": 1})
+        store.write_trial(TrialOutcome(trial=make_trial(), status="ok", gradient_noise=[record, old]), run, {})
+        rows = store.gradient_noise()
+    assert json.loads(rows[0]["groups_json"]) == [[3.0, 1.5], [None, 2.0]] and rows[0]["groups"] == groups
+    assert rows[1]["groups_json"] is None and rows[1]["groups"] is None
+    assert [NoiseRecord.from_dict(r) for r in rows] == [record, old]
 
 
 def test_an_old_store_without_the_table_reads_as_no_rows(tmp_path: Path):

@@ -26,7 +26,7 @@ def _row(h: str, samples: int, b_simple: float) -> dict:
     x_small, x_big = g2 + trace / 8, g2 + trace / 32
     groups = [[x_small * (1 + d), x_big * (1 + d)] for d in (-0.01, 0.01)]
     return {"trial_hash": h, "samples_seen": samples, "b_small": 8, "b_big": 32, "x_small_mean": x_small,
-            "x_big_mean": x_big, "small_n": 8, "big_n": 2, "groups_json": json.dumps(groups)}
+            "x_big_mean": x_big, "small_n": 8, "big_n": 2, "groups": groups}
 
 
 def _exp() -> StoredExperiment:

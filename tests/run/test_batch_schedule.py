@@ -3,13 +3,14 @@ compilation of a new size before its first step, the figures per size, and a who
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
 import numpy as np
+import pytest
 
 from harness.config.schedule import step_sizes
+from harness.records import ScheduleStretch
 from harness.run.protocol import ProgressTicker
 from harness.run.worker.schedule import Switches, schedule_metrics
 from harness.run.worker.steps import StepPlan, StepRunner, train
@@ -84,14 +85,16 @@ def test_the_figures_are_per_size():
     trial = runner.trial
     step_ms = [1.0] * 5 + [3.0] * 3
     out = schedule_metrics(trial, switches, step_ms, 1, 18, None)
-    figures = json.loads(out["schedule_json"])
-    assert [(f["batch"], f["lr"], f["first_step"], f["first_sample"], f["steps"]) for f in figures] == [
+    figures = out["schedule"]
+    assert all(isinstance(f, ScheduleStretch) for f in figures)
+    assert [(f.batch, f.lr, f.first_step, f.first_sample, f.steps) for f in figures] == [
         (2, 0.1, 0, 0, 5), (4, 0.2, 5, 10, 3)]
-    assert figures[0]["step_samples_per_s"] == 2000.0 and figures[1]["step_samples_per_s"] == 4 / 0.003
+    assert figures[0].step_samples_per_s == 2000.0 and figures[1].step_samples_per_s == 4 / 0.003
     assert out["step_samples_per_s"] == 18 / 0.013 and out["drift_flagged"] is None
     assert schedule_metrics(make_trial(), switches, step_ms, 1, 18, None) == {}
 
 
+@pytest.mark.process  # the whole worker, in a process of its own (tests/helpers/processes.py)
 def test_a_scheduled_fake_trial_runs_through_a_worker(tiny_data, tmp_path):
     """The whole worker: 64 samples x 2 epochs, batch 4 then 16 from half the samples, 3 evaluation points spread
     over the samples, the noise measured at each at the size the training is at."""
@@ -101,8 +104,9 @@ def test_a_scheduled_fake_trial_runs_through_a_worker(tiny_data, tmp_path):
     assert outcome.status == "ok", outcome.error
     sizes = step_sizes(((0.0, 4), (0.5, 16)), 64, 2)
     assert len(outcome.step_times_ms) == len(sizes) == 16 + 4
-    figures = json.loads(outcome.metrics.schedule_json)
-    assert [(f["batch"], f["first_step"], f["first_sample"], f["steps"]) for f in figures] == [
+    figures = outcome.metrics.schedule
+    assert figures is not None
+    assert [(f.batch, f.first_step, f.first_sample, f.steps) for f in figures] == [
         (4, 0, 0, 16), (16, 16, 64, 4)]
     assert [p.samples_seen for p in outcome.curve] == [32, 64, 96, 128]  # by samples, not steps
     assert [r.b_small for r in outcome.gradient_noise] == [4, 16, 16, 16]

@@ -249,3 +249,19 @@ def test_a_request_survives_its_json_form(tiny_data):
     request = WorkerRequest(trial=make_trial(batch_size=8), data=tiny_data, order_path="/o.npy", adapter_target=TARGET,
                             model={"layers": []}, os_memory_limit_mib=512.0, progress_interval_s=None)
     assert WorkerRequest.from_json(request.to_json()) == request
+
+
+@pytest.mark.parametrize("schedule", [(), ((0.0, 8, 0.01), (0.5, 32, 0.04))], ids=["constant", "scheduled"])
+def test_a_spec_keeps_its_hash_through_its_json_form(tiny_data, schedule):
+    """The hash is the store's key (``--resume`` skips by it): an empty schedule read back from JSON's [] is (), as
+    the hash's defaults compare it, and a schedule's entries come back as the tuples they were."""
+    import json
+
+    from harness.config.trial import TrialSpec
+
+    trial = make_trial(batch_size=8, batch_schedule=schedule)
+    again = TrialSpec.from_dict(json.loads(json.dumps(trial.to_dict())))
+    assert again == trial and again.batch_schedule == schedule and again.trial_hash == trial.trial_hash
+    request = WorkerRequest(trial=trial, data=tiny_data, order_path="/o.npy", adapter_target=TARGET,
+                            model={"layers": []}, os_memory_limit_mib=512.0, progress_interval_s=None)
+    assert WorkerRequest.from_json(request.to_json()).trial.trial_hash == trial.trial_hash

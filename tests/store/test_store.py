@@ -141,7 +141,7 @@ def test_no_skip_larger_runs_every_size(tmp_path, monkeypatch, cache_dir):
 
 def test_every_worker_metric_is_a_trials_column_typed_by_its_field(tmp_path):
     """Derived, not restated: a WorkerMetrics field is a column of the SQL type of its field's type (a record of its
-    own, the step estimate, is the JSON column its metadata names)."""
+    own, the step estimate or a schedule's stretches, is the JSON column its metadata names)."""
     import dataclasses
 
     from harness.store.schema import METRIC_COLUMNS, TRIAL_COLUMNS
@@ -161,9 +161,11 @@ def test_every_worker_metric_is_a_trials_column_typed_by_its_field(tmp_path):
                                 vmdata_peak_mib=12.5, eval_samples=100)
         store.write_trial(dataclasses.replace(outcome(), metrics=metrics), run, {})
         (row,) = store.trials()
+    records = {f.name for f in dataclasses.fields(WorkerMetrics) if "column" in f.metadata}
+    assert records == {"step_estimate", "schedule"} and types["schedule_json"] == "TEXT"
     for name, value in metrics.to_dict().items():
         assert getattr(row.metrics, name) == getattr(metrics, name), name
-        if name != "step_estimate":
+        if name not in records:  # a record's column is its JSON text (test_trial_record.py)
             assert row[name] == value, name
 
 

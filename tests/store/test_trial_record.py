@@ -115,24 +115,50 @@ def test_an_unreadable_stored_estimate_reads_as_one_that_says_so(tmp_path: Path)
                                                                                        or "")
 
 
+def test_a_schedules_figures_are_records_on_the_wire_and_in_the_store(tmp_path: Path) -> None:
+    """Issue 51, item 3, for issue 52's figures per size: typed stretches in the worker's result and the stored
+    record; one JSON list on the wire and in the ``schedule_json`` column, parsed where it is read."""
+    from harness.records import ScheduleStretch
+    from harness.run.protocol import Result, decode, encode
+
+    schedule = (ScheduleStretch(batch=4, lr=0.01, first_step=0, first_sample=0, steps=16, step_ms_median=2.0,
+                                step_samples_per_s=2000.0),
+                ScheduleStretch(batch=16, lr=0.04, first_step=16, first_sample=64, steps=4, switch_s=0.5))
+    sent = Result(metrics=WorkerMetrics(schedule=schedule), step_times_ms=(1.0,), phase_steps={"timed": 1})
+    got = decode(encode(sent))
+    assert isinstance(got, Result) and got.metrics.schedule == schedule
+    assert json.loads(encode(sent))["metrics"]["schedule"][1] == {
+        "batch": 16, "lr": 0.04, "first_step": 16, "first_sample": 64, "steps": 4, "step_ms_median": None,
+        "step_samples_per_s": None, "switch_s": 0.5}
+    with Store.open(tmp_path) as store:
+        run = store.begin_run("test", {"name": "test"}, "x", {})
+        for batch, figures in ((4, schedule), (8, None)):
+            store.write_trial(TrialOutcome(trial=make_trial(batch_size=batch), status="ok",
+                                           metrics=WorkerMetrics(schedule=figures)), run, {})
+        store.conn.execute("""UPDATE trials SET schedule_json = '[{"batch": 4}]' WHERE batch_size = 8""")
+        by = {r.settings.batch_size: r for r in store.trials()}
+        text = store.conn.execute("SELECT schedule_json FROM trials WHERE batch_size = 4").fetchone()[0]
+    assert by[4].metrics.schedule == schedule and json.loads(text) == [s.to_dict() for s in schedule]
+    assert json.loads(by[4]["schedule_json"]) == json.loads(text)
+    assert by[8].metrics.schedule is None  # unreadable (a stretch without its figures): no figures, no crash
+
+
 def test_no_record_carries_json_text_for_its_reader_to_parse() -> None:
-    """The seam records (harness/records.py) hold parsed values; JSON text lives only in the store's own row
-    (``TrialHead``, whose ``*_json`` fields are columns) and on the wire. One open case is named, not hidden:
-    ``WorkerMetrics.schedule_json`` (issue 52's batch-size schedule, landed in the same wave) still carries JSON text
-    that ``report/answer/along.py`` reads; it is to become a record as the step estimate did (issue 51, item 3)."""
+    """The seam records (harness/records.py, and the gradient-noise row it carries, harness.noise.NoiseRecord) hold
+    parsed values; JSON text lives only in the store's own row (``TrialHead``, whose ``*_json`` fields are columns)
+    and on the wire."""
     import dataclasses
     import typing
 
-    from harness import records
+    from harness import noise, records
 
-    open_cases = {"WorkerMetrics.schedule_json"}
     found = []
-    for name, cls in vars(records).items():
-        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)) or cls.__module__ != records.__name__:
+    classes = [c for c in vars(records).values() if getattr(c, "__module__", None) == records.__name__]
+    for cls in [*classes, noise.NoiseRecord]:
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
             continue
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             if f.name.endswith("_json") or (f.name.endswith("json") and hints[f.name] in (str, str | None)):
-                found.append(f"{name}.{f.name}")
-    assert set(found) <= open_cases, sorted(set(found) - open_cases)
-    assert "WorkerMetrics.step_estimate_json" not in found
+                found.append(f"{cls.__name__}.{f.name}")
+    assert not found, found

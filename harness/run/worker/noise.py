@@ -12,7 +12,6 @@ vectors of the model's size on the host.
 
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
@@ -38,7 +37,8 @@ def measure_noise(ctx: PointContext, groups: int) -> NoiseRecord:
     augment = Augmenter(trial.augment, trial.augment_pad_px, trial.seed, n)
     epoch = ctx.samples_seen // n if n else 0
     x_small_sum = x_big_sum = 0.0
-    kept: list[list[float | None]] = []  # per group: its small norms' mean, its big norm (the uncertainty's units)
+    # per group: its small norms' mean, its big norm (the uncertainty's units)
+    kept: list[tuple[float | None, float | None]] = []
     for _ in range(groups):
         total: np.ndarray | None = None
         group_small = 0.0
@@ -53,9 +53,9 @@ def measure_noise(ctx: PointContext, groups: int) -> NoiseRecord:
         big = float(mean @ mean)
         x_small_sum += group_small
         x_big_sum += big
-        kept.append([finite_or_none(group_small / BIG_FACTOR), finite_or_none(big)])
+        kept.append((finite_or_none(group_small / BIG_FACTOR), finite_or_none(big)))
     small_n, big_n = groups * BIG_FACTOR, groups
     return NoiseRecord(point=ctx.point, step=ctx.step, samples_seen=ctx.samples_seen, b_small=b_small,
                        b_big=b_small * BIG_FACTOR, x_small_mean=finite_or_none(x_small_sum / small_n),
                        x_big_mean=finite_or_none(x_big_sum / big_n), small_n=small_n, big_n=big_n,
-                       noise_s=time.perf_counter() - t0, groups_json=json.dumps(kept))
+                       noise_s=time.perf_counter() - t0, groups=tuple(kept))

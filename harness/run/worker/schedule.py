@@ -6,12 +6,11 @@ change, off the training clock (:func:`switches`: the learning rate ``lr_policy`
 adapter's ``set_learning_rate``; a compilation of the new size where the adapter compiles per shape, which its
 ``compile_stats`` counts as compile time), where a scheduled training evaluates (:func:`scheduled_eval_steps`), and
 its figures per size (:func:`schedule_figures`: steps, samples, median step time and samples per second of step time
-of each stretch, stored as the trial's ``schedule_json``).
+of each stretch: ``WorkerMetrics.schedule``, stored as the trial's ``schedule_json``).
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -20,6 +19,7 @@ from typing import Any
 from adapters.base import Adapter
 from harness.config.schedule import Segment, eval_steps_by_samples, segments
 from harness.config.trial import TrialSpec
+from harness.records import ScheduleStretch
 from harness.run.worker.steps import StepRunner
 
 
@@ -65,7 +65,7 @@ class Switches:
 
 
 def schedule_figures(trial: TrialSpec, segs: Sequence[Segment], step_ms: Sequence[float], warmup_n: int,
-                     switch_s: dict[int, float]) -> list[dict[str, Any]]:
+                     switch_s: dict[int, float]) -> tuple[ScheduleStretch, ...]:
     """Per stretch: its size and rate, first step and sample, steps and samples trained, and its post-warm-up steps'
     median time and samples per second of step time (None where none of its steps was after the warm-up or ran)."""
     rates = {b: lr for _, b, lr in trial.batch_schedule}
@@ -73,23 +73,24 @@ def schedule_figures(trial: TrialSpec, segs: Sequence[Segment], step_ms: Sequenc
     for seg in segs:
         done = step_ms[max(seg.first_step, warmup_n): seg.first_step + seg.steps]
         median = statistics.median(done) if done else None
-        out.append(dict(batch=seg.batch, lr=rates[seg.batch], first_step=seg.first_step,
-                        first_sample=seg.first_sample, steps=min(seg.steps, max(len(step_ms) - seg.first_step, 0)),
-                        step_ms_median=median,
-                        step_samples_per_s=seg.batch / (median / 1e3) if median else None,
-                        switch_s=switch_s.get(seg.first_step)))
-    return out
+        out.append(ScheduleStretch(batch=seg.batch, lr=rates[seg.batch], first_step=seg.first_step,
+                                   first_sample=seg.first_sample,
+                                   steps=min(seg.steps, max(len(step_ms) - seg.first_step, 0)),
+                                   step_ms_median=median,
+                                   step_samples_per_s=seg.batch / (median / 1e3) if median else None,
+                                   switch_s=switch_s.get(seg.first_step)))
+    return tuple(out)
 
 
 def schedule_metrics(trial: TrialSpec, switches: Switches, step_ms: Sequence[float], warmup_n: int,
                      post_warmup_samples: int, flop_per_sample: float | None) -> dict[str, Any]:
-    """The trial's ``schedule_json``; its ``step_samples_per_s`` as samples per second of step time over every
-    post-warm-up step (a median step is not one size's in a schedule), and no drift (early and late steps are of
-    different sizes: their times are not comparable); {} for a constant size."""
+    """The trial's ``schedule`` figures (:func:`schedule_figures`); its ``step_samples_per_s`` as samples per second
+    of step time over every post-warm-up step (a median step is not one size's in a schedule), and no drift (early and
+    late steps are of different sizes: their times are not comparable); {} for a constant size."""
     if not trial.batch_schedule:
         return {}
     figures = schedule_figures(trial, switches.segments, step_ms, warmup_n, switches.seconds)
-    out: dict[str, Any] = {"schedule_json": json.dumps(figures), "drift_change_pct": None,
+    out: dict[str, Any] = {"schedule": figures, "drift_change_pct": None,
                            "drift_threshold_pct": None, "drift_flagged": None}
     step_s = sum(step_ms[warmup_n:]) / 1e3
     if step_s > 0:
