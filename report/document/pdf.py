@@ -42,6 +42,9 @@ from report.document.tables import Table
 
 MARGIN = 1.7 * cm
 TEXT_WIDTH = A4[0] - 2 * MARGIN
+#: the tallest a figure may be drawn: the page's text height less room for its title and a caption line and the
+#: frame's padding (a taller image cannot be placed on any page: reportlab raises a LayoutError)
+FIGURE_MAX_HEIGHT = A4[1] - 2 * MARGIN - 100
 _FONTS_READY = False
 
 
@@ -220,6 +223,8 @@ class PdfWriter:
             w_px, h_px = im.size
         width = min(TEXT_WIDTH, w_px / 200 * 72)  # 200 dpi PNG: never upscale a narrow figure
         height = width * h_px / w_px
+        if height > FIGURE_MAX_HEIGHT:  # a tall figure (one panel per framework and study line) fits one page
+            width, height = width * FIGURE_MAX_HEIGHT / height, FIGURE_MAX_HEIGHT
         parts: list[Flowable] = [Paragraph(f"<b>{esc(title)}</b>", self.styles["body"]),
                                  Image(str(png), width=width, height=height),
                                  Paragraph(esc(caption), self.styles["caption"])]
