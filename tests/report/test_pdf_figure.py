@@ -12,10 +12,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from PIL import Image  # noqa: E402
+import matplotlib.pyplot as plt
+from PIL import Image
 
-from report.document.pdf import FIGURE_MAX_HEIGHT, TEXT_WIDTH, PdfWriter  # noqa: E402
+from report.document.pdf import FIGURE_MAX_HEIGHT, TEXT_WIDTH, PdfWriter
 
 
 def _png(path: Path, width_in: float, height_in: float) -> Path:
