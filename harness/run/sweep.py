@@ -113,8 +113,6 @@ def worker_env(trial: TrialSpec, env: dict[str, Any], runtime: FrameworkRuntime 
     ``runtime``: the framework as the command resolved it (without one, a test's or a benchmark's: this interpreter).
     """
     del env
-    if not trial.adapter_options:  # nothing to ask the adapter for: no name looked up
-        return {}
     return (runtime or unchecked_runtime(trial.framework)).worker_env(trial.adapter_options, trial.run_device)
 
 

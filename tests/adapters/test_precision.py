@@ -226,7 +226,7 @@ def test_the_settings_reach_the_worker_environment_of_a_sweep_trial_and_of_a_pro
     want = "expandable_segments:True,max_split_size_mb:128"
     assert {var: env[var] for var in ALLOC_CONF_VARS} == dict.fromkeys(ALLOC_CONF_VARS, want)
     assert "PYTORCH_CUDA_ALLOC_CONF" not in worker_env(make_trial("pytorch", device="gpu"), {"gpus": [{}]})
-    assert "PYTORCH_CUDA_ALLOC_CONF" not in worker_env(make_trial("fake", device="cpu"), {})
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in worker_env(make_trial("tensorflow", device="cpu"), {})
 
     from harness.maxbatch.advice import answer_env
 
