@@ -208,7 +208,10 @@ class JAXAdapter(JaxLayers, Adapter):
 
     def compile_stats(self) -> CompileStats | None:
         """Seconds tracing and compiling the train step so far, and whether the persistent cache served them all
-        (``warm``), not all (``cold``) or was not used (``off``: none set, or JAX consulted it for nothing)."""
+        (``warm``), not all (``cold``) or was not used (``off``: none set, or JAX consulted it for nothing).
+        ``cold_s`` of a warm one adds what JAX says its hits saved, which JAX reckons from compile times it stores in
+        whole seconds: a lower bound, short of the truth by under a second per compiled step (none for a step that
+        compiled in under one)."""
         if not self.trace_count:
             return None
         requests, hits = self._cache_counts["requests"], self._cache_counts["hits"]
