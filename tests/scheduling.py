@@ -86,6 +86,8 @@ def pytest_configure(config: pytest.Config) -> None:
         if getattr(config.option, "numprocesses", None) and not getattr(config.option, "testrunuid", None):
             # the controller names the run (xdist's --testrunuid), so that it can remove the run's files at the end
             config.option.testrunuid = uuid.uuid4().hex
+    if config.getoption("update_durations"):
+        config.pluginmanager.register(_Recorder(config), "batchscope-durations")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -95,8 +97,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(f"{base}.runs", ignore_errors=True)
         for path in (f"{base}.lock", f"{base}.lock.gate"):
             Path(path).unlink(missing_ok=True)
-    if config.getoption("update_durations"):
-        config.pluginmanager.register(_Recorder(config), "batchscope-durations")
 
 
 # ---------------------------------------------------------------- the lock between alone and slow tests
