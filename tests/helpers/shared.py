@@ -34,9 +34,10 @@ def _claim(name: str) -> None:
     me = os.environ.get("PYTEST_XDIST_WORKER", f"pid {os.getpid()}")
     path = Path(folder) / re.sub(r"[^A-Za-z0-9_.\[\]-]", "_", name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with open(path, "x") as f:
-            f.write(me)
+    mine = path.with_name(f".{path.name}.{os.getpid()}")
+    mine.write_text(me)
+    try:  # the marker appears with its text in it (a link, not open("x") then a write another worker could outrun)
+        os.link(mine, path)
     except FileExistsError:
         other = path.read_text() or "another worker"
         if other == me:
@@ -44,6 +45,8 @@ def _claim(name: str) -> None:
         raise AssertionError(f"the shared run {name!r} started in worker {me} after worker {other} had made it: the "
                              "tests reading it were split between workers, so the run was paid for twice (its "
                              "modules must be one unit: SHARED_UNITS in tests/scheduling.py)") from None
+    finally:
+        mine.unlink(missing_ok=True)
 
 
 @contextmanager
