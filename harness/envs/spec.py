@@ -111,11 +111,10 @@ def pin_of(requirement: str) -> tuple[str, str]:
     Raises:
         ValueError: the requirement is not an exact pin.
     """
-    head = requirement.split()[0] if requirement.split() else ""
-    name, sep, version = head.partition("==")
-    if not sep or not name or not version:
+    named = requirement_name(requirement)
+    if named is None or not named[0] or not named[1]:
         raise ValueError(f"not an exact pin (name==version): {requirement!r}")
-    return name.lower().replace("_", "-"), version
+    return named
 
 
 def hashes_of(requirement: str) -> tuple[str, ...]:
