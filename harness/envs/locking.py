@@ -31,6 +31,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from harness.envs.spec import pin_of, requirement_lines
 
@@ -95,9 +96,10 @@ def target_tags(python_version: str) -> set[str]:
     return {str(tag) for tag in found}
 
 
-def release_hashes(name: str, version: str, python_version: str, index: str = PYPI_SIMPLE) -> set[str]:
-    """sha256 of every wheel of ``name`` ``version`` on ``index`` that CPython ``python_version`` on Linux x86-64 may
-    install; empty where the index has none (a local version such as ``2.13.0+cpu``: PyPI has no local labels)."""
+def release_wheels(name: str, version: str, python_version: str, index: str = PYPI_SIMPLE) -> list[dict[str, Any]]:
+    """The index's JSON entries (``filename``, ``hashes``, ``size``...) of every wheel of ``name`` ``version`` that
+    CPython ``python_version`` on Linux x86-64 may install; empty where the index has none (a local version such as
+    ``2.13.0+cpu``: PyPI has no local labels). Nothing is downloaded but the index's page."""
     from packaging.utils import InvalidWheelFilename, parse_wheel_filename
     from packaging.version import Version
 
@@ -107,18 +109,25 @@ def release_hashes(name: str, version: str, python_version: str, index: str = PY
             files = json.loads(response.read())["files"]
     except urllib.error.HTTPError as e:
         if e.code == 404:
-            return set()
+            return []
         raise
     wanted, accepted = str(Version(version)), target_tags(python_version)
-    out = set()
+    out = []
     for entry in files:
         try:
             _, file_version, _, file_tags = parse_wheel_filename(entry["filename"])
         except InvalidWheelFilename:  # an sdist or an old format: the locks install wheels
             continue
-        if str(file_version) == wanted and {str(t) for t in file_tags} & accepted and entry["hashes"].get("sha256"):
-            out.add(entry["hashes"]["sha256"])
+        if str(file_version) == wanted and {str(t) for t in file_tags} & accepted:
+            out.append(entry)
     return out
+
+
+def release_hashes(name: str, version: str, python_version: str, index: str = PYPI_SIMPLE) -> set[str]:
+    """sha256 of every wheel of ``name`` ``version`` that CPython ``python_version`` on Linux x86-64 may install
+    (:func:`release_wheels`)."""
+    return {e["hashes"]["sha256"] for e in release_wheels(name, version, python_version, index)
+            if e.get("hashes", {}).get("sha256")}
 
 
 def lock_text(framework: str, kind: str, source: Path, pins: list[Pin], hashes: dict[str, set[str]],

@@ -15,15 +15,10 @@ import argparse
 import datetime
 import json
 import sys
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.envs.spec import requirement_lines, requirement_name
-
-#: the index the CUDA locks are resolved against (harness.envs.locking: ``--isolated``, PyPI alone)
-INDEX = "https://pypi.org/simple"
-ACCEPT = "application/vnd.pypi.simple.v1+json"
 
 
 @dataclass(frozen=True)
@@ -70,28 +65,13 @@ def download_size(requirements: tuple[str, ...], lock: Path) -> DownloadSize:
     return DownloadSize(sum(table.get(k, 0) for k in keys), len(keys), tuple(k for k in keys if k not in table))
 
 
-def _wheel_fits(filename: str, python_version: str) -> bool:
-    """A wheel pip installs on Linux x86-64 for CPython ``python_version`` (``3.11``)."""
-    parts = filename[:-len(".whl")].split("-")
-    if len(parts) < 5:
-        return False
-    py, abi, plat = parts[-3], parts[-2], parts[-1]
-    cp = "cp" + python_version.replace(".", "")
-    pys, abis, plats = py.split("."), abi.split("."), plat.split(".")
-    return (any(p in (cp, "py3", "cp3") or (p.startswith("py3") and len(p) <= 4) for p in pys)
-            and any(a in (cp, "abi3", "none") for a in abis)
-            and any(p == "any" or (p.endswith("x86_64") and p.startswith(("manylinux", "linux"))) for p in plats))
+def wheel_size(pin: str, python_version: str) -> int | None:
+    """The size of the wheel ``pin`` installs here, from the index's JSON page (None: no fitting wheel listed): of the
+    wheels :func:`harness.envs.locking.release_wheels` finds, one for this exact CPython first."""
+    from harness.envs.locking import release_wheels  # make locks only: it reads wheel tags with packaging
 
-
-def wheel_size(pin: str, python_version: str, index: str = INDEX, timeout_s: float = 30.0) -> int | None:
-    """The size of the wheel ``pin`` installs here, from the index's JSON page (None: no fitting wheel listed)."""
     name, _, version = _keys((pin,))[0].partition("==")
-    request = urllib.request.Request(f"{index}/{name}/", headers={"Accept": ACCEPT})
-    with urllib.request.urlopen(request, timeout=timeout_s) as response:
-        files = json.load(response)["files"]
-    fitting = [f for f in files if f["filename"].endswith(".whl") and f.get("size") is not None
-               and f["filename"].split("-")[1] == version.replace("-", "_") and _wheel_fits(f["filename"],
-                                                                                          python_version)]
+    fitting = [f for f in release_wheels(name, version, python_version) if f.get("size") is not None]
     exact = [f for f in fitting if f"-cp{python_version.replace('.', '')}-" in f["filename"]]
     chosen = (exact or fitting)[:1]
     return int(chosen[0]["size"]) if chosen else None
@@ -118,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                 sizes[key] = size
         sizes_file(lock).write_text(json.dumps({
             "about": f"the wheel each pin of {lock.name} installs on Linux x86-64, CPython {args.python_version}, "
-                     f"as {INDEX} lists it (PEP 700 sizes), {datetime.date.today().isoformat()}: "
+                     f"as https://pypi.org/simple lists it (PEP 700 sizes), {datetime.date.today().isoformat()}: "
                      "python -m harness.envs.sizes", "sizes": sizes}, indent=1, sort_keys=True) + "\n")
         total = DownloadSize(sum(sizes.values()), len(sizes) + len(missing), tuple(missing))
         print(f"{sizes_file(lock).relative_to(root.parent)}: {total.text()}")
