@@ -21,7 +21,6 @@ import errno
 import fcntl
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -31,7 +30,7 @@ import venv
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from harness.envs.spec import EnvSpec, requirement_name
+from harness.envs.spec import EnvSpec, normal_name, requirement_name
 from harness.errors import BatchscopeError
 
 #: the facts file: written last, inside the temporary folder, before the rename
@@ -61,16 +60,12 @@ def is_built(env_dir: Path) -> bool:
     return (env_dir / FACTS_FILE).is_file() and python_in(env_dir).exists()
 
 
-def _normal(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def _installed(site: Path) -> dict[str, tuple[str, Path]]:
     """Each distribution in ``site`` (normalised name) -> (its version, its ``.dist-info`` folder)."""
     out: dict[str, tuple[str, Path]] = {}
     for info in site.glob("*.dist-info"):
         name, _, version = info.name[:-len(".dist-info")].partition("-")
-        out[_normal(name)] = (version, info)
+        out[normal_name(name)] = (version, info)
     return out
 
 

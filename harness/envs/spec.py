@@ -91,6 +91,11 @@ def requirement_lines(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def normal_name(name: str) -> str:
+    """A distribution's name as PEP 503 compares names: runs of ``-``, ``_`` and ``.`` as one ``-``, lower case."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def requirement_name(requirement: str) -> tuple[str, str] | None:
     """(normalised distribution name, pinned version or ``""``) of one requirement line, or None for a line that
     names no distribution (an option such as ``--hash=...`` on a line of its own). Whatever follows the specifier
@@ -102,7 +107,7 @@ def requirement_name(requirement: str) -> tuple[str, str] | None:
     text = re.split(r"\s|;", text, maxsplit=1)[0]
     name = re.split(r"[\[<>=!~@]", text, maxsplit=1)[0]
     version = text.partition("==")[2] if "==" in text and "===" not in text else ""
-    return re.sub(r"[-_.]+", "-", name).lower(), version
+    return normal_name(name), version
 
 
 def pin_of(requirement: str) -> tuple[str, str]:
