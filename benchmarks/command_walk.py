@@ -123,6 +123,23 @@ def _class_of(modules: dict[str, Module], names: dict[str, str], mod: Module, an
     return None
 
 
+def _in_evaluation_order(fn: ast.AST) -> list[ast.Call]:
+    """The calls in ``fn``'s body in the order Python makes them: statements in order, and within one, a call's
+    arguments (and the object its method is looked up on) before the call itself (``f(g(x))``: g, then f). Nested
+    functions and lambdas are read where they are written."""
+    out: list[ast.Call] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+        if isinstance(node, ast.Call):
+            out.append(node)
+
+    for stmt in getattr(fn, "body", []):
+        visit(stmt)
+    return out
+
+
 def _callees(modules: dict[str, Module], mod: Module, qual: str, fn: ast.AST) -> list[tuple[str, str]]:
     """The functions ``fn`` calls that the source names, in the order written.
 
@@ -200,7 +217,7 @@ def _callees(modules: dict[str, Module], mod: Module, qual: str, fn: ast.AST) ->
             found = _class_of(modules, local, mod, a.annotation)
             if found:
                 typed[a.arg] = found
-    calls = sorted((n for n in ast.walk(fn) if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset))
+    calls = _in_evaluation_order(fn)
     assigned = {id(n.value): n.targets[0].id for n in ast.walk(fn) if isinstance(n, ast.Assign)
                 and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Call)}
     for call in calls:
