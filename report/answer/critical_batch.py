@@ -83,10 +83,12 @@ class SizeChoice:
         return None if s is None else s.mean
 
     def text(self) -> str:
-        """E.g. ``412 steps, 31.2 s at lr 0.003`` or ``not reached (lr 0.001: not reached in 10 epochs; ...)``."""
+        """E.g. ``412 steps, 31.2 s at lr 0.003`` or ``not reached in every repeat, left out of the fit (lr 0.001:
+        not reached in 10 epochs; lr 0.01: 2 of 3 reached: 4.98 s)``."""
         if self.chosen is None or self.steps is None or self.train_s is None:
-            return "not reached (" + "; ".join(f"lr {r.lr:g}: {r.target.text()}" if r.lr is not None
-                                               else r.target.text() for r in self.tried) + ")"
+            tried = "; ".join(f"lr {r.lr:g}: {r.target.text()}" if r.lr is not None else r.target.text()
+                              for r in self.tried)
+            return f"not reached in every repeat, left out of the fit ({tried})"
         lr = "" if self.chosen.lr is None else f" at lr {self.chosen.lr:g}"
         return f"{self.steps:,.0f} steps, {self.train_s:{seconds_fmt(self.train_s)}} s{lr}"
 
