@@ -16,6 +16,7 @@ import importlib
 import importlib.metadata as md
 import importlib.util
 import warnings
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, NamedTuple
@@ -167,10 +168,21 @@ def lookup(name: str, asked_as: str = "") -> Registered:
     return Registered(target, load_adapter(target, name))
 
 
+def lookup_each(names: Iterable[str], found: Mapping[str, Registered] | None = None) -> dict[str, Registered]:
+    """Each of ``names`` looked up once (:func:`lookup`), besides those ``found`` holds already (the same command's
+    earlier lookups, kept): a command's adapters by name, which it checks its experiment against and resolves its
+    runtimes with (:func:`harness.envs.runtime.command_runtimes`, ``registered=``)."""
+    out = dict(found or {})
+    for name in names:
+        if name not in out:
+            out[name] = lookup(name)
+    return out
+
+
 def adapter_class(name: str) -> type[Adapter]:
     """Load the adapter class registered as ``name`` (imports its module, never its framework). A command resolves
-    each framework once (:class:`harness.envs.runtime.FrameworkRuntime`) and reads the class from that record;
-    this is for what comes before one (the experiment's checks, the listing)."""
+    each framework once (:class:`harness.envs.runtime.FrameworkRuntime`, :func:`lookup_each`) and reads the class
+    from that record; this is for what runs without one (the listing, ``doctor``, an experiment parsed for a test)."""
     return lookup(name).cls
 
 

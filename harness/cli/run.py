@@ -15,9 +15,11 @@ from harness.config.choices import MATH_MODES
 from harness.run.listener import SweepListener
 
 if TYPE_CHECKING:
+    from harness.config.experiment import Experiment
     from harness.config.trial import TrialSpec
     from harness.data import PreparedData
     from harness.records import TrialOutcome
+    from harness.registry import Registered
     from harness.run.protocol import Message
     from harness.run.sweep import SweepResult
 
@@ -25,22 +27,13 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------- run
 def cmd_run(args: argparse.Namespace) -> int:
     """``batchscope run``: the experiment with the command line's overrides, run and stored, then summarised."""
-    from harness.config.experiment import load_experiment
     from harness.monitor.sampler import monitor_factory_for
     from harness.pipeline import run_experiment
     from harness.run.sweep import SweepOptions
 
-    exp = load_experiment(args.experiment)
+    exp, registered = _experiment(args)
     if args.ray_address:
         args.executor = "ray"
-    exp = exp.with_overrides(model=args.model, frameworks=args.frameworks, batch_sizes=args.batch_sizes,
-                             device=args.device, repeats=args.repeats, epochs=args.epochs, math_mode=args.math_mode,
-                             skip_larger_after_oom=False if args.no_skip_larger else None,
-                             allow_mixed_devices=True if args.allow_mixed_devices else None)
-    if args.python:
-        from harness.envs.runtime import parse_python_options
-
-        exp = exp.with_interpreters(parse_python_options(args.python))
     out = Path(args.out or Path("results") / exp.name)
     command = "batchscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     factory, notice = monitor_factory_for(exp)
@@ -63,7 +56,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                           "executor runs one trial at a time, so that two timed trials never share this machine")
     with make_progress(quiet=args.quiet) as display:  # rich bars on a terminal, plain lines otherwise
         options = SweepOptions(resume=args.resume, data_dir=args.data_dir, command=command, monitor_factory=factory,
-                               executor=executor)
+                               executor=executor, registered=registered)
         result = run_experiment(exp, out, options, _Shown(display))
     _say_result(result, exp.name, out)
     if result.maxbatch_errors:  # a search asked for (max_batch = true) that could not search: the run failed
@@ -71,6 +64,29 @@ def cmd_run(args: argparse.Namespace) -> int:
               "sweep's trials are stored", file=sys.stderr)
         return 1
     return 0
+
+
+def _experiment(args: argparse.Namespace) -> tuple[Experiment, dict[str, Registered]]:
+    """The experiment this command runs: the file with the command line's overrides, checked against the adapter of
+    each name it holds, looked up in the registry once (issue 51; the sweep resolves its runtimes with the same
+    lookups). Refused (exit 2, nothing built or written): a bad value (a flag's named as the flag), an adapter that
+    cannot be loaded or would not run what is asked, an interpreter that cannot be used."""
+    from harness.config.experiment import adapter_names, check_adapters, read_experiment
+    from harness.registry import lookup_each
+
+    flags = {key: value for key, value in {
+        "model": args.model, "frameworks": args.frameworks, "batch_sizes": args.batch_sizes, "device": args.device,
+        "repeats": args.repeats, "epochs": args.epochs, "math_mode": args.math_mode,
+        "skip_larger_after_oom": False if args.no_skip_larger else None,
+        "allow_mixed_devices": True if args.allow_mixed_devices else None}.items() if value is not None}
+    exp = read_experiment(args.experiment).with_overrides(**flags)  # every value that needs no adapter
+    registered = lookup_each(adapter_names(exp))
+    exp = check_adapters(exp, {name: found.cls for name, found in registered.items()}, flags)
+    if args.python:
+        from harness.envs.runtime import parse_python_options
+
+        exp = exp.with_interpreters(parse_python_options(args.python))
+    return exp, registered
 
 
 def _say_result(result: SweepResult, experiment: str, out: Path) -> None:

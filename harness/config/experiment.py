@@ -34,10 +34,10 @@ import math
 import os
 import sys
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 # the enumerated settings are Literal types (harness/config/choices.py); the bounds are harness/config/limits.py's
 from harness.config.choices import (
@@ -262,13 +262,7 @@ class Experiment:
         try:
             return dataclasses.replace(self, **given)
         except ConfigError as e:
-            text = str(e)
-            for key in given:
-                prefix = f"{where(self, key)}: "
-                if text.startswith(prefix):
-                    flag = _FLAGS.get(key, "--" + key.replace("_", "-"))
-                    raise ConfigError(f"command line: {flag}: {text[len(prefix):]}") from None
-            raise
+            raise named_by_flag(self, e, given) from None
 
     def with_interpreters(self, named: Mapping[str, str], where: str = "--python") -> Experiment:
         """A copy whose frameworks run in the interpreters ``named`` (framework -> path), e.g. from ``--python``;
@@ -319,7 +313,9 @@ class Experiment:
 # file and the key (ConfigError, exit 2) before anything runs or is written. The bounds come from the fields
 # (``_setting``) and :mod:`harness.config.limits`; the enumerated values from the fields' Literal types. They live
 # beside the record they check (they were cut into a module of their own for a line count, which left that module
-# importing this one for its annotations and this one calling it: a circle; issue 39).
+# importing this one for its annotations and this one calling it: a circle; issue 39). What an adapter must be able
+# to run (a precision, a math mode, a capability, its own settings) is checked against the adapter classes a command
+# looked up once (:func:`check_adapters`, issue 51): making an experiment reads no registry.
 
 _HINTS_BY_CLASS: dict[type, dict[str, Any]] = {}  # by class: an experiment is made many times, its class's hints once
 
@@ -474,15 +470,12 @@ def validate(exp: Experiment) -> None:
                              "or npz:path/to/data.npz (your own arrays)")
     _check_fields(exp, bad)
     _validate_ranges(exp, bad)
-    _check_precision(exp, bad)
-    _check_math_mode(exp, bad)
     _check_gradient_noise(exp, bad)
     _check_granularity(exp, bad)
     _check_target_mode(exp, bad)
     _check_rates(exp, bad)
     _check_schedule(exp, bad)
     _check_ramp_study(exp, bad)
-    _check_device_settings(exp, bad)
     if len(exp.synthetic_shape) != 3 or min(exp.synthetic_shape) <= 0:
         raise bad("synthetic_shape", f"{list(exp.synthetic_shape)!r} must be [channels, height, width], all > 0")
     for name in exp.adapters:
@@ -554,14 +547,6 @@ def _check_schedule(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> 
             raise bad("batch_schedule", f"batch size {b} trains at learning_rate {exp.learning_rate:g} scaled by "
                                         f"lr_policy = {exp.lr_policy!r} from lr_base_batch {exp.lr_base_batch}: "
                                         f"{rate!r}, not a finite number > 0")
-    if len({exp.lr_for(b) for _, b in exp.batch_schedule}) > 1:  # the rate changes with the size: the adapter must
-        from harness.registry import adapter_class
-
-        for fw in exp.frameworks:
-            if not has_hook(adapter_class(fw), "set_learning_rate"):
-                raise bad("batch_schedule", f"under lr_policy = {exp.lr_policy!r} the learning rate changes with the "
-                                            f"size, but the {fw} adapter has no set_learning_rate() (the capability "
-                                            "`lr_change`); use lr_policy = 'fixed', or run it without a schedule")
 
 
 def _check_ramp_study(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:
@@ -578,31 +563,6 @@ def _check_ramp_study(exp: Experiment, bad: Callable[[str, str], ConfigError]) -
     missing = [what for lacking, what in needs if lacking]
     if missing:
         raise bad("study", f"'batch_ramp' needs {'; '.join(missing)}")
-
-
-def _check_precision(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:
-    """Refuse a precision an adapter would not run: a stored trial must never claim a precision it did not use."""
-    from harness.registry import adapter_class
-
-    for fw in exp.frameworks:  # one message, the adapter's own (adapters.base.Adapter.validate_precision)
-        try:
-            adapter_class(fw).validate_precision(exp.precision, exp.device)
-        except ConfigError as e:
-            raise bad("precision", str(e)) from None
-
-
-def _check_math_mode(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:
-    """Refuse a math mode an adapter would not apply on the experiment's device (harness.config.precision)."""
-    from harness.config.precision import validate_math_mode
-    from harness.registry import adapter_class
-
-    for fw in exp.frameworks:
-        cls = adapter_class(fw)
-        try:  # getattr: a duck-typed plugin may not declare math modes at all
-            validate_math_mode(exp.math_mode, exp.device, fw, tuple(getattr(cls, "math_modes", ())),
-                               str(getattr(cls, "math_mode_note", "")))
-        except ConfigError as e:
-            raise bad("math_mode", str(e)) from None
 
 
 def has_hook(cls: type, hook: str) -> bool:
@@ -625,36 +585,13 @@ def _check_granularity(exp: Experiment, bad: Callable[[str, str], ConfigError]) 
 
 
 def _check_gradient_noise(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:
-    """Refuse a gradient-noise measurement that would not happen: without evaluation points (it runs at them), or
-    for an adapter without ``flat_gradient`` (a plugin may lack it), rather than record nothing."""
+    """Refuse a gradient-noise measurement that would not happen: without evaluation points (it runs at them), rather
+    than record nothing (an adapter without ``flat_gradient``: :func:`check_adapters`)."""
     if not exp.gradient_noise:
         return
     if not exp.eval:
         raise bad("gradient_noise", f"{exp.gradient_noise!r}: the measurement runs at the evaluation points, but "
                                     "eval = false turns them off; set eval = true, or leave gradient_noise out")
-    from harness.registry import adapter_class
-
-    for fw in exp.frameworks:
-        if not has_hook(adapter_class(fw), "flat_gradient"):
-            raise bad("gradient_noise", f"{exp.gradient_noise!r}: the {fw} adapter has no flat_gradient() (the "
-                                        "capability `flat_gradient`), which the gradient-noise measurement needs; "
-                                        f"leave gradient_noise out, or run {fw} in an experiment without it")
-
-
-def _check_device_settings(exp: Experiment, bad: Callable[[str, str], ConfigError]) -> None:
-    """Refuse adapter settings that would do nothing on the experiment's device (PyTorch's CUDA allocator
-    settings on a CPU): a setting asked for and not applied is refused, never recorded as applied."""
-    from harness.registry import adapter_class
-
-    for fw in exp.frameworks:
-        settings = exp.adapters.get(fw)
-        check = getattr(adapter_class(fw), "validate_device_options", None)  # a duck-typed plugin may lack it
-        if settings is None or check is None:
-            continue
-        try:
-            check(settings.options, exp.device)
-        except ConfigError as e:
-            raise bad(f"adapters.{fw}", str(e)) from None
 
 
 def _validate_ranges(exp: Experiment, bad: Any) -> None:
@@ -677,6 +614,137 @@ def _validate_ranges(exp: Experiment, bad: Any) -> None:
         raise bad("repeats", f"{len(exp.frameworks)} framework(s) x {len(exp.batch_sizes)} batch size(s) x "
                              f"{exp.repeats} repeat(s) = {n} trials, more than {MAX_TRIALS}; lower repeats or "
                              "the batch sizes")
+
+
+# ------------------------------------------------------------------------------------------- against the adapters
+def adapter_names(exp: Experiment) -> tuple[str, ...]:
+    """Every adapter ``exp`` names, each once: its frameworks, then those its ``[adapters.X]`` tables set (a
+    variant's too). What a command looks up in the registry, once each (issue 51), to check ``exp`` against
+    (:func:`check_adapters`) and to resolve the frameworks it runs with."""
+    names = dict.fromkeys(exp.frameworks)
+    names.update(dict.fromkeys(exp.adapters))
+    for v in exp.variants:
+        names.update(dict.fromkeys(v.settings.get("adapters", {})))
+    return tuple(names)
+
+
+def check_adapters(exp: Experiment, adapters: Mapping[str, type], flags: Iterable[str] = ()) -> Experiment:
+    """``exp`` checked against its adapters' classes (``adapters``: each name of :func:`adapter_names`, as the command
+    looked it up once): returned with each ``[adapters.X]`` table's settings as its adapter resolves them
+    (``validate_options``; already resolved ones come back the same), after refusing what an adapter would not run:
+    a precision or a math mode on the device asked for, settings that would do nothing there, a gradient-noise
+    measurement without ``flat_gradient``, a schedule whose rate changes without ``set_learning_rate``, accumulation
+    it does not implement. Each variant is checked as the experiment is. Reads no registry.
+
+    ``flags``: the keys the command line set (:meth:`Experiment.with_overrides`): a refusal of one names its flag.
+
+    Raises:
+        ConfigError: naming the file (or the flag) and the key (exit 2, before anything is built or written).
+    """
+    try:
+        exp = _with_resolved_settings(exp, adapters)
+        _check_runs(exp, adapters)
+        if exp.variants:
+            for name, v in exp.resolved_variants():
+                try:
+                    _check_runs(v, adapters)
+                except ConfigError as e:
+                    raise ConfigError(f"{exp.source}: variants.{name}: {e}") from None
+        _check_accumulation(exp, adapters)
+    except ConfigError as e:
+        raise named_by_flag(exp, e, flags) from None
+    return exp
+
+
+def named_by_flag(exp: Experiment, error: ConfigError, keys: Iterable[str]) -> ConfigError:
+    """``error`` as the command line's where it refuses one of ``keys``, a value a flag set (``command line:
+    --math-mode: ...``, not the experiment file's key); else ``error`` itself."""
+    text = str(error)
+    for key in keys:
+        prefix = f"{where(exp, key)}: "
+        if text.startswith(prefix):
+            flag = _FLAGS.get(key, "--" + key.replace("_", "-"))
+            return ConfigError(f"command line: {flag}: {text[len(prefix):]}")
+    return error
+
+
+def _with_resolved_settings(exp: Experiment, adapters: Mapping[str, type]) -> Experiment:
+    """``exp`` with each ``[adapters.X]`` table (a variant's too) resolved by its adapter (``validate_options``; a
+    native model's factory found), in the order the file gives them."""
+    tables = {fw: _resolved_settings(exp.source, fw, s, adapters[fw]) for fw, s in exp.adapters.items()}
+    variants = tuple(
+        Variant(v.name, {**v.settings, "adapters": {
+            fw: _resolved_settings(f"{exp.source}: variants.{v.name}", fw, s, adapters[fw])
+            for fw, s in v.settings["adapters"].items()}}) if "adapters" in v.settings else v
+        for v in exp.variants)
+    if tables == dict(exp.adapters) and variants == exp.variants:
+        return exp
+    return dataclasses.replace(exp, adapters=tables, variants=variants)
+
+
+def _resolved_settings(source: str, name: str, settings: AdapterSettings, cls: type) -> AdapterSettings:
+    try:
+        options = dict(cast(Any, cls).validate_options(dict(settings.options)))
+        if options.get("native_model"):
+            from harness.models.native import check_factory
+
+            check_factory(options["native_model"], "native_model")
+    except ConfigError as e:
+        raise ConfigError(f"{source}: adapters.{name}: {e}") from None
+    return dataclasses.replace(settings, options=options)
+
+
+def _check_runs(exp: Experiment, adapters: Mapping[str, type]) -> None:
+    """What each of ``exp``'s adapters must run, refused where it would not (the experiment's own key named)."""
+    from harness.config.precision import validate_math_mode
+
+    def bad(key: str, msg: str) -> ConfigError:
+        return ConfigError(f"{where(exp, key)}: {msg}")
+
+    for fw in exp.frameworks:  # a stored trial must never claim a precision it did not use: the adapter's own words
+        try:
+            cast(Any, adapters[fw]).validate_precision(exp.precision, exp.device)
+        except ConfigError as e:
+            raise bad("precision", str(e)) from None
+    for fw in exp.frameworks:  # a math mode the adapter would not apply on the experiment's device
+        cls = adapters[fw]
+        try:  # getattr: a duck-typed plugin may not declare math modes at all
+            validate_math_mode(exp.math_mode, exp.device, fw, tuple(getattr(cls, "math_modes", ())),
+                               str(getattr(cls, "math_mode_note", "")))
+        except ConfigError as e:
+            raise bad("math_mode", str(e)) from None
+    if exp.gradient_noise:  # a plugin may lack flat_gradient: refused rather than record nothing
+        for fw in exp.frameworks:
+            if not has_hook(adapters[fw], "flat_gradient"):
+                raise bad("gradient_noise", f"{exp.gradient_noise!r}: the {fw} adapter has no flat_gradient() (the "
+                                            "capability `flat_gradient`), which the gradient-noise measurement needs; "
+                                            f"leave gradient_noise out, or run {fw} in an experiment without it")
+    if exp.batch_schedule and len({exp.lr_for(b) for _, b in exp.batch_schedule}) > 1:  # the rate changes with the
+        for fw in exp.frameworks:  # size: the adapter must be able to change it
+            if not has_hook(adapters[fw], "set_learning_rate"):
+                raise bad("batch_schedule", f"under lr_policy = {exp.lr_policy!r} the learning rate changes with the "
+                                            f"size, but the {fw} adapter has no set_learning_rate() (the capability "
+                                            "`lr_change`); use lr_policy = 'fixed', or run it without a schedule")
+    for fw in exp.frameworks:  # settings that would do nothing on the device (PyTorch's CUDA allocator's on a CPU)
+        settings = exp.adapters.get(fw)
+        check = getattr(adapters[fw], "validate_device_options", None)  # a duck-typed plugin may lack it
+        if settings is None or check is None:
+            continue
+        try:
+            check(settings.options, exp.device)
+        except ConfigError as e:
+            raise bad(f"adapters.{fw}", str(e)) from None
+
+
+def _check_accumulation(exp: Experiment, adapters: Mapping[str, type]) -> None:
+    """Gradient accumulation (``accumulate_steps`` > 1, a variant's too) for an adapter that implements it only."""
+    for name, v in exp.resolved_variants():
+        for fw in exp.frameworks:
+            if v.accumulate_steps > 1 and not getattr(adapters[fw], "supports_accumulation", False):
+                where = f"variants.{name}." if name else ""
+                raise ConfigError(f"{exp.source}: {where}accumulate_steps = {v.accumulate_steps}: the {fw} "
+                                  "adapter does not implement gradient accumulation; use accumulate_steps = 1 "
+                                  "for it (or run it in an experiment without that framework)")
 
 
 def lr_variant_name(lr: float) -> str:
@@ -759,7 +827,7 @@ def _type_words(typ: type | tuple[type, ...]) -> str:
 
 
 def _parse_adapters(source: str, raw: Any) -> dict[str, AdapterSettings]:
-    from harness.registry import adapter_class, known_adapter_names
+    from harness.registry import known_adapter_names
 
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: adapters: should be tables like [adapters.mxnet]")
@@ -774,15 +842,8 @@ def _parse_adapters(source: str, raw: Any) -> dict[str, AdapterSettings]:
         python = table.pop("python", None)
         if python is not None:
             python = check_interpreter(f"{source}: adapters.{name}.python", python)
-        try:
-            options = adapter_class(name).validate_options(table)
-            if options.get("native_model"):
-                from harness.models.native import check_factory
-
-                check_factory(options["native_model"], "native_model")
-        except ConfigError as e:
-            raise ConfigError(f"{source}: adapters.{name}: {e}") from None
-        out[name] = AdapterSettings(python=python, options=options,
+        # the settings as written: their adapter resolves them when the command has looked it up (check_adapters)
+        out[name] = AdapterSettings(python=python, options=table,
                                     python_from=f"{source}: adapters.{name}.python" if python else "")
     return out
 
@@ -855,7 +916,21 @@ def _parse_variants(source: str, raw: Any) -> tuple[Variant, ...]:
 
 
 def parse_experiment(data: Mapping[str, Any], source: str = "<inline>") -> Experiment:
-    """Validate raw TOML data into an :class:`Experiment`."""
+    """Validate raw TOML data into an :class:`Experiment`, checked against the adapters it names too (each looked up
+    here: for what runs before a command, or without one; a command reads the registry once, :func:`read_experiment`
+    then :func:`check_adapters`)."""
+    return _checked_here(experiment_from(data, source))
+
+
+def _checked_here(exp: Experiment) -> Experiment:
+    from harness.registry import adapter_class
+
+    return check_adapters(exp, {name: adapter_class(name) for name in adapter_names(exp)})
+
+
+def experiment_from(data: Mapping[str, Any], source: str = "<inline>") -> Experiment:
+    """Raw TOML data as an :class:`Experiment`: every value checked that needs no adapter (ConfigError naming the
+    key); its ``[adapters.X]`` tables as written, until :func:`check_adapters` checks it against its adapters."""
     unknown = sorted(set(data) - set(VALID_KEYS))
     if unknown:
         raise ConfigError(f"{source}: unknown key {unknown[0]!r}; valid keys: {', '.join(VALID_KEYS)}")
@@ -888,7 +963,14 @@ def parse_experiment(data: Mapping[str, Any], source: str = "<inline>") -> Exper
 
 
 def load_experiment(path: str | os.PathLike[str]) -> Experiment:
-    """Read and validate an experiment file."""
+    """Read and validate an experiment file, checked against the adapters it names too (each looked up here, as
+    :func:`parse_experiment` does)."""
+    return _checked_here(read_experiment(path))
+
+
+def read_experiment(path: str | os.PathLike[str]) -> Experiment:
+    """Read an experiment file: every value checked that needs no adapter (:func:`experiment_from`). A command then
+    looks each of :func:`adapter_names` up once and checks it against them (:func:`check_adapters`)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{p}: no such experiment file (see experiments/ for examples)")
@@ -899,6 +981,6 @@ def load_experiment(path: str | os.PathLike[str]) -> Experiment:
     except UnicodeDecodeError as e:
         raise ConfigError(f"{p}: not UTF-8 text (byte {e.start}: {e.reason}); save it as UTF-8 "
                           "(TOML files are UTF-8)") from e
-    return parse_experiment(data, source=str(p))
+    return experiment_from(data, source=str(p))
 
 

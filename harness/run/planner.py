@@ -57,13 +57,16 @@ def planned_steps(trial: TrialSpec, n_train: int) -> int:
     return sum(plan_steps(n_train, trial.effective_batch_size, trial.epochs, trial.warmup_steps, trial.timed_steps))
 
 
-def plan(exp: Experiment, data: PreparedData, devices: Mapping[tuple[str, str], str] | None = None
-         ) -> list[TrialSpec]:
+def plan(exp: Experiment, data: PreparedData, devices: Mapping[tuple[str, str], str] | None = None,
+         adapters: Mapping[str, type] | None = None) -> list[TrialSpec]:
     """Every trial of ``exp``: frameworks x variants x batch sizes (ascending) x repeats.
 
     The batch size is the micro-batch (what is in memory at once); with ``accumulate_steps`` = k an update
     sees k of them, and the learning-rate policy scales with that effective batch. ``devices``: where each
     (framework, device asked for) was resolved to run (:mod:`harness.run.devices`); unresolved when left out.
+    ``adapters``: each framework's adapter class as the command resolved it (its runtime's), whose default settings
+    a framework without an ``[adapters.X]`` table gets; left out (a test's, a benchmark's plan), looked up here.
+    What an adapter must be able to run was checked against the same classes before (``check_adapters``).
 
     Raises:
         ConfigError: a variant's augmentation does not apply to the data set.
@@ -75,22 +78,17 @@ def plan(exp: Experiment, data: PreparedData, devices: Mapping[tuple[str, str], 
         except ConfigError as e:
             where = f"variants.{name}: " if name else ""
             raise ConfigError(f"{exp.source}: {where}{e}") from None
-        for framework in exp.frameworks:
-            if v.accumulate_steps > 1 and not adapter_class(framework).supports_accumulation:
-                where = f"variants.{name}." if name else ""
-                raise ConfigError(f"{exp.source}: {where}accumulate_steps = {v.accumulate_steps}: the {framework} "
-                                  "adapter does not implement gradient accumulation; use accumulate_steps = 1 "
-                                  "for it (or run it in an experiment without that framework)")
         if v.batch_schedule and max(b for _, b in v.batch_schedule) > data.n_train:
             where = f"variants.{name}." if name else ""
             biggest = max(b for _, b in v.batch_schedule)
             raise ConfigError(f"{exp.source}: {where}batch_schedule: batch size {biggest} is more than the data set's "
                               f"{data.n_train} training samples ({schedule_text(v.batch_schedule)})")
+    classes: Mapping[str, Any] = adapters if adapters is not None else {fw: adapter_class(fw) for fw in exp.frameworks}
     trials: list[TrialSpec] = []
     for framework in exp.frameworks:
         for variant, v in variants:
             settings = v.adapters.get(framework)
-            options = dict(settings.options) if settings else adapter_class(framework).validate_options({})
+            options = dict(settings.options) if settings else classes[framework].validate_options({})
             for batch_size in sorted(v.batch_sizes):
                 for repeat in range(v.repeats):
                     trial = _trial(v, variant, framework, batch_size, repeat, options, data)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from harness.cells import summary_rows
-from harness.config.experiment import Experiment
+from harness.config.experiment import Experiment, adapter_names, check_adapters
 from harness.config.precision import legacy_math_mode
 from harness.config.trial import TrialSpec
 from harness.data import PreparedData, default_cache_dir, prepare
@@ -25,6 +25,7 @@ from harness.gpu_peaks import refuse_tf32_without_units
 from harness.models import build_description, is_native_model
 from harness.monitor import environment
 from harness.records import Executor, MaxBatchResult, Monitor, TrialOutcome, TrialUnit, allocator_env
+from harness.registry import Registered, lookup_each
 from harness.run.chains import oom_limits
 from harness.run.devices import check_one_device, resolve_experiment
 from harness.run.executor import LocalExecutor
@@ -75,7 +76,10 @@ class SweepOptions:
     ``resume``: finish a sweep already in the store (without it such a store is refused). ``executor`` defaults to
     a :class:`LocalExecutor` logging into ``out_dir/logs``, with ``monitor_factory``'s sampler per trial.
     ``preflight(env, runtimes)`` runs before anything is written and may refuse the run; ``after_trials`` runs with
-    the store still open (the max-batch searches of :func:`harness.pipeline.run_experiment`).
+    the store still open (the max-batch searches of :func:`harness.pipeline.run_experiment`). ``registered``: the
+    adapters the command looked up, once each, and checked the experiment against
+    (:func:`harness.config.experiment.check_adapters`); the sweep resolves its runtimes with them. None (a caller
+    without a command: a test, a benchmark): looked up, and the experiment checked, when the sweep starts.
     """
 
     resume: bool = False
@@ -86,6 +90,7 @@ class SweepOptions:
     executor: Executor | None = None
     preflight: Callable[[dict[str, Any], Mapping[str, FrameworkRuntime]], None] | None = None
     after_trials: Callable[[SweepContext, SweepResult], None] | None = None
+    registered: Mapping[str, Registered] | None = None
 
 
 @dataclass(frozen=True)
@@ -133,14 +138,26 @@ def unit_for(exp: Experiment, trial: TrialSpec, data: PreparedData, os_memory_li
     return runtime.unit(trial, data, str(order_path), os_memory_limit_mib, env)
 
 
-def choose_runtimes(exp: Experiment, gpu_present: bool, say: Callable[[str], None]) -> dict[str, FrameworkRuntime]:
-    """Each framework resolved once (harness.envs.runtime): its adapter, and its interpreter: the user's where the
-    experiment or ``--python`` names one (checked there: ConfigError, exit 2, nothing written; ``--python`` for a
-    framework not run is refused too), else its managed environment, built on first use (``say`` gets a line per
-    build and one per framework)."""
+def choose_runtimes(exp: Experiment, gpu_present: bool, say: Callable[[str], None],
+                    registered: Mapping[str, Registered] | None = None) -> dict[str, FrameworkRuntime]:
+    """Each framework resolved once (harness.envs.runtime): its adapter (``registered``: as the command looked it
+    up), and its interpreter: the user's where the experiment or ``--python`` names one (checked there: ConfigError,
+    exit 2, nothing written; ``--python`` for a framework not run is refused too), else its managed environment,
+    built on first use (``say`` gets a line per build and one per framework)."""
     named = {fw: (s.python, s.python_from or f"{exp.source}: adapters.{fw}.python")
              for fw, s in exp.adapters.items() if s.python}
-    return command_runtimes(exp.frameworks, named, gpu_present, say)
+    return command_runtimes(exp.frameworks, named, gpu_present, say, registered)
+
+
+def checked_experiment(exp: Experiment, registered: Mapping[str, Registered] | None
+                       ) -> tuple[Experiment, Mapping[str, Registered]]:
+    """``exp`` and its adapters: as the command looked them up and checked it (``registered``), or, for a caller
+    without a command, each adapter it names looked up once here and ``exp`` checked against them (ConfigError or
+    AdapterError, exit 2, before anything is built or written)."""
+    if registered is not None:
+        return exp, registered
+    found = lookup_each(adapter_names(exp))
+    return check_adapters(exp, {name: r.cls for name, r in found.items()}), found
 
 
 class ConcurrentExecutor(Protocol):
@@ -176,6 +193,8 @@ def run_sweep(exp: Experiment, out_dir: Path, options: SweepOptions | None = Non
     (:func:`_prepare`), then one lock and one open store, one trial written at a time (:func:`_run_trials`).
     """
     out_dir, options, listener = Path(out_dir), options or SweepOptions(), listener or SweepListener()
+    exp, registered = checked_experiment(exp, options.registered)
+    options = dataclasses.replace(options, registered=registered)
     _refuse_a_finished_store(exp, out_dir, options.resume, readonly=True)
     ready = _prepare(exp, options, listener)
     make_out_dir(out_dir)
@@ -212,7 +231,7 @@ def _prepare(exp: Experiment, options: SweepOptions, listener: SweepListener) ->
                           "where a GPU is visible")
     # each framework resolved once (its adapter loaded: AdapterError, exit 2), its interpreter before its device:
     # the build a device is resolved from is the one it runs
-    runtimes = choose_runtimes(exp, bool(env.get("gpus")), listener.on_environment)
+    runtimes = choose_runtimes(exp, bool(env.get("gpus")), listener.on_environment, options.registered)
     env["interpreters"] = {fw: {"python": i.python, "environment": i.environment, "problem": i.problem,
                                 **{k: i.facts.get(k) for k in ("python_version", "framework_version", "numpy",
                                                                "build") if i.facts.get(k)}}
@@ -230,7 +249,8 @@ def _prepare(exp: Experiment, options: SweepOptions, listener: SweepListener) ->
     data = prepare(data_request(exp, options.data_dir), options.cache_dir or default_cache_dir())
     if not is_native_model(exp.model):  # a native model has no description: its adapter checks it in the worker
         build_description(exp.model, data.input_shape, data.classes)  # a model that does not fit the input
-    trials = plan(exp, data, {key: r.device for key, r in resolved.items()})  # before the store too: it refuses
+    trials = plan(exp, data, {key: r.device for key, r in resolved.items()},  # before the store too: it refuses
+                  {fw: rt.adapter_class for fw, rt in runtimes.items()})
     # e.g. augmentation the data cannot take, and frameworks on different devices unless asked for
     check_one_device({_series_name(t): t.run_device for t in trials}, exp.allow_mixed_devices, exp.source)
     require_disk(data.order_bytes(exp.epochs) * exp.repeats, Path(data.directory),

@@ -274,3 +274,37 @@ def test_resolving_a_framework_reads_the_registry_once(monkeypatch: pytest.Monke
     resolved = resolve_runtimes(["pytorch"], {}, kind())
     assert resolved["pytorch"].interpreter.source == "managed", resolved["pytorch"].interpreter.problem
     assert asked == ["pytorch"]
+
+
+def _run_without_workers(monkeypatch: pytest.MonkeyPatch, toml: Path, out: Path, *flags: str) -> list[str]:
+    """``batchscope run`` of ``toml`` whose trials a stand-in executor answers (no worker: tests/fakes/
+    memory_executor.py), and the names the command looked up in the registry, in order."""
+    from harness.run import sweep
+    from tests.fakes.memory_executor import LinearMemory
+    from tests.helpers.registry import count_lookups
+
+    monkeypatch.setattr(sweep, "LocalExecutor", lambda **kw: LinearMemory())
+    asked = count_lookups(monkeypatch)
+    assert main(["run", str(toml), "--out", str(out), "--quiet", *flags]) == 0
+    return asked
+
+
+def test_a_run_looks_a_plugin_up_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_dir: Path) -> None:
+    """Issue 51: ``run`` reads the registry once for each adapter it names: the experiment's checks (precision, math
+    mode, capabilities, its ``[adapters.X]`` table's settings), the resolution and the plan use what that lookup found
+    (the plugin was looked up seven times, eight with a variant). A plugin without requirements of its own runs in
+    the environment of the built-in whose framework it imports: the built-ins are read to find it, once each."""
+    register_fake(monkeypatch)
+    toml = _toml(tmp_path / "e.toml", ["fake"], '\n[adapters.fake]\nbehaviour = "ok"\n\n[variants.plain]\n'
+                                                 'precision = "fp32"\n\n[variants.sgd]\noptimizer = "sgd"\n')
+    asked = _run_without_workers(monkeypatch, toml, tmp_path / "out", "--device", "cpu", "--math-mode", "ieee")
+    assert asked[0] == "fake" and asked.count("fake") == 1 and len(asked) == len(set(asked)), asked
+
+
+@pytest.mark.process
+def test_a_run_looks_a_builtin_up_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_dir: Path) -> None:
+    """Issue 51: a ``run`` of a built-in reads the registry once for it (eight times before: the experiment's checks,
+    with each override again, the resolution, the plan's default settings)."""
+    asked = _run_without_workers(monkeypatch, _toml(tmp_path / "e.toml", ["pytorch"]), tmp_path / "out",
+                                 "--repeats", "1")
+    assert asked == ["pytorch"]
