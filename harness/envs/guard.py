@@ -9,7 +9,7 @@ not refused; neither is a plugin's (its requirements are the same for either kin
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from harness.envs.build import is_built
@@ -25,12 +25,14 @@ def deliberate(frameworks: Iterable[str]) -> str:
     return f"batchscope env build {' '.join(frameworks)} --kind cuda"
 
 
-def cuda_downloads(frameworks: Iterable[str], root: Path | None = None) -> dict[str, DownloadSize]:
+def cuda_downloads(frameworks: Iterable[str], root: Path | None = None,
+                   adapters: Mapping[str, type] | None = None) -> dict[str, DownloadSize]:
     """What building each of ``frameworks``' CUDA environments would download, for those not built yet from a CUDA
-    lock (MXNet has none: it uses its CPU lock)."""
+    lock (MXNet has none: it uses its CPU lock). ``adapters``: their classes where the command looked them up
+    already (else read from the registry)."""
     out: dict[str, DownloadSize] = {}
     for framework in dict.fromkeys(frameworks):
-        spec = managed_spec(framework, "cuda")
+        spec = managed_spec(framework, "cuda", (adapters or {}).get(framework))
         if spec is None or spec.kind != "cuda" or not spec.complete:
             continue
         if not is_built(spec.path(root or envs_root())):
@@ -38,8 +40,10 @@ def cuda_downloads(frameworks: Iterable[str], root: Path | None = None) -> dict[
     return out
 
 
-def managed_kind(frameworks: Iterable[str], gpu_present: bool, root: Path | None = None) -> str:
-    """The lock kind for ``frameworks``' managed environments (:func:`harness.envs.spec.chosen_kind`).
+def managed_kind(frameworks: Iterable[str], gpu_present: bool, root: Path | None = None,
+                 adapters: Mapping[str, type] | None = None) -> str:
+    """The lock kind for ``frameworks``' managed environments (:func:`harness.envs.spec.chosen_kind`); ``adapters``:
+    their classes where the command looked them up already.
 
     Raises:
         ConfigError: ``cuda`` asked for (``BATCHSCOPE_ENV_KIND``) where NVML sees no GPU and some of those
@@ -48,7 +52,7 @@ def managed_kind(frameworks: Iterable[str], gpu_present: bool, root: Path | None
     kind = chosen_kind(gpu_present)
     if kind != "cuda" or gpu_present:
         return kind
-    downloads = cuda_downloads(frameworks, root)
+    downloads = cuda_downloads(frameworks, root, adapters)
     if downloads:
         total = DownloadSize(sum(d.known_bytes for d in downloads.values()),
                              sum(d.pins for d in downloads.values()),

@@ -169,10 +169,19 @@ def user_interpreter(framework: str, path: str, where: str, target: str | None =
 
 def shared_builtin(adapter_cls: type) -> str | None:
     """The built-in framework whose module a plugin without requirements uses (``torch`` -> ``pytorch``)."""
+    found = _shared_builtin_adapter(adapter_cls)
+    return found[0] if found else None
+
+
+def _shared_builtin_adapter(adapter_cls: type) -> tuple[str, type] | None:
+    """:func:`shared_builtin`'s name and class: each built-in is looked up once, until the one found."""
     import_name = str(getattr(adapter_cls, "import_name", "") or "").partition(".")[0]
     for name in sorted(known_adapter_names()):
-        if is_builtin(name) and str(getattr(adapter_class(name), "import_name", "")).partition(".")[0] == import_name:
-            return name
+        if not is_builtin(name):
+            continue
+        cls = adapter_class(name)
+        if str(getattr(cls, "import_name", "")).partition(".")[0] == import_name:
+            return name, cls
     return None
 
 
@@ -183,8 +192,8 @@ def managed_spec(framework: str, kind: str, cls: type | None = None) -> EnvSpec 
     cls = cls or adapter_class(framework)
     spec = spec_for(framework, cls, kind)
     if spec is None and not is_builtin(framework):
-        shared = shared_builtin(cls)
-        spec = spec_for(shared, adapter_class(shared), kind) if shared else None
+        shared = _shared_builtin_adapter(cls)
+        spec = spec_for(*shared, kind) if shared else None
     return spec
 
 

@@ -173,12 +173,13 @@ def resolve_runtimes(frameworks: Iterable[str], named: Mapping[str, tuple[str, s
     for line in unused_interpreters(named, frameworks):
         say(line)
     named = {fw: how for fw, how in named.items() if fw in frameworks}
+    # the registry, once per framework; a registered adapter that cannot be loaded is refused before any build
+    adapters = {fw: (registered or {}).get(fw) or lookup(fw) for fw in frameworks}
     if kind is None:
         from harness.envs.guard import managed_kind
 
-        kind = managed_kind([fw for fw in frameworks if fw not in named], gpu_present)
-    # the registry, once per framework; a registered adapter that cannot be loaded is refused before any build
-    adapters = {fw: (registered or {}).get(fw) or lookup(fw) for fw in frameworks}
+        kind = managed_kind([fw for fw in frameworks if fw not in named], gpu_present,
+                            adapters={fw: a.cls for fw, a in adapters.items()})
     interpreters = choose(frameworks, named, kind, say, {fw: (a.target, a.cls) for fw, a in adapters.items()})
     return {fw: FrameworkRuntime(fw, adapters[fw].target, interpreters[fw]) for fw in frameworks}
 
