@@ -141,10 +141,12 @@ def test_denormals_key_defaults_to_flush_reaches_the_trial_and_is_validated():
 
 def test_amp_is_refused_for_a_max_batch_search_too():
     from harness.maxbatch.request import MaxBatchRequest
+    from harness.registry import adapter_class
 
+    request = MaxBatchRequest(framework="pytorch", model="deep_cnn", precision="amp", device="cpu")
     with pytest.raises(ConfigError, match=r"--precision 'amp': 'amp' is not run by the pytorch adapter on the CPU"
                                           r".*use --precision 'fp32' or 'bf16', or --device 'gpu'"):
-        MaxBatchRequest(framework="pytorch", model="deep_cnn", precision="amp", device="cpu")
+        request.check_adapter(adapter_class("pytorch"))  # the request is checked against its adapter (issue 51)
 
 
 def test_the_schema_is_derived_from_the_fields():
