@@ -202,8 +202,12 @@ def holders(spec: EnvSpec, root: Path) -> list[dict[str, object]]:
     """The notes of the other processes holding ``spec``'s environment (pid, host, command, since); a note of a
     process on this host that is gone is removed here (a killed holder leaves its note, never its lock)."""
     out: list[dict[str, object]] = []
+    if not _FLOCK:  # none written (and os.kill(pid, 0) ends a process on Windows)
+        return out
     here = socket.gethostname()
     for note in sorted(notes_dir(spec, root).glob("*@*")):
+        if note.name.startswith("."):  # one being written
+            continue
         try:
             data = json.loads(note.read_text())
             pid, host = int(data["pid"]), str(data["host"])
