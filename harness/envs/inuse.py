@@ -27,7 +27,7 @@ and its trials run one at a time).
 
 Each process that holds an environment leaves a note in ``<envs>/.<name>.users/`` (``PID@HOST``: its command line
 and since when) so that a waiting rebuild can name it; a note whose process is gone (on this host) is removed by the
-reader that finds it. On Windows (no ``fcntl``) nothing is held and nothing waits: a note says so once.
+reader that finds it. On Windows (no ``fcntl``) nothing is held and nothing waits: each move aside says so (a note).
 """
 
 from __future__ import annotations
@@ -113,18 +113,17 @@ class _Held:
     mode: int = 0
 
 
-#: this process's lock files, by path: one each (a second would wait for the first: flock locks an open file)
+#: this process's lock files, by path: one each (a second would wait for the first: flock locks an open file). The
+#: locks this process holds, not a choice of interpreter: a fresh process (a Ray node's) rightly holds none
+#: (tests/envs/test_runtime.py's check of module-level state names it as such)
 _HELD: dict[Path, _Held] = {}
 _GUARD = threading.RLock()
-_WINDOWS_SAID: list[bool] = []
 
 
-def _windows_note() -> None:
-    if not _WINDOWS_SAID:
-        _WINDOWS_SAID.append(True)
-        warnings.warn("on Windows batchscope takes no lock on a managed environment in use (no flock): do not "
-                      "rebuild one (batchscope env build --rebuild) while another batchscope command runs in it",
-                      BatchscopeWarning, stacklevel=3)
+def _windows_note(spec: EnvSpec, root: Path) -> None:
+    warnings.warn(f"on Windows batchscope takes no lock on a managed environment in use (no flock): "
+                  f"{spec.path(root)} is moved aside without knowing whether another batchscope command runs in it",
+                  BatchscopeWarning, stacklevel=3)
 
 
 def _command_line() -> str:
@@ -259,8 +258,7 @@ def hold(spec: EnvSpec, root: Path, on_wait: Callable[[str], None] = lambda who:
     Raises:
         InUse: another process held it exclusive all that time.
     """
-    if not _FLOCK:
-        _windows_note()
+    if not _FLOCK:  # nothing held (the move aside says so: exclusive)
         return
     held = _enter(spec, root)
     if held.mode:  # held already (shared, or exclusive by this process's own rebuild)
@@ -335,7 +333,7 @@ def exclusive(spec: EnvSpec, root: Path, on_wait: Callable[[str], None] = lambda
         InUse: another process still used it after ``wait``: nothing was done to it.
     """
     if not _FLOCK:
-        _windows_note()
+        _windows_note(spec, root)
         yield
         return
     held = _enter(spec, root)
