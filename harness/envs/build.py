@@ -293,7 +293,7 @@ def build(spec: EnvSpec, root: Path, pythonpath: tuple[str, ...], say: Callable[
     that says a rebuild waits for other commands using the environment (default: ``say``).
 
     A built one is checked first (:func:`damage`: no process started, a few ms), under this process's use of it
-    (:func:`harness.envs.inuse.using`); a damaged one (a package removed by hand) is said so and built anew from
+    (:func:`in_use`); a damaged one (a package removed by hand) is said so and built anew from
     its lock, once no other command uses it (a bounded wait).
 
     Raises:

@@ -25,11 +25,18 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.data import PreparedData
 from harness.envs import build as build_mod
 from harness.envs import inuse
-from harness.envs.build import FACTS_FILE, EnvironmentBuildError, build, damage, is_built
+from harness.envs.build import FACTS_FILE, EnvironmentBuildError, build, damage, is_built, python_in
+from harness.envs.resolve import WORKER_PACKAGES, _code_dir
 from harness.envs.spec import EnvSpec, spec_for
+from harness.errors import BatchscopeWarning
+from harness.records import TrialUnit
+from harness.run import executor as executor_mod
+from harness.run.executor import LocalExecutor
 from harness.store import Store
+from tests.conftest import make_trial
 from tests.envs.inuse_user import fill_env
 from tests.envs.test_faults import _toml
 from tests.fakes.env_adapters import NumpyEnvAdapter
@@ -48,7 +55,8 @@ class User:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, cwd=ROOT)
         self.lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -88,6 +96,10 @@ def users() -> Iterator[list[User]]:
         if user.proc.poll() is None:
             user.proc.kill()
         user.proc.wait(timeout=30)
+        user.reader.join(timeout=30)  # at the end of its output
+        for pipe in (user.proc.stdin, user.proc.stdout):
+            if pipe is not None and not pipe.closed:
+                pipe.close()
 
 
 @pytest.fixture()
@@ -285,3 +297,36 @@ def _spec() -> EnvSpec:
     assert found is not None
     return found
 
+
+
+def test_a_trials_retry_in_an_environment_another_command_uses_waits_then_stores_an_error(
+        envs_dir: Path, spec: EnvSpec, users: list[User], no_pip: None, tiny_data: PreparedData, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executor's retry (a trial whose environment broke as it started is run again after the rebuild): its
+    rebuild converts the unit's own hold, waits for the other command (a note, once), and gives up with the
+    trial's ``error`` row saying so; the environment stays where the other command's workers run."""
+    env_dir = _made(envs_dir, spec)
+    user = _using(users, envs_dir)
+    monkeypatch.setenv(inuse.WAIT_VAR, "1")
+    real_ready = executor_mod._environment_ready
+    calls: list[bool] = []
+
+    def ready_then_broken(unit: TrialUnit, whole: bool = False) -> TrialUnit:
+        unit = real_ready(unit, whole)
+        calls.append(whole)
+        if len(calls) == 1:  # as the first attempt starts, numpy's files go
+            _damage(env_dir)
+        return unit
+
+    monkeypatch.setattr(executor_mod, "_environment_ready", ready_then_broken)
+    trial = make_trial(framework="npenv", adapter_options={"behaviour": "ok"}, epochs=1, batch_size=8)
+    unit = TrialUnit(trial=trial, data=tiny_data, order_path=str(tiny_data.write_order(trial.seed, trial.epochs)),
+                     adapter_target="tests.fakes.env_adapters:NumpyEnvAdapter", python=str(python_in(env_dir)),
+                     pythonpath=(str(_code_dir([*WORKER_PACKAGES, "tests"])),), environment=spec.label,
+                     env_spec=spec)
+    with pytest.warns(BatchscopeWarning, match=rf"is in use by another batchscope command \(pid {user.proc.pid}: "):
+        outcome = LocalExecutor(log_dir=tmp_path).run(unit)
+    assert calls[:2] == [False, True]  # the failed attempt, then the rebuild the retry asked for
+    assert outcome.status == "error" and "another batchscope command is using it" in outcome.reason, outcome.reason
+    assert env_dir.is_dir() and user.proc.poll() is None
+    user.end()
