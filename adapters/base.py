@@ -405,7 +405,9 @@ class Adapter(ABC):
 
     def set_learning_rate(self, lr: float) -> None:
         """Optional (capability ``lr_change``): train the next steps at ``lr``, keeping everything else (weights,
-        optimizer state such as momentum and Adam's moments and step count, BatchNorm statistics). The worker calls it
+        optimizer state such as momentum and Adam's moments and step count, BatchNorm statistics). With momentum the
+        new rate applies to the whole momentum at once, as PyTorch's buffer ``b = m b + g; w -= lr b`` does: a
+        velocity that holds the rate (Keras', MXNet's ``v = m v - lr g``) is scaled by new/old. The worker calls it
         off the training clock where a batch-size schedule (``batch_schedule``, issue 52) moves to a size whose
         ``lr_policy`` rate differs; a new batch *shape* needs nothing: every step takes the batch it is given (an
         adapter that compiles per shape compiles the new one in :meth:`prepare_batch`, as for an epoch's short last

@@ -5,9 +5,11 @@ From the entry (``harness.cli.maxbatch:cmd_maxbatch`` by default), every call th
 batchscope's own (``harness``, ``adapters``) that can be named from the source alone is followed, depth first, in the
 order the calls are written, each function once, up to ``--depth`` calls deep: a module-level function called by name
 (imported, lazily too, or its own), ``module.function``, ``Class(...)`` (its ``__init__`` / ``__post_init__``),
-``Class.method`` and ``self.method``. Calls on other objects (``runtime.unit(...)``, ``search.run(...)``) and
-properties cannot be resolved without types, so the walk undercounts; it counts the same way before and after a
-change, which is what it is for.
+``Class.method`` and ``self.method``, and a method called on an object whose class the source says: a parameter or a
+field annotated with one of batchscope's classes, or a local name assigned from ``Class(...)`` or from a call
+annotated to return one (``search = MaxBatchSearch.build(...)``, then ``search.run(...)``). Other calls on objects
+(an element of a list, a property's value) cannot be resolved without inferring types, so the walk undercounts; it
+counts the same way before and after a change, which is what it is for.
 
 Printed: the stops (functions visited), the modules they are in, the climbs (a stop in a module the walk had left
 before, that is not the module of the stop just before it) and how often the registry (``harness.registry``) is
@@ -36,6 +38,8 @@ class Module:
     functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
     classes: set[str] = field(default_factory=set)
     imports: dict[str, str] = field(default_factory=dict)
+    #: a class's annotated fields (``Class.attr`` -> annotation), for calls on ``self.attr``
+    fields: dict[str, ast.expr] = field(default_factory=dict)
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -76,6 +80,8 @@ def load(root: Path) -> dict[str, Module]:
                     for item in node.body:
                         if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                             mod.functions[f"{node.name}.{item.name}"] = item
+                        elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                            mod.fields[f"{node.name}.{item.target.id}"] = item.annotation
             modules[name] = mod
     return modules
 
@@ -97,11 +103,54 @@ def _target(modules: dict[str, Module], dotted: str) -> tuple[str, str] | None:
     return None
 
 
+def _class_of(modules: dict[str, Module], names: dict[str, str], mod: Module, ann: ast.expr | None
+              ) -> tuple[str, str] | None:
+    """The (module, Class) of batchscope's own that an annotation names (``X``, ``"X"``, ``X | None``), else None."""
+    if ann is None:
+        return None
+    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+        try:
+            ann = ast.parse(ann.value, mode="eval").body
+        except SyntaxError:
+            return None
+    if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):  # X | None
+        return _class_of(modules, names, mod, ann.left) or _class_of(modules, names, mod, ann.right)
+    if isinstance(ann, ast.Name):
+        if ann.id in mod.classes:
+            return mod.name, ann.id
+        found = _target(modules, names[ann.id]) if ann.id in names else None
+        return found if found and found[1] in modules[found[0]].classes else None
+    return None
+
+
+def _in_evaluation_order(fn: ast.AST) -> list[ast.Call]:
+    """The calls in ``fn``'s body in the order Python makes them: statements in order, and within one, a call's
+    arguments (and the object its method is looked up on) before the call itself (``f(g(x))``: g, then f). Nested
+    functions and lambdas are read where they are written."""
+    out: list[ast.Call] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+        if isinstance(node, ast.Call):
+            out.append(node)
+
+    for stmt in getattr(fn, "body", []):
+        visit(stmt)
+    return out
+
+
 def _callees(modules: dict[str, Module], mod: Module, qual: str, fn: ast.AST) -> list[tuple[str, str]]:
-    """The functions ``fn`` calls that the source names, in the order written."""
+    """The functions ``fn`` calls that the source names, in the order written.
+
+    Calls on an object are followed where its class can be read from the source: a parameter or field annotated
+    with one of batchscope's classes, or a local variable assigned from ``Class(...)`` or from a call whose function
+    is annotated to return one (``search = MaxBatchSearch.build(...)``; ``search.run(...)`` then is
+    ``MaxBatchSearch.run``)."""
     local = {**mod.imports, **_imports(fn, mod.name.rpartition(".")[0])}
     cls = qual.split(".")[0] if "." in qual else None
     out: list[tuple[str, str]] = []
+    typed: dict[str, tuple[str, str]] = {}  # local name -> (module, Class)
 
     def add(found: tuple[str, str] | None) -> None:
         if found is None:
@@ -114,28 +163,70 @@ def _callees(modules: dict[str, Module], mod: Module, qual: str, fn: ast.AST) ->
             return
         out.append(found)
 
-    calls = sorted((n for n in ast.walk(fn) if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset))
-    for call in calls:
+    def resolve(call: ast.Call) -> tuple[str, str] | None:
+        """The function (or Class) a call names, without following it."""
         f = call.func
         if isinstance(f, ast.Name):
             if f.id in mod.functions or f.id in mod.classes:
-                add((mod.name, f.id))
-            elif f.id in local:
-                add(_target(modules, local[f.id]))
-        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
-            owner = f.value.id
-            if owner in ("self", "cls") and cls and f"{cls}.{f.attr}" in mod.functions:
-                out.append((mod.name, f"{cls}.{f.attr}"))
-            elif owner in mod.classes and f"{owner}.{f.attr}" in mod.functions:
-                out.append((mod.name, f"{owner}.{f.attr}"))
-            elif owner in local:
-                dotted = local[owner]
-                if dotted in modules:  # module.function
-                    add(_target(modules, f"{dotted}.{f.attr}"))
-                else:  # an imported Class.method
-                    found = _target(modules, dotted)
-                    if found and f"{found[1]}.{f.attr}" in modules[found[0]].functions:
-                        out.append((found[0], f"{found[1]}.{f.attr}"))
+                return mod.name, f.id
+            return _target(modules, local[f.id]) if f.id in local else None
+        if not isinstance(f, ast.Attribute):
+            return None
+        owner = _owner_class(f.value)
+        if owner is not None:
+            return (owner[0], f"{owner[1]}.{f.attr}") if f"{owner[1]}.{f.attr}" in modules[owner[0]].functions \
+                else None
+        if isinstance(f.value, ast.Name) and f.value.id in local:
+            dotted = local[f.value.id]
+            if dotted in modules:  # module.function
+                return _target(modules, f"{dotted}.{f.attr}")
+            found = _target(modules, dotted)  # an imported Class.method
+            if found and f"{found[1]}.{f.attr}" in modules[found[0]].functions:
+                return found[0], f"{found[1]}.{f.attr}"
+        return None
+
+    def _owner_class(value: ast.expr) -> tuple[str, str] | None:
+        """The class of the object a method is called on, where the source says it."""
+        if isinstance(value, ast.Name):
+            if value.id in ("self", "cls") and cls:
+                return mod.name, cls
+            if value.id in mod.classes:
+                return mod.name, value.id
+            return typed.get(value.id)
+        if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id == "self" and cls:
+            return _class_of(modules, local, mod, mod.fields.get(f"{cls}.{value.attr}"))
+        return None
+
+    def returns(found: tuple[str, str] | None) -> tuple[str, str] | None:
+        """The class a called function or constructor gives back, where annotated."""
+        if found is None:
+            return None
+        m, name = found
+        if name in modules[m].classes:
+            return found
+        node = modules[m].functions.get(name)
+        if node is None or node.returns is None:
+            return None
+        ret = node.returns
+        if isinstance(ret, ast.Constant) and ret.value in ("Self",) or isinstance(ret, ast.Name) and ret.id == "Self":
+            return (m, name.split(".")[0]) if "." in name else None
+        return _class_of(modules, {**modules[m].imports}, modules[m], ret)
+
+    if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]:
+            found = _class_of(modules, local, mod, a.annotation)
+            if found:
+                typed[a.arg] = found
+    calls = _in_evaluation_order(fn)
+    assigned = {id(n.value): n.targets[0].id for n in ast.walk(fn) if isinstance(n, ast.Assign)
+                and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Call)}
+    for call in calls:
+        found = resolve(call)
+        add(found)
+        if id(call) in assigned:  # name = call(...): its class, if the source says it
+            kind = returns(found)
+            if kind is not None:
+                typed[assigned[id(call)]] = kind
     return out
 
 

@@ -24,8 +24,9 @@ from common import machine_facts
 
 from harness.data import DataRequest, prepare
 from harness.envs.runtime import resolve_runtimes
+from harness.maxbatch.budget import resolve_budget
 from harness.maxbatch.probes import WorkerProber
-from harness.maxbatch.request import MaxBatchRequest, resolve_budget
+from harness.maxbatch.request import MaxBatchRequest
 from harness.run.executor import LocalExecutor
 
 SHAPE = (3, 64, 64)

@@ -26,8 +26,9 @@ from harness.cli.maxbatch import shape_arg
 from harness.data import DataRequest, prepare
 from harness.envs.runtime import resolve_runtimes
 from harness.maxbatch.advice import cpu_peak_jitter_mib
+from harness.maxbatch.budget import resolve_budget
 from harness.maxbatch.probes import WorkerProber
-from harness.maxbatch.request import MaxBatchRequest, resolve_budget
+from harness.maxbatch.request import MaxBatchRequest
 from harness.run.executor import LocalExecutor
 
 SHAPE = (3, 64, 64)

@@ -14,7 +14,8 @@ from typing import Any, cast
 from harness.config.experiment import Experiment
 from harness.envs.runtime import FrameworkRuntime
 from harness.errors import DoesNotFitError, SearchAborted
-from harness.maxbatch.request import MaxBatchRequest, resolve_budget
+from harness.maxbatch.budget import resolve_budget
+from harness.maxbatch.request import MaxBatchRequest
 from harness.maxbatch.searching import MaxBatchSearch
 from harness.records import MaxBatchResult, TrialOutcome
 from harness.run.listener import SweepListener

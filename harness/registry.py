@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, NamedTuple
 
-from harness.errors import AdapterError
+from harness.errors import AdapterError, ConfigError
 
 if TYPE_CHECKING:
     from adapters.base import Adapter
@@ -145,11 +145,33 @@ def adapter_target(name: str) -> str:
                            "Reinstall batchscope (make test) if a built-in adapter is missing.") from None
 
 
+class Registered(NamedTuple):
+    """An adapter as its registered name resolves: what the worker imports, and the class the parent reads."""
+
+    target: str  # "module:Class"
+    cls: type[Adapter]
+
+
+def lookup(name: str, asked_as: str = "") -> Registered:
+    """The adapter registered as ``name``: its ``module:Class`` and the class, loaded and checked (its module imported,
+    never its framework). A command does this once per framework (:func:`harness.envs.runtime.resolve_runtimes`) and
+    reads both from the record it makes from them.
+
+    ``asked_as``: the flag or key that named it (``--framework``): an unknown name is then the user's to fix
+    (ConfigError, naming the flag and the registered names), not an installation's (AdapterError).
+    """
+    if asked_as and name not in _entry_points():
+        raise ConfigError(f"{asked_as} {name!r} is not a registered adapter; known: "
+                          f"{', '.join(sorted(_entry_points()))}")
+    target = adapter_target(name)
+    return Registered(target, load_adapter(target, name))
+
+
 def adapter_class(name: str) -> type[Adapter]:
     """Load the adapter class registered as ``name`` (imports its module, never its framework). A command resolves
     each framework once (:class:`harness.envs.runtime.FrameworkRuntime`) and reads the class from that record;
     this is for what comes before one (the experiment's checks, the listing)."""
-    return load_adapter(adapter_target(name), name)
+    return lookup(name).cls
 
 
 def load_adapter(target: str, name: str) -> type[Adapter]:

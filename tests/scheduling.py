@@ -37,9 +37,10 @@ many tests read it; a test of each checks the count):
   ``test_the_probe_ran_once_in_this_worker``.
 * ``real_search``: ``real_search`` (tests/maxbatch/conftest.py), PyTorch's real max-batch search under 400 MiB,
   read by tests/maxbatch/test_maxbatch.py; checked by ``test_the_shared_real_search_ran_once_in_this_worker``.
-* ``framework_sweep``: ``framework_sweep`` (tests/run/conftest.py), each framework's three real trials (evaluation
-  points off and on, prefetch off and on), read by tests/run/test_eval_points_frameworks.py and
-  test_prefetch_frameworks.py; checked by ``test_the_shared_sweep_ran_once_in_this_worker``.
+* ``framework_sweep``: ``framework_sweep`` (tests/run/conftest.py), each framework's five real trials (evaluation
+  points off and on, prefetch off and on, a constant batch and its one-stretch schedule), read by
+  tests/run/test_eval_points_frameworks.py, test_prefetch_frameworks.py and test_schedule_frameworks.py; checked by
+  ``test_the_shared_sweep_ran_once_in_this_worker``.
 """
 
 from __future__ import annotations
@@ -206,7 +207,8 @@ SHARED_UNITS: dict[str, SharedUnit] = {
                             "tests/contract/test_broken_adapters.py")),
     "framework_sweep": SharedUnit(("framework_sweep",),
                                   ("tests/run/test_eval_points_frameworks.py",
-                                   "tests/run/test_prefetch_frameworks.py")),
+                                   "tests/run/test_prefetch_frameworks.py",
+                                   "tests/run/test_schedule_frameworks.py")),
     "real_search": SharedUnit(("real_search",), ("tests/maxbatch/test_maxbatch.py",)),
 }
 

@@ -2,7 +2,8 @@
 
 JAX has no optimizers of its own (optax is a separate package, and not needed for two formulas). Both
 follow PyTorch, the contract suite's reference: SGD momentum ``b = m*b + g; w -= lr*b`` (Keras' and
-MXNet's ``v = m*v - lr*g; w += v`` is the same for a constant learning rate), and Adam with the bias
+MXNet's ``v = m*v - lr*g; w += v`` is the same for a constant learning rate, and after a rate change because
+their adapters rescale ``v`` by new/old there; here the kept buffer meets the new rate whole), and Adam with the bias
 corrections applied to the moments and ``eps`` added to the corrected second moment's square root.
 Each returns ``(init, update)``: ``init(params) -> state`` and
 ``update(params, grads, state) -> (params, state)``, pure functions of lists of arrays, traced inside

@@ -177,8 +177,9 @@ class MXNetAdapter(GluonLayers, Adapter):
 
     def make_sgd(self, spec: OptimizerSpec) -> tuple[str, dict[str, Any]]:
         # MXNet SGD: state = m*state - lr*(rescale_grad*g + wd*w); w += state. That is Keras' form,
-        # equal to PyTorch's for a constant lr. wd is 0 by default; rescale_grad is set by
-        # Trainer.step(batch_size) to 1/batch_size, turning the summed per-sample gradients into a mean.
+        # equal to PyTorch's for a constant lr, and after a change because set_learning_rate rescales the state.
+        # wd is 0 by default; rescale_grad is set by Trainer.step(batch_size) to 1/batch_size, turning the summed
+        # per-sample gradients into a mean.
         return "sgd", {"learning_rate": spec.lr, "momentum": spec.momentum, "wd": 0.0}
 
     def make_adam(self, spec: OptimizerSpec) -> tuple[str, dict[str, Any]]:
@@ -254,7 +255,22 @@ class MXNetAdapter(GluonLayers, Adapter):
         self.mx.nd.waitall()  # the engine is asynchronous: the update must be done before the clock is read
 
     def set_learning_rate(self, lr: float) -> None:
-        self.trainer.set_learning_rate(lr)  # the optimizer's states (momentum, Adam's moments) are kept
+        """The optimizer's states are kept (momentum, Adam's moments). MXNet's SGD momentum has the rate inside it
+        (``sgd_mom_update``: ``mom = m mom - lr g; w += mom``, so ``mom = -lr b`` for PyTorch's buffer
+        ``b = m b + g``): it is scaled by new/old here, so that the new rate applies to the whole momentum at once, as
+        in PyTorch, and not only to the gradients from now on (docs/adapters.md, "Learning-rate changes")."""
+        old = float(self.trainer.learning_rate)
+        self.trainer.set_learning_rate(lr)
+        optimizer = self.trainer.optimizer
+        if not (isinstance(optimizer, self.mx.optimizer.SGD) and optimizer.momentum and old > 0 and lr != old):
+            return
+        # kvstore=None (end_model): the states live in the trainer's updaters, one per context, created at the
+        # first step (before it there is nothing to scale); a multi-precision state is (momentum, float32 weights)
+        for updater in self.trainer._updaters:
+            for state in updater.states.values():
+                momentum = state[0] if isinstance(state, (tuple, list)) else state
+                if momentum is not None:
+                    momentum *= lr / old
 
     def train_step_queued(self, batch: Any) -> None:
         """The step pushed to MXNet's engine, not waited for: the worker queues a few and waits once

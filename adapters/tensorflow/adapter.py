@@ -194,8 +194,8 @@ class TensorFlowAdapter(KerasLayers, Adapter):
     # ---- the build template's hooks (Adapter.build walks the layers and calls these) ----------------
 
     def make_sgd(self, spec: OptimizerSpec) -> Any:
-        # Keras' momentum (v = m*v - lr*g; w += v) equals PyTorch's (b = m*b + g; w -= lr*b)
-        # for a constant learning rate.
+        # Keras' momentum (v = m*v - lr*g; w += v) equals PyTorch's (b = m*b + g; w -= lr*b): v = -lr*b for a
+        # constant learning rate, and after a change because set_learning_rate rescales v.
         return self.keras.optimizers.SGD(learning_rate=spec.lr, momentum=spec.momentum)
 
     def make_adam(self, spec: OptimizerSpec) -> Any:
@@ -320,8 +320,19 @@ class TensorFlowAdapter(KerasLayers, Adapter):
             loss.numpy()
 
     def set_learning_rate(self, lr: float) -> None:
-        # a variable the traced step reads (a LossScaleOptimizer passes it to its inner one): no retrace, state kept
-        self.optimizer.learning_rate.assign(lr)
+        """The rate is a variable the traced step reads (a LossScaleOptimizer passes it to its inner one): no retrace,
+        state kept. Keras' SGD velocity has the rate inside it (``v = m v - lr g; w += v``, so ``v = -lr b`` for
+        PyTorch's buffer ``b = m b + g``): it is scaled by new/old here, so that the new rate applies to the whole
+        momentum at once, as in PyTorch, and not only to the gradients from now on (docs/adapters.md,
+        "Learning-rate changes"). Adam's moments hold no rate and are left alone."""
+        rate = self.optimizer.learning_rate
+        old = float(np.asarray(rate))
+        rate.assign(lr)
+        new = float(np.asarray(rate))  # as the step reads it (float32)
+        inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+        if isinstance(inner, self.keras.optimizers.SGD) and old > 0 and new != old:
+            for velocity in getattr(inner, "momentums", ()):  # built at the first step: before it, nothing to scale
+                velocity.assign(velocity * (new / old))
 
     def _make_accumulate_fns(self) -> tuple[Any, Any]:
         """Gradient sums in non-trainable variables beside the weights, and the two traced functions."""

@@ -13,10 +13,15 @@ import argparse
 import shlex
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.cli.maxbatch_output import (
+    ProbePrinter,
+    print_answer,
+    print_plan,
+)
 from harness.cli.maxbatch_output import (  # its output's home; these names are read from here too
     bracket_line as bracket_line,
 )
@@ -29,21 +34,13 @@ from harness.cli.maxbatch_output import (
 from harness.cli.maxbatch_output import (
     print_result as print_result,
 )
-from harness.cli.progress import make_progress
 from harness.cli.table import path_arg
 from harness.config.limits import DEFAULT_SETTLE_STEPS
 from harness.errors import ConfigError
-from harness.maxbatch.listener import MaxBatchListener
 
 if TYPE_CHECKING:  # the search's modules are imported when a command runs
-    from harness.config.trial import TrialSpec
-    from harness.envs.runtime import FrameworkRuntime
-    from harness.maxbatch.listener import Bracket
     from harness.maxbatch.request import MaxBatchRequest
-    from harness.maxbatch.searching import MaxBatchSearch
-    from harness.maxbatch.whathelps import Searched
-    from harness.records import TrialOutcome
-    from harness.run.protocol import Message
+    from harness.registry import Registered
 
 
 def shape_arg(text: str) -> tuple[int, int, int]:
@@ -55,6 +52,75 @@ def shape_arg(text: str) -> tuple[int, int, int]:
     if len(parts) != 3 or min(parts) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not C,H,W with three whole numbers > 0")
     return parts  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------- the command line's settings, read and checked
+def parse_adapter_option(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` from the command line; the value read as a TOML scalar (``true``, ``128``, ``0.5``), else
+    as the text itself (``preallocate``), as it would be written under ``[adapters.<name>]``."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+
+    key, sep, raw = text.partition("=")
+    key, raw = key.strip(), raw.strip()
+    if not sep or not key or not raw:
+        raise ConfigError(f"--adapter-option {text!r} is not KEY=VALUE (e.g. memory_mode=preallocate)")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return key, raw
+    if isinstance(value, (list, dict)):
+        raise ConfigError(f"--adapter-option {text!r}: the value must be one word, number or true/false")
+    return key, value
+
+
+def adapter_options(pairs: Sequence[str], adapter_cls: Any) -> dict[str, Any]:
+    """The ``--adapter-option`` settings, checked by the adapter (its ``validate_options``, no framework import).
+
+    Refused: a key given twice, an unknown key or value, and a value equal to the adapter's default (the plain
+    search already runs with it, so the comparison would compare a search with itself).
+    """
+    from harness.maxbatch.whathelps import word
+
+    options: dict[str, Any] = {}
+    for text in pairs:
+        key, value = parse_adapter_option(text)
+        if key in options:
+            raise ConfigError(f"--adapter-option {key} is given twice ({word(options[key])} and {word(value)}); "
+                              "give each setting once")
+        options[key] = value
+    try:
+        adapter_cls.validate_options(options)
+        defaults = adapter_cls.validate_options({})
+    except ConfigError as e:
+        raise ConfigError(f"--adapter-option: {e}") from None
+    for key, value in options.items():
+        if key in defaults and defaults[key] == value:
+            raise ConfigError(f"--adapter-option {key}={word(value)} is the {adapter_cls.name} adapter's default, "
+                              "which the plain search runs with already; give another value, or leave it out")
+    return options
+
+
+def parse_env_settings(pairs: Sequence[str]) -> dict[str, str]:
+    """The ``--env KEY=VALUE`` settings: each an allocator variable (advice.ALLOCATOR_VARS: what decides how a
+    framework or the C library allocates, so a row never names a variable that cannot change its answer), once."""
+    from harness.records import ALLOCATOR_VARS
+
+    env: dict[str, str] = {}
+    for text in pairs:
+        key, sep, value = text.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise ConfigError(f"--env {text!r} is not KEY=VALUE (e.g. MALLOC_MMAP_THRESHOLD_=131072)")
+        if key not in ALLOCATOR_VARS:
+            raise ConfigError(f"--env {key}: not an allocator setting batchscope knows; one of: "
+                              f"{', '.join(ALLOCATOR_VARS)}")
+        if key in env:
+            raise ConfigError(f"--env {key} is given twice ({env[key]} and {value}); give each setting once")
+        env[key] = value
+    return env
 
 
 def register(sub: Any) -> None:
@@ -138,23 +204,27 @@ def register(sub: Any) -> None:
 
 
 def cmd_maxbatch(args: argparse.Namespace) -> int:
-    """Run the search and print the answer beside the formula: in the order the user sees it (validate, forecast,
-    search, answer, advice, verify); nothing is written before every check has passed."""
+    """One straight line, in the order the user sees it: the adapter looked up once, the request made and checked
+    against it, the framework's runtime resolved (its interpreter, built on first use), the plan built on the budget
+    (data, model, settings to try) and its forecast printed, then the searches run under one store and the answer
+    printed. Nothing is written before every check has passed."""
+    from harness.envs.runtime import command_runtimes, flag_interpreters
+    from harness.maxbatch.searching import DataSource, MaxBatchPlan
     from harness.monitor import environment
-    from harness.store.db import make_out_dir
 
-    req = _request(args)
+    req, adapter = _request(args)
     out = Path(args.out or Path("results") / "maxbatch")
     env = environment.capture()
-    runtime = _runtime(args, req, env)
-    plan = _plan(args, req, env, out, runtime)
-    listener = _Printer(make_progress(quiet=args.quiet), req, plan.searches[0].budget.kind)
+    runtime = command_runtimes([req.framework], flag_interpreters(args.python), bool(env.get("gpus")), _say,
+                               {req.framework: adapter})[req.framework].usable()  # a failed build: exit 1
+    plan = MaxBatchPlan.build(req, runtime, env, data=DataSource(args.data_dir, args.data_layout),
+                              log_dir=out / "logs", include_plain=not args.no_plain)
+    print_plan(plan)
+    shown = ProbePrinter(plan, quiet=args.quiet)
     command = "batchscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    # the adapter, the data and the model's fit to it were checked above, before the store is created
-    make_out_dir(out)
     started = time.monotonic()
-    try:
-        done, outcome = _run_searches(args, plan, listener, out, command)
+    try:  # every check above passed: the output directory is the first thing written
+        done = plan.run_in(out, shown, command, {"maxbatch": vars(args) | {"func": None}})
     except KeyboardInterrupt:
         # Here, not in the CLI's generic handler: that one suggests --resume, which maxbatch does not have (a
         # search's probes depend on each other, so there is nothing to resume from; issue 13, item 14).
@@ -162,49 +232,23 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
               "(trials with purpose 'probe'); maxbatch has no --resume: run the same command again to search "
               "from the start.", file=sys.stderr)
         return 130
-    if plan.compare:
-        code = _print_what_helps(done, out, args.verify)
-        print(f"wall time: {time.monotonic() - started:.1f} s for {len(done)} searches")
-        return code
-    print_result(outcome.row, verify_asked=args.verify)
-    print(f"wall time: {time.monotonic() - started:.1f} s for {outcome.row.probes.n} probes (starting workers, "
-          "storing, and any settling or --verify runs included)")
-    print(f"\nstored in {out / 'results.sqlite'} (table maxbatch, probes in trials with purpose 'probe')")
-    return 1 if outcome.row.verify_failed else 0
+    return print_answer(done, plan.compare, out, args.verify, time.monotonic() - started)
 
 
-def _runtime(args: argparse.Namespace, req: MaxBatchRequest, env: dict[str, Any]) -> FrameworkRuntime:
-    """The framework resolved once (harness.envs.runtime): its adapter, and its interpreter, ``--python
-    FRAMEWORK=PATH`` (checked there, exit 2 where it cannot run it; exit 2 too for a framework this search does not
-    run) or its managed environment, built on first use (``cuda`` where NVML sees no GPU: exit 2, nothing
-    downloaded); one line says which. A failed build is exit 1."""
-    from harness.envs.guard import managed_kind
-    from harness.envs.resolve import parse_python_options
-    from harness.envs.runtime import FLAG, resolve_runtimes
-    from harness.errors import BatchscopeError
-
-    named = {fw: (path, f"{FLAG} {fw}") for fw, path in parse_python_options(args.python).items()}
-    kind = managed_kind([fw for fw in [req.framework] if fw not in named], bool(env.get("gpus")))
-    runtime = resolve_runtimes([req.framework], named, kind,
-                               say=lambda line: print(f"environment {line}", flush=True))[req.framework]
-    if runtime.interpreter.problem:
-        raise BatchscopeError(f"{req.framework}'s environment could not be built: {runtime.interpreter.problem}")
-    print(f"environment {runtime.line()}", flush=True)
-    return runtime
+def _say(line: str) -> None:
+    print(f"environment {line}", flush=True)
 
 
-def _request(args: argparse.Namespace) -> MaxBatchRequest:
-    """The search the command line asks for, every argument checked (ConfigError: exit 2, nothing written)."""
-    from harness.maxbatch import whathelps
+def _request(args: argparse.Namespace) -> tuple[MaxBatchRequest, Registered]:
+    """The search the command line asks for, every argument checked, against the adapter ``--framework`` names too
+    (ConfigError: exit 2, nothing written), and that adapter: the registry read once, here."""
     from harness.maxbatch.request import CONFIRM_STEPS, MaxBatchRequest
     from harness.models import check_model_name
-    from harness.registry import adapter_class, known_adapter_names
+    from harness.registry import lookup
 
-    if args.framework not in known_adapter_names():
-        raise ConfigError(f"--framework {args.framework!r} is not a registered adapter; known: "
-                          f"{', '.join(sorted(known_adapter_names()))}")
-    options = whathelps.adapter_options(args.adapter_option, adapter_class(args.framework))
-    env_setting = whathelps.parse_env_settings(args.env_setting)
+    adapter = lookup(args.framework, asked_as="--framework")
+    options = adapter_options(args.adapter_option, adapter.cls)
+    env_setting = parse_env_settings(args.env_setting)
     check_model_name(args.model)  # a user's "module:function" is imported here, framework imports refused
     if args.verify_steps is not None and not args.verify:
         raise ConfigError("--verify-steps applies only with --verify; add --verify or leave it out")
@@ -220,123 +264,4 @@ def _request(args: argparse.Namespace) -> MaxBatchRequest:
                            synthetic_shape=args.synthetic_shape, verify_steps=verify_steps,
                            settle_steps=args.settle_steps,
                            accumulate_steps=args.accumulate_steps, adapter_options=options, env=env_setting,
-                           granularity=args.granularity)
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """What the command will run, known before anything is written: one search per setting (the budget, the data and
-    the model's description resolved once, shared by all), compared when there are several ("what helps")."""
-
-    searches: list[MaxBatchSearch]
-    compare: bool
-
-
-def _plan(args: argparse.Namespace, req: MaxBatchRequest, env: dict[str, Any], out: Path,
-          runtime: FrameworkRuntime) -> _Plan:
-    """Resolve the budget and refuse what cannot apply under it, build the search on it (the data, the model's
-    description: once, for every setting), and print what will run (the forecast)."""
-    from harness.gpu_peaks import refuse_tf32_without_units
-    from harness.maxbatch import whathelps
-    from harness.maxbatch.request import resolve_budget
-    from harness.maxbatch.searching import DataSource, MaxBatchSearch
-    budget = resolve_budget(req, list(env.get("gpus") or []), runtime)  # refuse bad options before writing anything
-    refuse_tf32_without_units([req.math_mode], list(env.get("gpus") or []), "--math-mode")
-    compare = whathelps.asks_what_helps(req.precision, req.accumulate_steps, req.adapter_options, req.env)
-    adapter = runtime.adapter_class
-    reqs = (whathelps.setting_requests(req, adapter, budget.device, budget.trial_limit_mib,
-                                       include_plain=not args.no_plain) if compare else [req])
-    if args.no_plain and not compare:
-        raise ConfigError("--no-plain applies only with a setting to try (--accumulate-steps K > 1, --precision "
-                          "other than fp32, --adapter-option, --env); add one or leave --no-plain out")
-    # data and model before the store: a bad file or a model that does not fit the input leaves nothing written
-    built = MaxBatchSearch.build(req, env, runtime=runtime, budget=budget,
-                                 data=DataSource(args.data_dir, args.data_layout), log_dir=out / "logs")
-    print(f"maxbatch: {req.framework} {req.model} on {budget.device}, budget {budget.mib:.0f} MiB "
-          f"({budget.kind}), strategy {req.strategy}, resolution {req.resolution(budget.device).label}; every probe "
-          "is a fresh worker", flush=True)
-    cap_note = req.search_cap(budget.device)[1]
-    if cap_note:
-        print(f"maxbatch: {cap_note}", flush=True)
-    if compare:
-        print(f"what helps: {len(reqs)} searches, each a normal one with its own stored row: "
-              + "; ".join(whathelps.request_label(r) for r in reqs), flush=True)
-    if built.description is not None:
-        print_forecast(built.description, req, budget.mib)
-    else:
-        print("native model (the framework's own): no forecast, since there is no description to size; the "
-              "parameter count is the framework's, and no comparison across frameworks is made", flush=True)
-    return _Plan(searches=[built.with_request(r) for r in reqs], compare=compare)
-
-
-class _Printer(MaxBatchListener):
-    """The search's listener: each probe live, as a sweep's trials are (its progress, its end), the bracket as it
-    narrows, and in a "what helps" run which search is running."""
-
-    def __init__(self, display: Any, req: MaxBatchRequest, budget_kind: str) -> None:
-        self.display, self.req, self.budget_kind = display, req, budget_kind
-        self.probes: list[str] = []  # trial hashes in the order the probes started
-
-    def on_search_start(self, i: int, n: int, label: str) -> None:
-        self.display.line(f"search {i + 1}/{n}: {label}")
-
-    def on_probe_message(self, trial: TrialSpec, msg: Message) -> None:
-        if not self.probes or self.probes[-1] != trial.trial_hash:  # a control run repeats a probe's hash: new
-            self.probes.append(trial.trial_hash)
-            self.display.start(len(self.probes), 0, trial)
-        self.display.event(trial, msg)
-
-    def on_probe_complete(self, outcome: TrialOutcome) -> None:
-        from harness.cli.table import shorten
-        from harness.maxbatch.probes import probe_peak_mib
-
-        o = outcome
-        peak = probe_peak_mib(o, self.budget_kind) if o.status == "ok" else None
-        extra = (f"peak {peak:.0f} MiB" if peak is not None else "") if o.status == "ok" else shorten(o.reason, 110)
-        kind = (o.trial.purpose if o.trial.purpose in ("verify", "settle")
-                else "confirm" if o.trial.timed_steps == self.req.confirm_steps else "probe")
-        self.display.done(len(self.probes), 0, o, text=f"{kind:<7} {o.status:<8} {o.elapsed_s:5.1f} s  {extra}")
-
-    def on_bracket(self, bracket: Bracket) -> None:
-        self.display.line(bracket_line(bracket.probe, bracket.lo, bracket.hi))
-
-
-def _run_searches(args: argparse.Namespace, plan: _Plan, shown: _Printer, out: Path,
-                  command: str) -> tuple[list[Searched], Any]:
-    """Every search of the plan, under the output directory's lock and one open store: (the compared searches,
-    the plain search's outcome). A plain search's errors are the command's (exit 3: does not fit, 1: aborted)."""
-    from harness.maxbatch.searching import search_each
-    from harness.store import Store
-    from harness.store.lock import locked_out_dir
-
-    first = plan.searches[0]
-    with shown.display, locked_out_dir(out), Store.open(out) as store:
-        run_id = store.begin_run(first.request.experiment, {"maxbatch": vars(args) | {"func": None}}, command,
-                                 dict(first.env))
-        if plan.compare:
-            return search_each(plan.searches, store, run_id, shown), None
-        return [], first.run(store, run_id, shown)
-
-
-def _print_what_helps(done: list[Searched], out: Path, verify_asked: bool = False) -> int:
-    """The plain search's answer in full, then one table of every search. Exit 0 when every search finished and
-    something fits; 3 when nothing fits even at a micro-batch of 1; 1 when a search aborted or a --verify failed."""
-    from harness.maxbatch.whathelps import PLAIN, TABLE_NOTE, cost_notes, render_table, table_rows
-
-    first = done[0]  # the plain search (or, with --no-plain, the first setting): its answer in full
-    if first.row is not None and first.row.answer.max_batch:
-        print(f"\n{'plain search' if first.setting == PLAIN else first.setting}:", end="")
-        print_result(first.row, verify_asked=verify_asked)
-    for s in done:
-        if s.problem:
-            print(f"{s.setting}: {s.problem}", file=sys.stderr)
-    print("\nwhat helps (one search per row; the change is against the plain search):")
-    print("\n".join(render_table(table_rows(done))))
-    print(f"note: {TABLE_NOTE}")
-    for cost in cost_notes(done):
-        print(f"cost: {cost}")
-    print(f"\nstored in {out / 'results.sqlite'} (table maxbatch, one row per search, told apart by its setting; "
-          "probes in trials with purpose 'probe')")
-    if any(s.row is None or s.row.verify_failed for s in done):
-        return 1
-    return 0 if any(s.row is not None and s.row.answer.max_batch for s in done) else 3
+                           granularity=args.granularity).check_adapter(adapter.cls), adapter

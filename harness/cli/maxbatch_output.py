@@ -4,9 +4,19 @@ probe, the answer and the recommendation (:mod:`harness.cli.maxbatch` runs it; i
 from __future__ import annotations
 
 import sys
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from harness.maxbatch.listener import MaxBatchListener
 from harness.records import MaxBatchResult
+
+if TYPE_CHECKING:
+    from harness.config.trial import TrialSpec
+    from harness.maxbatch.listener import Bracket
+    from harness.maxbatch.searching import MaxBatchPlan
+    from harness.maxbatch.whathelps import Searched
+    from harness.records import TrialOutcome
+    from harness.run.protocol import Message
 
 
 def _fmt_int(value: int | None) -> str:
@@ -195,3 +205,99 @@ def print_predicted(row: MaxBatchResult, file: Any = None) -> None:
                                                    else ""), file=file)
     if est.batch is not None and est.note:
         print(f"  estimate: {est.note}", file=file)
+
+
+def print_plan(plan: MaxBatchPlan, file: Any = None) -> None:
+    """What will run, before the first probe: the search (framework, model, device, budget, strategy, resolution), a
+    cap moved onto the resolution's grid, the searches of a "what helps" run, and the forecast from the description."""
+    file = file or sys.stdout
+    first = plan.first
+    req, budget = first.request, first.budget
+    print(f"maxbatch: {req.framework} {req.model} on {budget.device}, budget {budget.mib:.0f} MiB ({budget.kind}), "
+          f"strategy {req.strategy}, resolution {req.resolution(budget.device).label}; every probe is a fresh worker",
+          file=file, flush=True)
+    cap_note = req.search_cap(budget.device)[1]
+    if cap_note:
+        print(f"maxbatch: {cap_note}", file=file, flush=True)
+    if plan.compare:
+        print(f"what helps: {len(plan.searches)} searches, each a normal one with its own stored row: "
+              + "; ".join(plan.labels), file=file, flush=True)
+    if first.description is not None:
+        print_forecast(first.description, req, budget.mib, file)
+    else:
+        print("native model (the framework's own): no forecast, since there is no description to size; the "
+              "parameter count is the framework's, and no comparison across frameworks is made", file=file, flush=True)
+
+
+def print_answer(done: list[Searched], compare: bool, out: Path, verify_asked: bool, wall_s: float) -> int:
+    """The answer and the command's exit code: one search's answer in full; with settings compared, the plain
+    search's (or the first's) in full, then one table of every search. Exit 0 when every search finished and something
+    fits; 3 when nothing fits even at a micro-batch of 1; 1 when a search aborted or a --verify run failed."""
+    from harness.maxbatch.whathelps import PLAIN, TABLE_NOTE, cost_notes, render_table, table_rows
+
+    first = done[0]
+    if not compare and first.row is not None:
+        print_result(first.row, verify_asked=verify_asked)
+        print(f"wall time: {wall_s:.1f} s for {first.row.probes.n} probes (starting workers, storing, and any "
+              "settling or --verify runs included)")
+        print(f"\nstored in {out / 'results.sqlite'} (table maxbatch, probes in trials with purpose 'probe')")
+    else:
+        if first.row is not None and first.row.answer.max_batch:
+            print(f"\n{'plain search' if first.setting == PLAIN else first.setting}:", end="")
+            print_result(first.row, verify_asked=verify_asked)
+        for s in done:
+            if s.problem:
+                print(f"{s.setting}: {s.problem}", file=sys.stderr)
+        print("\nwhat helps (one search per row; the change is against the plain search):")
+        print("\n".join(render_table(table_rows(done))))
+        print(f"note: {TABLE_NOTE}")
+        for cost in cost_notes(done):
+            print(f"cost: {cost}")
+        print(f"\nstored in {out / 'results.sqlite'} (table maxbatch, one row per search, told apart by its setting; "
+              "probes in trials with purpose 'probe')")
+        print(f"wall time: {wall_s:.1f} s for {len(done)} searches")
+    if any(s.row is None or s.row.verify_failed for s in done):
+        return 1
+    return 0 if any(s.row is not None and s.row.answer.max_batch for s in done) else 3
+
+
+class ProbePrinter(MaxBatchListener):
+    """The search's listener: each probe live, as a sweep's trials are (its progress, its end), the bracket as it
+    narrows, and in a "what helps" run which search is running."""
+
+    def __init__(self, plan: MaxBatchPlan, quiet: bool = False) -> None:
+        from harness.cli.progress import make_progress
+
+        self.display = make_progress(quiet=quiet)  # live where stdout is a terminal, else plain lines
+        self.confirm_steps, self.budget_kind = plan.first.request.confirm_steps, plan.first.budget.kind
+        self.probes: list[str] = []  # trial hashes in the order the probes started
+
+    def __enter__(self) -> ProbePrinter:
+        self.display.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.display.__exit__(*exc)
+
+    def on_search_start(self, i: int, n: int, label: str) -> None:
+        self.display.line(f"search {i + 1}/{n}: {label}")
+
+    def on_probe_message(self, trial: TrialSpec, msg: Message) -> None:
+        if not self.probes or self.probes[-1] != trial.trial_hash:  # a control run repeats a probe's hash: new
+            self.probes.append(trial.trial_hash)
+            self.display.start(len(self.probes), 0, trial)
+        self.display.event(trial, msg)
+
+    def on_probe_complete(self, outcome: TrialOutcome) -> None:
+        from harness.cli.table import shorten
+        from harness.maxbatch.probes import probe_peak_mib
+
+        o = outcome
+        peak = probe_peak_mib(o, self.budget_kind) if o.status == "ok" else None
+        extra = (f"peak {peak:.0f} MiB" if peak is not None else "") if o.status == "ok" else shorten(o.reason, 110)
+        kind = (o.trial.purpose if o.trial.purpose in ("verify", "settle")
+                else "confirm" if o.trial.timed_steps == self.confirm_steps else "probe")
+        self.display.done(len(self.probes), 0, o, text=f"{kind:<7} {o.status:<8} {o.elapsed_s:5.1f} s  {extra}")
+
+    def on_bracket(self, bracket: Bracket) -> None:
+        self.display.line(bracket_line(bracket.probe, bracket.lo, bracket.hi))

@@ -18,7 +18,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     """Print the recommendation of every experiment in the store."""
     from harness.noise import format_estimate
     from report.answer.along import noise_along
-    from report.answer.critical_batch import studies, study_lines
+    from report.answer.critical_batch import studies, study_lines, summary_note
     from report.answer.environments import environment_notes, environments_dict
     from report.answer.recommend import RULE_TEXT, Summary, recommend
     from report.answer.recommend_table import TABLE_COLUMNS, show_variants, table_rows
@@ -36,8 +36,12 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     if args.json:
         out = summary.to_dict()
         by_name = {exp.name: exp for exp in data.experiments}
-        for entry in out["experiments"]:  # issue 33: each size at its best rate, the fit, the regimes, the verdict
+        for entry, (_, recs) in zip(out["experiments"], summary.experiments, strict=True):
+            # issue 33: each size at its best rate, the fit, the regimes, the verdict; and where that fit differs
+            # from a recommendation's own, why (the same sizes count in both: SizeTarget.steps_measured)
             entry["critical_studies"] = [s.to_dict() for s in found.get(entry["experiment"], [])]
+            for rec_dict, r in zip(entry["recommendations"], recs, strict=True):
+                rec_dict["critical_note"] = summary_note(r, found.get(entry["experiment"], []))
             entry["noise_along"] = [a.to_dict() for a in along.get(entry["experiment"], [])]
             exp = by_name.get(entry["experiment"])
             if exp is not None:  # issue 38: where each framework ran, and what differs between them
@@ -53,9 +57,11 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             print(f"\n{row['framework']}: {row['recommended']}: {r.why}")
             if r.targets:
                 print("  time to target per size: " + "; ".join(f"{t.batch_size}: {t.text()}" for t in r.targets))
-            if r.critical is not None:
-                print(f"  critical batch size (S = S_min (1 + B_crit / B) over {r.critical.n} sizes): "
-                      f"B_crit = {r.critical.b_crit:,.0f}")
+            if r.critical_text():  # one reading of "reached" with the critical-batch section below
+                print(f"  critical batch size: {r.critical_text()}")
+            note = summary_note(r, found.get(name, []))
+            if note is not None:
+                print(f"  critical batch size, note: {note}")
             if r.noise is not None:
                 print(f"  {format_estimate(r.noise)} (later half of each trial's training)")
             for caveat in r.caveats:

@@ -38,7 +38,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                              skip_larger_after_oom=False if args.no_skip_larger else None,
                              allow_mixed_devices=True if args.allow_mixed_devices else None)
     if args.python:
-        from harness.envs.resolve import parse_python_options
+        from harness.envs.runtime import parse_python_options
 
         exp = exp.with_interpreters(parse_python_options(args.python))
     out = Path(args.out or Path("results") / exp.name)

@@ -88,25 +88,6 @@ class Interpreter:
         return self
 
 
-def parse_python_options(values: Iterable[str], source: str = "--python") -> dict[str, str]:
-    """``["pytorch=/venv/bin/python", ...]`` as a mapping; each framework named once.
-
-    Raises:
-        ConfigError: a value without ``FRAMEWORK=PATH``, or a framework named twice.
-    """
-    out: dict[str, str] = {}
-    for value in values:
-        name, sep, path = str(value).partition("=")
-        name, path = name.strip(), path.strip()
-        if not sep or not name or not path:
-            raise ConfigError(f"{source} {value!r}: expected FRAMEWORK=PATH, e.g. {source} "
-                              "pytorch=/opt/venv/bin/python")
-        if name in out:
-            raise ConfigError(f"{source}: {name!r} is named twice ({out[name]!r} and {path!r}); name it once")
-        out[name] = path
-    return out
-
-
 def _code_dir(modules: Iterable[str]) -> Path:
     """A folder of links to ``modules``' top-level packages (or files), made once per set of paths."""
     sources: dict[str, Path] = {}

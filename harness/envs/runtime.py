@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from harness.envs.resolve import Interpreter, choose
 from harness.errors import ConfigError
 from harness.records import TrialUnit
-from harness.registry import adapter_target, load_adapter
+from harness.registry import Registered, adapter_target, load_adapter, lookup
 
 if TYPE_CHECKING:
     from adapters.base import Adapter
@@ -94,6 +94,15 @@ class FrameworkRuntime:
                          env=dict(env or {}), pythonpath=it.pythonpath, environment=it.environment, env_spec=it.spec,
                          unavailable=it.problem)
 
+    def usable(self) -> FrameworkRuntime:
+        """This runtime, where its workers can run; BatchscopeError (exit 1) where its environment could not be built
+        (a command that runs nothing else, ``maxbatch``; a sweep stores its trials as errors instead)."""
+        if self.interpreter.problem:
+            from harness.errors import BatchscopeError
+
+            raise BatchscopeError(f"{self.framework}'s environment could not be built: {self.interpreter.problem}")
+        return self
+
     def on(self, device: str) -> FrameworkRuntime:
         """The same runtime with its device resolved."""
         return replace(self, device=device)
@@ -141,11 +150,16 @@ def unused_interpreters(named: Mapping[str, tuple[str, str]], frameworks: Iterab
     return lines
 
 
-def resolve_runtimes(frameworks: Iterable[str], named: Mapping[str, tuple[str, str]], kind: str,
-                     say: Callable[[str], None] = lambda line: None) -> dict[str, FrameworkRuntime]:
-    """Each of ``frameworks`` resolved once: its adapter loaded (AdapterError, exit 2, before anything is built),
-    then its interpreter chosen (:func:`harness.envs.resolve.choose`: the user's where ``named`` maps it to (path,
-    where it was named), checked there; else its managed environment of ``kind``, built on first use).
+def resolve_runtimes(frameworks: Iterable[str], named: Mapping[str, tuple[str, str]], kind: str | None,
+                     say: Callable[[str], None] = lambda line: None,
+                     registered: Mapping[str, Registered] | None = None, gpu_present: bool = False
+                     ) -> dict[str, FrameworkRuntime]:
+    """Each of ``frameworks`` resolved once: its adapter loaded (AdapterError, exit 2, before anything is built;
+    ``registered``: looked up already, by a command that checked its request against the class first), then its
+    interpreter chosen (:func:`harness.envs.resolve.choose`: the user's where ``named`` maps it to (path, where it
+    was named), checked there; else its managed environment of ``kind``, built on first use). ``kind`` None: the
+    kind this machine takes (``gpu_present``: whether NVML sees a GPU; :func:`harness.envs.guard.managed_kind`:
+    ``cuda`` asked for where it sees none is ConfigError, exit 2, nothing downloaded).
 
     An interpreter named for a framework not in ``frameworks`` is refused where ``--python`` named it and said
     (``say``) where an experiment file did (:func:`unused_interpreters`).
@@ -159,8 +173,48 @@ def resolve_runtimes(frameworks: Iterable[str], named: Mapping[str, tuple[str, s
     for line in unused_interpreters(named, frameworks):
         say(line)
     named = {fw: how for fw, how in named.items() if fw in frameworks}
-    targets = {fw: adapter_target(fw) for fw in frameworks}  # the registry, once per framework
-    # a registered adapter that cannot be loaded is refused before any build
-    adapters = {fw: (target, load_adapter(target, fw)) for fw, target in targets.items()}
-    interpreters = choose(frameworks, named, kind, say, adapters)
-    return {fw: FrameworkRuntime(fw, targets[fw], interpreters[fw]) for fw in frameworks}
+    if kind is None:
+        from harness.envs.guard import managed_kind
+
+        kind = managed_kind([fw for fw in frameworks if fw not in named], gpu_present)
+    # the registry, once per framework; a registered adapter that cannot be loaded is refused before any build
+    adapters = {fw: (registered or {}).get(fw) or lookup(fw) for fw in frameworks}
+    interpreters = choose(frameworks, named, kind, say, {fw: (a.target, a.cls) for fw, a in adapters.items()})
+    return {fw: FrameworkRuntime(fw, adapters[fw].target, interpreters[fw]) for fw in frameworks}
+
+
+def parse_python_options(values: Iterable[str], source: str = "--python") -> dict[str, str]:
+    """``["pytorch=/venv/bin/python", ...]`` as a mapping; each framework named once.
+
+    Raises:
+        ConfigError: a value without ``FRAMEWORK=PATH``, or a framework named twice.
+    """
+    out: dict[str, str] = {}
+    for value in values:
+        name, sep, path = str(value).partition("=")
+        name, path = name.strip(), path.strip()
+        if not sep or not name or not path:
+            raise ConfigError(f"{source} {value!r}: expected FRAMEWORK=PATH, e.g. {source} "
+                              "pytorch=/opt/venv/bin/python")
+        if name in out:
+            raise ConfigError(f"{source}: {name!r} is named twice ({out[name]!r} and {path!r}); name it once")
+        out[name] = path
+    return out
+
+
+def flag_interpreters(values: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """The interpreters ``--python FRAMEWORK=PATH`` names, as :func:`resolve_runtimes` takes them (path, how it was
+    named). ConfigError (exit 2): a value without ``FRAMEWORK=PATH``, or a framework named twice."""
+    return {fw: (path, f"{FLAG} {fw}") for fw, path in parse_python_options(values, FLAG).items()}
+
+
+def command_runtimes(frameworks: Iterable[str], named: Mapping[str, tuple[str, str]], gpu_present: bool,
+                     say: Callable[[str], None], registered: Mapping[str, Registered] | None = None
+                     ) -> dict[str, FrameworkRuntime]:
+    """A command's frameworks resolved (:func:`resolve_runtimes`) with the kind of managed environment this machine
+    takes (``cuda`` where NVML sees no GPU: ConfigError, exit 2, nothing downloaded: harness.envs.guard), and one line
+    per framework said: where it runs, which versions and build, or why it cannot."""
+    runtimes = resolve_runtimes(frameworks, named, None, say, registered, gpu_present)
+    for runtime in runtimes.values():
+        say(runtime.line())
+    return runtimes

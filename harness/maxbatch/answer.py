@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.maxbatch.advice import MIB, Formula, Margin, pow2_at_or_below, recommend
-from harness.maxbatch.request import Budget, MaxBatchRequest
+from harness.maxbatch.budget import Budget
+from harness.maxbatch.request import MaxBatchRequest
 from harness.maxbatch.search import SearchResult
 from harness.maxbatch.whathelps import setting_label
 from harness.records import (
@@ -31,7 +32,6 @@ from harness.records import (
     TrialOutcome,
     Verification,
 )
-from harness.registry import adapter_class, known_adapter_names
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,10 @@ class Provenance:
 
 
 def answer_record(req: MaxBatchRequest, budget: Budget, result: SearchResult, outcomes: Sequence[TrialOutcome],
-                  model: ModelSize, where: Provenance) -> MaxBatchResult:
+                  model: ModelSize, where: Provenance, adapter: type[Any] | None = None) -> MaxBatchResult:
     """The answer of one search, as the store records it (a ``maxbatch`` row), before any settling or verify run.
+    ``adapter``: the class that ran the probes (the search's runtime's), for its default options and whether it offers
+    an estimate; None (a test's row): no defaults, no estimate offered.
 
     The margin is memory to leave unused under the budget: at a boundary the search found, all of it comes off the
     answer; at --max-batch-cap (no size failed) what the cap already leaves counts, so a cap far below the budget is
@@ -75,7 +77,7 @@ def answer_record(req: MaxBatchRequest, budget: Budget, result: SearchResult, ou
         still = max(0.0, margin.total_mib - (budget.mib - max(at_answer)))
     rec, rec_pow2, rec_mult8 = recommend(result.max_batch, still, fit, analytic_mib)
     ok_outcome = next((o for o in reversed(outcomes) if o.status == "ok"), None)
-    estimate, fit_source = estimate_part(req, result)
+    estimate, fit_source = estimate_part(req, result, adapter)
     return MaxBatchResult(
         run_id=where.run_id, experiment=req.experiment, framework=req.framework, model=req.model, dataset=req.dataset,
         device=(ok_outcome.device.get("device") if ok_outcome else None) or budget.device,
@@ -84,7 +86,7 @@ def answer_record(req: MaxBatchRequest, budget: Budget, result: SearchResult, ou
         # issue 14, item 5: which setting this search ran with, so the searches of one "what helps" run (and any
         # other rows) can be told apart; max_batch is the micro-batch, effective_batch what one update trains
         setting=setting_label(req.precision, req.accumulate_steps, req.adapter_options,
-                              _default_options(req.framework), env=req.env),
+                              _default_options(adapter), env=req.env),
         accumulate_steps=req.accumulate_steps, adapter_options=dict(req.adapter_options),
         finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         env=dict(where.env), versions=dict(ok_outcome.versions) if ok_outcome else {},
@@ -139,7 +141,8 @@ def estimate_capable(adapter: type) -> bool:
     return has_hook(adapter, "estimate_step_memory")
 
 
-def estimate_part(req: MaxBatchRequest, result: SearchResult) -> tuple[StoredEstimate, str | None]:
+def estimate_part(req: MaxBatchRequest, result: SearchResult, adapter: type[Any] | None = None
+                  ) -> tuple[StoredEstimate, str | None]:
     """Issue 41: the framework's estimate, the boundary predicted from it, its error against the measured answer, and
     a note saying where it came from and what became of it (or why none); and where the memory line's slope came from
     ("estimate", None: measured), known only where there was an estimate."""
@@ -148,7 +151,7 @@ def estimate_part(req: MaxBatchRequest, result: SearchResult) -> tuple[StoredEst
     if est is None:
         if result.strategy != "model":
             return StoredEstimate(note=f"not asked for: strategy {result.strategy}"), None
-        if carrier is None and not _offers_estimate(req.framework):
+        if carrier is None and not _offers_estimate(adapter):
             return StoredEstimate(note=f"the {req.framework} adapter offers no step-memory estimate (no public one in "
                                        "the framework): the line was fitted from probes"), None
         return StoredEstimate(note=f"none: {result.estimate_note or (carrier.estimate_note if carrier else '')}"), None
@@ -167,17 +170,14 @@ def estimate_part(req: MaxBatchRequest, result: SearchResult) -> tuple[StoredEst
              f"{result.estimate_note}"), result.fit_source or None
 
 
-def _offers_estimate(framework: str) -> bool:
-    """Whether ``framework``'s adapter offers an estimate, for the stored note; False where it cannot be loaded."""
-    try:
-        return framework in known_adapter_names() and estimate_capable(adapter_class(framework))
-    except Exception:  # noqa: BLE001 - an adapter that cannot be read offers nothing: the search fits from probes
-        return False
+def _offers_estimate(adapter: type[Any] | None) -> bool:
+    """Whether the adapter offers an estimate, for the stored note (none given: no)."""
+    return adapter is not None and estimate_capable(adapter)
 
 
-def _default_options(framework: str) -> dict[str, Any]:
-    """The adapter's default settings (an option at its default is no setting), {} for an unknown adapter."""
-    return adapter_class(framework).validate_options({}) if framework in known_adapter_names() else {}
+def _default_options(adapter: type[Any] | None) -> dict[str, Any]:
+    """The adapter's default settings (an option at its default is no setting), {} where none is given."""
+    return dict(adapter.validate_options({})) if adapter is not None else {}
 
 
 def answer_throughput(outcomes: Sequence[TrialOutcome], answer: int, confirm_steps: int) -> float | None:

@@ -10,7 +10,7 @@ happened is another. Light on purpose: the CLI subclasses it at import time.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only
     from harness.config.trial import TrialSpec
@@ -28,7 +28,15 @@ class Bracket:
 
 
 class MaxBatchListener:
-    """Told what a max-batch search does, in order; override the methods you need (each is a no-op here)."""
+    """Told what a max-batch search does, in order; override the methods you need (each is a no-op here). A context
+    manager too: :meth:`~harness.maxbatch.searching.MaxBatchPlan.run_in` holds it open while its searches run (a live
+    display starts and stops there)."""
+
+    def __enter__(self) -> MaxBatchListener:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
 
     def on_search_start(self, i: int, n: int, label: str) -> None:
         """Search ``i`` (from 0) of ``n`` of a "what helps" run starts, under the setting ``label``."""

@@ -28,7 +28,8 @@ from harness.envs.runtime import FrameworkRuntime, unchecked_runtime
 from harness.maxbatch.advice import CPU_HEAP_ALLOWANCE, NONE_SETTLED, NOT_SETTLED
 from harness.maxbatch.answer import cuda_context_mib as cuda_context_mib  # its home; the probes read it here too
 from harness.maxbatch.answer import estimate_capable as estimate_capable
-from harness.maxbatch.request import Budget, MaxBatchRequest
+from harness.maxbatch.budget import Budget
+from harness.maxbatch.request import MaxBatchRequest
 from harness.maxbatch.search import GPU_CENSOR_PCT, ProbeResult, SearchSettings
 from harness.records import SettleRun, TrialOutcome, TrialUnit, WorkerMetrics
 from harness.run import gpufaults

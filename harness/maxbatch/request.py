@@ -1,17 +1,10 @@
-"""What a max-batch search is asked for (:class:`MaxBatchRequest`) and the real budget it runs under.
-
-Budgets are real, never numbers compared in the parent:
-
-* ``gpu-card``: the card's own memory (the framework fails when it is full);
-* ``gpu-emulated``: a smaller card, enforced by the framework (PyTorch: per-process memory fraction,
-  TensorFlow: a logical device with a memory limit; MXNet cannot, and says so);
-* ``cpu-rlimit-data``: on CPU, ``RLIMIT_DATA`` on the worker (:mod:`harness.run.worker`): the kernel
-  refuses allocations past the limit, and the framework's allocation fails inside the probe.
+"""What a max-batch search is asked for (:class:`MaxBatchRequest`): one framework, one model, the budget asked
+for and how to search, checked when it is made (and against the adapter that will run it: :meth:`check_adapter`).
+Where it runs and how its budget is enforced: :mod:`harness.maxbatch.budget`.
 """
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,12 +20,8 @@ from harness.config.choices import (
 )
 from harness.config.experiment import Experiment
 from harness.config.limits import DEFAULT_SETTLE_STEPS, MAX_MEMORY_LIMIT_MIB, MAX_THREADS, MAX_TIMEOUT_S, SQLITE_INT_MAX
-from harness.envs.runtime import FrameworkRuntime, unchecked_runtime
-from harness.errors import BatchscopeWarning, ConfigError
+from harness.errors import ConfigError
 from harness.maxbatch.search import CPU_RESOLUTION, GPU_RESOLUTION, STRATEGIES, Resolution
-from harness.run.devices import resolve
-
-MIB = 1024.0 * 1024.0
 
 #: Timed steps of the confirm run (after one warm-up step), chosen from measurement (benchmarks/confirm_growth.py,
 #: docs/maxbatch.md "How long the confirm run is"): long enough that the peak has stopped growing.
@@ -42,16 +31,6 @@ CONFIRM_STEPS = 8
 #: the most micro-batches per update a search takes: every probe trains that many per step, so a larger k only
 #: makes the probes slower (the peak stays the micro-batch's)
 MAX_ACCUMULATE_STEPS = 1024
-
-BUDGET_KINDS = ("gpu-card", "gpu-emulated", "cpu-rlimit-data")
-
-
-#: frameworks that cannot emulate a smaller GPU, and why (shown to the user as is)
-NO_GPU_EMULATION = {
-    "mxnet": "MXNet 1.9 has no per-process GPU memory cap (its pooled allocator takes what the card has); "
-             "run mxnet without --memory-limit-mib, on the card you want to measure",
-}
-
 
 @dataclass(frozen=True)
 class MaxBatchRequest:
@@ -207,15 +186,18 @@ class MaxBatchRequest:
         self._check_dataset()
         if isinstance(self.granularity, str):  # parsed here, once: refused before anything runs
             object.__setattr__(self, "granularity", Resolution.parse(self.granularity) if self.granularity else None)
-        from harness.registry import adapter_class, known_adapter_names
-
-        if self.framework in known_adapter_names():  # else the command line names the unknown one, with the known
-            cls = adapter_class(self.framework)  # read once for both checks
-            self._check_precision_runs(cls)
-            self._check_accumulation_runs(cls)
         if self.memory_limit_mib and self.margin_mib >= self.memory_limit_mib:
             raise ConfigError(f"--margin-mib {self.margin_mib:g} leaves nothing of the "
                               f"{self.memory_limit_mib:g} MiB budget; give a smaller margin")
+
+    def check_adapter(self, adapter: type[Any]) -> MaxBatchRequest:
+        """This request, checked against the adapter that will run it (the class a command resolved once: the
+        runtime's): a precision or math mode it would not run on the device asked for, adapter settings that would do
+        nothing there, accumulation it does not implement (ConfigError, exit 2, nothing written). The request itself
+        checks only what needs no adapter, so a request is made without reading the registry."""
+        self._check_precision_runs(adapter)
+        self._check_accumulation_runs(adapter)
+        return self
 
     @classmethod
     def from_experiment(cls, exp: Experiment, framework: str) -> MaxBatchRequest:
@@ -231,78 +213,3 @@ class MaxBatchRequest:
                    granularity=exp.max_batch_granularity,
                    python=settings.python if settings else None,
                    adapter_options=dict(settings.options) if settings else {})
-
-
-@dataclass(frozen=True)
-class Budget:
-    """The memory budget and how it is enforced."""
-
-    mib: float
-    kind: str  # one of BUDGET_KINDS
-    device: str  # what the worker is told: "cpu" or "gpu"
-    os_limit_mib: float | None  # RLIMIT_DATA on the worker (CPU)
-    trial_limit_mib: float  # RuntimeConfig.memory_limit_mib (GPU emulation), 0: none
-
-
-def _meminfo_mib(key: str) -> float | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                name, _, value = line.partition(":")
-                if name == key:
-                    return int(value.split()[0]) / 1024.0
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def _check_machine_memory(limit_mib: float) -> None:
-    """A CPU budget is an OS limit on each probe, not memory set aside: one above what the machine has is refused
-    (not capped: a capped search would answer another question than the one asked, under the budget stored with it),
-    since the probes would grow until the kernel's OOM killer stops one, which may not be a probe. One above the
-    memory available now is let through with a note: what is available moves, and the search may still end below it."""
-    total, available = _meminfo_mib("MemTotal"), _meminfo_mib("MemAvailable")
-    asked = f"{limit_mib:.0f}" if limit_mib == int(limit_mib) else f"{limit_mib}"  # as typed, not 1e+08
-    if total is not None and limit_mib > total:
-        raise ConfigError(f"--memory-limit-mib {asked} (memory_limit_mib in an experiment) is more than this "
-                          f"machine has: {total:.0f} MiB of memory, {available or 0:.0f} MiB available now. On CPU the "
-                          "budget is an OS limit on each probe, so a search under it would end in the kernel's OOM "
-                          f"killer, not in a probe's failed allocation; give at most {total:.0f}")
-    if available is not None and limit_mib > available:
-        warnings.warn(f"--memory-limit-mib {asked} is more than the {available:.0f} MiB available now (of "
-                      f"{total or 0:.0f}); a probe near the budget may be stopped by the kernel's OOM killer (a "
-                      "crashed probe) before it fails an allocation", BatchscopeWarning, stacklevel=3)
-
-
-def resolve_budget(req: MaxBatchRequest, gpus: list[dict[str, Any]], runtime: FrameworkRuntime | None = None
-                   ) -> Budget:
-    """Where the search runs and how its budget is enforced. Refuses what cannot be enforced. ``runtime``: the
-    framework as the command resolved it (the build a device is resolved from is the one its probes run in);
-    without one, a test's: this interpreter's."""
-    # device = "auto" resolved per framework, as the sweep does (issue 29): a CPU-only build beside a GPU searches
-    # on the CPU, under the budget the CPU needs, never told "gpu"
-    def auto_device() -> str:
-        if runtime is not None and runtime.device is not None:  # the sweep resolved it already
-            return runtime.device
-        return resolve(runtime or unchecked_runtime(req.framework, req.python), "auto", True).device
-
-    on_gpu = req.device == "gpu" or (req.device == "auto" and bool(gpus) and auto_device() == "gpu")
-    if req.device == "gpu" and not gpus:
-        raise ConfigError("--device gpu was asked for, but NVML sees no GPU here; use --device cpu with "
-                          "--memory-limit-mib N (a budget the OS enforces on each probe)")
-    if not on_gpu:
-        if not req.memory_limit_mib:
-            raise ConfigError("on CPU give --memory-limit-mib N (memory_limit_mib in an experiment): the "
-                              "budget each probe's worker gets from the OS (RLIMIT_DATA); without one the "
-                              "search would only stop when the machine does")
-        _check_machine_memory(req.memory_limit_mib)
-        return Budget(req.memory_limit_mib, "cpu-rlimit-data", "cpu", req.memory_limit_mib, 0.0)
-    card_mib = float(gpus[0]["memory_total_mib"])
-    if not req.memory_limit_mib:
-        return Budget(card_mib, "gpu-card", "gpu", None, 0.0)
-    if req.framework in NO_GPU_EMULATION:
-        raise ConfigError(f"--memory-limit-mib on a GPU: {NO_GPU_EMULATION[req.framework]}")
-    if req.memory_limit_mib > card_mib:
-        raise ConfigError(f"--memory-limit-mib {req.memory_limit_mib:g} is more than the card has "
-                          f"({card_mib:.0f} MiB); give at most that, or leave it out to use the whole card")
-    return Budget(req.memory_limit_mib, "gpu-emulated", "gpu", None, req.memory_limit_mib)

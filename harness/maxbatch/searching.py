@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from harness.data import DataRequest, PreparedData, default_cache_dir, prepare
 from harness.envs.runtime import FrameworkRuntime, unchecked_runtime
-from harness.errors import DoesNotFitError, SearchAborted
+from harness.errors import ConfigError, DoesNotFitError, SearchAborted
 from harness.maxbatch.advice import answer_env, cap_skips_settling, glibc_heap_varies
 from harness.maxbatch.answer import ModelSize, Provenance, answer_record, settled, verified
+from harness.maxbatch.budget import Budget, resolve_budget
 from harness.maxbatch.listener import Bracket, MaxBatchListener
 from harness.maxbatch.probes import WorkerProber, does_not_fit_message, probe_peak_mib, search_settings, settle_heap
-from harness.maxbatch.request import Budget, MaxBatchRequest, resolve_budget
+from harness.maxbatch.request import MaxBatchRequest
 from harness.maxbatch.search import SearchResult, SearchSettings, search
 from harness.maxbatch.whathelps import Searched, request_label
 from harness.models import ModelDescription, build_description, is_native_model
@@ -98,6 +99,7 @@ class MaxBatchSearch:
         and the pipeline always give it; without one, a test's or a benchmark's, the request's ``python`` unchecked
         or this interpreter)."""
         runtime = runtime or unchecked_runtime(req.framework, req.python)
+        req.check_adapter(runtime.adapter_class)  # refused before the budget, the data or anything is written
         budget = budget if budget is not None else resolve_budget(req, list(env.get("gpus") or []), runtime)
         if not isinstance(data, PreparedData):
             data = (data or DataSource()).prepare(req)
@@ -105,8 +107,9 @@ class MaxBatchSearch:
         return cls(req, runtime, budget, data, desc, env, log_dir, monitor_factory)
 
     def with_request(self, req: MaxBatchRequest) -> MaxBatchSearch:
-        """The same search under another setting of the same model, data and budget ("what helps")."""
-        return replace(self, request=req)
+        """The same search under another setting of the same model, data and budget ("what helps"), the setting
+        checked against the runtime's adapter as :meth:`build` checks its request."""
+        return replace(self, request=req.check_adapter(self.runtime.adapter_class))
 
     @property
     def settings(self) -> SearchSettings:
@@ -134,7 +137,8 @@ class MaxBatchSearch:
                               runtime=self.runtime)
         result = search(prober, self.settings, lambda probe, lo, hi: heard.on_bracket(Bracket(probe, lo, hi)))
         row = answer_record(req, budget, result, prober.outcomes, self._model_size(prober.outcomes),
-                            Provenance(run_id, env, answer_env(prober.env, dict(os.environ))))
+                            Provenance(run_id, env, answer_env(prober.env, dict(os.environ))),
+                            self.runtime.adapter_class)
         train_env = row.recommendation.train_env or {}
         if glibc_heap_varies(budget.kind, train_env) and row.recommendation.batch and not cap_skips_settling(row):
             row = settled(row, settle_heap(prober, row.recommendation.batch, req.settle_steps), req.settle_steps)
@@ -175,3 +179,64 @@ def search_each(searches: Sequence[MaxBatchSearch], store: Store, run_id: int,
     return done
 
 
+
+
+@dataclass(frozen=True)
+class MaxBatchPlan:
+    """What one ``maxbatch`` command runs, resolved before anything is written: one search per setting (the runtime,
+    the budget, the data and the model's description resolved once and shared), compared when there are several
+    ("what helps": :mod:`harness.maxbatch.whathelps`). :meth:`build` refuses what cannot run (ConfigError, exit 2);
+    :meth:`run` runs it against a store."""
+
+    searches: tuple[MaxBatchSearch, ...]
+    compare: bool
+    #: each search's setting as the command line names it (:func:`~harness.maxbatch.whathelps.request_label`)
+    labels: tuple[str, ...]
+
+    @classmethod
+    def build(cls, req: MaxBatchRequest, runtime: FrameworkRuntime, env: Mapping[str, Any], *, data: DataSource,
+              log_dir: Path | None = None, include_plain: bool = True) -> MaxBatchPlan:
+        """The budget on ``env``'s GPUs (refused where it cannot be enforced), the math mode where it cannot apply,
+        each setting to try (refused where it would change nothing on the budget's device), then the search:
+        ``req`` checked against ``runtime``'s adapter, its data prepared and its model described (a model that does
+        not fit the input is refused). ``include_plain``: with settings to try, the plain search first."""
+        from harness.gpu_peaks import refuse_tf32_without_units
+        from harness.maxbatch.whathelps import asks_what_helps, request_label, setting_requests
+
+        gpus = list(env.get("gpus") or [])
+        budget = resolve_budget(req, gpus, runtime)
+        refuse_tf32_without_units([req.math_mode], gpus, "--math-mode")
+        compare = asks_what_helps(req.precision, req.accumulate_steps, req.adapter_options, req.env)
+        if not include_plain and not compare:
+            raise ConfigError("--no-plain applies only with a setting to try (--accumulate-steps K > 1, --precision "
+                              "other than fp32, --adapter-option, --env); add one or leave --no-plain out")
+        reqs = (setting_requests(req, runtime.adapter_class, budget.device, budget.trial_limit_mib,
+                                 include_plain=include_plain) if compare else [req])
+        labels = tuple(request_label(r) for r in reqs)
+        search = MaxBatchSearch.build(req, env, runtime=runtime, budget=budget, data=data, log_dir=log_dir)
+        return cls(tuple(search.with_request(r) for r in reqs), compare, labels)
+
+    @property
+    def first(self) -> MaxBatchSearch:
+        """The first search (the plain one, unless left out): its budget, data and description are every search's."""
+        return self.searches[0]
+
+    def run_in(self, out: Path, listener: MaxBatchListener, command: str, args: Mapping[str, Any]) -> list[Searched]:
+        """Every search, in order, stored in ``out`` (made here, locked and opened once; the run recorded with the
+        ``command`` and its ``args``): :meth:`run`."""
+        from harness.store import Store
+        from harness.store.db import make_out_dir
+        from harness.store.lock import locked_out_dir
+
+        make_out_dir(out)
+        with listener, locked_out_dir(out), Store.open(out) as store:
+            run_id = store.begin_run(self.first.request.experiment, dict(args), command, dict(self.first.env))
+            return self.run(store, run_id, listener)
+
+    def run(self, store: Store, run_id: int, listener: MaxBatchListener | None = None) -> list[Searched]:
+        """Every search, in order. Compared: each one's answer or why it has none (:func:`search_each`). One search:
+        its answer; DoesNotFitError (exit 3) and SearchAborted (exit 1) are the command's."""
+        if self.compare:
+            return search_each(self.searches, store, run_id, listener)
+        return [Searched(self.labels[0], self.first.request.accumulate_steps,
+                         self.first.run(store, run_id, listener).row)]

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # annotations only: the request's module loads the search
 PLAIN = "plain"
 
 
-def _word(value: Any) -> str:
+def word(value: Any) -> str:
     """A setting's value as the user types it (``true``, ``128``, ``preallocate``)."""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -50,7 +50,7 @@ def setting_label(precision: str, accumulate_steps: int, adapter_options: Mappin
     parts = [f"accumulate_steps={accumulate_steps}"] if accumulate_steps > 1 else []
     if precision != "fp32":
         parts.append(f"precision={precision}")
-    parts += [f"{key}={_word(value)}" for key, value in sorted(adapter_options.items())
+    parts += [f"{key}={word(value)}" for key, value in sorted(adapter_options.items())
               if key not in defaults or defaults[key] != value]
     parts += [f"{key}={value}" for key, value in sorted((env or {}).items())]
     return " + ".join(parts) or PLAIN
@@ -114,73 +114,6 @@ def setting_requests(req: MaxBatchRequest, adapter_cls: Any, device: str, trial_
                     adapter_options=dict(s.adapter_options), env=dict(s.env)) for s in settings]
 
 
-# ---------------------------------------------------------------- checks in the parent, before anything runs
-def parse_adapter_option(text: str) -> tuple[str, Any]:
-    """``KEY=VALUE`` from the command line; the value read as a TOML scalar (``true``, ``128``, ``0.5``), else
-    as the text itself (``preallocate``), as it would be written under ``[adapters.<name>]``."""
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
-
-    key, sep, raw = text.partition("=")
-    key, raw = key.strip(), raw.strip()
-    if not sep or not key or not raw:
-        raise ConfigError(f"--adapter-option {text!r} is not KEY=VALUE (e.g. memory_mode=preallocate)")
-    try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        return key, raw
-    if isinstance(value, (list, dict)):
-        raise ConfigError(f"--adapter-option {text!r}: the value must be one word, number or true/false")
-    return key, value
-
-
-def adapter_options(pairs: Sequence[str], adapter_cls: Any) -> dict[str, Any]:
-    """The ``--adapter-option`` settings, checked by the adapter (its ``validate_options``, no framework import).
-
-    Refused: a key given twice, an unknown key or value, and a value equal to the adapter's default (the plain
-    search already runs with it, so the comparison would compare a search with itself).
-    """
-    options: dict[str, Any] = {}
-    for text in pairs:
-        key, value = parse_adapter_option(text)
-        if key in options:
-            raise ConfigError(f"--adapter-option {key} is given twice ({_word(options[key])} and {_word(value)}); "
-                              "give each setting once")
-        options[key] = value
-    try:
-        adapter_cls.validate_options(options)
-        defaults = adapter_cls.validate_options({})
-    except ConfigError as e:
-        raise ConfigError(f"--adapter-option: {e}") from None
-    for key, value in options.items():
-        if key in defaults and defaults[key] == value:
-            raise ConfigError(f"--adapter-option {key}={_word(value)} is the {adapter_cls.name} adapter's default, "
-                              "which the plain search runs with already; give another value, or leave it out")
-    return options
-
-
-def parse_env_settings(pairs: Sequence[str]) -> dict[str, str]:
-    """The ``--env KEY=VALUE`` settings: each an allocator variable (advice.ALLOCATOR_VARS: what decides how a
-    framework or the C library allocates, so a row never names a variable that cannot change its answer), once."""
-    from harness.records import ALLOCATOR_VARS
-
-    env: dict[str, str] = {}
-    for text in pairs:
-        key, sep, value = text.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not key or not value:
-            raise ConfigError(f"--env {text!r} is not KEY=VALUE (e.g. MALLOC_MMAP_THRESHOLD_=131072)")
-        if key not in ALLOCATOR_VARS:
-            raise ConfigError(f"--env {key}: not an allocator setting batchscope knows; one of: "
-                              f"{', '.join(ALLOCATOR_VARS)}")
-        if key in env:
-            raise ConfigError(f"--env {key} is given twice ({env[key]} and {value}); give each setting once")
-        env[key] = value
-    return env
-
-
 #: what a setting is known to cost the throughput of training, measured with repeats (the table's own samples/s
 #: comes from one short confirm run); printed under the table when a search used it
 KNOWN_COSTS = {
@@ -198,6 +131,7 @@ def cost_notes(searched: Sequence[Searched]) -> list[str]:
     return [KNOWN_COSTS[key] for key in KNOWN_COSTS if key in used]
 
 
+# ---------------------------------------------------------------- checks in the parent, before anything runs
 def check_precision(adapter_cls: Any, precision: str, device: str) -> None:
     """Refuse ``precision`` where the adapter does not run it on ``device`` (``cpu`` or ``gpu``).
 
@@ -219,7 +153,7 @@ def check_options_apply(adapter_cls: Any, options: Mapping[str, Any], device: st
     inert = without(options, device, memory_limit_mib) if without is not None else {}
     if inert:
         key, why = next(iter(inert.items()))
-        raise ConfigError(f"--adapter-option {key}={_word(options[key])} changes nothing here: {why}; leave it out")
+        raise ConfigError(f"--adapter-option {key}={word(options[key])} changes nothing here: {why}; leave it out")
 
 
 # ---------------------------------------------------------------- the table

@@ -19,8 +19,7 @@ from harness.config.trial import TrialSpec
 from harness.data import PreparedData, default_cache_dir, prepare
 from harness.data.footprint import require_disk
 from harness.diskfull import write_atomically
-from harness.envs.guard import managed_kind
-from harness.envs.runtime import FrameworkRuntime, resolve_runtimes, unchecked_runtime
+from harness.envs.runtime import FrameworkRuntime, command_runtimes, unchecked_runtime
 from harness.errors import BatchscopeWarning, ConfigError, StoreError
 from harness.gpu_peaks import refuse_tf32_without_units
 from harness.models import build_description, is_native_model
@@ -141,11 +140,7 @@ def choose_runtimes(exp: Experiment, gpu_present: bool, say: Callable[[str], Non
     build and one per framework)."""
     named = {fw: (s.python, s.python_from or f"{exp.source}: adapters.{fw}.python")
              for fw, s in exp.adapters.items() if s.python}
-    kind = managed_kind([fw for fw in exp.frameworks if fw not in named], gpu_present)  # cuda without a GPU: exit 2
-    runtimes = resolve_runtimes(exp.frameworks, named, kind, say)
-    for runtime in runtimes.values():
-        say(runtime.line())
-    return runtimes
+    return command_runtimes(exp.frameworks, named, gpu_present, say)
 
 
 class ConcurrentExecutor(Protocol):

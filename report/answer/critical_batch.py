@@ -6,12 +6,14 @@ Pure: reads store rows (a :class:`report.load.StoredExperiment`) and the recomme
 * **A family** is the series of one framework that differ only by their variant, when the variants are a
   learning-rate grid (``learning_rates``: variants ``lr_<rate>``; ``lr_factors``: ``lr_x<factor>``), or one series
   trained to a target (``train_to_target``) without a grid.
-* **A size's figure is its best rate's**: among the rates whose every repeat reached the target without diverging
-  and held it (:attr:`report.answer.target.SizeTarget.eligible`), the one with the fewest mean steps to the target, ties
-  broken by the least mean training time, then the lower rate. A rate that diverged or missed is a result (shown
-  as tried), never chosen. The rate shown is the one the trials ran with (the store's ``lr``).
-* **The fit** S = S_min (1 + B_crit / B) (:func:`report.answer.critical.fit`) over every size's chosen steps; the
-  regimes' edges are B_crit / 4 and 4 B_crit (:data:`report.answer.critical.REGIME_FACTOR`).
+* **A size's figure is its best rate's**: among the rates whose steps to the target are measured, every repeat
+  reaching it without diverging (:attr:`report.answer.target.SizeTarget.steps_measured`: the same reading of "a size
+  reached the target" as ``recommend``'s summary and the report), the one with the fewest mean steps to the target,
+  ties broken by the least mean training time, then the lower rate. A rate that diverged or missed in a repeat is a
+  result (shown as tried), never chosen. The rate shown is the one the trials ran with (the store's ``lr``).
+* **The fit** S = S_min (1 + B_crit / B) (:func:`report.answer.critical.fit`) over every size's chosen steps; a size
+  without a chosen rate is left out, named with why (``1 of 3 repeats reached``). The regimes' edges are B_crit / 4
+  and 4 B_crit (:data:`report.answer.critical.REGIME_FACTOR`).
 * **The prediction judged**: B_simple over the chosen trials' gradient-noise rows from the later half of their
   training (in train-to-target mode: the approach to the target) against the fitted B_crit; they *agree* when
   their ratio is within :data:`AGREE_FACTOR` either way.
@@ -58,6 +60,16 @@ class SizeChoice:
     chosen: RateTried | None  # None: no rate reached the target in every repeat
     tried: tuple[RateTried, ...]
 
+    def fit_gap(self) -> str:
+        """Why the fit leaves this size out (:meth:`report.answer.target.SizeTarget.fit_gap`, per rate tried where
+        there were several); "" where a rate was chosen."""
+        if self.chosen is not None:
+            return ""
+        if len(self.tried) == 1:
+            return self.tried[0].target.fit_gap()
+        return "no rate reached it in every repeat: " + "; ".join(
+            f"lr {r.lr:g}: {r.target.fit_gap()}" if r.lr is not None else r.target.fit_gap() for r in self.tried)
+
     @property
     def steps(self) -> float | None:
         """The chosen rate's mean steps to the target."""
@@ -71,10 +83,12 @@ class SizeChoice:
         return None if s is None else s.mean
 
     def text(self) -> str:
-        """E.g. ``412 steps, 31.2 s at lr 0.003`` or ``not reached (lr 0.001: not reached in 10 epochs; ...)``."""
+        """E.g. ``412 steps, 31.2 s at lr 0.003`` or ``not reached in every repeat, left out of the fit (lr 0.001:
+        not reached in 10 epochs; lr 0.01: 2 of 3 reached: 4.98 s)``."""
         if self.chosen is None or self.steps is None or self.train_s is None:
-            return "not reached (" + "; ".join(f"lr {r.lr:g}: {r.target.text()}" if r.lr is not None
-                                               else r.target.text() for r in self.tried) + ")"
+            tried = "; ".join(f"lr {r.lr:g}: {r.target.text()}" if r.lr is not None else r.target.text()
+                              for r in self.tried)
+            return f"not reached in every repeat, left out of the fit ({tried})"
         lr = "" if self.chosen.lr is None else f" at lr {self.chosen.lr:g}"
         return f"{self.steps:,.0f} steps, {self.train_s:{seconds_fmt(self.train_s)}} s{lr}"
 
@@ -149,8 +163,8 @@ class CriticalStudy:
                  for name in ("perfect scaling", "diminishing returns", "no further gain")}
         sizes = "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in where.items() if v)
         return (f"perfect scaling up to ~{lo:,.0f}, diminishing returns to ~{hi:,.0f}, no further gain beyond "
-                f"~{hi:,.0f} (B_crit ≈ {fit.b_crit:,.0f}, S_min ≈ {fit.s_min:,.0f} steps, over "
-                f"{fit.n} sizes; measured sizes by regime: {sizes})")
+                f"~{hi:,.0f} (B_crit ≈ {fit.b_crit:,.0f}, S_min ≈ {fit.s_min:,.0f} steps, {fit.sizes_text()}; "
+                f"measured sizes by regime: {sizes})")
 
     def best_rate_recommendation(self, like: Recommendation) -> Recommendation:
         """A recommendation-shaped record of the best rates (for :func:`report.document.curves.critical_figure`)."""
@@ -176,10 +190,11 @@ class CriticalStudy:
 
 
 def choose(tried: Sequence[RateTried]) -> RateTried | None:
-    """The best rate at one size: fewest mean steps to the target among the eligible, ties by time, then rate."""
+    """The best rate at one size: fewest mean steps to the target among those whose steps every repeat measured
+    (:attr:`report.answer.target.SizeTarget.steps_measured`), ties by time, then rate."""
     ranked = [((r.target.steps.mean, r.target.train_s.mean, r.lr if r.lr is not None else 0.0), i)
               for i, r in enumerate(tried)
-              if r.target.eligible and r.target.steps is not None and r.target.train_s is not None]
+              if r.target.steps_measured and r.target.steps is not None and r.target.train_s is not None]
     return tried[min(ranked)[1]] if ranked else None
 
 
@@ -217,12 +232,37 @@ def studies(exp: StoredExperiment, target_accuracy: float | None = None) -> list
                 by_size.setdefault(t.batch_size, []).append(RateTried(lr=lr, variant=g.series.variant, target=t))
         sizes = tuple(SizeChoice(b, choose(tried), tuple(sorted(tried, key=lambda r: r.lr or 0.0)))
                       for b, tried in sorted(by_size.items()))
-        fit, why = critical.fit([(s.batch_size, s.steps) for s in sizes if s.steps is not None])
+        fit, why = critical.fit([(s.batch_size, s.steps) for s in sizes if s.steps is not None],
+                                [(s.batch_size, s.fit_gap()) for s in sizes if s.steps is None])
         chosen_rows = [r for g in groups for s in sizes if s.chosen is not None and s.chosen.variant == g.series.variant
                        for r in g.by_batch.get(s.batch_size, ())]
         out.append(CriticalStudy(framework=series.framework, series=series, target=target, sizes=sizes, fit=fit,
                                  fit_why=why, noise=noise_estimate(chosen_rows, exp)))
     return out
+
+
+def summary_note(rec: Recommendation, found: Sequence[CriticalStudy]) -> str | None:
+    """What the run's critical-batch section says where it fits another B_crit than ``rec``'s summary line for the
+    same framework and settings, and why; None where they agree or no study covers ``rec``.
+
+    With a learning-rate grid they differ by design (the summary fits one rate's trials, the section each size at
+    its best rate, each to its own target); without one they are the same fit by construction (one reading of
+    "reached", :attr:`report.answer.target.SizeTarget.steps_measured`), and a difference is said all the same."""
+    if rec.series is None:
+        return None
+    study = next((s for s in found if s.series == dataclasses.replace(rec.series, variant="")), None)
+    if study is None or _same_fit(rec.critical, study.fit):
+        return None
+    section = critical.fit_text(study.fit, study.fit_why)
+    if rec.variant:
+        return (f"this line fits {rec.variant}'s trials alone; the critical-batch section below fits each size at "
+                f"its best learning rate: {section}")
+    return f"the critical-batch section below fits otherwise: {section}"
+
+
+def _same_fit(a: critical.CriticalFit | None, b: critical.CriticalFit | None) -> bool:
+    """Whether two fits are the same statement: both absent, or through the same points."""
+    return (a is None and b is None) or (a is not None and b is not None and a.points == b.points)
 
 
 def study_lines(study: CriticalStudy) -> list[str]:

@@ -18,7 +18,8 @@ report's first page, ``batchscope recommend`` (and ``--json``) and the end of ``
    repeats and the range is that one size; otherwise the caveats say why and ``to_run`` what to run.
 5. Beside it, the throughput knee (:mod:`report.answer.knee`: the smallest size within 90 % of the best throughput),
    the accuracy cost of each size (points below the best mean), energy per sample where there was a GPU, the
-   critical batch size (:mod:`report.answer.critical`) and the largest size that fits (the ``maxbatch`` table).
+   critical batch size (:mod:`report.answer.critical`: fitted over the sizes every repeat brought to the target, the
+   others named as left out) and the largest size that fits (the ``maxbatch`` table).
 """
 
 from __future__ import annotations
@@ -99,6 +100,13 @@ class Recommendation:
     def target_at(self, batch_size: int | None) -> SizeTarget | None:
         """The time to target of one size, or None."""
         return next((s for s in self.targets if s.batch_size == batch_size), None)
+
+    def critical_text(self) -> str:
+        """The critical batch size's fit in words (:func:`report.answer.critical.fit_text`), or "" where there is
+        nothing to fit: no size reached the target in any repeat."""
+        if self.critical is None and not any(t.reached_n for t in self.targets):
+            return ""
+        return critical.fit_text(self.critical, self.critical_why)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form (``batchscope recommend --json``)."""
@@ -235,10 +243,9 @@ def recommend_group(g: SeriesGroup, exp: StoredExperiment | None = None, *, targ
     accs = [(s.batch_size, s.accuracy_mean) for s in sizes if s.accuracy_mean is not None]
     best_mean = target.best_mean
     cost = tuple((b, (best_mean - a) * 100.0) for b, a in accs) if best_mean is not None else ()
-    # the fit takes every size some repeat brought to the target (its steps are measured where it reached), not only
-    # the eligible ones: a size that reached in one repeat of two still says how many steps it took there
-    fit, fit_why = critical.fit([(t.batch_size, t.steps.mean) for t in targets
-                                 if t.steps is not None and not t.diverged_n])
+    # the fit takes the sizes whose steps every repeat measured (SizeTarget.steps_measured, the critical-batch
+    # study's reading too); a size some repeat missed is left out and named, with how many repeats reached
+    fit, fit_why = critical.fit_sizes(targets)
     rec = dataclasses.replace(rec, target=target, targets=tuple(targets), accuracy_cost_pts=cost, critical=fit,
                               critical_why=fit_why)
     no_answer = _no_answer(rec, target, targets, spec, accuracy_why)

@@ -16,6 +16,9 @@ count steps to a result). Pure: reads a series' trial rows and their ``curve`` r
   with one is never recommended. A size is *eligible* when every repeat reached the target, none diverged, and its
   mean final accuracy is still at the target (held curves are noisy: one that touched the target at an evaluation
   and fell back by the end is not an answer to train with).
+* **A size's steps are measured** (:attr:`SizeTarget.steps_measured`, the critical batch size's one reading of "a
+  size reached the target") when every finished repeat reached it and none diverged: its mean steps over them go
+  into the fit S = S_min (1 + B_crit / B); a size some repeat missed is left out, saying how many reached.
 """
 
 from __future__ import annotations
@@ -150,6 +153,29 @@ class SizeTarget:
         such a size may be recommended."""
         return self.reached_n > 0 and self.diverged_n == 0 and self.reached_n == self.trials_n and self.held
 
+    @property
+    def steps_measured(self) -> bool:
+        """Whether this size's steps to the target are measured: every finished repeat reached it, none diverged.
+
+        The one meaning of "a batch size reached the target" for the critical batch size's fit
+        (:func:`report.answer.critical.fit_sizes`): ``recommend``'s summary, the critical-batch study's choice of a
+        rate per size, the report's notes and its steps figure all read it here. A repeat that missed within its
+        budget has no steps to count (they lie beyond the budget), so a mean over only the repeats that reached would
+        be biased low exactly where the sizes miss; the size is left out instead, saying how many repeats reached
+        (:meth:`fit_gap`). Unlike :attr:`eligible` it does not ask that the final accuracy held the target: the
+        steps to the first crossing are measured either way (Shallue et al. 2019's steps to a result)."""
+        return self.trials_n > 0 and self.reached_n == self.trials_n and not self.diverged_n and self.steps is not None
+
+    def fit_gap(self) -> str:
+        """Why the fit leaves this size out, e.g. ``1 of 3 repeats reached``; "" where :attr:`steps_measured`."""
+        if self.steps_measured:
+            return ""
+        if self.diverged_n:
+            return f"diverged in {self.diverged_n} of {self.trials_n} repeats"
+        if self.reached_n:
+            return f"{self.reached_n} of {self.trials_n} repeats reached"
+        return self.text()
+
     def text(self) -> str:
         """``12.3 ± 0.4 s``, ``not reached in 2 epochs``, ``diverged`` or ``1 of 2 reached: 5.0 s``."""
         if self.diverged_n and not self.reached_n:
@@ -173,8 +199,8 @@ class SizeTarget:
         def stat(s: Stat | None) -> dict[str, Any] | None:
             return None if s is None else {"mean": s.mean, "sd": s.sd, "n": s.n}
         return {"reached_n": self.reached_n, "trials_n": self.trials_n, "diverged_n": self.diverged_n,
-                "eligible": self.eligible, "train_s": stat(self.train_s), "steps": stat(self.steps),
-                "samples": stat(self.samples), "epochs": self.epochs, "text": self.text()}
+                "eligible": self.eligible, "steps_measured": self.steps_measured, "train_s": stat(self.train_s),
+                "steps": stat(self.steps), "samples": stat(self.samples), "epochs": self.epochs, "text": self.text()}
 
 
 def size_targets(by_batch: Mapping[int, Sequence[TrialRecord]],

@@ -93,12 +93,16 @@ def _answer_page(pdf: PdfWriter, answered: list[tuple[StoredExperiment, list[rec
             pdf.figure(paths[0], fig.title, fig.caption)
         notes = [f"{r.name}: time to target per size: " + "; ".join(f"{t.batch_size}: {t.text()}" for t in r.targets)
                  for r in recs if r.targets]
-        notes += [f"{r.name}: critical batch size B_crit ≈ {r.critical.b_crit:,.0f} (S_min ≈ {r.critical.s_min:,.0f} "
-                  f"steps, fit over {r.critical.n} sizes; figure in the experiment's section)"
-                  for r in recs if r.critical is not None]
+        # the same words as `recommend`'s summary: one reading of "reached" with the critical-batch lines below
+        found = critical_batch.studies(exp)
+        notes += [f"{r.name}: critical batch size: {r.critical_text()}"
+                  + ("; figure in the experiment's section" if r.critical is not None else "")
+                  for r in recs if r.critical_text()]
+        notes += [f"{r.name}: critical batch size, note: {note}" for r in recs
+                  if (note := critical_batch.summary_note(r, found)) is not None]
         notes += [f"{r.name}: {format_estimate(r.noise)} (later half of each trial's training)"
                   for r in recs if r.noise is not None]
-        notes += [line.strip() for st in critical_batch.studies(exp) for line in critical_batch.study_lines(st)]
+        notes += [line.strip() for st in found for line in critical_batch.study_lines(st)]
         notes += [f"{r.name}: {c}" for r in recs for c in r.caveats]
         # the same advice for several frameworks is one line naming them all (it spilled onto a page of its own)
         to_run: dict[str, list[str]] = {}

@@ -121,13 +121,13 @@ def critical_figure(exp: StoredExperiment, recs: Sequence[Recommendation],
     for ax, r in zip(axes.flat, usable, strict=False):
         c = colours[r.name]
         pts = [t for t in r.targets if t.steps is not None]
-        full = [t for t in pts if t.eligible]  # the rest: hollow, still in the fit (report/critical.py)
+        full = [t for t in pts if t.steps_measured]  # the rest: hollow, left out of the fit (report/critical.py)
         xs = [t.batch_size for t in full]
         ax.errorbar(xs, [t.steps.mean for t in full], yerr=[t.steps.sd or 0.0 for t in full],  # type: ignore[union-attr]
                     color=c, marker="o", markersize=4, capsize=2, linestyle="none", label="measured")
-        part = [t for t in pts if not t.eligible and not t.diverged_n]
+        part = [t for t in pts if not t.steps_measured and not t.diverged_n]
         ax.plot([t.batch_size for t in part], [t.steps.mean for t in part], color=c, marker="o",  # type: ignore[union-attr]
-                markerfacecolor="none", linestyle="none", label="some repeats missed")
+                markerfacecolor="none", linestyle="none", label="some repeats missed (not fitted)")
         lo_b = min(t.batch_size for t in pts)
         hi_b = max(t.batch_size for t in r.targets)
         grid = [lo_b * (hi_b / lo_b) ** (i / 60) for i in range(61)] if hi_b > lo_b else [lo_b]
@@ -161,7 +161,7 @@ def critical_figure(exp: StoredExperiment, recs: Sequence[Recommendation],
         ax.set_visible(False)
     handles = [Line2D([], [], color="grey", marker="o", linestyle="none", label="measured (mean ± sd)"),
                Line2D([], [], color="grey", marker="o", markerfacecolor="none", linestyle="none",
-                      label="some repeats missed"),
+                      label="some repeats missed (not fitted)"),
                Line2D([], [], color="grey", ls=":", label="perfect scaling"),
                Line2D([], [], color="grey", lw=1.2, label="fit S_min(1+B_crit/B)"),
                Line2D([], [], color="grey", ls="--", label="B_crit"),
@@ -174,6 +174,7 @@ def critical_figure(exp: StoredExperiment, recs: Sequence[Recommendation],
                "S = S_min (1 + B_crit / B), least squares on 1/B; dashed: B_crit. Shaded: the regimes of Shallue et "
                f"al. 2019 by this tool's convention, green perfect scaling (B < B_crit/{REGIME_FACTOR:g}), red no "
                f"further gain (B > {REGIME_FACTOR:g} B_crit), diminishing returns between. Hollow points: sizes "
-               "some repeat did not bring to the target (or that fell back by the end), drawn and fitted with the "
-               "steps of the repeats that reached it.")
+               "some repeat did not bring to the target, drawn at the mean steps of the repeats that reached it and "
+               "left out of the fit (the others' steps lie beyond the budget); the fit takes the sizes every repeat "
+               "brought to the target.")
     return FigureResult(key="critical_batch", title=title, caption=caption, figure=fig, notes=tuple(notes))

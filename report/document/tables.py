@@ -215,7 +215,7 @@ def recommendation(recs: Sequence[Recommendation]) -> Table | None:
     csv_headers = ("framework", "series", "variant", "recommended_batch", "range_lo", "range_hi", "supported",
                    "target_accuracy", "train_s_to_target_at_recommended", "steps_to_target_at_recommended",
                    "knee_batch", "best_throughput_batch", "samples_per_s_at_recommended", "samples_per_s_at_best",
-                   "accuracy_at_recommended", "best_mean_accuracy", "b_crit", "max_batch_fits", "why")
+                   "accuracy_at_recommended", "best_mean_accuracy", "b_crit", "b_crit_sizes", "max_batch_fits", "why")
     csv_rows = []
     for r in recs:
         rec, best, t = r.at(r.batch_size), r.at(r.best_batch), r.target_at(r.batch_size)
@@ -224,7 +224,8 @@ def recommendation(recs: Sequence[Recommendation]) -> Table | None:
                          t and t.steps and t.steps.mean, r.knee_batch, r.best_batch,
                          rec and rec.samples_per_s_mean, best and best.samples_per_s_mean,
                          rec and rec.accuracy_mean, r.target and r.target.best_mean,
-                         r.critical and r.critical.b_crit, r.max_fit.max_batch if r.max_fit else None, r.why))
+                         r.critical and r.critical.b_crit, r.critical and r.critical.n,  # sizes every repeat reached
+                         r.max_fit.max_batch if r.max_fit else None, r.why))
     return Table(key="recommendation", title="Which batch size to train with",
                  headers=tuple(h for _, h in RECOMMEND_COLUMNS),
                  rows=tuple(tuple(row[k] for k, _ in RECOMMEND_COLUMNS) for row in text),

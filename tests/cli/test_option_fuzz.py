@@ -79,8 +79,8 @@ class _Plans(list):  # type: ignore[type-arg]
 def stubs(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """``run`` and ``maxbatch`` up to their first worker: there the sweep is planned, or each search's settings made,
     and :class:`Planned` raised; no environment is built and no data set prepared on disk (a made-up one)."""
-    import harness.cli.maxbatch as maxbatch_cli
     import harness.pipeline
+    from harness.envs import runtime
     from harness.maxbatch import searching
     from harness.monitor import environment
     from harness.run.planner import plan
@@ -91,15 +91,18 @@ def stubs(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         plans.append(plan(exp, prepared(n_train=exp.train_samples or exp.synthetic_samples)))
         raise Planned
 
-    def searches_only(args: Any, planned: Any, shown: Any, out: Path, command: str) -> None:
+    def searches_only(planned: Any, out: Path, listener: Any, command: str, args: Any) -> None:
         plans.append([search.settings for search in planned.searches])
         raise Planned
 
+    def runtimes_only(frameworks: Any, named: Any, gpu_present: bool, say: Any, registered: Any = None) -> Any:
+        return {fw: unchecked_runtime(fw) for fw in frameworks}
+
     monkeypatch.setattr(harness.pipeline, "run_experiment", plan_only)
     reuse_parser(monkeypatch)
-    monkeypatch.setattr(maxbatch_cli, "_run_searches", searches_only)
+    monkeypatch.setattr(searching.MaxBatchPlan, "run_in", searches_only)
     # the framework as the command would resolve it, without building or checking its environment
-    monkeypatch.setattr(maxbatch_cli, "_runtime", lambda args, req, env: unchecked_runtime(req.framework))
+    monkeypatch.setattr(runtime, "command_runtimes", runtimes_only)
     monkeypatch.setattr(environment, "capture", lambda: {"gpus": [], "python": "3"})
     monkeypatch.setattr(searching, "prepare", lambda request, cache: prepared(shape=request.synthetic_shape))
     return plans

@@ -34,7 +34,8 @@ from adapters.base import Adapter, OptimizerSpec, RuntimeConfig, SetupFacts, cap
 from harness.models import BatchNorm, build_description, init_weights
 from tests.contract.checks import (
     BATCH_CHANGE_MODEL,
-    BATCH_CHANGE_RATES,
+    BATCH_CHANGE_RULE_RUN,
+    BATCH_CHANGE_RUNS,
     BATCH_CHANGE_SIZES,
     BATCH_CHANGE_STEPS,
     BY_NAME,
@@ -75,6 +76,11 @@ def fixed_batch(
     """The same batch in every framework's process."""
     rng = np.random.default_rng(seed)
     return rng.normal(size=(n, *shape)).astype(np.float32), rng.integers(0, classes, size=n).astype(np.int64)
+
+
+def _flat(weights: list[np.ndarray]) -> np.ndarray:
+    """Weights as one float64 array, in order, each flattened C-order (flat_gradient's layout)."""
+    return np.concatenate([np.asarray(w, dtype=np.float64).ravel() for w in weights])
 
 
 def _vmdata_mib() -> float:
@@ -360,28 +366,40 @@ class Probe:
 
     def batch_change(self) -> dict[str, Any]:
         """A batch-size schedule's change (issue 52): steps at one size, ``set_learning_rate``, steps at another, each
-        batch the next slice of one stream; the weights and BatchNorm statistics after every step, with Adam and with
-        plain SGD. Then the same without the rate change: that it changed the training is checked too."""
+        batch the next slice of one stream; the weights and BatchNorm statistics after every step, with Adam, plain
+        SGD and SGD with momentum. In the momentum run, where the adapter has ``flat_gradient``, the gradient before
+        every step too (the verdict replays the momentum rule in NumPy from them). Then Adam without the rate change:
+        that the change changed the training is checked too."""
         _, shape, classes = next(m for m in MODELS if m[0] == BATCH_CHANGE_MODEL)
         (b1, b2), (k, m) = BATCH_CHANGE_SIZES, BATCH_CHANGE_STEPS
         x, y = fixed_batch(shape, classes, b1 * k + b2 * m, seed=52)
         sizes = [b1] * k + [b2] * m
-        for name in ("adam", "sgd", "adam_same_rate"):
-            optimizer = name.split("_")[0]
-            lr1, lr2 = BATCH_CHANGE_RATES[optimizer]
-            self._build(BATCH_CHANGE_MODEL, shape, classes, OptimizerSpec(name=optimizer, lr=lr1))  # type: ignore[arg-type]
+        gradients = "flat_gradient" in capabilities(type(self.adapter))
+        for name in (*BATCH_CHANGE_RUNS, "adam_same_rate"):
+            optimizer, momentum, lr1, lr2 = BATCH_CHANGE_RUNS[name.removesuffix("_same_rate")]
+            spec = OptimizerSpec(name=optimizer, lr=lr1, momentum=momentum)  # type: ignore[arg-type]
+            desc = self._build(BATCH_CHANGE_MODEL, shape, classes, spec)
+            rule = gradients and name == BATCH_CHANGE_RULE_RUN
+            if rule:
+                self.arrays[f"batch_change/{name}/init"] = _flat(init_weights(desc, SEED))
             start = 0
             for i, size in enumerate(sizes):
                 if i == k and name != "adam_same_rate":
                     self.adapter.set_learning_rate(lr2)
-                self.adapter.train_step(self.adapter.prepare_batch(x[start : start + size], y[start : start + size]))
+                xs, ys = x[start : start + size], y[start : start + size]
+                if rule:
+                    self.arrays[f"batch_change/{name}/step{i}/grad"] = np.asarray(self.adapter.flat_gradient(xs, ys))
+                self.adapter.train_step(self.adapter.prepare_batch(xs, ys))
                 start += size
                 for j, w in enumerate(self.adapter.get_weights()):
                     self.arrays[f"batch_change/{name}/step{i}/w{j}"] = w
                 for j, (mean, var) in enumerate(self.adapter.batchnorm_state()):
                     self.arrays[f"batch_change/{name}/step{i}/bn{j}/mean"] = mean
                     self.arrays[f"batch_change/{name}/step{i}/bn{j}/var"] = var
-        return {"sizes": sizes, "rates": {o: list(r) for o, r in BATCH_CHANGE_RATES.items()}, "steps": len(sizes)}
+        return {"sizes": sizes, "steps": len(sizes), "runs": list(BATCH_CHANGE_RUNS),
+                "rates": {n: [r[2], r[3]] for n, r in BATCH_CHANGE_RUNS.items()},
+                "momentum": {n: r[1] for n, r in BATCH_CHANGE_RUNS.items()},
+                "rule": BATCH_CHANGE_RULE_RUN if gradients else ""}
 
     def flat_gradient(self) -> dict[str, Any]:
         """The gradient at the initial weights (which the first SGD step, momentum or not, subtracts times the
@@ -410,13 +428,12 @@ class Probe:
             for x, y in ((x0, y0), (x1, y1)):
                 self.adapter.train_step(self.adapter.prepare_batch(x, y))
             without = self.adapter.get_weights()
-            flat = lambda ws: np.concatenate([np.asarray(w, dtype=np.float64).ravel() for w in ws])  # noqa: E731
             self.arrays.update({
                 f"grad/{model}/g0": np.asarray(g0), f"grad/{model}/g1": np.asarray(g1),
-                f"grad/{model}/g1_again": np.asarray(g1_again), f"grad/{model}/w0": flat(weights),
-                f"grad/{model}/w1": flat(after_step), f"grad/{model}/w1_held": flat(held),
+                f"grad/{model}/g1_again": np.asarray(g1_again), f"grad/{model}/w0": _flat(weights),
+                f"grad/{model}/w1": _flat(after_step), f"grad/{model}/w1_held": _flat(held),
                 f"grad/{model}/logits_before": logits_before, f"grad/{model}/logits_after": logits_after,
-                f"grad/{model}/w2_with": flat(with_gradients), f"grad/{model}/w2_without": flat(without)})
+                f"grad/{model}/w2_with": _flat(with_gradients), f"grad/{model}/w2_without": _flat(without)})
             out[f"{model}/dtype"] = str(np.asarray(g0).dtype)
         return out
 

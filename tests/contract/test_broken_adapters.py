@@ -107,3 +107,12 @@ def test_an_adapter_that_supplies_no_oom_examples_is_named():
     record = {"supplied": False, "oom_recognised": [], "not_oom_recognised": []}
     message = verdicts.oom_classification(record)
     assert message is not None and "override the classmethod oom_examples()" in message
+
+
+def test_a_rate_change_whose_momentum_keeps_the_old_rate_is_named(broken_probe, probe):
+    """set_learning_rate that leaves the old rate in the momentum (Keras' and MXNet's velocity as they come): the
+    batch-change case names the first step after the change and says to rescale the velocity."""
+    this = broken_probe("lr_keeps_old_rate:LrKeepsOldRate", ("batch_change",))
+    message = verdicts.batch_change(this.arrays, probe(REFERENCE_ADAPTER).arrays, this.check("batch_change"))
+    assert message is not None and "the first after set_learning_rate" in message, message
+    assert "kept the old rate" in message and "scale such a velocity by new/old" in message, message

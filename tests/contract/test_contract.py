@@ -236,7 +236,8 @@ def test_the_probe_ran_once_in_this_worker(adapter_name, probe):
 
 def test_a_batch_size_change_trains_the_references_steps(adapter_name, probe):
     """A batch-size schedule's change (issue 52): k steps at one size, a new learning rate (``set_learning_rate``,
-    capability ``lr_change``), m steps at another, equal to the reference step for step, BatchNorm statistics carried
+    capability ``lr_change``), m steps at another, equal to the reference step for step (Adam, plain SGD, SGD with
+    momentum: the new rate applies to the whole momentum, checked against NumPy too), BatchNorm statistics carried
     over. An adapter without the capability is told "not supported"; it runs schedules whose rate does not change."""
     this, ref = probe(adapter_name), probe(REFERENCE_ADAPTER)
     record = this.check("batch_change")

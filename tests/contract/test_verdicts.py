@@ -168,13 +168,53 @@ def test_the_queued_steps_check_needs_the_capability_and_tells_a_plugin_without_
 def test_the_batch_change_verdict_finds_a_step_that_differs_and_a_rate_change_that_did_nothing():
     from tests.contract.verdicts import batch_change
 
-    record = {"sizes": [8, 8, 16, 16], "rates": {"adam": [0.001, 0.003], "sgd": [0.05, 0.1]}, "steps": 4}
+    runs = ("adam", "sgd", "sgd_momentum")
+    record = {"sizes": [8, 8, 16, 16], "steps": 4, "runs": list(runs), "rule": "",
+              "rates": {"adam": [0.001, 0.003], "sgd": [0.05, 0.1], "sgd_momentum": [0.05, 0.2]},
+              "momentum": {"adam": 0.0, "sgd": 0.0, "sgd_momentum": 0.9}}
     ref = {f"batch_change/{o}/step{i}/{w}": np.full(3, float(i) + (o == "adam_same_rate"), np.float32)
-           for o in ("adam", "sgd", "adam_same_rate") for i in range(4) for w in ("w0", "bn0/mean", "bn0/var")}
+           for o in (*runs, "adam_same_rate") for i in range(4) for w in ("w0", "bn0/mean", "bn0/var")}
     assert batch_change(dict(ref), ref, record) is None
     off = dict(ref) | {"batch_change/sgd/step2/w0": ref["batch_change/sgd/step2/w0"] + 0.01}
     assert "sgd, step 2 (after the change to batch 16 at lr 0.1): w0 differs" in str(batch_change(off, ref, record))
+    off = dict(ref) | {"batch_change/sgd_momentum/step3/w0": ref["batch_change/sgd_momentum/step3/w0"] + 0.01}
+    assert "sgd_momentum, step 3 (after the change to batch 16 at lr 0.2): w0 differs" in str(
+        batch_change(off, ref, record))
     biased = dict(ref) | {"batch_change/adam/step1/bn0/var": ref["batch_change/adam/step1/bn0/var"] * 2}
     assert batch_change(biased, ref, record) is None  # the variance's estimator is the batchnorm case's to judge
     same = {k: (ref[k.replace("/adam_same_rate/", "/adam/")] if "/adam_same_rate/" in k else v) for k, v in ref.items()}
     assert "changed nothing" in str(batch_change(same, same, record))
+
+
+def _momentum_run(rescale: bool, lr: tuple[float, float] = (0.05, 0.2), m: float = 0.9) -> dict[str, np.ndarray]:
+    """The batch-change case's momentum run as Keras' velocity would train it (v = m v - lr g; w += v), its velocity
+    rescaled by new/old at the change or not, with the gradients before each step recorded as the probe does."""
+    rng = np.random.default_rng(0)
+    w, v = rng.normal(size=5), np.zeros(5)
+    arrays = {"batch_change/sgd_momentum/init": w.copy()}
+    for step in range(4):
+        if step == 2 and rescale:
+            v *= lr[1] / lr[0]
+        g = rng.normal(size=5)
+        v = m * v - (lr[0] if step < 2 else lr[1]) * g
+        w = w + v
+        arrays |= {f"batch_change/sgd_momentum/step{step}/grad": g,
+                   f"batch_change/sgd_momentum/step{step}/w0": w[:2].astype(np.float32),
+                   f"batch_change/sgd_momentum/step{step}/w1": w[2:].astype(np.float32)}
+    return arrays
+
+
+def test_the_momentum_rule_takes_a_rescaled_velocity_and_names_one_that_kept_the_old_rate():
+    """A velocity with the rate inside it equals -lr b for PyTorch's buffer b only if it is rescaled at the change:
+    rescaled, every step is the rule's; not, the first step after the change is named with its cause."""
+    from tests.contract.verdicts import momentum_rule
+
+    record = {"sizes": [8, 8, 16, 16], "steps": 4, "rule": "sgd_momentum",
+              "rates": {"sgd_momentum": [0.05, 0.2]}, "momentum": {"sgd_momentum": 0.9}}
+    assert momentum_rule(_momentum_run(rescale=True), record) is None
+    message = str(momentum_rule(_momentum_run(rescale=False), record))
+    assert "step 2, the first after set_learning_rate(0.2)" in message, message
+    assert "kept the old rate" in message and "scale such a velocity by new/old" in message, message
+    wrong = _momentum_run(rescale=True) | {"batch_change/sgd_momentum/step0/grad": np.zeros(5)}
+    message = str(momentum_rule(wrong, record))
+    assert "step 0, before the change from lr 0.05 to 0.2" in message and "is not -lr (m b + g)" in message, message

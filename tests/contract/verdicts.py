@@ -353,15 +353,21 @@ def imports_no_framework(module: str, loaded: list[str]) -> str | None:
 
 def batch_change(this: dict[str, np.ndarray], ref: dict[str, np.ndarray], record: dict[str, Any]) -> str | None:
     """A batch-size change mid-training (issue 52): the weights after every step, at one size, then at another under a
-    new learning rate, are the reference's step for step (Adam and plain SGD), the BatchNorm running means carry over
-    the change, and the rate change changed the training (against the same steps at the first rate)."""
+    new learning rate, are the reference's step for step (Adam, plain SGD, SGD with momentum), the momentum run's
+    steps follow the momentum rule in NumPy where the adapter gave its gradients (:func:`momentum_rule`), the
+    BatchNorm running means carry over the change, and the rate change changed the training (against the same steps
+    at the first rate)."""
     k = record["sizes"].index(record["sizes"][-1])  # the first step at the second size
-    for optimizer in ("adam", "sgd"):
+    for run in record.get("runs", ("adam", "sgd")):
+        if run == record.get("rule"):
+            message = momentum_rule(this, record)
+            if message is not None:
+                return message
         for step in range(record["steps"]):
-            where = f"{optimizer}, step {step} ({'after' if step >= k else 'before'} the change to batch " \
-                    f"{record['sizes'][-1]} at lr {record['rates'][optimizer][1]})"
-            prefix = f"batch_change/{optimizer}/step{step}/"
-            keys = sorted(key for key in ref if key.startswith(prefix))
+            where = f"{run}, step {step} ({'after' if step >= k else 'before'} the change to batch " \
+                    f"{record['sizes'][-1]} at lr {record['rates'][run][1]})"
+            prefix = f"batch_change/{run}/step{step}/"
+            keys = sorted(key for key in ref if key.startswith(prefix) and not key.endswith("/grad"))
             if not keys:
                 return f"the reference recorded nothing for {prefix}"
             for key in keys:
@@ -378,4 +384,44 @@ def batch_change(this: dict[str, np.ndarray], ref: dict[str, np.ndarray], record
         rates = record["rates"]["adam"]
         return (f"set_learning_rate({rates[1]}) changed nothing: the step after it trained the same weights as at lr "
                 f"{rates[0]}")
+    return None
+
+
+def _step_weights(arrays: dict[str, np.ndarray], prefix: str) -> np.ndarray:
+    """The weights recorded under ``prefix`` (``.../w0``, ``.../w1``, ...) as one float64 array, in order."""
+    count = sum(1 for key in arrays if key.startswith(prefix + "w"))
+    return np.concatenate([np.asarray(arrays[f"{prefix}w{j}"], dtype=np.float64).ravel() for j in range(count)])
+
+
+def momentum_rule(arrays: dict[str, np.ndarray], record: dict[str, Any]) -> str | None:
+    """The momentum run of the batch-change case against SGD momentum written out in NumPy, from the gradients the
+    adapter's ``flat_gradient`` gave before each step: ``b = m b + g; w -= lr b``, where ``lr`` is the rate set for
+    that step, so that a new rate applies to the whole buffer at once (PyTorch's form; a Keras or MXNet velocity
+    ``v = m v - lr g`` equals ``-lr b`` only if it is rescaled by new/old at the change). Each step's update
+    ``w_after - w_before`` is checked, so a miss is named at the step it happens."""
+    run = record["rule"]
+    m, (lr1, lr2) = float(record["momentum"][run]), record["rates"][run]
+    k = record["sizes"].index(record["sizes"][-1])
+    before = np.asarray(arrays[f"batch_change/{run}/init"], dtype=np.float64)
+    buf = np.zeros_like(before)
+    for step in range(record["steps"]):
+        lr = lr1 if step < k else lr2
+        grad = np.asarray(arrays[f"batch_change/{run}/step{step}/grad"], dtype=np.float64)
+        after = _step_weights(arrays, f"batch_change/{run}/step{step}/")
+        want = -lr * (m * buf + grad)
+        got = after - before
+        atol = GRADIENT_ATOL_OF_MAX * (float(np.abs(want).max()) or 1.0)
+        if not _close(got, want, GRADIENT_RTOL, atol):
+            where = (f"{run} (momentum {m}), step {step}, "
+                     + (f"the first after set_learning_rate({lr2})" if step == k else
+                        f"{'after' if step > k else 'before'} the change from lr {lr1} to {lr2}"))
+            if step == k and _close(got, -(lr1 * m * buf + lr * grad), GRADIENT_RTOL, atol):
+                return (f"{where}: the update is -(lr_old m b + lr_new g), not -lr_new (m b + g): the momentum "
+                        "buffer kept the old rate, as Keras' and MXNet's own velocity (v = m v - lr g) does. A new "
+                        "rate must apply to the whole buffer at once: in set_learning_rate, scale such a velocity "
+                        "by new/old (docs/adapters.md, 'Learning-rate changes')")
+            return (f"{where}: the update w_after - w_before is not -lr (m b + g), b the momentum buffer of the "
+                    f"gradients flat_gradient() gave before each step ({_worst(got, want)}): check how "
+                    "set_learning_rate treats the momentum state (docs/adapters.md, 'Learning-rate changes')")
+        buf, before = m * buf + grad, after
     return None

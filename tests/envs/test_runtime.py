@@ -275,23 +275,10 @@ def test_an_experiment_files_interpreter_for_a_framework_not_run_is_said(
 def test_resolving_a_framework_reads_the_registry_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The command's resolution turns the name into a target once; the interpreter's choice is handed the target
     and the class (issue 51: the registry was entered again by the managed environment's lookups)."""
-    from harness.envs import runtime
-    from harness.registry import adapter_class, adapter_target
     from tests.helpers.envs import kind
+    from tests.helpers.registry import count_lookups
 
-    asked: list[str] = []
-
-    def counted_target(name: str) -> str:
-        asked.append(name)
-        return adapter_target(name)
-
-    def counted_class(name: str) -> type:
-        asked.append(name)
-        return adapter_class(name)
-
-    for module in (resolve, runtime):
-        monkeypatch.setattr(module, "adapter_target", counted_target, raising=False)
-    monkeypatch.setattr(resolve, "adapter_class", counted_class)
+    asked = count_lookups(monkeypatch)
     resolved = resolve_runtimes(["pytorch"], {}, kind())
     assert resolved["pytorch"].interpreter.source == "managed", resolved["pytorch"].interpreter.problem
     assert asked == ["pytorch"]

@@ -19,7 +19,8 @@ from adapters.base import OptimizerSpec
 from harness.config.experiment import parse_experiment
 from harness.config.trial import TrialSpec
 from harness.maxbatch.answer import ModelSize, Provenance, answer_record
-from harness.maxbatch.request import Budget, MaxBatchRequest
+from harness.maxbatch.budget import Budget
+from harness.maxbatch.request import MaxBatchRequest
 from harness.maxbatch.search import ProbeResult, SearchSettings, search
 from harness.models import build_description
 from harness.monitor.probes import ReplayProbe, synthetic_gpu_stream

@@ -131,8 +131,9 @@ def test_a_probe_that_runs_out_of_memory_after_another_process_took_the_gpu_is_n
     """Batch 1 ran with 500 MiB held by others; batch 16 ran out of memory with ``others_later_mib`` held: taken
     between the two probes, it is an error naming the memory taken (the search retries it, then stops saying so),
     never the boundary; with the same 500 MiB it is the model's out of memory."""
+    from harness.maxbatch.budget import Budget
     from harness.maxbatch.probes import WorkerProber
-    from harness.maxbatch.request import Budget, MaxBatchRequest
+    from harness.maxbatch.request import MaxBatchRequest
     from tests.fakes.registry import register_fake
 
     register_fake(monkeypatch)

@@ -143,8 +143,9 @@ class _RecordingCard:
                                                           ("cpu-rlimit-data", "cpu", [0.0, 0.0, 0.0])])
 def test_each_probe_on_an_emulated_card_carries_the_context_earlier_probes_measured(
         tiny_data: Any, monkeypatch: pytest.MonkeyPatch, kind: str, device: str, expected: list[float]) -> None:
+    from harness.maxbatch.budget import Budget
     from harness.maxbatch.probes import WorkerProber
-    from harness.maxbatch.request import Budget, MaxBatchRequest
+    from harness.maxbatch.request import MaxBatchRequest
     from tests.fakes.registry import register_fake
 
     register_fake(monkeypatch)

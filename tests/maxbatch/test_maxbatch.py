@@ -25,8 +25,9 @@ from harness.maxbatch.advice import (
     pow2_at_or_below,
     recommend,
 )
+from harness.maxbatch.budget import resolve_budget
 from harness.maxbatch.probes import WorkerProber, control_limit_mib, probe_peak_mib
-from harness.maxbatch.request import MaxBatchRequest, resolve_budget
+from harness.maxbatch.request import MaxBatchRequest
 from harness.maxbatch.search import CPU_RESOLUTION, Resolution, SearchLine
 from harness.records import (
     MaxBatchResult,

@@ -17,8 +17,9 @@ import pytest
 
 from harness.cli import main
 from harness.maxbatch.answer import estimate_part
+from harness.maxbatch.budget import Budget
 from harness.maxbatch.probes import search_settings
-from harness.maxbatch.request import Budget, MaxBatchRequest
+from harness.maxbatch.request import MaxBatchRequest
 from harness.maxbatch.search import ProbeResult, SearchSettings, search
 from harness.records import MaxBatchResult, StepEstimate, StoredEstimate
 from harness.run.worker.estimate import step_estimate

@@ -13,8 +13,9 @@ import pytest
 
 from harness.cli import main
 from harness.errors import ConfigError
+from harness.maxbatch.budget import Budget
 from harness.maxbatch.probes import probe_growth_mib, probe_peak_mib, search_settings
-from harness.maxbatch.request import Budget, MaxBatchRequest
+from harness.maxbatch.request import MaxBatchRequest
 from harness.maxbatch.search import CPU_RESOLUTION, GPU_CENSOR_PCT, GPU_RESOLUTION, Resolution
 from harness.records import TrialOutcome, WorkerMetrics
 from harness.store import Store

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from harness.maxbatch import request, searching
+from harness.maxbatch import budget, searching
 from harness.maxbatch.listener import Bracket, MaxBatchListener
 from harness.maxbatch.request import MaxBatchRequest
 from harness.maxbatch.searching import DataSource, MaxBatchSearch
@@ -34,7 +34,7 @@ def test_the_search_resolves_its_budget_once_and_tells_its_listener_in_order(fak
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     fake_executor()
     resolved: list[str] = []
-    real = request.resolve_budget
+    real = budget.resolve_budget
     monkeypatch.setattr(searching, "resolve_budget",
                         lambda req, gpus, runtime=None: resolved.append(req.framework) or real(req, gpus, runtime))
     search = MaxBatchSearch.build(REQ, {"gpus": []}, data=DataSource(cache_dir=tmp_path / "cache"))

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from harness.cli import main
+from harness.cli import maxbatch as maxbatch_cli
 from harness.errors import ConfigError
 from harness.maxbatch import probes as prober
 from harness.maxbatch import whathelps
@@ -61,18 +62,18 @@ def test_the_plan_is_plain_each_setting_alone_then_all_together():
 
 
 def test_adapter_options_are_toml_scalars_checked_by_the_adapter():
-    assert whathelps.parse_adapter_option("memory_mode=preallocate") == ("memory_mode", "preallocate")
-    assert whathelps.parse_adapter_option("expandable_segments=true") == ("expandable_segments", True)
-    assert whathelps.parse_adapter_option("max_split_size_mb = 128") == ("max_split_size_mb", 128)
-    assert whathelps.parse_adapter_option('name="128"') == ("name", "128")
+    assert maxbatch_cli.parse_adapter_option("memory_mode=preallocate") == ("memory_mode", "preallocate")
+    assert maxbatch_cli.parse_adapter_option("expandable_segments=true") == ("expandable_segments", True)
+    assert maxbatch_cli.parse_adapter_option("max_split_size_mb = 128") == ("max_split_size_mb", 128)
+    assert maxbatch_cli.parse_adapter_option('name="128"') == ("name", "128")
     tf = adapter_class("tensorflow")
-    assert whathelps.adapter_options(["memory_mode=preallocate"], tf) == {"memory_mode": "preallocate"}
+    assert maxbatch_cli.adapter_options(["memory_mode=preallocate"], tf) == {"memory_mode": "preallocate"}
     for pairs, message in ((["memory_mode"], "is not KEY=VALUE"), (["memory_mode=[1, 2]"], "one word"),
                            (["nosuch=1"], "has no setting 'nosuch'"), (["memory_mode=lots"], "is not one of"),
                            (["memory_mode=growth"], "default, which the plain search runs with already"),
                            (["memory_mode=preallocate", "memory_mode=growth"], "given twice")):
         with pytest.raises(ConfigError, match=message):
-            whathelps.adapter_options(pairs, tf)
+            maxbatch_cli.adapter_options(pairs, tf)
 
 
 def test_a_memory_mode_that_does_nothing_where_the_search_runs_is_refused():
@@ -164,6 +165,25 @@ def test_an_adapter_option_is_a_search_of_its_own(fake_executor, tmp_path, capsy
         ("plain", {}), ("behaviour=noisy", {"behaviour": "noisy"})]
     assert {tuple(u.trial.adapter_options.items()) for u in made[1].units} == {(("behaviour", "noisy"),)}
     assert {tuple(u.trial.adapter_options.items()) for u in made[0].units} == {()}
+
+
+def test_a_command_looks_its_framework_up_once_however_many_searches_it_runs(fake_executor, tmp_path, capsys,
+                                                                           monkeypatch):
+    """Issue 51: one ``maxbatch`` reads the registry once for its framework: the command line's adapter options, the
+    request's checks, the runtime's resolution, every setting's search and every stored answer use what that one
+    lookup found (it was looked up again by each of them: three times for a plain search, once more per setting)."""
+    from tests.fakes.registry import register_fake
+    from tests.helpers.registry import count_lookups
+
+    register_fake(monkeypatch)
+    fake_executor()
+    asked = count_lookups(monkeypatch)
+    assert _maxbatch(tmp_path / "out", "--adapter-option", "behaviour=noisy", framework="fake") == 0, \
+        capsys.readouterr().err
+    assert [r["setting"] for r in _rows(tmp_path / "out")] == ["plain", "behaviour=noisy"]
+    # the built-ins are read once each too: a plugin without requirements of its own runs in the environment of the
+    # built-in whose framework it imports, found by their import names (harness.envs.resolve.shared_builtin)
+    assert asked[0] == "fake" and len(asked) == len(set(asked)), asked
 
 
 def test_a_fixed_mmap_threshold_is_a_setting_with_its_measured_cost(fake_executor, tmp_path, capsys, monkeypatch):
@@ -300,8 +320,9 @@ def test_accumulation_keeps_the_peak_at_the_micro_batch_on_a_real_pytorch_worker
     ~18 MiB for deep_cnn, measured in docs/maxbatch.md; 906 parameters here), while each update trains 4 times
     the samples (which, as one batch, would need about 3 x 64 x 0.5 MiB more)."""
     from harness.data import DataRequest, prepare
+    from harness.maxbatch.budget import resolve_budget
     from harness.maxbatch.probes import WorkerProber, probe_peak_mib
-    from harness.maxbatch.request import MaxBatchRequest, resolve_budget
+    from harness.maxbatch.request import MaxBatchRequest
     from harness.run.executor import LocalExecutor
 
     shape, micro = (3, 64, 64), 64
