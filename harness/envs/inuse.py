@@ -32,6 +32,7 @@ reader that finds it. On Windows (no ``fcntl``) nothing is held and nothing wait
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import math
@@ -127,8 +128,9 @@ def _windows_note(spec: EnvSpec, root: Path) -> None:
 
 
 def _command_line() -> str:
-    first = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
-    first = "python -m harness" if first == "__main__.py" else first
+    """This process's command line, as its note says it: ``batchscope run e.toml``, ``python -m pytest ...``."""
+    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path("python")
+    first = f"python -m {argv0.parent.name}" if argv0.name == "__main__.py" else argv0.name
     return " ".join([first, *sys.argv[1:]])[:200]
 
 
@@ -277,12 +279,17 @@ def release(spec: EnvSpec, root: Path) -> None:
 
 
 def release_all() -> None:
-    """Every environment this process holds, let go (the end of a command)."""
+    """Every environment this process holds, let go (the end of a command; and at the interpreter's exit, for a
+    caller that resolved environments outside a command: the kernel drops the locks then anyway, this removes the
+    notes)."""
     with _GUARD:
         for held in _HELD.values():
             os.close(held.fd)
             held.note.unlink(missing_ok=True)
         _HELD.clear()
+
+
+atexit.register(release_all)
 
 
 @contextlib.contextmanager
