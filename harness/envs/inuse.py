@@ -135,7 +135,11 @@ def _command_line() -> str:
 
 
 def _enter(spec: EnvSpec, root: Path) -> _Held:
-    """This process's lock file of ``spec``'s environment, counted once more (opened, with no lock yet, if new)."""
+    """This process's lock file of ``spec``'s environment, counted once more (opened, with no lock yet, if new).
+
+    Raises:
+        OSError: the lock file cannot be made (a read-only cache).
+    """
     path = lock_file(spec, root)
     with _GUARD:
         held = _HELD.get(path)
@@ -262,7 +266,10 @@ def hold(spec: EnvSpec, root: Path, on_wait: Callable[[str], None] = lambda who:
     """
     if not _FLOCK:  # nothing held (the move aside says so: exclusive)
         return
-    held = _enter(spec, root)
+    try:
+        held = _enter(spec, root)
+    except OSError:  # a read-only cache: nothing can move it aside from here either; used without a lock
+        return
     if held.mode:  # held already (shared, or exclusive by this process's own rebuild)
         return
     try:
