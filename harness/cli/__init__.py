@@ -21,6 +21,7 @@ from typing import Any
 from harness import __version__
 from harness.cli import adapters, compare, doctor, env, export, maxbatch, recommend, report, run
 from harness.diskfull import disk_full, is_disk_full
+from harness.envs.inuse import release_all
 from harness.errors import BatchscopeError, BatchscopeWarning, ConfigError, Terminated
 
 Command = Callable[[argparse.Namespace], int]
@@ -150,6 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("batchscope: internal error (exit 1); please report it with the traceback above", file=sys.stderr)
         return 1
     finally:  # called in-process (tests, notebooks): give the caller its own handlers back
+        release_all()  # the managed environments this command used (harness.envs.inuse): its workers are gone
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

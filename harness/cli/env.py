@@ -74,7 +74,8 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def _set_aside(frameworks: list[str], kind: str) -> None:
-    """``--rebuild``: each framework's environment of ``kind`` removed (under its build lock), so that the build
+    """``--rebuild``: each framework's environment of ``kind`` removed (under its build lock, once no other command
+    uses it: a bounded wait, said once; EnvironmentInUseError, exit 1, where one still does), so that the build
     below makes it anew from its lock."""
     from harness.envs.build import remove
     from harness.envs.resolve import managed_spec
@@ -82,7 +83,7 @@ def _set_aside(frameworks: list[str], kind: str) -> None:
 
     for framework in frameworks:
         spec = managed_spec(framework, kind)
-        if spec is not None and remove(spec, envs_root()):
+        if spec is not None and remove(spec, envs_root(), say=lambda line: print(line, flush=True)):
             print(f"{framework}: removed {spec.path(envs_root())}, to build it anew", flush=True)
 
 

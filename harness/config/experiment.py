@@ -145,17 +145,19 @@ class Experiment:
     threads: int = _setting(0, ge=0, le=MAX_THREADS, unit="threads")
     timeout_s: float = _setting(900.0, gt=0, le=MAX_TIMEOUT_S, unit="s")
     eval: bool = True
-    #: evaluations on the held-out split spread evenly over the training, besides the final one (the learning
-    #: curve, and where divergence is caught); 0: the final evaluation only. Outside the training clock.
+    #: evaluations on the held-out split spread evenly over the training's samples, besides the final one (the
+    #: learning curve, and where divergence is caught; harness.config.schedule.eval_steps); 0: the final evaluation
+    #: only. Outside the training clock.
     eval_points: int = _setting(8, ge=0, le=MAX_POINTS, unit="points")
     eval_batch_size: int = _setting(256, ge=1, le=MAX_SIZE, unit="samples")
     #: the accuracy (percent) the recommendation's time to target is measured to; 0: each series' best mean final
     #: accuracy minus 1 point (report/target.py). An analysis key: changing it re-reads the store, reruns nothing
     target_accuracy: float = _setting(0.0, ge=0, le=100, unit="%", why="0: the best mean accuracy minus 1 point")
     #: train to the target (issue 33, docs/critical_batch.md): each trial trains until an evaluation first finds the
-    #: absolute ``target_accuracy`` (required) or until its ``epochs`` budget runs out, evaluating every
-    #: ``target_eval_samples`` samples (the same resolution in samples, and the same evaluation cost per sample, at
-    #: every batch size; at least every step)
+    #: absolute ``target_accuracy`` (required) or until its ``epochs`` budget runs out, evaluating after the first step
+    #: that reaches each multiple of ``target_eval_samples`` samples (the same resolution in samples, and the same
+    #: evaluation cost per sample, at every batch size and in a schedule; at most every step;
+    #: harness.config.schedule.eval_steps)
     train_to_target: bool = False
     target_eval_samples: int = _setting(500, ge=1, le=MAX_SIZE, unit="samples")
     #: a learning-rate grid (issue 33): every rate is a variant ``lr_<rate>`` of its own; each batch size's figure is

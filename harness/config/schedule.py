@@ -10,15 +10,19 @@ size's is), and the next epoch starts a fresh permutation. A change never skips 
 at the first update that starts at or after its sample count, and that update starts where the previous one ended.
 So a schedule of one entry ``[[0, B]]`` trains exactly the steps of ``batch_size = B``.
 
-Framework-free and pure Python: the parent plans and checks with it, the worker trains by it.
+Where every training evaluates, a constant size's as a schedule's, is here too (:func:`eval_steps`, the one rule: the
+first step at which the samples seen reach each point's count). Framework-free and pure Python: the parent plans and
+checks with it, the worker trains and evaluates by it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import bisect
 from dataclasses import dataclass
 
 Schedule = tuple[tuple[float, int], ...]
+#: a training's updates in order, run-length coded: (samples per update, how many such updates in a row)
+Updates = tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True)
@@ -111,21 +115,67 @@ def segments(schedule: Schedule, n_train: int, epochs: int) -> list[Segment]:
     return out
 
 
-def eval_steps_by_samples(sizes: Sequence[int], every_samples: int = 0, points_n: int = 0) -> list[int]:
-    """The steps (updates done) after which a scheduled training evaluates: the first step at which the samples seen
-    reach each multiple of ``every_samples`` (train-to-target mode), or ``points_n`` points evenly spread over the
-    samples (else); strictly inside the training, each once (its end is the final evaluation)."""
-    total = sum(sizes)
-    if every_samples:
-        marks = list(range(every_samples, total, every_samples))
+def constant_updates(batch: int, n_train: int, epochs: int, steps: int) -> Updates:
+    """A constant size's updates as :data:`Updates`: ``batch`` samples each, an epoch's last one short where
+    ``batch`` does not divide ``n_train`` (as harness.run.worker.steps.batch_indices cuts them); with ``epochs`` = 0,
+    ``steps`` full batches (cycling through the data). The one-stretch schedule ``[[0, batch]]`` cuts the same."""
+    if epochs <= 0:
+        return ((batch, steps),) if steps > 0 else ()
+    full, last = divmod(n_train, batch)
+    if not last or not full:  # every update of one size: full batches only, or the whole set at once each epoch
+        return ((batch, full * epochs),) if full else ((last, epochs),)
+    return ((batch, full), (last, 1)) * epochs
+
+
+def schedule_updates(schedule: Schedule, n_train: int, epochs: int) -> Updates:
+    """A schedule's updates (:func:`step_sizes`) as :data:`Updates`."""
+    out: list[tuple[int, int]] = []
+    for size, _ in step_sizes(schedule, n_train, epochs):
+        if out and out[-1][0] == size:
+            out[-1] = (size, out[-1][1] + 1)
+        else:
+            out.append((size, 1))
+    return tuple(out)
+
+
+def eval_steps(updates: Updates, points_n: int = 0, every_samples: int = 0) -> list[int]:
+    """The steps (updates done) after which a training evaluates: **the one rule**, for constant sizes and schedules
+    alike (a constant size is a one-stretch schedule), for ``eval_points`` and for train-to-target's cadence.
+
+    Each point has a sample count: every multiple of ``every_samples`` (train-to-target mode), else ``points_n``
+    counts spread evenly over the training's samples (``round(i x samples / (points_n + 1))``). A point falls after the
+    first step at which the samples seen reach its count; strictly inside the training (its end is the final
+    evaluation), each step once (counts that the same step reaches are one point). In samples, not steps, so that a
+    small-batch stretch does not crowd them, and so that ``[[0, B]]`` and ``batch_size = B`` evaluate after the same
+    steps (before, a constant size spread its points over its steps, and evaluated every ``round(samples / B)``
+    steps to the target: up to a step apart at each point, and drifting apart over a train-to-target run).
+
+    ``updates``: the training's updates in order (:func:`constant_updates`, :func:`schedule_updates`). The work is
+    one pass over them and the points (never one per step or per sample: a training may have 10^9 steps).
+    """
+    total = sum(size * count for size, count in updates)
+    steps = sum(count for _, count in updates)
+    if every_samples > 0:
+        def after(samples: int) -> int:  # the first count above ``samples``
+            return (samples // every_samples + 1) * every_samples
     else:
-        marks = [round(i * total / (points_n + 1)) for i in range(1, points_n + 1)]
-    out: set[int] = set()
-    seen, m = 0, 0
-    for step, size in enumerate(sizes):
-        seen += size
-        while m < len(marks) and seen >= marks[m]:
-            if step + 1 < len(sizes):
-                out.add(step + 1)
-            m += 1
-    return sorted(out)
+        marks = sorted({round(i * total / (points_n + 1)) for i in range(1, points_n + 1)})
+
+        def after(samples: int) -> int:
+            k = bisect.bisect_right(marks, samples)
+            return marks[k] if k < len(marks) else total
+    out: list[int] = []
+    run = first_step = first_sample = 0  # the run of updates that holds the next point, and what came before it
+    mark = after(0)
+    while mark < total:
+        while first_sample + updates[run][0] * updates[run][1] < mark:  # the run whose samples reach the mark
+            first_step += updates[run][1]
+            first_sample += updates[run][0] * updates[run][1]
+            run += 1
+        size = updates[run][0]
+        step = first_step + -(-(mark - first_sample) // size)
+        if step >= steps:
+            break
+        out.append(step)
+        mark = after(first_sample + (step - first_step) * size)  # the counts this step reached are this point
+    return out

@@ -7,10 +7,13 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from harness.config.choices import Augment, Denormals, Device, MathMode, OptimizerName, Precision
 from harness.config.precision import legacy_math_mode
+
+#: how a trial's evaluation points are placed (:attr:`TrialSpec.eval_by`)
+EvalBy = Literal["samples", "steps"]
 
 
 @dataclass(frozen=True)
@@ -85,9 +88,11 @@ class TrialSpec:
     prefetch: bool = True
 
     #: train to the target (issue 33): stop at the first evaluation at or above this accuracy (percent); 0: off, the
-    #: trial trains its whole ``epochs`` (then a budget). Evaluations every ``eval_every_steps`` updates (0: the
-    #: ``eval_points`` spread instead)
+    #: trial trains its whole ``epochs`` (then a budget). Evaluations every ``eval_every_samples`` samples
     stop_at_accuracy: float = 0.0
+    #: what a constant-size trial planned before the one rule for evaluation points evaluated by in train-to-target
+    #: mode: every this many updates (``round(target_eval_samples / B)``). No longer planned, nor read by the worker:
+    #: kept so that such a trial's stored spec reads back with its hash (:func:`evaluated_by_steps`)
     eval_every_steps: int = 0
 
     #: a max-batch probe on an emulated GPU: the CUDA context (MiB) earlier probes of the search measured, which an
@@ -105,9 +110,16 @@ class TrialSpec:
     #: a batch-size schedule (issue 52; harness/config/schedule.py): ``(fraction, batch, lr)`` per entry, the rate
     #: ``lr_policy`` gives that size; ``batch_size`` is the first entry's. (): one size all along
     batch_schedule: tuple[tuple[float, int, float], ...] = ()
-    #: train-to-target mode with a schedule: evaluate every this many samples (the schedule's steps are not of one
-    #: size, so ``eval_every_steps`` cannot say it); 0: not used
+    #: train-to-target mode: an evaluation at each multiple of this many samples, constant sizes and schedules alike
+    #: (harness.config.schedule.eval_steps); 0: not in that mode (the ``eval_points`` spread instead)
     eval_every_samples: int = 0
+    #: how the evaluation points are placed: ``samples`` (the one rule, harness.config.schedule.eval_steps: the first
+    #: step at which the samples seen reach each point's count). ``steps``: a constant-size trial planned before that
+    #: rule, whose points were spread over its steps (and fell every ``eval_every_steps`` updates to the target); read
+    #: from such a trial's stored spec only (see :func:`evaluated_by_steps`). Hashed only where it is not what a
+    #: trial of its kind was stored under before the rule (``steps`` for a constant size that evaluates inside its
+    #: training): those trials get new hashes, every other keeps its own
+    eval_by: EvalBy = "samples"
 
     @property
     def schedule(self) -> tuple[tuple[float, int], ...]:
@@ -150,6 +162,8 @@ class TrialSpec:
             data["batch_schedule"] = tuple((float(f), int(b), float(lr)) for f, b, lr in data["batch_schedule"] or ())
         if "math_mode" not in data:  # stored before math modes: what such a trial ran under on its device
             data["math_mode"] = legacy_math_mode(str(data.get("device", "auto")))
+        if "eval_by" not in data:  # stored before the one rule for evaluation points: what it evaluated by
+            data["eval_by"] = _legacy_eval_by(data)
         return cls(optimizer=OptimizerSpec(**opt), **{k: v for k, v in data.items() if k in names})
 
     @property
@@ -170,12 +184,38 @@ class TrialSpec:
             # what every trial ran under before the key existed (true float32 on the CPU, the framework's default on
             # a GPU): such old trials keep their hashes, and no trial of another math mode can take one of them
             payload.pop("math_mode")
+        if payload.get("eval_by") == _legacy_eval_by(payload):
+            payload.pop("eval_by")  # what a trial of this kind evaluated by before the field: it keeps its hash
         if payload.get("device_resolved") in ("", "cpu", payload.get("device")):
             payload.pop("device_resolved", None)  # see device_resolved: only auto -> gpu is hashed
         if payload.get("augment", "none") == "none":
             payload.pop("augment_pad_px", None)  # no augmentation: the padding changes nothing
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _legacy_eval_by(spec: Mapping[str, Any]) -> EvalBy:
+    """How a trial with these settings placed its evaluation points before the one rule: by steps where it was a
+    constant size that evaluated inside its training (``eval_points``, or ``eval_every_steps`` to the target), by
+    samples otherwise (a schedule's; one with no points inside its training has nothing to place)."""
+    inside = spec.get("eval_points") or spec.get("eval_every_steps") or spec.get("eval_every_samples")
+    if spec.get("eval", True) and inside and not spec.get("batch_schedule"):
+        return "steps"
+    return "samples"
+
+
+def evaluated_by_steps(trial: TrialSpec) -> TrialSpec | None:
+    """``trial`` as it was planned before the one rule for evaluation points, where its points then fell elsewhere: a
+    constant size evaluating inside its training, whose ``eval_points`` were spread over its steps, or which evaluated
+    every ``round(eval_every_samples / B)`` updates to the target (B: its effective batch). None where nothing moved
+    (a schedule, a trial without points inside its training). ``--resume`` removes such a trial from the store, saying
+    so, and runs it again (harness.run.sweep): a cell's repeats are never evaluated by two rules."""
+    if trial.eval_by != "samples" or _legacy_eval_by(dataclasses.asdict(trial)) != "steps":
+        return None
+    if trial.eval_every_samples:
+        every = max(1, round(trial.eval_every_samples / trial.effective_batch_size))
+        return dataclasses.replace(trial, eval_by="steps", eval_every_samples=0, eval_every_steps=every)
+    return dataclasses.replace(trial, eval_by="steps")
 
 
 #: fields left out of :attr:`TrialSpec.trial_hash` while they hold these defaults

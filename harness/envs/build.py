@@ -3,7 +3,9 @@
 Built into a temporary folder beside its final place and renamed there only after the framework imported in it, so
 a half-built environment (a failed install, a full disk, Ctrl-C, a kill) is never taken for a built one: an
 environment exists exactly when its folder does, with its facts file in it. Two sweeps that need the same
-environment at once build it once: the second waits on a file lock (``flock``), then finds it built.
+environment at once build it once: the second waits on a file lock (``flock``), then finds it built. A built
+environment is moved aside (damaged, or ``--rebuild``) only once no other command uses it (:mod:`.inuse`: each
+command holds it shared; the move takes it exclusive, waiting a bounded time, and else leaves it in place).
 
 The installer is pip, run from the parent's interpreter into the new environment (``pip --python``), with the
 machine's pip configuration (this machine serves its CPU torch wheel that way) and, for a lock, ``--no-deps``: a
@@ -30,6 +32,7 @@ import venv
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from harness.envs import inuse
 from harness.envs.spec import EnvSpec, normal_name, requirement_name
 from harness.errors import BatchscopeError
 
@@ -48,6 +51,11 @@ INSTALLER_VAR = "BATCHSCOPE_INSTALLER"
 
 class EnvironmentBuildError(BatchscopeError):
     """A managed environment could not be built; the message carries the installer's last lines."""
+
+
+class EnvironmentInUseError(EnvironmentBuildError):
+    """A managed environment that needed moving aside is in use by another batchscope command, still after the wait
+    (:mod:`.inuse`): it was left in place. Exit 1, as a failed build."""
 
 
 def python_in(env_dir: Path) -> Path:
@@ -149,6 +157,60 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def _under_build_lock(spec: EnvSpec, root: Path) -> Iterator[None]:
+    """``spec``'s build lock for the body, waited for with this process's use of the environment let go and taken
+    back once it is had (:mod:`.inuse`: the lock order that keeps two commands from waiting on each other)."""
+    inuse.let_go(spec, root)
+    try:
+        with _locked(root / f".{spec.name}.lock"):
+            _take_back(spec, root)
+            yield
+    finally:  # where the body failed before it was taken back (Ctrl-C while waiting): briefly, never raising
+        with contextlib.suppress(EnvironmentInUseError):
+            _take_back(spec, root, 5.0)
+
+
+def _take_back(spec: EnvSpec, root: Path, wait: float | None = None) -> None:
+    try:
+        inuse.take_back(spec, root, wait)
+    except inuse.InUse as e:
+        raise EnvironmentInUseError(f"{spec.label} in {spec.path(root)} is being moved aside by another batchscope "
+                                    f"command ({e.who}), still after {e.waited_s:.0f} s") from None
+
+
+def waiting_line(spec: EnvSpec, root: Path, doing: str) -> Callable[[str], str]:
+    """The line said once when ``doing`` to ``spec``'s environment waits for the commands using it."""
+    return lambda who: (f"the {spec.framework} environment in {spec.path(root)} is in use by another batchscope "
+                        f"command ({who}): waiting up to {inuse.wait_s():.0f} s for it to end before {doing} "
+                        f"({inuse.WAIT_VAR} sets how long)")
+
+
+def use(spec: EnvSpec, root: Path, say: Callable[[str], None] = lambda line: None) -> None:
+    """This process uses ``spec``'s environment from now until the command ends (:func:`harness.envs.inuse.
+    release_all`): no other command moves it aside meanwhile (a rebuild waits for it, a bounded time).
+
+    Raises:
+        EnvironmentInUseError: another command was moving it aside all the wait long.
+    """
+    try:
+        inuse.hold(spec, root, lambda who: say(f"the {spec.framework} environment in {spec.path(root)} is being "
+                                               f"moved aside by another batchscope command ({who}): waiting"))
+    except inuse.InUse as e:
+        raise EnvironmentInUseError(f"{spec.label} in {spec.path(root)} is being moved aside by another batchscope "
+                                    f"command ({e.who}), still after {e.waited_s:.0f} s") from None
+
+
+@contextlib.contextmanager
+def in_use(spec: EnvSpec, root: Path, say: Callable[[str], None] = lambda line: None) -> Iterator[None]:
+    """:func:`use` for the body only (the executor, around each unit it runs)."""
+    use(spec, root, say)
+    try:
+        yield
+    finally:
+        inuse.release(spec, root)
+
+
 def _tail(text: str) -> str:
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("WARNING: Location")]
     return "\n".join(lines[-TAIL_LINES:])
@@ -174,60 +236,99 @@ def _clear_leftovers(root: Path, spec: EnvSpec) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _set_aside(final: Path, root: Path, spec: EnvSpec) -> None:
-    """Move ``final`` out of the way (a rename: nothing half-deleted is ever at its place), then delete it."""
+def _set_aside(final: Path, root: Path, spec: EnvSpec, on_wait: Callable[[str], None], why: str) -> None:
+    """Move ``final`` out of the way (a rename: nothing half-deleted is ever at its place), then delete it; under its
+    build lock. The rename waits for every other command using it (:func:`harness.envs.inuse.exclusive`; ``on_wait``
+    told once whom it waits for); the deletion does not.
+
+    Raises:
+        EnvironmentInUseError: another command still used it after the wait; it was left in place (``why``: what
+            the message says of it).
+    """
     if not final.exists() and not final.is_symlink():
         return
     aside = root / f".{spec.name}.building-{os.getpid()}-old"
     try:
-        os.replace(final, aside)
-    except OSError:
-        aside = final
+        with inuse.exclusive(spec, root, on_wait):
+            try:
+                os.replace(final, aside)
+            except OSError:
+                shutil.rmtree(final, ignore_errors=True)
+                return
+    except inuse.InUse as e:
+        raise EnvironmentInUseError(
+            f"{spec.label} in {final} {why}, but another batchscope command is using it ({e.who}), still after "
+            f"{e.waited_s:.0f} s: it was left in place, not moved from under that command's workers. Once that "
+            f"command has ended: {rebuild_command(spec)} (or wait longer: {inuse.WAIT_VAR}=SECONDS)") from None
     shutil.rmtree(aside, ignore_errors=True)
 
 
-def remove(spec: EnvSpec, root: Path) -> bool:
-    """Remove ``spec``'s environment under ``root`` (under its build lock: never from under a build); whether there
-    was one."""
+def remove(spec: EnvSpec, root: Path, say: Callable[[str], None] = lambda line: None) -> bool:
+    """Remove ``spec``'s environment under ``root`` (under its build lock: never from under a build; and once no other
+    command uses it, waiting a bounded time: ``say`` gets one line); whether there was one.
+
+    Raises:
+        EnvironmentInUseError: another command still used it after the wait; it was left in place.
+    """
     final = spec.path(root)
     if not final.exists():
         return False
-    with _locked(root / f".{spec.name}.lock"):
-        _set_aside(final, root, spec)
+    with _under_build_lock(spec, root):
+        _set_aside(final, root, spec, say_waiting(say, spec, root, "removing it"), "was to be removed")
     return True
 
 
+def say_waiting(say: Callable[[str], None], spec: EnvSpec, root: Path, doing: str) -> Callable[[str], None]:
+    """``say`` given :func:`waiting_line` for the others' holders."""
+    line = waiting_line(spec, root, doing)
+    return lambda who: say(line(who))
+
+
 def build(spec: EnvSpec, root: Path, pythonpath: tuple[str, ...], say: Callable[[str], None] = lambda line: None,
-          timeout_s: float = INSTALL_TIMEOUT_S, installer: str = "") -> Path:
+          timeout_s: float = INSTALL_TIMEOUT_S, installer: str = "",
+          on_wait: Callable[[str], None] | None = None) -> Path:
     """The environment of ``spec`` under ``root``, built first where it is not yet (``say`` gets one line).
     ``pythonpath``: where batchscope's code is for the import check (:mod:`harness.envs.facts`, run there);
-    ``installer``: ``pip`` or ``uv`` (default: :func:`chosen_installer`).
+    ``installer``: ``pip`` or ``uv`` (default: :func:`chosen_installer`); ``on_wait``: where the one line goes
+    that says a rebuild waits for other commands using the environment (default: ``say``).
 
-    A built one is checked first (:func:`damage`: no process started, a few ms); a damaged one (a package removed
-    by hand) is said so and built anew from its lock.
+    A built one is checked first (:func:`damage`: no process started, a few ms), under this process's use of it
+    (:func:`in_use`); a damaged one (a package removed by hand) is said so and built anew from
+    its lock, once no other command uses it (a bounded wait).
 
     Raises:
         EnvironmentBuildError: the install or the import check failed; nothing usable is left behind.
+        EnvironmentInUseError: it is damaged, and another command still used it after the wait: left in place.
     """
     final = spec.path(root)
-    if is_built(final) and damage(final, spec) is None:
-        return final
-    with _locked(root / f".{spec.name}.lock"):
-        harm = damage(final, spec) if is_built(final) else None
-        if is_built(final) and harm is None:  # another process built it while this one waited
+    with in_use(spec, root, say):
+        if is_built(final) and damage(final, spec) is None:
             return final
-        _clear_leftovers(root, spec)
-        if harm is not None:
-            say(f"the {spec.framework} environment in {final} is damaged ({harm}): building it anew from its "
-                f"{'lock' if spec.complete else 'requirements'}")
-        _set_aside(final, root, spec)  # damaged, or a folder without its facts file (an old, broken one)
-        try:
-            return _build_locked(spec, root, final, pythonpath, say, timeout_s, chosen_installer(installer))
-        except EnvironmentBuildError as e:
-            if harm is None:
-                raise
-            raise EnvironmentBuildError(f"{spec.label} in {final} was damaged ({harm}) and could not be built "
-                                        f"anew; once the cause below is fixed: {rebuild_command(spec)}\n{e}") from e
+        with _under_build_lock(spec, root):
+            return _build_checked(spec, root, final, pythonpath, say, timeout_s, installer,
+                                  say_waiting(on_wait or say, spec, root, "moving it aside to build it anew"))
+
+
+def _build_checked(spec: EnvSpec, root: Path, final: Path, pythonpath: tuple[str, ...], say: Callable[[str], None],
+                   timeout_s: float, installer: str, on_wait: Callable[[str], None]) -> Path:
+    """:func:`build` under the build lock: checked again (another process may have built it meanwhile), the old
+    folder moved aside, built."""
+    harm = damage(final, spec) if is_built(final) else None
+    if is_built(final) and harm is None:  # another process built it while this one waited
+        return final
+    _clear_leftovers(root, spec)
+    if harm is not None:
+        say(f"the {spec.framework} environment in {final} is damaged ({harm}): building it anew from its "
+            f"{'lock' if spec.complete else 'requirements'}")
+    # damaged, or a folder without its facts file (an old, broken one)
+    _set_aside(final, root, spec, on_wait, f"is damaged ({harm})" if harm else "is not whole")
+    try:
+        return _build_locked(spec, root, final, pythonpath, say, timeout_s, chosen_installer(installer))
+    except EnvironmentBuildError as e:
+        if harm is None:
+            raise
+        raise EnvironmentBuildError(f"{spec.label} in {final} was damaged ({harm}) and could not be built "
+                                    f"anew; once the cause below is fixed: {rebuild_command(spec)}\n{e}") from e
 
 
 def _build_locked(spec: EnvSpec, root: Path, final: Path, pythonpath: tuple[str, ...], say: Callable[[str], None],

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.experiment import check_interpreter
-from harness.envs.build import EnvironmentBuildError, build, is_built, python_in, read_facts
+from harness.envs.build import EnvironmentBuildError, build, is_built, python_in, read_facts, use
 from harness.envs.spec import EnvSpec, envs_root, spec_for
 from harness.errors import ConfigError
 from harness.registry import adapter_class, adapter_target, is_builtin, known_adapter_names
@@ -201,7 +201,11 @@ def managed_interpreter(framework: str, kind: str, say: Callable[[str], None] = 
                         root: Path | None = None, adapter: tuple[str, type] | None = None) -> Interpreter:
     """``framework``'s managed environment (built where it is not yet), or the parent's interpreter for an adapter
     that has none. A failed build is not raised: the interpreter carries it as its ``problem``. ``adapter``: its
-    (``module:Class``, class) where the caller resolved them already (else read from the registry)."""
+    (``module:Class``, class) where the caller resolved them already (else read from the registry).
+
+    The environment is held in use from here to the end of the command (:func:`harness.envs.build.use`, let go by
+    :func:`harness.envs.inuse.release_all` when ``batchscope`` returns, or when the process ends): another command
+    that would move it aside (a rebuild) waits for this one, a bounded time, and else leaves it in place."""
     target, cls = adapter or (adapter_target(framework), adapter_class(framework))
     spec = managed_spec(framework, kind, cls)
     modules = [*WORKER_PACKAGES, target.partition(":")[0]]  # a plugin's own package too, made importable there
@@ -211,6 +215,7 @@ def managed_interpreter(framework: str, kind: str, say: Callable[[str], None] = 
     env_dir = spec.path(root)
     pythonpath = (str(_code_dir(modules)),)
     try:
+        use(spec, root, say)  # from here to the command's end: no other command moves it aside (harness.envs.inuse)
         build(spec, root, pythonpath, say)
     except EnvironmentBuildError as e:
         return Interpreter(framework, str(python_in(env_dir)), "managed", spec.label, pythonpath, {}, spec, str(e))

@@ -7,6 +7,7 @@ group, so an OOM, a segfault or a hang kills nothing but itself, and a timeout k
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import os
@@ -18,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ from typing import Any
 from harness.capture import BoundedOutput
 from harness.config.trial import TrialSpec
 from harness.diskfull import disk_full, is_disk_full, says_disk_full
-from harness.errors import ProtocolMismatchError, WorkerProtocolError
+from harness.errors import BatchscopeError, BatchscopeWarning, ProtocolMismatchError, WorkerProtocolError
 from harness.models import build_description, is_native_model
 from harness.records import Monitor, MonitorResult, NullMonitor, Placement, Status, TrialOutcome, TrialUnit
 from harness.run import gpufaults
@@ -131,10 +133,20 @@ class LocalExecutor:
         A trial whose managed environment vanished or was damaged as it started (its worker could not start, or
         failed, and the environment is no longer whole) is run once more, after the environment is rebuilt: the
         trial is not lost to what happened to its environment (issue 50, item 5).
+
+        A managed environment is held in use for the unit (shared: :mod:`harness.envs.inuse`; the command that made
+        the unit holds it already, from its resolution to its end, and this only counts once more; a Ray node's task
+        takes it here). The retry's rebuild converts that hold: it waits for the other commands using the
+        environment (a bounded time, said once as a note), and else the retry is an ``error`` row saying so.
         """
-        outcome = self._run_once(unit, on_event)
-        if outcome.status in ("crashed", "error") and _environment_harmed(unit):
-            outcome = self._run_once(_environment_ready(unit, whole=True), on_event)
+        with contextlib.ExitStack() as held:
+            try:  # the environment held in use while this unit may start workers in it (harness.envs.inuse)
+                held.enter_context(_environment_in_use(unit))
+            except BatchscopeError as e:  # another command kept moving it aside: an error row, unstarted
+                return _unavailable(dataclasses.replace(unit, unavailable=str(e)))
+            outcome = self._run_once(unit, on_event)
+            if outcome.status in ("crashed", "error") and _environment_harmed(unit):
+                outcome = self._run_once(_environment_ready(unit, whole=True), on_event)
         return outcome
 
     def _run_once(self, unit: TrialUnit, on_event: Callable[[Message], None] | None = None) -> TrialOutcome:
@@ -337,10 +349,25 @@ def _environment_ready(unit: TrialUnit, whole: bool = False) -> TrialUnit:
     from harness.envs.build import EnvironmentBuildError, build
 
     try:
-        build(unit.env_spec, Path(unit.python).parents[1].parent, unit.pythonpath)
+        build(unit.env_spec, Path(unit.python).parents[1].parent, unit.pythonpath, on_wait=_note)
     except EnvironmentBuildError as e:
         return dataclasses.replace(unit, unavailable=f"its environment was missing and could not be rebuilt: {e}")
     return unit
+
+
+def _note(line: str) -> None:
+    """A line for the user from below the command line: a note (``batchscope: note: ...``)."""
+    warnings.warn(line, BatchscopeWarning, stacklevel=2)
+
+
+def _environment_in_use(unit: TrialUnit) -> contextlib.AbstractContextManager[None]:
+    """``unit``'s managed environment held in use for the body (:func:`harness.envs.build.in_use`); nothing for an
+    interpreter of the user's or the parent's, or an environment that could not be built."""
+    if unit.env_spec is None or unit.unavailable is not None:
+        return contextlib.nullcontext()
+    from harness.envs.build import in_use
+
+    return in_use(unit.env_spec, Path(unit.python).parents[1].parent, _note)
 
 
 def _environment_harmed(unit: TrialUnit) -> bool:

@@ -105,7 +105,7 @@ def cap_to_the_run(trials: list[TrialSpec], n_train: int) -> list[TrialSpec]:
     (:class:`~harness.errors.BatchscopeWarning`, printed as ``batchscope: note:``) per key that was capped.
 
     ``eval_points`` beyond the steps inside the training (``steps - 1``; the end is the final evaluation) cannot
-    all happen (:func:`harness.run.worker.evaluation.eval_steps` places each at most once), and a gradient-noise
+    all happen (:func:`harness.config.schedule.eval_steps` places each at most once), and a gradient-noise
     measurement of more gradients per point than the training has steps costs more than the training it describes
     (issue 32: ``gradient_noise = 100000000`` on an 8x8 model ran for ever). The capped value is the trial's, so
     what is stored (its ``spec_json``) is what ran.
@@ -163,14 +163,9 @@ def _trial(v: Experiment, variant: str, framework: str, batch_size: int, repeat:
         compile_cache=v.compile_cache,
         prefetch=v.prefetch,
         stop_at_accuracy=v.target_accuracy if v.train_to_target else 0.0,
-        eval_every_steps=target_eval_every(v.target_eval_samples, batch_size * v.accumulate_steps)
-        if v.train_to_target and not v.batch_schedule else 0,
-        # issue 52: each scheduled size trains at the rate lr_policy gives it; evaluations every target_eval_samples
+        # issue 52: each scheduled size trains at the rate lr_policy gives it
         batch_schedule=tuple((f, b, v.lr_for(b)) for f, b in v.batch_schedule),
-        eval_every_samples=v.target_eval_samples if v.train_to_target and v.batch_schedule else 0,
+        # to the target: an evaluation at each target_eval_samples samples, a constant size's as a schedule's
+        # (harness.config.schedule.eval_steps)
+        eval_every_samples=v.target_eval_samples if v.train_to_target else 0,
     )
-
-
-def target_eval_every(samples: int, effective_batch: int) -> int:
-    """Updates between evaluations in train-to-target mode: ``samples`` samples' worth, at least one update."""
-    return max(1, round(samples / effective_batch))

@@ -62,7 +62,10 @@ __all__ = ["EVENTS", "PHASES", "PROGRESS_INTERVAL_S", "PROTOCOL_VERSION", "Chann
 #:    ``step_estimate_json`` text (issue 51, item 3)
 #: 10: ``result``'s metrics carry a schedule's ``schedule`` as a list of objects (``harness.records.ScheduleStretch``),
 #:     not ``schedule_json`` text, and a noise item its ``groups`` as a list of pairs, not ``groups_json`` text
-PROTOCOL_VERSION = 10
+#: 11: the request's trial places every evaluation point by samples (``eval_by``; harness.config.schedule.eval_steps):
+#:     a constant size's ``eval_points`` at sample counts, and to the target at each ``eval_every_samples`` samples,
+#:     which a worker of 10 read for a schedule only (it would have evaluated a constant size nowhere on the way)
+PROTOCOL_VERSION = 11
 PHASES = ("setup", "warmup", "timed", "train", "eval", "steady", "finish")
 
 

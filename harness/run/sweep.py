@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from harness.cells import summary_rows
 from harness.config.experiment import Experiment, adapter_names, check_adapters
 from harness.config.precision import legacy_math_mode
-from harness.config.trial import TrialSpec
+from harness.config.trial import TrialSpec, evaluated_by_steps
 from harness.data import PreparedData, default_cache_dir, prepare
 from harness.data.footprint import require_disk
 from harness.diskfull import write_atomically
@@ -31,7 +31,7 @@ from harness.run.devices import check_one_device, resolve_experiment
 from harness.run.executor import LocalExecutor
 from harness.run.listener import SweepListener
 from harness.run.planner import data_request, plan
-from harness.run.ramp import ramp_trials
+from harness.run.ramp import RAMP_VARIANT, ramp_trials
 from harness.run.scheduler import Backend, SerialBackend, known_durations, run_chains
 from harness.store import Store, TrialRecord, store_path
 from harness.store.db import make_out_dir
@@ -272,6 +272,14 @@ def _run_trials(exp: Experiment, out_dir: Path, store: Store, ready: _Prepared, 
             warnings.warn(f"--resume: {len(gone)} stored trial(s) ran on another device than their framework "
                           "resolves to now (device = \"auto\", after an install): removed, and run again here",
                           BatchscopeWarning, stacklevel=3)
+        moved = evaluated_by_old_rule(ready.trials, existing, ramp=exp.study == "batch_ramp")
+        if moved:  # a cell's repeats evaluated by two rules would be compared as one measurement
+            store.drop_trials(moved)
+            existing = [r for r in existing if r.trial_hash not in moved]
+            warnings.warn(f"--resume: {len(moved)} stored trial(s) were evaluated under the old rule for evaluation "
+                          "points (a constant size's spread over its steps, or every round(target_eval_samples / B) "
+                          "steps to the target; now at sample counts, as a schedule's): removed, and run again here, "
+                          "so that no cell mixes the two (CHANGELOG, Unreleased)", BatchscopeWarning, stacklevel=3)
     write_atomically(out_dir / f"{exp.name}.resolved.json", json.dumps(ready.spec, indent=2, default=str),
                      "the resolved experiment")
     run_id = store.begin_run(exp.name, ready.spec, options.command, ready.env)
@@ -365,6 +373,24 @@ def superseded(trials: Sequence[TrialSpec], stored: set[str]) -> set[str]:
             other = dataclasses.replace(t, device_resolved="gpu" if t.device_resolved == "cpu" else "cpu").trial_hash
             if other != t.trial_hash and other in stored:
                 out.add(other)
+    return out
+
+
+def evaluated_by_old_rule(trials: Sequence[TrialSpec], stored: Sequence[TrialRecord], ramp: bool = False) -> set[str]:
+    """Stored hashes of ``trials`` as planned before the one rule for evaluation points, where theirs fell elsewhere
+    then (:func:`harness.config.trial.evaluated_by_steps`), which ``--resume`` must run again, not keep beside the new.
+    ``ramp`` (the batch_ramp study): a framework's stored ramp trials too where any of its constant trials is among
+    them, since its ramp was computed from their rows (recomputed from the new ones, it may be another)."""
+    hashes = {r.trial_hash for r in stored}
+    out, frameworks = set(), set()
+    for t in trials:
+        old = evaluated_by_steps(t)
+        if old is not None and old.trial_hash in hashes:
+            out.add(old.trial_hash)
+            frameworks.add(t.framework)
+    if ramp and frameworks:
+        out |= {r.trial_hash for r in stored
+                if r.settings.framework in frameworks and r.settings.variant == RAMP_VARIANT}
     return out
 
 

@@ -107,16 +107,17 @@ def test_a_plugin_that_declares_precisions_without_devices_runs_them_on_every_de
 
 
 def test_the_max_batch_search_refuses_the_same_with_its_own_flags():
+    """Checked against the adapter that runs it (the class the command looked up once: ``check_adapter``)."""
     from harness.maxbatch.request import MaxBatchRequest
     from harness.registry import adapter_class
 
-    pytorch = adapter_class("pytorch")  # a request is checked against the adapter a command looked up (issue 51)
+    torch = adapter_class("pytorch")
     with pytest.raises(ConfigError, match=r"--precision 'amp': .*pytorch adapter on the CPU.*or --device 'gpu'"):
-        MaxBatchRequest(framework="pytorch", model="deep_cnn", precision="amp", device="cpu").check_adapter(pytorch)
+        MaxBatchRequest(framework="pytorch", model="deep_cnn", precision="amp", device="cpu").check_adapter(torch)
     with pytest.raises(ConfigError, match=r"--precision 'amp': .*use --device 'gpu'"):
-        MaxBatchRequest(framework="pytorch", model="deep_cnn", precision="amp").check_adapter(pytorch)  # device auto
-    assert MaxBatchRequest(framework="pytorch", model="deep_cnn",
-                           precision="bf16").check_adapter(pytorch).precision == "bf16"
+        MaxBatchRequest(framework="pytorch", model="deep_cnn", precision="amp").check_adapter(torch)  # device auto
+    req = MaxBatchRequest(framework="pytorch", model="deep_cnn", precision="bf16")
+    assert req.check_adapter(torch) is req and req.precision == "bf16"
 
 
 # ---- the worker's proof: the observed compute dtype -----------------------------------------------------

@@ -48,7 +48,7 @@ def test_a_non_finite_number_the_walk_cannot_reach_fails_loudly():
 
 def _diverged_at_an_infinite_rate(batch: int, lr: float, accs: list[float], status: str) -> TrialOutcome:
     trial = make_trial(batch_size=batch, epochs=5, optimizer=OptimizerSpec(name="sgd", lr=lr), variant=f"lr_x{lr!r}",
-                       stop_at_accuracy=90.0, eval_every_steps=10)
+                       stop_at_accuracy=90.0, eval_every_samples=10 * batch)
     curve = [CurvePoint(point=i, step=10 * (i + 1), samples_seen=10 * (i + 1) * batch, epoch=0.1 * (i + 1),
                         train_s=10.0 * (i + 1), accuracy=a, eval_loss=1.0, eval_samples=100, eval_s=0.1)
              for i, a in enumerate(accs)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.config.experiment import parse_experiment
-from harness.config.schedule import eval_steps_by_samples, segments, step_sizes
+from harness.config.schedule import eval_steps, schedule_updates, segments, step_sizes
 from harness.errors import ConfigError
 from harness.run.planner import plan, planned_steps
 from tests.helpers.cli import cli, write
@@ -34,9 +34,10 @@ def test_a_change_continues_the_sample_stream_and_keeps_the_epochs_short_last_ba
 
 
 def test_evaluations_fall_at_samples_not_steps():
-    sizes = [2] * 5 + [8] * 5  # 10 + 40 samples
-    assert eval_steps_by_samples(sizes, every_samples=10) == [5, 7, 8, 9]  # 10, 20, 30, 40 samples reached
-    assert eval_steps_by_samples(sizes, points_n=1) == [7]  # half the samples (25) is reached after step 7
+    updates = ((2, 5), (8, 5))  # 10 + 40 samples
+    assert eval_steps(updates, every_samples=10) == [5, 7, 8, 9]  # 10, 20, 30, 40 samples reached
+    assert eval_steps(updates, points_n=1) == [7]  # half the samples (25) is reached after step 7
+    assert schedule_updates(((0.0, 2), (0.2, 8)), 50, 1) == updates
 
 
 def test_the_plan_gives_each_size_its_lr_policy_rate_and_the_schedules_steps(tiny_data):

@@ -140,13 +140,15 @@ def test_denormals_key_defaults_to_flush_reaches_the_trial_and_is_validated():
 
 
 def test_amp_is_refused_for_a_max_batch_search_too():
+    """Where the search is built (``MaxBatchSearch.build`` checks its request against the runtime's adapter), before
+    its data is prepared: the same words as the command line's."""
     from harness.maxbatch.request import MaxBatchRequest
-    from harness.registry import adapter_class
+    from harness.maxbatch.searching import MaxBatchSearch
 
-    request = MaxBatchRequest(framework="pytorch", model="deep_cnn", precision="amp", device="cpu")
+    req = MaxBatchRequest(framework="pytorch", model="deep_cnn", precision="amp", device="cpu", memory_limit_mib=600)
     with pytest.raises(ConfigError, match=r"--precision 'amp': 'amp' is not run by the pytorch adapter on the CPU"
                                           r".*use --precision 'fp32' or 'bf16', or --device 'gpu'"):
-        request.check_adapter(adapter_class("pytorch"))  # the request is checked against its adapter (issue 51)
+        MaxBatchSearch.build(req, {"gpus": []}, data=object())  # type: ignore[arg-type]
 
 
 def test_the_schema_is_derived_from_the_fields():

@@ -30,7 +30,7 @@ RUNS = {
 
 def _outcome(batch: int, lr: float, status: str, accs: list[float]) -> TrialOutcome:
     trial = make_trial(batch_size=batch, epochs=5, optimizer=OptimizerSpec(name="adam", lr=lr),
-                       variant=f"lr_{lr!r}", stop_at_accuracy=TARGET_PCT, eval_every_steps=10)
+                       variant=f"lr_{lr!r}", stop_at_accuracy=TARGET_PCT, eval_every_samples=10 * batch)
     curve = [CurvePoint(point=i, step=10 * (i + 1), samples_seen=10 * (i + 1) * batch, epoch=0.1 * (i + 1),
                         train_s=10.0 * (i + 1), accuracy=a, eval_loss=1.0, eval_samples=100, eval_s=0.1)
              for i, a in enumerate(accs)]

@@ -7,16 +7,16 @@ import pytest
 
 from harness.config.experiment import parse_experiment
 from harness.errors import ConfigError
-from harness.run.planner import target_eval_every
 from tests.fakes.adapter import LEARNS_PER_STEP
 from tests.helpers.fake_trial import run_fake
 
 
 @pytest.mark.process
 def test_a_trial_stops_at_the_first_evaluation_at_or_above_the_target(tiny_data, tmp_path):
-    # accuracy after s steps is s/16 (behaviour "learns"); evaluations every 3 steps: 3/16, 6/16, 9/16 >= 50 %
+    # accuracy after s steps is s/16 (behaviour "learns"); evaluations every 12 samples, 3 steps of 4: 3/16, 6/16,
+    # 9/16 >= 50 %
     outcome, _ = run_fake(tiny_data, tmp_path, "learns", epochs=50, batch_size=4, stop_at_accuracy=50.0,
-                          eval_every_steps=3)
+                          eval_every_samples=12)
     assert outcome.status == "ok", outcome.reason
     assert [p.step for p in outcome.curve] == [3, 6, 9]
     assert outcome.curve[-1].accuracy >= 0.5 and 9 * LEARNS_PER_STEP >= 0.5
@@ -29,11 +29,11 @@ def test_a_trial_stops_at_the_first_evaluation_at_or_above_the_target(tiny_data,
 @pytest.mark.process
 def test_a_trial_that_never_reaches_it_stops_at_its_budget_and_says_so(tiny_data, tmp_path):
     outcome, _ = run_fake(tiny_data, tmp_path, "ok", epochs=2, batch_size=8, stop_at_accuracy=99.0,
-                          eval_every_steps=2)
+                          eval_every_samples=16)
     assert outcome.status == "ok", outcome.reason
     total = len(outcome.step_times_ms)
     assert outcome.curve[-1].step == total and outcome.curve[-1].epoch == 2.0  # the whole budget, then the end
-    assert [p.step for p in outcome.curve[:-1]] == list(range(2, total, 2))
+    assert [p.step for p in outcome.curve[:-1]] == list(range(2, total, 2))  # 16 samples: 2 steps of 8
     assert outcome.metrics.target_outcome == "not reached within 2 epochs"
 
 
@@ -43,9 +43,22 @@ def test_a_trial_not_in_the_mode_records_no_outcome_and_trains_its_epochs(tiny_d
     assert outcome.metrics.target_outcome is None and outcome.curve[-1].epoch == 2.0
 
 
+@pytest.mark.process
+def test_a_constant_size_evaluates_at_each_multiple_of_its_samples_to_the_target(tiny_data, tmp_path):
+    # batch 10 over 64 samples (6 steps of 10, 1 of 4 an epoch), every 30 samples: the first step reaching 30, 60, 90
+    # and 120 samples (after steps 3, 6, 10 and 13); every round(30 / 10) = 3 steps it evaluated after 3, 6, 9 and 12
+    outcome, _ = run_fake(tiny_data, tmp_path, "ok", epochs=2, batch_size=10, stop_at_accuracy=99.0,
+                          eval_every_samples=30)
+    assert outcome.status == "ok", outcome.reason
+    assert [(p.step, p.samples_seen) for p in outcome.curve] == [(3, 30), (6, 60), (10, 94), (13, 124), (14, 128)]
+
+
 def test_evaluations_fall_every_fixed_number_of_samples():
-    assert target_eval_every(512, 8) == 64 and target_eval_every(512, 128) == 4
-    assert target_eval_every(512, 1024) == 1  # at least every update
+    from harness.config.schedule import constant_updates, eval_steps
+
+    assert eval_steps(constant_updates(8, 4096, 1, 0), every_samples=512)[:2] == [64, 128]
+    assert eval_steps(constant_updates(128, 4096, 1, 0), every_samples=512)[:2] == [4, 8]
+    assert eval_steps(constant_updates(1024, 4096, 1, 0), every_samples=512) == [1, 2, 3]  # at least every update
 
 
 BASE = {"name": "t", "frameworks": ["pytorch"], "batch_sizes": [8], "epochs": 2}

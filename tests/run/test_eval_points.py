@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from harness.config.schedule import constant_updates, eval_steps
 from harness.records import CurvePoint, TrialOutcome, WorkerMetrics
 from harness.run.protocol import Phase, ProgressTicker
 from harness.run.worker import steps
-from harness.run.worker.evaluation import eval_steps
 from harness.run.worker.steps import StepPlan, train
 from harness.store import Store
 from tests.conftest import make_trial
@@ -20,10 +20,20 @@ from tests.helpers.fake_trial import run_fake
 
 
 def test_eval_steps_are_spread_evenly_inside_the_training():
-    assert eval_steps(100, 4) == [20, 40, 60, 80]
-    assert eval_steps(90, 8) == [10, 20, 30, 40, 50, 60, 70, 80]
-    assert eval_steps(4, 8) == [1, 2, 3]  # fewer steps than points: one point per step, never twice
-    assert eval_steps(10, 0) == [] and eval_steps(1, 8) == []  # 0: the final evaluation only
+    def spread(steps: int, points: int) -> list[int]:  # full batches of 4 (no epochs: no short one)
+        return eval_steps(constant_updates(4, 64, 0, steps), points_n=points)
+
+    assert spread(100, 4) == [20, 40, 60, 80]
+    assert spread(90, 8) == [10, 20, 30, 40, 50, 60, 70, 80]
+    assert spread(4, 3) == [1, 2, 3]  # as many points as steps inside the training: one point per step
+    assert spread(4, 8) == [1, 2, 3]  # more (the planner caps them): never twice on a step
+    assert spread(10, 0) == [] and spread(1, 8) == []  # 0: the final evaluation only
+
+
+def test_a_constant_sizes_points_are_spread_over_its_samples_not_its_steps():
+    # batch 10 over 64 samples: 7 steps an epoch (6 of 10, 1 of 4), 14 over 2 epochs. 3 points at 32, 64 and 96
+    # samples: after steps 4, 7 and 11 (104 samples; after step 10, 94). Over the steps they fell after 4, 7, 10.
+    assert eval_steps(constant_updates(10, 64, 2, 14), points_n=3) == [4, 7, 11]
 
 
 class _Clock:
@@ -89,7 +99,7 @@ def test_a_trial_evaluates_at_its_points_and_at_the_end(tiny_data, tmp_path):
     assert outcome.status == "ok", outcome.reason
     m = outcome.metrics
     total = len(outcome.step_times_ms)
-    assert [p.step for p in outcome.curve] == [*eval_steps(total, 3), total]
+    assert total == 16 and [p.step for p in outcome.curve] == [4, 8, 12, total]  # 2 x 64 samples at batch 8
     assert [p.point for p in outcome.curve] == [0, 1, 2, 3]
     assert outcome.curve[-1].samples_seen == 2 * tiny_data.n_train and outcome.curve[-1].epoch == 2.0
     train_s = [p.train_s for p in outcome.curve]

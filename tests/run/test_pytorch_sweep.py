@@ -33,10 +33,11 @@ def test_real_pytorch_sweep_stores_a_row_per_batch_size(tmp_path, cache_dir):
         assert (r["math_mode"], r["math_mode_seen"], r["mfu_pct"], r["mfu_note"]) == ("ieee", "n/a", None, None)
     by_bs = {r["batch_size"]: r for r in rows if r["repeat"] == 0}
     assert by_bs[4]["train_steps_n"] == 24 and by_bs[32]["train_steps_n"] == 3
-    # the learning curve: eval_points (8 by default) spread over the steps, then the end of the training
+    # the learning curve: eval_points (8 by default) spread over the samples, then the end of the training: at 11, 21,
+    # 32, 43, 53, 64, 75 and 85 of the 96 samples, each after the first step of 4 that reaches it (21: after step 6)
     with Store.open(tmp_path) as store:
         curves = {bs: store.curves(r["trial_hash"]) for bs, r in by_bs.items()}
-    assert [p["step"] for p in curves[4]] == [3, 5, 8, 11, 13, 16, 19, 21, 24]
+    assert [p["step"] for p in curves[4]] == [3, 6, 8, 11, 14, 16, 19, 22, 24]
     assert [p["step"] for p in curves[32]] == [1, 2, 3]  # 3 steps: a point after each
     for bs, curve in curves.items():
         assert curve[-1]["accuracy"] == by_bs[bs]["accuracy"] and curve[-1]["eval_loss"] == by_bs[bs]["eval_loss"]

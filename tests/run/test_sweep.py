@@ -213,3 +213,60 @@ def test_a_changed_settling_length_is_refused_on_resume_and_the_sweep_sizes_are_
     stored = {"max_batch_settle_steps": 100, "batch_sizes": [4]}
     assert changed_settings(stored, {"max_batch_settle_steps": 20, "batch_sizes": [4, 8]}) == [
         "max_batch_settle_steps: 100 stored, 20 now"]
+
+
+@pytest.mark.process
+def test_resume_runs_again_a_trial_evaluated_under_the_old_rule_and_says_so(fake_registered: None, tmp_path: Path,
+                                                                           cache_dir: Path) -> None:
+    """A store made before evaluation points fell by samples holds constant-size trials whose points fell by steps:
+    --resume must not keep them beside trials evaluated by the new rule (one cell, two rules), nor do it silently."""
+    import sqlite3
+
+    from harness.config.trial import TrialSpec, evaluated_by_steps
+    from harness.errors import BatchscopeWarning
+    from harness.store import store_path
+
+    exp = load_experiment(_fake_toml(tmp_path / "e.toml", "ok", epochs=1, eval_points=2)).with_overrides(
+        batch_sizes=(16, 32))
+    out = tmp_path / "out"
+    run_sweep(exp, out, SweepOptions(cache_dir=cache_dir))
+    with Store.open(out, create=False) as store:
+        planned = {r.trial_hash: TrialSpec.from_dict(dict(r.spec or {})) for r in store.trials()}
+    new16 = next(h for h, t in planned.items() if t.batch_size == 16)
+    old16 = evaluated_by_steps(planned[new16])
+    assert old16 is not None
+    conn = sqlite3.connect(store_path(out))  # batch 16's rows as a batchscope before the rule stored them
+    with conn:
+        for table in ("trials", "step_times", "samples", "curve", "gradient_noise"):
+            conn.execute(f"UPDATE {table} SET trial_hash = ? WHERE trial_hash = ?", (old16.trial_hash, new16))
+    conn.close()
+    with pytest.warns(BatchscopeWarning, match=r"1 stored trial\(s\) were evaluated under the old rule"):
+        result = run_sweep(exp, out, SweepOptions(cache_dir=cache_dir, resume=True))
+    assert result.already_done == 1 and [o.trial.batch_size for o in result.outcomes] == [16]
+    with Store.open(out, create=False) as store:
+        assert {r.trial_hash for r in store.trials()} == set(planned)  # the old row is gone, not kept beside
+        # 7 steps of 16 over 100 samples: points at 33 and 67 samples, after steps 3 and 5 (by the steps: 2 and 5)
+        assert [p["step"] for p in store.curves(new16)] == [3, 5, 7]
+
+
+def test_a_batch_ramp_studys_stored_ramps_go_with_the_constant_trials_they_were_computed_from() -> None:
+    import types
+
+    from harness.config.trial import evaluated_by_steps
+    from harness.run.sweep import evaluated_by_old_rule
+    from tests.conftest import make_trial
+
+    constant = make_trial(batch_size=16, epochs=2, eval_every_samples=500, stop_at_accuracy=90.0)
+    old = evaluated_by_steps(constant)
+    assert old is not None
+
+    def stored(h: str, framework: str = "fake", variant: str = "") -> object:
+        return types.SimpleNamespace(trial_hash=h, settings=types.SimpleNamespace(framework=framework,
+                                                                                  variant=variant))
+
+    rows = [stored(old.trial_hash), stored("ramp-fake", variant="ramp"), stored("ramp-other", "other", "ramp"),
+            stored(constant.trial_hash)]
+    assert evaluated_by_old_rule([constant], rows) == {old.trial_hash}  # type: ignore[arg-type]
+    # its ramp was computed from the removed trial's rows: removed too (another framework's is not)
+    assert evaluated_by_old_rule([constant], rows, ramp=True) == {old.trial_hash, "ramp-fake"}  # type: ignore[arg-type]
+    assert evaluated_by_old_rule([constant], rows[1:], ramp=True) == set()  # type: ignore[arg-type]

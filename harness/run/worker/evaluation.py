@@ -2,7 +2,9 @@
 point each), to check that the training has not diverged, and to take any other measurement that belongs to a
 point of the training.
 
-``eval_points`` (an experiment key) evaluations are spread evenly over the training (:func:`eval_steps`), and
+``eval_points`` (an experiment key) evaluations are spread evenly over the training's samples, or one falls every
+``target_eval_samples`` samples in train-to-target mode, by one rule for constant sizes and schedules alike
+(:func:`harness.config.schedule.eval_steps`, called by :func:`harness.run.worker.trial.trial_eval_steps`), and
 the final evaluation at the end of the training is the last point. Everything here runs outside the training
 clock: the loop (:func:`harness.run.worker.steps.train`) stops its clock before a point and starts it again after,
 so neither ``train_s`` nor either throughput figure includes an evaluation, and the worker announces the ``eval``
@@ -32,14 +34,6 @@ from harness.numbers import finite_or_none
 from harness.records import CurvePoint
 from harness.run.worker.noise import measure_noise
 from harness.run.worker.point import PointContext
-
-
-def eval_steps(total_steps: int, points_n: int) -> list[int]:
-    """The steps (updates done) after which the ``points_n`` evaluation points fall: evenly spread over
-    ``total_steps``, strictly inside the training (its end is the final evaluation), each at most once."""
-    points_n = min(points_n, max(total_steps - 1, 0))  # no more points than steps inside the training
-    spread = {round(i * total_steps / (points_n + 1)) for i in range(1, points_n + 1)}
-    return sorted(s for s in spread if 0 < s < total_steps)
 
 
 def non_finite_weights(adapter: Adapter) -> str | None:

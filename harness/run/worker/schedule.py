@@ -4,9 +4,9 @@ The steps themselves are :class:`~harness.run.worker.steps.StepRunner`'s (it cut
 seeded order, so the sample stream, augmentation and prefetch carry on across a change). Here: what happens *at* a
 change, off the training clock (:func:`switches`: the learning rate ``lr_policy`` gives the new size, through the
 adapter's ``set_learning_rate``; a compilation of the new size where the adapter compiles per shape, which its
-``compile_stats`` counts as compile time), where a scheduled training evaluates (:func:`scheduled_eval_steps`), and
-its figures per size (:func:`schedule_figures`: steps, samples, median step time and samples per second of step time
-of each stretch: ``WorkerMetrics.schedule``, stored as the trial's ``schedule_json``).
+``compile_stats`` counts as compile time), and its figures per size (:func:`schedule_figures`: steps, samples, median
+step time and samples per second of step time of each stretch: ``WorkerMetrics.schedule``, stored as the trial's
+``schedule_json``). Where it evaluates is the rule every training follows (harness.run.worker.trial.trial_eval_steps).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from adapters.base import Adapter
-from harness.config.schedule import Segment, eval_steps_by_samples, segments
+from harness.config.schedule import Segment, segments
 from harness.config.trial import TrialSpec
 from harness.records import ScheduleStretch
 from harness.run.worker.steps import StepRunner
@@ -26,14 +26,6 @@ from harness.run.worker.steps import StepRunner
 def trial_segments(trial: TrialSpec, n_train: int) -> list[Segment]:
     """The stretches of ``trial``'s schedule on ``n_train`` samples (empty for a constant size)."""
     return segments(trial.schedule, n_train, trial.epochs) if trial.batch_schedule else []
-
-
-def scheduled_eval_steps(trial: TrialSpec, runner: StepRunner) -> list[int]:
-    """A scheduled trial's evaluation points: every ``eval_every_samples`` samples in train-to-target mode, else
-    ``eval_points`` spread evenly over the samples (a step count would crowd them into the small-batch stretch)."""
-    if not trial.eval:
-        return []
-    return eval_steps_by_samples([s for s, _ in runner.sizes], trial.eval_every_samples, trial.eval_points)
 
 
 class Switches:

@@ -23,6 +23,7 @@ import numpy as np
 from adapters import fpenv
 from adapters.base import Adapter, MemoryStats, PrecisionSeen, RuntimeConfig
 from harness.config.precision import TF32_OVERRIDE_VAR, check_math_mode, check_observed
+from harness.config.schedule import constant_updates, eval_steps, schedule_updates
 from harness.config.trial import TrialSpec
 from harness.data.prepared import default_cache_dir
 from harness.errors import ConfigError
@@ -43,9 +44,9 @@ from harness.run.protocol import (
     WorkerRequest,
 )
 from harness.run.worker.estimate import step_estimate
-from harness.run.worker.evaluation import EvalPoints, eval_steps, non_finite_weights
+from harness.run.worker.evaluation import EvalPoints, non_finite_weights
 from harness.run.worker.memory import VmDataWatcher, maxrss_mib, proc_status_mib
-from harness.run.worker.schedule import Switches, schedule_metrics, scheduled_eval_steps
+from harness.run.worker.schedule import Switches, schedule_metrics
 from harness.run.worker.steady import run_steady
 from harness.run.worker.steps import AtPoint, StepPlan, StepRunner, Trained, train, train_metrics
 
@@ -200,14 +201,23 @@ def reached(trial: TrialSpec, accuracy: float | None) -> bool:
     return bool(trial.stop_at_accuracy) and accuracy is not None and accuracy * 100.0 >= trial.stop_at_accuracy
 
 
-def trial_eval_steps(trial: TrialSpec, total_steps: int) -> list[int]:
-    """The steps after which the trial evaluates: every ``eval_every_steps`` updates in train-to-target mode (the
-    end is the final evaluation), else the ``eval_points`` spread evenly (:func:`eval_steps`)."""
+def trial_eval_steps(trial: TrialSpec, n_train: int, total_steps: int) -> list[int]:
+    """The steps after which the trial evaluates (before its final evaluation), by the one rule for constant sizes
+    and schedules alike (:func:`harness.config.schedule.eval_steps`: the first step at which the samples seen reach
+    each point's count): every ``eval_every_samples`` samples in train-to-target mode, else the ``eval_points``
+    spread evenly over the samples. ``total_steps``: the training's updates (a constant size without epochs has no
+    other count of them)."""
+    if trial.eval_by != "samples" or trial.eval_every_steps:  # a spec stored before the rule: it cannot run as it ran
+        raise ConfigError(f"this trial places its evaluation points by steps (eval_by {trial.eval_by!r}, "
+                          f"eval_every_steps {trial.eval_every_steps}), as batchscope did before evaluating a "
+                          "constant size at sample counts; this worker places them by samples only: plan it anew")
     if not trial.eval:
         return []
-    if trial.eval_every_steps:
-        return list(range(trial.eval_every_steps, total_steps, trial.eval_every_steps))
-    return eval_steps(total_steps, trial.eval_points)
+    updates = (schedule_updates(trial.schedule, n_train, trial.epochs) if trial.batch_schedule
+               else constant_updates(trial.effective_batch_size, n_train, trial.epochs, total_steps))
+    if trial.eval_every_samples:
+        return eval_steps(updates, every_samples=trial.eval_every_samples)
+    return eval_steps(updates, points_n=trial.eval_points)
 
 
 def target_outcome(trial: TrialSpec, points: EvalPoints) -> str | None:
@@ -260,8 +270,8 @@ def _train_and_evaluate(request: WorkerRequest, adapter: Adapter, setup: SetUp, 
     points.batch_at = runner.batch_at
     try:
         trained = train(runner, setup.order, plan, phases.enter, ticker, lambda: _precision_seen(trial, adapter),
-                        eval_at=scheduled_eval_steps(trial, runner) if trial.batch_schedule
-                        else trial_eval_steps(trial, plan.total_n), at_point=at_point, switch_at=switches.at())
+                        eval_at=trial_eval_steps(trial, data.n_train, plan.total_n), at_point=at_point,
+                        switch_at=switches.at())
     finally:
         runner.close()  # the training's last batch has been taken: nothing is prepared ahead past it
     if trial.batch_schedule:  # the later sizes' compilations (off the training clock) count too
