@@ -88,7 +88,10 @@ def plan(exp: Experiment, data: PreparedData, devices: Mapping[tuple[str, str], 
     for framework in exp.frameworks:
         for variant, v in variants:
             settings = v.adapters.get(framework)
-            options = dict(settings.options) if settings else classes[framework].validate_options({})
+            # resolved by the adapter always (its defaults filled in): an [adapters.X] table resolved already comes
+            # back the same, and settings made by --python alone (no table: no options) get the defaults a run without
+            # --python gets, so the two plan the same trials (same options, same hashes)
+            options = dict(classes[framework].validate_options(dict(settings.options) if settings else {}))
             for batch_size in sorted(v.batch_sizes):
                 for repeat in range(v.repeats):
                     trial = _trial(v, variant, framework, batch_size, repeat, options, data)

@@ -316,3 +316,19 @@ def test_a_run_looks_a_builtin_up_once(tmp_path: Path, monkeypatch: pytest.Monke
     asked = _run_without_workers(monkeypatch, _toml(tmp_path / "e.toml", ["pytorch"]), tmp_path / "out",
                                  "--repeats", "1")
     assert asked == ["pytorch"]
+
+
+def test_python_for_a_framework_without_a_table_plans_the_trials_a_run_without_it_plans(tmp_path: Path) -> None:
+    """``--python tensorflow=...`` for a file with no ``[adapters.tensorflow]`` table: the same trials (options with
+    the adapter's defaults, so the same hashes) as without it; only the interpreter differs. (They were planned with
+    no options at all, so the same training was stored under another hash and another setting.)"""
+    from harness.config.experiment import load_experiment
+    from harness.run.planner import plan
+    from tests.helpers.planning import prepared
+
+    exp = load_experiment(_toml(tmp_path / "e.toml", ["tensorflow"]))
+    named = exp.with_interpreters({"tensorflow": sys.executable})
+    plain, with_python = plan(exp, prepared()), plan(named, prepared())
+    assert plain[0].adapter_options, "tensorflow has default options (memory_mode): the case this test is about"
+    assert [t.trial_hash for t in with_python] == [t.trial_hash for t in plain]
+    assert [dict(t.adapter_options) for t in with_python] == [dict(t.adapter_options) for t in plain]
