@@ -187,7 +187,9 @@ def register(sub: Any) -> None:
                    help="local copy of a downloadable data set (e.g. cifar-10-python.tar.gz)")
     p.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="where trials run: here (default) or as tasks on a Ray cluster")
-    p.add_argument("--ray-address", help="Ray cluster address (default: start a local one); implies --executor ray")
+    p.add_argument("--ray-address",
+                   help="Ray cluster address (default: start a local one, even where `ray start` left a cluster "
+                   "running here; `auto` joins that one; RAY_ADDRESS is honoured); implies --executor ray")
     p.add_argument("--max-concurrent", type=_positive, metavar="N",
                    help="Ray: at most N trials at once (default: as many as the cluster has GPUs, or CPU nodes)")
     p.add_argument("--trials-per-node", type=_positive, default=1, metavar="N",

@@ -140,7 +140,10 @@ class RayExecutor:
         if not ray.is_initialized():
             kwargs = {"include_dashboard": False, "log_to_driver": False, **(init_kwargs or {})}
             try:
-                ray.init(address=address, **kwargs)
+                # no address: a local Ray of this command's own, as --ray-address says, even where `ray start` left
+                # a cluster running on this machine (ray.init(None) would join that one; --ray-address auto does);
+                # RAY_ADDRESS, Ray's own variable, is still honoured
+                ray.init(address=address or os.environ.get("RAY_ADDRESS") or "local", **kwargs)
             except ConnectionError as e:
                 raise ConfigError(f"cannot reach the Ray cluster at {address!r}: {e}; start one with "
                                   "`ray start --head` or leave --ray-address out for a local one") from e

@@ -33,3 +33,20 @@ def test_sweep_on_ray_stores_ok_and_failed_trials(tmp_path, monkeypatch, cache_d
     assert by[("fake", 2)].status == "error" and "ValueError" in by[("fake", 2)].reason
     with Store.open(tmp_path) as store:
         assert len(store.trials()) == 4
+
+
+def test_without_an_address_the_executor_starts_a_ray_of_its_own(monkeypatch):
+    """--ray-address says "default: start a local one": ray.init() with no address joins the latest cluster `ray start`
+    left on the machine (and fails there on num_cpus), so the executor asks for "local"; RAY_ADDRESS, Ray's own
+    variable, and an address given are passed on."""
+    import ray
+
+    asked: list[object] = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda address=None, **kwargs: asked.append(address))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    RayExecutor()
+    RayExecutor(address="auto")
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    RayExecutor()
+    assert asked == ["local", "auto", "10.0.0.1:6379"]

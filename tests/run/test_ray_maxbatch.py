@@ -30,7 +30,9 @@ def local_ray() -> Iterator[None]:
     settling runs: tests/maxbatch/conftest.py), joined by ``run --executor ray``."""
     python_for("pytorch")  # the managed environment built before Ray starts (a first build takes minutes)
     with fixed_threshold():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        # "local": a Ray of this module's own, never another test's cluster (test_ray_cluster.py's simulated nodes,
+        # in the other xdist worker, are "the latest cluster started" that ray.init() would join)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()
 
