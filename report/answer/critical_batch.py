@@ -274,8 +274,14 @@ def study_lines(study: CriticalStudy) -> list[str]:
     fastest = study.fastest
     if fastest is not None:
         lines.append(f"  time to target: batch {fastest[0]} reaches it soonest ({_reach_text(fastest[1])})")
-    if study.verdict is not None:
+    if study.verdict is not None and study.noise is not None:
+        n = study.noise
+        sizes = ", ".join(str(s.batch_size) for s in study.sizes if s.chosen is not None) or "none"
         lines.append(f"  prediction: {study.verdict.text()}")
+        # which trials this B_simple rests on: those of the sizes chosen here, not every trial of the series, so it
+        # may differ from the summary's B_simple, whose line says it rests on all of them
+        lines.append(f"    (B_simple here over the {n.trials_n} trial(s) of batch {sizes} at their chosen rates, the "
+                     f"later half of each: {n.points_n} point(s), {n.samples_min:,}-{n.samples_max:,} samples seen)")
     elif study.noise is not None:
         lines.append("  prediction: B_simple measured, but there is no fit to judge it against")
     return lines

@@ -32,6 +32,10 @@ def test_a_study_judges_b_simple_where_both_exist_and_says_why_not_otherwise():
     judged = _study(noise, fit)
     assert judged.verdict is not None and judged.verdict.agrees
     assert any("prediction: B_simple ≈ 40 vs fitted B_crit ≈ 80" in line for line in study_lines(judged))
+    # the trials it rests on, said: the summary's B_simple is over every trial of the series, this one over the sizes
+    # chosen here, so the two may differ (pytorch on the batch_ramp study: 172 over 12 trials, 132 over 9)
+    assert any("B_simple here over the 3 trial(s) of batch none at their chosen rates, the later half of each: 6 "
+               "point(s), 800-1,600 samples seen" in line for line in study_lines(judged))
     assert "perfect scaling up to ~20, diminishing returns to ~320" in judged.regimes_text()
     unjudged = _study(noise, None)
     assert unjudged.verdict is None
