@@ -299,16 +299,6 @@ def release_all() -> None:
 atexit.register(release_all)
 
 
-@contextlib.contextmanager
-def using(spec: EnvSpec, root: Path, on_wait: Callable[[str], None] = lambda who: None) -> Iterator[None]:
-    """:func:`hold` for the body."""
-    hold(spec, root, on_wait)
-    try:
-        yield
-    finally:
-        release(spec, root)
-
-
 def let_go(spec: EnvSpec, root: Path) -> None:
     """This process's hold on the environment let go, still counted (before waiting for its build lock)."""
     if not _FLOCK:
