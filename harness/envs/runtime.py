@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from harness.envs.resolve import Interpreter, choose
 from harness.errors import ConfigError
 from harness.records import TrialUnit
-from harness.registry import Registered, adapter_target, load_adapter, lookup
+from harness.registry import Registered, adapter_target, load_adapter, lookup_each
 
 if TYPE_CHECKING:
     from adapters.base import Adapter
@@ -174,7 +174,8 @@ def resolve_runtimes(frameworks: Iterable[str], named: Mapping[str, tuple[str, s
         say(line)
     named = {fw: how for fw, how in named.items() if fw in frameworks}
     # the registry, once per framework; a registered adapter that cannot be loaded is refused before any build
-    adapters = {fw: (registered or {}).get(fw) or lookup(fw) for fw in frameworks}
+    found = lookup_each(frameworks, registered)
+    adapters = {fw: found[fw] for fw in frameworks}
     if kind is None:
         from harness.envs.guard import managed_kind
 
